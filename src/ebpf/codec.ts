@@ -1,0 +1,312 @@
+// Typed codecs for map keys and values, and the check that binds each one to the BTF of
+// the C struct it mirrors. A codec that disagrees with BTF in size, field offset, field
+// size or byte order is refused with a list of every difference.
+import { Btf, BtfKind } from './btf.js';
+import { ErrorCode, FerryError } from './errors.js';
+
+/** Scalar field types. `be*` are network byte order in memory, host numbers in TypeScript. */
+export type ScalarType = 'u8' | 'u16' | 'u32' | 'i32' | 'u64' | 'be16' | 'be32' | 'ipv4';
+export type FieldSpec =
+  | { type: ScalarType }
+  | { type: 'bytes'; length: number }
+  | { type: 'pad'; length: number };
+
+type ValueOf<F extends FieldSpec> = F extends { type: 'u64' }
+  ? bigint
+  : F extends { type: 'ipv4' }
+    ? string
+    : F extends { type: 'bytes' }
+      ? Buffer
+      : F extends { type: 'pad' }
+        ? never
+        : number;
+
+type NonPadKeys<S extends Record<string, FieldSpec>> = {
+  [K in keyof S]: S[K] extends { type: 'pad' } ? never : K;
+}[keyof S];
+
+export type Decoded<S extends Record<string, FieldSpec>> = { [K in NonPadKeys<S>]: ValueOf<S[K]> };
+
+export interface Codec<T> {
+  /** The C type this mirrors: `struct lb4_key`, or a scalar such as `__u32`. */
+  readonly cName: string;
+  readonly size: number;
+  encode(value: T, into?: Buffer, offset?: number): Buffer;
+  decode(buf: Buffer, offset?: number): T;
+  /** Differences from the BTF type `typeId` (empty when they agree). */
+  diff(btf: Btf, typeId: number): string[];
+}
+
+interface LaidField {
+  name: string; // TypeScript name
+  cName: string; // C member name
+  spec: FieldSpec;
+  offset: number;
+  size: number;
+}
+
+const scalarSize: Record<ScalarType, number> = { u8: 1, u16: 2, u32: 4, i32: 4, u64: 8, be16: 2, be32: 4, ipv4: 4 };
+
+function fieldSize(spec: FieldSpec): number {
+  return spec.type === 'bytes' || spec.type === 'pad' ? spec.length : scalarSize[spec.type];
+}
+function fieldAlign(spec: FieldSpec): number {
+  return spec.type === 'bytes' || spec.type === 'pad' ? 1 : scalarSize[spec.type];
+}
+
+export function snakeCase(name: string): string {
+  return name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+}
+
+function codecError(op: string, cause: string): FerryError {
+  return new FerryError({ code: ErrorCode.Codec, op, cause });
+}
+
+export function ipv4ToString(n: number): string {
+  return `${n >>> 24}.${(n >>> 16) & 255}.${(n >>> 8) & 255}.${n & 255}`;
+}
+export function ipv4FromString(s: string): number {
+  const parts = s.split('.');
+  if (parts.length !== 4) throw codecError('encode ipv4', `"${s}" is not an IPv4 address`);
+  let n = 0;
+  for (const p of parts) {
+    if (!/^\d{1,3}$/.test(p) || Number(p) > 255) throw codecError('encode ipv4', `"${s}" is not an IPv4 address`);
+    n = n * 256 + Number(p);
+  }
+  return n;
+}
+
+/** What a BTF scalar must look like to match a codec field. */
+function expectScalar(btf: Btf, typeId: number, spec: FieldSpec): string | undefined {
+  // Byte order lives in the typedef name (`__be16`), so look before resolving.
+  const names: string[] = [];
+  let t = btf.type(typeId);
+  for (let i = 0; i < 16 && (t.kind === BtfKind.Typedef || t.kind === BtfKind.Const || t.kind === BtfKind.Volatile); i++) {
+    if (t.kind === BtfKind.Typedef) names.push(t.name);
+    t = btf.type(t.type);
+  }
+  const described = btf.describe(typeId);
+  const bigEndian = names.some((n) => /^__be(16|32|64)$/.test(n));
+  switch (spec.type) {
+    case 'pad':
+    case 'bytes': {
+      if (t.kind !== BtfKind.Array) return `expected a byte array, BTF has ${described}`;
+      const elem = btf.resolve(t.elemType);
+      if (elem.kind !== BtfKind.Int || elem.size !== 1) return `expected a byte array, BTF has ${described}`;
+      return undefined;
+    }
+    case 'be16':
+    case 'be32':
+    case 'ipv4':
+      if (!bigEndian) return `expected big-endian (__be${scalarSize[spec.type] * 8}), BTF has ${described}`;
+      break;
+    default:
+      if (bigEndian) return `expected host byte order (${spec.type}), BTF has ${described}`;
+  }
+  if (t.kind !== BtfKind.Int && t.kind !== BtfKind.Enum && t.kind !== BtfKind.Enum64) {
+    return `expected an integer, BTF has ${described}`;
+  }
+  const signed = t.signed;
+  if (spec.type === 'i32' && !signed) return `expected signed, BTF has ${described}`;
+  if (spec.type !== 'i32' && signed && t.kind === BtfKind.Int) return `expected unsigned, BTF has ${described}`;
+  return undefined;
+}
+
+/**
+ * A codec for a C struct. Field order and names follow the C declaration (camelCase here,
+ * snake_case in C); padding is declared explicitly, as it is in the C header.
+ */
+export function structCodec<S extends Record<string, FieldSpec>>(cStruct: string, spec: S): Codec<Decoded<S>> {
+  const fields: LaidField[] = [];
+  let offset = 0;
+  let maxAlign = 1;
+  for (const [name, f] of Object.entries(spec)) {
+    const align = fieldAlign(f);
+    maxAlign = Math.max(maxAlign, align);
+    if (offset % align !== 0) {
+      throw codecError(`define codec struct ${cStruct}`, `field ${name} at offset ${offset} is not ${align}-byte aligned: declare the padding explicitly`);
+    }
+    const size = fieldSize(f);
+    fields.push({ name, cName: snakeCase(name), spec: f, offset, size });
+    offset += size;
+  }
+  if (offset % maxAlign !== 0) {
+    throw codecError(`define codec struct ${cStruct}`, `size ${offset} is not a multiple of ${maxAlign}: declare the tail padding explicitly`);
+  }
+  const size = offset;
+  const cName = `struct ${cStruct}`;
+
+  return {
+    cName,
+    size,
+    encode(value, into, at = 0) {
+      const buf = into ?? Buffer.alloc(size);
+      if (buf.length - at < size) throw codecError(`encode ${cName}`, `buffer of ${buf.length - at} bytes, need ${size}`);
+      const v = value as Record<string, unknown>;
+      for (const f of fields) {
+        const o = at + f.offset;
+        const x = v[f.name];
+        switch (f.spec.type) {
+          case 'pad':
+            buf.fill(0, o, o + f.size);
+            break;
+          case 'bytes': {
+            const b = x as Buffer | undefined;
+            buf.fill(0, o, o + f.size);
+            if (b) {
+              if (b.length > f.size) throw codecError(`encode ${cName}.${f.cName}`, `${b.length} bytes do not fit in ${f.size}`);
+              b.copy(buf, o);
+            }
+            break;
+          }
+          case 'u64':
+            buf.writeBigUInt64LE(BigInt((x as bigint | number | undefined) ?? 0n), o);
+            break;
+          case 'ipv4':
+            buf.writeUInt32BE(x === undefined ? 0 : ipv4FromString(x as string), o);
+            break;
+          default:
+            writeScalar(buf, o, f.spec.type, (x as number | undefined) ?? 0, `${cName}.${f.cName}`);
+        }
+      }
+      return buf;
+    },
+    decode(buf, at = 0) {
+      if (buf.length - at < size) throw codecError(`decode ${cName}`, `got ${buf.length - at} bytes, need ${size}`);
+      const out: Record<string, unknown> = {};
+      for (const f of fields) {
+        const o = at + f.offset;
+        switch (f.spec.type) {
+          case 'pad':
+            break;
+          case 'bytes':
+            out[f.name] = Buffer.from(buf.subarray(o, o + f.size));
+            break;
+          case 'u64':
+            out[f.name] = buf.readBigUInt64LE(o);
+            break;
+          case 'ipv4':
+            out[f.name] = ipv4ToString(buf.readUInt32BE(o));
+            break;
+          default:
+            out[f.name] = readScalar(buf, o, f.spec.type);
+        }
+      }
+      return out as Decoded<S>;
+    },
+    diff(btf, typeId) {
+      const t = btf.resolve(typeId);
+      if (t.kind !== BtfKind.Struct) return [`expected ${cName}, BTF has ${btf.describe(typeId)}`];
+      const out: string[] = [];
+      if (t.name !== cStruct) out.push(`name: BTF has struct ${t.name}, codec has ${cName}`);
+      if (t.size !== size) out.push(`size: BTF ${t.size} bytes, codec ${size}`);
+      const members = new Map(t.members.map((m) => [m.name, m]));
+      for (const f of fields) {
+        const m = members.get(f.cName);
+        if (!m) {
+          out.push(`field ${f.cName}: in the codec, missing from BTF`);
+          continue;
+        }
+        members.delete(f.cName);
+        if (m.bitfieldSize) out.push(`field ${f.cName}: a bitfield in BTF; shared structs must not use bitfields`);
+        const btfOffset = m.bitOffset / 8;
+        if (btfOffset !== f.offset) out.push(`field ${f.cName}: offset BTF ${btfOffset}, codec ${f.offset}`);
+        const btfSize = btf.sizeOf(m.type);
+        if (btfSize !== f.size) out.push(`field ${f.cName}: size BTF ${btfSize}, codec ${f.size}`);
+        const why = expectScalar(btf, m.type, f.spec);
+        if (why) out.push(`field ${f.cName}: ${why}`);
+      }
+      for (const name of members.keys()) out.push(`field ${name}: in BTF, missing from the codec`);
+      return out;
+    },
+  };
+}
+
+function writeScalar(buf: Buffer, o: number, t: ScalarType, x: number, what: string): void {
+  const bits = scalarSize[t] * 8;
+  const min = t === 'i32' ? -(2 ** 31) : 0;
+  const max = t === 'i32' ? 2 ** 31 - 1 : 2 ** bits - 1;
+  if (!Number.isInteger(x) || x < min || x > max) throw codecError(`encode ${what}`, `${x} is out of range for ${t}`);
+  switch (t) {
+    case 'u8':
+      buf.writeUInt8(x, o);
+      break;
+    case 'u16':
+      buf.writeUInt16LE(x, o);
+      break;
+    case 'u32':
+      buf.writeUInt32LE(x, o);
+      break;
+    case 'i32':
+      buf.writeInt32LE(x, o);
+      break;
+    case 'be16':
+      buf.writeUInt16BE(x, o);
+      break;
+    case 'be32':
+      buf.writeUInt32BE(x, o);
+      break;
+    default:
+      throw codecError(`encode ${what}`, `unexpected type ${t}`);
+  }
+}
+
+function readScalar(buf: Buffer, o: number, t: ScalarType): number {
+  switch (t) {
+    case 'u8':
+      return buf.readUInt8(o);
+    case 'u16':
+      return buf.readUInt16LE(o);
+    case 'u32':
+      return buf.readUInt32LE(o);
+    case 'i32':
+      return buf.readInt32LE(o);
+    case 'be16':
+      return buf.readUInt16BE(o);
+    case 'be32':
+      return buf.readUInt32BE(o);
+    default:
+      throw codecError('decode', `unexpected type ${t}`);
+  }
+}
+
+/** A codec for a bare scalar key or value, such as the `__u32` index of an array map. */
+export function scalarCodec(type: 'u32' | 'u64'): Codec<number | bigint> {
+  const size = scalarSize[type];
+  return {
+    cName: type === 'u32' ? '__u32' : '__u64',
+    size,
+    encode(value, into, at = 0) {
+      const buf = into ?? Buffer.alloc(size);
+      if (type === 'u64') buf.writeBigUInt64LE(BigInt(value), at);
+      else writeScalar(buf, at, 'u32', Number(value), this.cName);
+      return buf;
+    },
+    decode(buf, at = 0) {
+      return type === 'u64' ? buf.readBigUInt64LE(at) : buf.readUInt32LE(at);
+    },
+    diff(btf, typeId) {
+      const t = btf.resolve(typeId);
+      if ((t.kind !== BtfKind.Int && t.kind !== BtfKind.Enum) || t.size !== size) {
+        return [`expected ${this.cName}, BTF has ${btf.describe(typeId)}`];
+      }
+      return [];
+    },
+  };
+}
+
+export const u32Codec = scalarCodec('u32') as Codec<number>;
+export const u64Codec = scalarCodec('u64') as Codec<bigint>;
+
+/** Throw a layout error listing every difference between a codec and a BTF type. */
+export function assertLayout(op: string, codec: Codec<unknown>, btf: Btf, typeId: number): void {
+  const diffs = codec.diff(btf, typeId);
+  if (diffs.length === 0) return;
+  throw new FerryError({
+    code: ErrorCode.Layout,
+    op,
+    cause: `${codec.cName} in TypeScript does not match the BTF of the object: ${diffs.join('; ')}`,
+    hint: 'update the codec to match bpf/shared, rebuild, or drain and remove the old pinned maps',
+    detail: diffs.join('\n'),
+  });
+}

@@ -1,0 +1,313 @@
+// The only file that declares libbpf's C API to koffi. Everything else in src/ebpf calls
+// these typed functions. libbpf >= 1.0 semantics: int results are -errno, pointer results
+// are NULL with errno set.
+import { createRequire } from 'node:module';
+import { ErrorCode, FerryError } from './errors.js';
+
+const require = createRequire(import.meta.url);
+
+// koffi has no bundled types we rely on; keep its surface small and typed here.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Koffi = any;
+export type Pointer = unknown; // an opaque native pointer handed back by koffi
+
+let koffiModule: Koffi | undefined;
+function koffi(): Koffi {
+  if (!koffiModule) koffiModule = require('koffi');
+  return koffiModule;
+}
+
+/** libbpf opts struct layouts this file builds by hand; a unit test checks them against bpf/bpf.h. */
+export const BATCH_OPTS = { size: 24, sz: 0, elem_flags: 8, flags: 16 } as const;
+export const TC_HOOK_SIZE = 24;
+export const TC_OPTS_SIZE = 32;
+
+export const BPF_TC_INGRESS = 1;
+export const BPF_TC_EGRESS = 2;
+
+export interface TcHook {
+  sz: number;
+  ifindex: number;
+  attach_point: number;
+  parent: number;
+}
+export interface TcOpts {
+  sz: number;
+  prog_fd: number;
+  flags: number;
+  prog_id: number;
+  handle: number;
+  priority: number;
+}
+
+/** Typed libbpf functions, bound lazily on first use. */
+export interface Libbpf {
+  version: string;
+  numPossibleCpus(): number;
+  errno(): number;
+  objectOpenFile(path: string): Pointer | null;
+  objectLoad(obj: Pointer): number;
+  objectClose(obj: Pointer): void;
+  objectBtf(obj: Pointer): Pointer | null;
+  objectNextMap(obj: Pointer, prev: Pointer | null): Pointer | null;
+  objectNextProgram(obj: Pointer, prev: Pointer | null): Pointer | null;
+  btfRawData(btf: Pointer): Buffer;
+  btfLoadFromKernelById(id: number): Pointer | null;
+  btfFree(btf: Pointer): void;
+  mapName(map: Pointer): string;
+  mapType(map: Pointer): number;
+  mapKeySize(map: Pointer): number;
+  mapValueSize(map: Pointer): number;
+  mapMaxEntries(map: Pointer): number;
+  mapSetMaxEntries(map: Pointer, n: number): number;
+  mapFd(map: Pointer): number;
+  mapReuseFd(map: Pointer, fd: number): number;
+  mapIsInternal(map: Pointer): boolean;
+  mapBtfKeyTypeId(map: Pointer): number;
+  mapBtfValueTypeId(map: Pointer): number;
+  mapInitialValue(map: Pointer): { ptr: Pointer; size: number } | null;
+  mapSetInitialValue(map: Pointer, data: Buffer): number;
+  programName(prog: Pointer): string;
+  programSectionName(prog: Pointer): string;
+  programFd(prog: Pointer): number;
+  programType(prog: Pointer): number;
+  programAttachXdp(prog: Pointer, ifindex: number): Pointer | null;
+  programAttachCgroup(prog: Pointer, cgroupFd: number): Pointer | null;
+  linkFd(link: Pointer): number;
+  linkPin(link: Pointer, path: string): number;
+  linkDestroy(link: Pointer): number;
+  tcHookCreate(hook: TcHook): number;
+  tcHookDestroy(hook: TcHook): number;
+  tcAttach(hook: TcHook, opts: TcOpts): number;
+  tcDetach(hook: TcHook, opts: TcOpts): number;
+  mapLookupElem(fd: number, key: Buffer, value: Buffer): number;
+  mapUpdateElem(fd: number, key: Buffer, value: Buffer, flags: number): number;
+  mapDeleteElem(fd: number, key: Buffer): number;
+  mapGetNextKey(fd: number, key: Buffer | null, next: Buffer): number;
+  mapLookupBatch(fd: number, inBatch: Buffer | null, outBatch: Buffer, keys: Buffer, values: Buffer, count: Buffer): number;
+  mapUpdateBatch(fd: number, keys: Buffer, values: Buffer, count: Buffer, flags: number): number;
+  mapDeleteBatch(fd: number, keys: Buffer, count: Buffer): number;
+  objPin(fd: number, path: string): number;
+  objGet(path: string): number;
+  objGetInfoByFd(fd: number, info: Buffer): number;
+  progTestRun(fd: number, opts: Buffer): number;
+  /** Copy `len` bytes of native memory at `ptr` into a Buffer. */
+  readMemory(ptr: Pointer, len: number): Buffer;
+  /** Copy a Buffer into native memory at `ptr`. */
+  writeMemory(ptr: Pointer, data: Buffer): void;
+  /** Address of a Buffer's memory, for pointer fields inside opts structs. */
+  addressOf(buf: Buffer): bigint;
+  close(fd: number): number;
+}
+
+/** A libbpf message routed through the print callback. level: 0 warn, 1 info, 2 debug. */
+export interface LibbpfMessage {
+  level: number;
+  text: string;
+}
+type MessageSink = (m: LibbpfMessage) => void;
+const sinks: MessageSink[] = [];
+
+/**
+ * Run fn and collect every message libbpf printed during it. libbpf prints the verifier
+ * log and the reason behind most failures this way, so errors can quote them.
+ */
+export function captureLibbpfMessages<T>(fn: () => T): { result: T; messages: LibbpfMessage[] } {
+  const messages: LibbpfMessage[] = [];
+  const sink: MessageSink = (m) => messages.push(m);
+  sinks.push(sink);
+  try {
+    return { result: fn(), messages };
+  } finally {
+    sinks.splice(sinks.indexOf(sink), 1);
+  }
+}
+
+let bound: Libbpf | undefined;
+
+export function libbpf(): Libbpf {
+  if (!bound) bound = bind();
+  return bound;
+}
+
+function bind(): Libbpf {
+  const k = koffi();
+  let lib: Koffi;
+  let libc: Koffi;
+  const name = process.env.FERRY_LIBBPF ?? 'libbpf.so.1';
+  try {
+    lib = k.load(name);
+    libc = k.load('libc.so.6');
+  } catch (e) {
+    throw new FerryError({
+      code: ErrorCode.LibbpfMissing,
+      op: `load ${name}`,
+      cause: (e as Error).message,
+      hint: 'install libbpf 1.x (Debian: apt-get install libbpf1), or run make setup',
+    });
+  }
+  const f = (sig: string) => lib.func(sig);
+
+  k.opaque('bpf_object');
+  k.opaque('bpf_map');
+  k.opaque('bpf_program');
+  k.opaque('bpf_link');
+  k.opaque('btf');
+  const hookT = k.struct('bpf_tc_hook', { sz: 'size_t', ifindex: 'int', attach_point: 'int', parent: 'uint32_t' });
+  const optsT = k.struct('bpf_tc_opts', {
+    sz: 'size_t', prog_fd: 'int', flags: 'uint32_t', prog_id: 'uint32_t', handle: 'uint32_t', priority: 'uint32_t',
+  });
+  if (k.sizeof(hookT) !== TC_HOOK_SIZE || k.sizeof(optsT) !== TC_OPTS_SIZE) {
+    throw new FerryError({ code: ErrorCode.LibbpfMissing, op: 'bind libbpf', cause: 'unexpected tc opts struct sizes', hint: 'unsupported architecture' });
+  }
+
+  const vsnprintf = libc.func('int vsnprintf(_Out_ uint8_t *buf, size_t n, const char *fmt, void *ap)');
+  const printProto = k.proto('int ferry_libbpf_print(int level, const char *fmt, void *ap)');
+  const printBuf = Buffer.alloc(64 * 1024);
+  const printCb = k.register((level: number, fmt: string, ap: unknown) => {
+    if (sinks.length === 0) return 0;
+    const n = vsnprintf(printBuf, printBuf.length, fmt, ap);
+    const text = printBuf.subarray(0, Math.max(0, Math.min(n, printBuf.length - 1))).toString('utf8');
+    for (const s of sinks) s({ level, text });
+    return 0;
+  }, k.pointer(printProto));
+  f('void *libbpf_set_print(ferry_libbpf_print *fn)')(printCb);
+
+  const major = f('uint32_t libbpf_major_version()')();
+  const minor = f('uint32_t libbpf_minor_version()')();
+
+  const numCpus = f('int libbpf_num_possible_cpus()');
+  const openFile = f('bpf_object *bpf_object__open_file(const char *path, void *opts)');
+  const objLoad = f('int bpf_object__load(bpf_object *obj)');
+  const objClose = f('void bpf_object__close(bpf_object *obj)');
+  const objBtf = f('btf *bpf_object__btf(bpf_object *obj)');
+  const nextMap = f('bpf_map *bpf_object__next_map(bpf_object *obj, bpf_map *prev)');
+  const nextProg = f('bpf_program *bpf_object__next_program(bpf_object *obj, bpf_program *prev)');
+  const btfRaw = f('void *btf__raw_data(btf *btf, _Out_ uint32_t *size)');
+  const btfKernel = f('btf *btf__load_from_kernel_by_id(uint32_t id)');
+  const btfFree = f('void btf__free(btf *btf)');
+  const mapName = f('const char *bpf_map__name(bpf_map *map)');
+  const mapType = f('int bpf_map__type(bpf_map *map)');
+  const mapKeySize = f('uint32_t bpf_map__key_size(bpf_map *map)');
+  const mapValueSize = f('uint32_t bpf_map__value_size(bpf_map *map)');
+  const mapMax = f('uint32_t bpf_map__max_entries(bpf_map *map)');
+  const mapSetMax = f('int bpf_map__set_max_entries(bpf_map *map, uint32_t n)');
+  const mapFd = f('int bpf_map__fd(bpf_map *map)');
+  const mapReuse = f('int bpf_map__reuse_fd(bpf_map *map, int fd)');
+  const mapInternal = f('bool bpf_map__is_internal(bpf_map *map)');
+  const mapKeyId = f('uint32_t bpf_map__btf_key_type_id(bpf_map *map)');
+  const mapValueId = f('uint32_t bpf_map__btf_value_type_id(bpf_map *map)');
+  const mapInit = f('void *bpf_map__initial_value(bpf_map *map, _Out_ size_t *psize)');
+  const mapSetInit = f('int bpf_map__set_initial_value(bpf_map *map, const void *data, size_t size)');
+  const progName = f('const char *bpf_program__name(bpf_program *prog)');
+  const progSec = f('const char *bpf_program__section_name(bpf_program *prog)');
+  const progFd = f('int bpf_program__fd(bpf_program *prog)');
+  const progType = f('int bpf_program__type(bpf_program *prog)');
+  const attachXdp = f('bpf_link *bpf_program__attach_xdp(bpf_program *prog, int ifindex)');
+  const attachCgroup = f('bpf_link *bpf_program__attach_cgroup(bpf_program *prog, int cgroup_fd)');
+  const linkFd = f('int bpf_link__fd(bpf_link *link)');
+  const linkPin = f('int bpf_link__pin(bpf_link *link, const char *path)');
+  const linkDestroy = f('int bpf_link__destroy(bpf_link *link)');
+  const tcHookCreate = f('int bpf_tc_hook_create(bpf_tc_hook *hook)');
+  const tcHookDestroy = f('int bpf_tc_hook_destroy(bpf_tc_hook *hook)');
+  const tcAttach = f('int bpf_tc_attach(bpf_tc_hook *hook, _Inout_ bpf_tc_opts *opts)');
+  const tcDetach = f('int bpf_tc_detach(bpf_tc_hook *hook, bpf_tc_opts *opts)');
+  const lookup = f('int bpf_map_lookup_elem(int fd, void *key, void *value)');
+  const update = f('int bpf_map_update_elem(int fd, void *key, void *value, uint64_t flags)');
+  const del = f('int bpf_map_delete_elem(int fd, void *key)');
+  const nextKey = f('int bpf_map_get_next_key(int fd, void *key, void *next)');
+  const lookupBatch = f('int bpf_map_lookup_batch(int fd, void *in_batch, void *out_batch, void *keys, void *values, void *count, void *opts)');
+  const updateBatch = f('int bpf_map_update_batch(int fd, void *keys, void *values, void *count, void *opts)');
+  const deleteBatch = f('int bpf_map_delete_batch(int fd, void *keys, void *count, void *opts)');
+  const objPin = f('int bpf_obj_pin(int fd, const char *path)');
+  const objGet = f('int bpf_obj_get(const char *path)');
+  const objInfo = f('int bpf_obj_get_info_by_fd(int fd, void *info, _Inout_ uint32_t *len)');
+  const testRun = f('int bpf_prog_test_run_opts(int fd, void *opts)');
+  const closeFd = libc.func('int close(int fd)');
+  const memcpyOut = libc.func('void *memcpy(_Out_ uint8_t *dst, void *src, size_t n)');
+  const memcpyIn = libc.func('void *memcpy(void *dst, const uint8_t *src, size_t n)');
+  const identity = libc.func('uintptr_t memchr(void *p, int c, size_t n)');
+
+  const batchOpts = (elemFlags: number): Buffer => {
+    const b = Buffer.alloc(BATCH_OPTS.size);
+    b.writeBigUInt64LE(BigInt(BATCH_OPTS.size), BATCH_OPTS.sz);
+    b.writeBigUInt64LE(BigInt(elemFlags), BATCH_OPTS.elem_flags);
+    return b;
+  };
+
+  return {
+    version: `${major}.${minor}`,
+    numPossibleCpus: () => numCpus(),
+    errno: () => k.errno(),
+    objectOpenFile: (path) => openFile(path, null),
+    objectLoad: (obj) => objLoad(obj),
+    objectClose: (obj) => objClose(obj),
+    objectBtf: (obj) => objBtf(obj),
+    objectNextMap: (obj, prev) => nextMap(obj, prev),
+    objectNextProgram: (obj, prev) => nextProg(obj, prev),
+    btfRawData: (btf) => {
+      const size = [0];
+      const ptr = btfRaw(btf, size);
+      if (!ptr) throw new FerryError({ code: ErrorCode.ObjectOpen, op: 'btf raw data', cause: 'libbpf returned no BTF bytes' });
+      return Buffer.from(k.decode(ptr, k.array('uint8_t', size[0]!)) as Uint8Array);
+    },
+    btfLoadFromKernelById: (id) => btfKernel(id),
+    btfFree: (btf) => btfFree(btf),
+    mapName: (m) => mapName(m),
+    mapType: (m) => mapType(m),
+    mapKeySize: (m) => mapKeySize(m),
+    mapValueSize: (m) => mapValueSize(m),
+    mapMaxEntries: (m) => mapMax(m),
+    mapSetMaxEntries: (m, n) => mapSetMax(m, n),
+    mapFd: (m) => mapFd(m),
+    mapReuseFd: (m, fd) => mapReuse(m, fd),
+    mapIsInternal: (m) => mapInternal(m),
+    mapBtfKeyTypeId: (m) => mapKeyId(m),
+    mapBtfValueTypeId: (m) => mapValueId(m),
+    mapInitialValue: (m) => {
+      const size = [0];
+      const ptr = mapInit(m, size);
+      return ptr ? { ptr, size: Number(size[0]) } : null;
+    },
+    mapSetInitialValue: (m, data) => mapSetInit(m, data, data.length),
+    programName: (p) => progName(p),
+    programSectionName: (p) => progSec(p),
+    programFd: (p) => progFd(p),
+    programType: (p) => progType(p),
+    programAttachXdp: (p, ifindex) => attachXdp(p, ifindex),
+    programAttachCgroup: (p, fd) => attachCgroup(p, fd),
+    linkFd: (l) => linkFd(l),
+    linkPin: (l, path) => linkPin(l, path),
+    linkDestroy: (l) => linkDestroy(l),
+    tcHookCreate: (h) => tcHookCreate(h),
+    tcHookDestroy: (h) => tcHookDestroy(h),
+    tcAttach: (h, o) => tcAttach(h, o),
+    tcDetach: (h, o) => tcDetach(h, o),
+    mapLookupElem: (fd, key, value) => lookup(fd, key, value),
+    mapUpdateElem: (fd, key, value, flags) => update(fd, key, value, flags),
+    mapDeleteElem: (fd, key) => del(fd, key),
+    mapGetNextKey: (fd, key, next) => nextKey(fd, key, next),
+    mapLookupBatch: (fd, inB, outB, keys, values, count) => lookupBatch(fd, inB, outB, keys, values, count, batchOpts(0)),
+    mapUpdateBatch: (fd, keys, values, count, flags) => updateBatch(fd, keys, values, count, batchOpts(flags)),
+    mapDeleteBatch: (fd, keys, count) => deleteBatch(fd, keys, count, batchOpts(0)),
+    objPin: (fd, path) => objPin(fd, path),
+    objGet: (path) => objGet(path),
+    objGetInfoByFd: (fd, info) => objInfo(fd, info, [info.length]),
+    progTestRun: (fd, opts) => testRun(fd, opts),
+    readMemory: (ptr, len) => {
+      const out = Buffer.alloc(len);
+      if (len > 0) memcpyOut(out, ptr, len);
+      return out;
+    },
+    writeMemory: (ptr, data) => {
+      if (data.length > 0) memcpyIn(ptr, data, data.length);
+    },
+    // memchr(buf, buf[0], 1) returns buf's own address: a portable way to learn where
+    // koffi placed a Buffer, needed for pointers stored inside opts structs.
+    addressOf: (buf) => {
+      if (buf.length === 0) return 0n;
+      return BigInt(identity(buf, buf[0]!, 1));
+    },
+    close: (fd) => closeFd(fd),
+  };
+}

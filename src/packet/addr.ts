@@ -1,0 +1,55 @@
+// Address text ↔ bytes for packets: MAC, IPv4, IPv6.
+import { isIPv4, isIPv6 } from 'node:net';
+
+export function macBytes(mac: string): Buffer {
+  const parts = mac.split(':');
+  if (parts.length !== 6 || parts.some((p) => !/^[0-9a-fA-F]{2}$/.test(p))) throw new Error(`"${mac}" is not a MAC address`);
+  return Buffer.from(parts.map((p) => parseInt(p, 16)));
+}
+
+export function macText(b: Uint8Array): string {
+  return [...b.subarray(0, 6)].map((x) => x.toString(16).padStart(2, '0')).join(':');
+}
+
+export function ipv4Bytes(ip: string): Buffer {
+  if (!isIPv4(ip)) throw new Error(`"${ip}" is not an IPv4 address`);
+  return Buffer.from(ip.split('.').map(Number));
+}
+
+export function ipv4Text(b: Uint8Array): string {
+  return [...b.subarray(0, 4)].join('.');
+}
+
+export function ipv6Bytes(ip: string): Buffer {
+  if (!isIPv6(ip)) throw new Error(`"${ip}" is not an IPv6 address`);
+  const [head, tail] = ip.includes('::') ? ip.split('::') : [ip, undefined];
+  const h = head ? head.split(':') : [];
+  const t = tail !== undefined && tail !== '' ? tail.split(':') : [];
+  const groups = tail === undefined ? h : [...h, ...Array(8 - h.length - t.length).fill('0'), ...t];
+  const out = Buffer.alloc(16);
+  groups.forEach((g, i) => out.writeUInt16BE(parseInt(g, 16), i * 2));
+  return out;
+}
+
+export function ipv6Text(b: Uint8Array): string {
+  const groups: string[] = [];
+  for (let i = 0; i < 16; i += 2) groups.push(((b[i]! << 8) | b[i + 1]!).toString(16));
+  // Compress the longest run of zero groups, as RFC 5952 asks.
+  let best = -1;
+  let bestLen = 0;
+  for (let i = 0; i < 8; ) {
+    if (groups[i] !== '0') {
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < 8 && groups[j] === '0') j++;
+    if (j - i > bestLen && j - i > 1) {
+      best = i;
+      bestLen = j - i;
+    }
+    i = j;
+  }
+  if (best < 0) return groups.join(':');
+  return `${groups.slice(0, best).join(':')}::${groups.slice(best + bestLen).join(':')}`;
+}

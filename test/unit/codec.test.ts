@@ -1,0 +1,54 @@
+import { describe, expect, it } from 'vitest';
+import { ipv4FromString, ipv4ToString, snakeCase, structCodec, u32Codec } from '../../src/ebpf/codec.js';
+
+const flowKey = structCodec('test_flow_key', {
+  addr: { type: 'ipv4' },
+  port: { type: 'be16' },
+  proto: { type: 'u8' },
+  pad: { type: 'pad', length: 1 },
+});
+
+describe('struct codecs', () => {
+  it('lays fields out as C does and puts byte order where the type says', () => {
+    expect(flowKey.size).toBe(8);
+    const b = flowKey.encode({ addr: '10.96.0.1', port: 443, proto: 6 });
+    expect(b.toString('hex')).toBe('0a60000101bb0600');
+    expect(flowKey.decode(b)).toEqual({ addr: '10.96.0.1', port: 443, proto: 6 });
+  });
+
+  it('encodes into a larger buffer at an offset', () => {
+    const b = Buffer.alloc(20, 0xff);
+    flowKey.encode({ addr: '1.2.3.4', port: 1, proto: 17 }, b, 4);
+    expect(flowKey.decode(b, 4)).toEqual({ addr: '1.2.3.4', port: 1, proto: 17 });
+    expect(b[11]).toBe(0); // padding is zeroed, so equal keys hash equally
+  });
+
+  it('refuses out-of-range values and short buffers', () => {
+    expect(() => flowKey.encode({ addr: '10.0.0.1', port: 70000, proto: 6 })).toThrow(/70000 is out of range for be16/);
+    expect(() => flowKey.encode({ addr: '10.0.0.300', port: 1, proto: 6 })).toThrow(/not an IPv4 address/);
+    expect(() => flowKey.decode(Buffer.alloc(7))).toThrow(/got 7 bytes, need 8/);
+    expect(() => u32Codec.encode(-1)).toThrow(/out of range/);
+  });
+
+  it('refuses implicit padding: every hole must be declared as in the C header', () => {
+    expect(() => structCodec('bad', { a: { type: 'u8' }, b: { type: 'u32' } })).toThrow(/field b at offset 1 is not 4-byte aligned/);
+    expect(() => structCodec('bad', { a: { type: 'u64' }, b: { type: 'u8' } })).toThrow(/size 9 is not a multiple of 8/);
+  });
+
+  it('handles u64 as bigint and raw bytes', () => {
+    const c = structCodec('v', { mac: { type: 'bytes', length: 6 }, pad: { type: 'pad', length: 2 }, n: { type: 'u64' } });
+    const b = c.encode({ mac: Buffer.from([1, 2, 3, 4, 5, 6]), n: 2n ** 63n });
+    expect(c.decode(b)).toEqual({ mac: Buffer.from([1, 2, 3, 4, 5, 6]), n: 2n ** 63n });
+  });
+});
+
+describe('helpers', () => {
+  it('converts names to C style', () => {
+    expect(snakeCase('revNatId')).toBe('rev_nat_id');
+    expect(snakeCase('packets')).toBe('packets');
+  });
+  it('converts IPv4 addresses both ways', () => {
+    expect(ipv4ToString(ipv4FromString('255.0.10.1'))).toBe('255.0.10.1');
+    expect(ipv4FromString('10.0.0.1')).toBe(0x0a000001);
+  });
+});

@@ -1,0 +1,70 @@
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { compileAll, parseDiagnostics } from '../../src/build/compile.js';
+import { FerryError } from '../../src/ebpf/errors.js';
+
+const root = mkdtempSync(join(tmpdir(), 'ferry-compile-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+function source(name: string, text: string): void {
+  mkdirSync(join(root, 'bpf'), { recursive: true });
+  writeFileSync(join(root, 'bpf', name), text);
+}
+
+const ok = `#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+SEC("tc") int pass(struct __sk_buff *skb) { return 0; }
+char LICENSE[] SEC("license") = "GPL";
+`;
+
+describe('ferry compile', () => {
+  it('compiles, then serves the same source from the cache', async () => {
+    source('ok.bpf.c', ok);
+    const first = await compileAll({ root });
+    expect(first.map((o) => [o.object.replace(root, ''), o.cached])).toEqual([['/build/bpf/ok.bpf.o', false]]);
+    expect(existsSync(first[0]!.object)).toBe(true);
+    const second = await compileAll({ root });
+    expect(second[0]!.cached).toBe(true);
+    expect(second[0]!.hash).toBe(first[0]!.hash);
+  });
+
+  it('rebuilds when a header under bpf/ changes', async () => {
+    source('ok.bpf.c', ok);
+    const before = await compileAll({ root });
+    writeFileSync(join(root, 'bpf', 'extra.h'), '#define X 1\n');
+    const after = await compileAll({ root });
+    expect(after[0]!.hash).not.toBe(before[0]!.hash);
+    expect(after[0]!.cached).toBe(false);
+    rmSync(join(root, 'bpf', 'extra.h'));
+  });
+
+  it('reports the first error as file:line:col with the full output as detail', async () => {
+    source('bad.bpf.c', 'int broken(void) { return undefined_symbol; }\n');
+    const err = await compileAll({ root }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(FerryError);
+    const fe = err as FerryError;
+    expect(fe.code).toBe('FERRY_COMPILE');
+    expect(fe.message).toMatch(/^compile bpf\/bad\.bpf\.c: bpf\/bad\.bpf\.c:1:27: use of undeclared identifier 'undefined_symbol'/);
+    expect(fe.detail).toContain('error:');
+    rmSync(join(root, 'bpf', 'bad.bpf.c'));
+  });
+
+  it('treats warnings as errors (-Wall -Werror)', async () => {
+    source('warn.bpf.c', `${ok}\nstatic int unused_var_fn(void) { int x; return 0; }\nint use(void) { return unused_var_fn(); }\n`);
+    await expect(compileAll({ root })).rejects.toThrow(/unused variable 'x'/);
+    rmSync(join(root, 'bpf', 'warn.bpf.c'));
+  });
+
+  it('parses clang diagnostics', () => {
+    expect(parseDiagnostics('a.c:3:5: error: boom\nnoise\nb.h:1:1: warning: careful')).toEqual([
+      { file: 'a.c', line: 3, column: 5, severity: 'error', message: 'boom' },
+      { file: 'b.h', line: 1, column: 1, severity: 'warning', message: 'careful' },
+    ]);
+  });
+
+  it('says how to install clang when it is missing', async () => {
+    await expect(compileAll({ root, clang: '/nonexistent/clang' })).rejects.toThrow(/apt-get install clang/);
+  });
+});
