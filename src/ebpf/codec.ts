@@ -89,6 +89,10 @@ function expectScalar(btf: Btf, typeId: number, spec: FieldSpec): string | undef
   const bigEndian = names.some((n) => /^__be(16|32|64)$/.test(n));
   switch (spec.type) {
     case 'pad':
+      // Padding may be declared as `__u8 pad` or `__u8 pad[3]`; only its size matters.
+      if (t.kind === BtfKind.Int && !t.signed) return undefined;
+      if (t.kind === BtfKind.Array) return undefined;
+      return `expected padding bytes, BTF has ${described}`;
     case 'bytes': {
       if (t.kind !== BtfKind.Array) return `expected a byte array, BTF has ${described}`;
       const elem = btf.resolve(t.elemType);

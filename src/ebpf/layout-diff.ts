@@ -5,7 +5,7 @@ import { Btf, BtfKind } from './btf.js';
 export function layoutDiff(a: Btf, aId: number, b: Btf, bId: number, path = ''): string[] {
   const ta = a.resolve(aId);
   const tb = b.resolve(bId);
-  const where = path || '(top)';
+  const where = path ? `field ${path}` : 'type';
   if (ta.kind !== tb.kind) return [`${where}: pinned ${a.describe(aId)}, object ${b.describe(bId)}`];
   const out: string[] = [];
   const sa = a.sizeOf(aId);

@@ -1,6 +1,8 @@
 // tc clsact attachment (ingress or egress) through libbpf's bpf_tc_* API. The clsact qdisc
 // is destroyed on detach only if this link created it; filters of others are left alone.
+import { closeSync, openSync } from 'node:fs';
 import { libc } from '../sys/libc.js';
+import { inNetns } from '../sys/netns.js';
 import { ErrorCode, FerryError, errnoError, errnoName } from './errors.js';
 import { BPF_TC_EGRESS, BPF_TC_INGRESS, TC_HOOK_SIZE, TC_OPTS_SIZE, libbpf, type TcHook, type TcOpts } from './libbpf.js';
 import type { Link } from './link.js';
@@ -40,6 +42,8 @@ class TcLink implements Link {
     private readonly hook: TcHook,
     private readonly opts: TcOpts,
     private readonly createdHook: boolean,
+    /** The network namespace the filter lives in: detach must happen there too. */
+    private readonly netnsFd: number,
   ) {
     track(this);
   }
@@ -52,15 +56,25 @@ class TcLink implements Link {
     if (!this.open) return;
     this.open = false;
     untrack(this);
+    try {
+      inNetns(`/proc/self/fd/${this.netnsFd}`, () => this.detach());
+    } finally {
+      closeSync(this.netnsFd);
+    }
+  }
+
+  private detach(): void {
     const lb = libbpf();
     const rc = lb.tcDetach(this.hook, { ...this.opts, prog_fd: 0, prog_id: 0, flags: 0 });
     // ENOENT/ENODEV: the filter or the device is already gone, which is what we wanted.
-    if (rc < 0 && !['ENOENT', 'ENODEV', 'EINVAL'].includes(errnoName(rc))) {
+    if (rc < 0 && !['ENOENT', 'ENODEV'].includes(errnoName(rc))) {
       throw errnoError(`detach ${this.what}`, rc, ErrorCode.Attach);
     }
     if (this.createdHook) {
-      const both = { ...this.hook, attach_point: BPF_TC_INGRESS | BPF_TC_EGRESS };
-      lb.tcHookDestroy(both);
+      const rcHook = lb.tcHookDestroy({ ...this.hook, attach_point: BPF_TC_INGRESS | BPF_TC_EGRESS });
+      if (rcHook < 0 && !['ENOENT', 'ENODEV'].includes(errnoName(rcHook))) {
+        throw errnoError(`remove the clsact qdisc of ${this.where}`, rcHook, ErrorCode.Attach);
+      }
     }
   }
 }
@@ -87,5 +101,5 @@ export function attachTc(program: Program, o: TcAttachOptions): Link {
     if (created) lb.tcHookDestroy({ ...hook, attach_point: BPF_TC_INGRESS | BPF_TC_EGRESS });
     throw errnoError(op, rc, ErrorCode.Attach);
   }
-  return new TcLink(program.name, where, hook, opts, created);
+  return new TcLink(program.name, where, hook, opts, created, openSync('/proc/thread-self/ns/net', 'r'));
 }
