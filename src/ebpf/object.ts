@@ -89,7 +89,7 @@ export class BpfObject implements Resource {
       return { h, errno: lb.errno() };
     });
     if (!result.h) {
-      const last = lastWarning(messages);
+      const last = firstWarning(messages);
       throw new FerryError({
         code: ErrorCode.ObjectOpen,
         op: `open ${path}`,
@@ -312,9 +312,21 @@ export function kernelBtf(id: number): Btf {
   }
 }
 
-function lastWarning(messages: LibbpfMessage[]): string | undefined {
-  const warn = messages.filter((m) => m.level === 0).map((m) => m.text.trim().replace(/^libbpf: /, ''));
-  return warn.filter((t) => !t.includes('-- BEGIN PROG LOAD LOG --')).pop();
+function warnings(messages: LibbpfMessage[]): string[] {
+  return messages
+    .filter((m) => m.level === 0)
+    .map((m) => m.text.trim().replace(/^libbpf: /, ''))
+    .filter((t) => !t.includes('-- BEGIN PROG LOAD LOG --'));
+}
+
+/**
+ * The warning that names the root cause: libbpf follows it with "failed to load object"
+ * (the whole step failed) and may precede it with an advisory about RLIMIT_MEMLOCK, which
+ * kernels since 5.11 no longer need.
+ */
+function firstWarning(messages: LibbpfMessage[]): string | undefined {
+  const all = warnings(messages);
+  return all.find((t) => !/^Failed to bump RLIMIT_MEMLOCK|^failed to (load|open) object/.test(t)) ?? all.at(-1);
 }
 
 function loadError(path: string, rc: number, messages: LibbpfMessage[]): FerryError {
@@ -329,7 +341,7 @@ function loadError(path: string, rc: number, messages: LibbpfMessage[]): FerryEr
       detail: verifier.log,
     });
   }
-  const last = lastWarning(messages);
+  const last = firstWarning(messages);
   return new FerryError({
     code: codeForErrno(rc, ErrorCode.ObjectLoad),
     op: `load ${path}`,

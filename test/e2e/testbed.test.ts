@@ -1,0 +1,76 @@
+// The namespace testbed itself: routing through a router, the test network rules, and
+// removal of everything it made, also after its owner was killed.
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { expect, it } from 'vitest';
+import { exec } from '../../src/sys/exec.js';
+import { cleanupTestbeds } from '../../src/sandbox/netns/cleanup.js';
+import { recordPath } from '../../src/sandbox/netns/registry.js';
+import { Testbed } from '../../src/sandbox/netns/testbed.js';
+import { REPO_ROOT } from '../harness/paths.js';
+import { describeWith } from '../harness/requirements.js';
+
+const namespaces = async () => (await exec('ip', ['netns', 'list'])).stdout;
+
+describeWith(['root', 'netns', 'cgroup2'], 'network-namespace testbed', () => {
+  it('routes between hosts through a router, and removes everything on destroy', async () => {
+    const tb = await Testbed.create();
+    const router = await tb.addHost('router', { router: true });
+    const client = await tb.addHost('client');
+    const node = await tb.addHost('node-1');
+    await tb.link({ host: client, ifname: 'eth0', address: '10.0.10.2/24' }, { host: router, ifname: 'clients', address: '10.0.10.1/24' });
+    await tb.link({ host: node, ifname: 'eth0', address: '10.0.30.21/24' }, { host: router, ifname: 'nodes', address: '10.0.30.1/24' });
+    await tb.route(client, 'default', '10.0.10.1');
+    await tb.route(node, '10.0.10.0/24', '10.0.30.1');
+    await client.execOk(['ping', '-c', '1', '-W', '2', '10.0.30.21']);
+    expect(await node.address('eth0')).toBe('10.0.30.21');
+
+    // Rules: a router never gets a default route.
+    await expect(tb.route(router, 'default', '10.0.30.21')).rejects.toThrow(/routers get no default route/);
+
+    const sleeper = node.spawn(['sleep', '600']);
+    expect(tb.runningPids()).toContain(sleeper.pid);
+    expect(existsSync(node.cgroup)).toBe(true);
+    await tb.destroy();
+    expect(await namespaces()).not.toContain(tb.prefix);
+    expect(existsSync(node.cgroup)).toBe(false);
+    expect(existsSync(recordPath(tb.prefix))).toBe(false);
+    expect(await sleeper.exited).not.toBe(0);
+  });
+
+  it('cleans up after an owner that was killed', async () => {
+    // A child process builds a testbed with a long-lived process, then dies by SIGKILL.
+    const script = `
+      import { Testbed } from ${JSON.stringify(resolve(REPO_ROOT, 'dist/sandbox/netns/testbed.js'))};
+      const tb = await Testbed.create();
+      const h = await tb.addHost('victim');
+      h.spawn(['sleep', '600']);
+      process.stdout.write(tb.prefix + '\\n');
+      setInterval(() => {}, 1000);
+    `;
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const prefix = await new Promise<string>((res) => child.stdout.once('data', (d: Buffer) => res(d.toString().trim())));
+    expect(await namespaces()).toContain(`${prefix}-victim`);
+    process.kill(child.pid!, 'SIGKILL');
+    await new Promise((r) => child.once('exit', r));
+
+    const report = await cleanupTestbeds();
+    expect(report.testbeds).toContain(prefix);
+    expect(await namespaces()).not.toContain(prefix);
+    expect(existsSync(recordPath(prefix))).toBe(false);
+  });
+
+  it('rejects names that break the per-run prefix rule', async () => {
+    await expect(Testbed.create({ prefix: 'prod' })).rejects.toThrow(/must start with "fy"/);
+    const tb = await Testbed.create();
+    try {
+      await expect(tb.addHost('Bad_Name')).rejects.toThrow(/use \[a-z0-9-\]/);
+      const a = await tb.addHost('a');
+      const b = await tb.addHost('b');
+      await expect(tb.link({ host: a, ifname: 'a-very-long-interface-name' }, { host: b, ifname: 'eth0' })).rejects.toThrow(/at most 15 characters/);
+    } finally {
+      await tb.destroy();
+    }
+  });
+});
