@@ -1,0 +1,149 @@
+// `ferry compile`: clang on bpf/*.bpf.c (and bpf/tests/*.bpf.c) with fixed flags, cached by
+// content hash. Nodes never compile: per-node values are .rodata constants set at load.
+import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, statSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
+import { promisify } from 'node:util';
+import { ErrorCode, FerryError } from '../ebpf/errors.js';
+
+const run = promisify(execFile);
+
+export const BPF_CFLAGS = [
+  '-O2', '-g', '-target', 'bpf', '-mcpu=v3',
+  '-Wall', '-Werror', '-Wno-unused-function',
+  '-D__TARGET_ARCH_x86',
+] as const;
+
+export interface CompileOptions {
+  /** Repository root holding bpf/. */
+  root: string;
+  /** Where objects go (default <root>/build/bpf). */
+  outDir?: string;
+  /** Where cached objects live (default <root>/.cache/bpf). */
+  cacheDir?: string;
+  /** Ignore the cache. */
+  force?: boolean;
+  clang?: string;
+  /** Compile only sources whose path relative to bpf/ matches. */
+  filter?: (rel: string) => boolean;
+}
+
+export interface CompiledObject {
+  source: string;
+  object: string;
+  cached: boolean;
+  hash: string;
+}
+
+export interface Diagnostic {
+  file: string;
+  line: number;
+  column: number;
+  severity: 'error' | 'warning' | 'note';
+  message: string;
+}
+
+/** Sources: bpf/*.bpf.c and bpf/tests/*.bpf.c. */
+export function bpfSources(root: string): string[] {
+  const out: string[] = [];
+  for (const dir of ['bpf', 'bpf/tests']) {
+    const abs = join(root, dir);
+    if (!existsSync(abs)) continue;
+    for (const f of readdirSync(abs).sort()) if (f.endsWith('.bpf.c')) out.push(join(abs, f));
+  }
+  return out;
+}
+
+function walkHeaders(dir: string, out: string[]): void {
+  if (!existsSync(dir)) return;
+  for (const f of readdirSync(dir).sort()) {
+    const p = join(dir, f);
+    if (statSync(p).isDirectory()) walkHeaders(p, out);
+    else if (f.endsWith('.h')) out.push(p);
+  }
+}
+
+/** Where the object for a source lands: bpf/tc.bpf.c → build/bpf/tc.bpf.o. */
+export function objectPath(root: string, source: string, outDir = join(root, 'build', 'bpf')): string {
+  const rel = relative(join(root, 'bpf'), source);
+  return join(outDir, rel.replace(/\.c$/, '.o'));
+}
+
+export function parseDiagnostics(stderr: string): Diagnostic[] {
+  const out: Diagnostic[] = [];
+  for (const line of stderr.split('\n')) {
+    const m = /^(.+?):(\d+):(\d+): (error|warning|note): (.*)$/.exec(line);
+    if (m) out.push({ file: m[1]!, line: Number(m[2]), column: Number(m[3]), severity: m[4] as Diagnostic['severity'], message: m[5]! });
+  }
+  return out;
+}
+
+async function clangVersion(clang: string): Promise<string> {
+  try {
+    const { stdout } = await run(clang, ['--version']);
+    return stdout.split('\n')[0] ?? '';
+  } catch {
+    throw new FerryError({
+      code: ErrorCode.Compile,
+      op: 'compile bpf',
+      cause: `${clang} not found`,
+      hint: 'install clang and llvm (apt-get install clang llvm libbpf-dev), or run make setup; nodes running the agent do not need it',
+    });
+  }
+}
+
+export async function compileAll(o: CompileOptions): Promise<CompiledObject[]> {
+  const clang = o.clang ?? 'clang';
+  const outDir = o.outDir ?? join(o.root, 'build', 'bpf');
+  const cacheDir = o.cacheDir ?? join(o.root, '.cache', 'bpf');
+  const version = await clangVersion(clang);
+  const headers: string[] = [];
+  walkHeaders(join(o.root, 'bpf'), headers);
+  const common = createHash('sha256');
+  common.update(version).update('\0').update(BPF_CFLAGS.join(' ')).update('\0');
+  for (const h of headers) common.update(relative(o.root, h)).update('\0').update(readFileSync(h)).update('\0');
+  const commonDigest = common.digest('hex');
+
+  const sources = bpfSources(o.root).filter((s) => !o.filter || o.filter(relative(join(o.root, 'bpf'), s)));
+  mkdirSync(cacheDir, { recursive: true });
+  const results: CompiledObject[] = [];
+  const failures: { source: string; stderr: string }[] = [];
+  // Two at a time: these machines have two cores.
+  const queue = [...sources];
+  const worker = async () => {
+    for (let s = queue.shift(); s; s = queue.shift()) {
+      const hash = createHash('sha256').update(commonDigest).update(readFileSync(s)).digest('hex').slice(0, 20);
+      const cached = join(cacheDir, `${hash}.o`);
+      const object = objectPath(o.root, s, outDir);
+      mkdirSync(dirname(object), { recursive: true });
+      const hit = !o.force && existsSync(cached);
+      if (!hit) {
+        const tmp = `${cached}.${process.pid}.tmp`;
+        try {
+          await run(clang, [...BPF_CFLAGS, '-I', join(o.root, 'bpf'), '-I', join(o.root, 'bpf', 'include'), '-I', '/usr/include/x86_64-linux-gnu', '-c', s, '-o', tmp], { maxBuffer: 16 << 20 });
+          renameSync(tmp, cached);
+        } catch (e) {
+          failures.push({ source: s, stderr: String((e as { stderr?: string }).stderr ?? (e as Error).message) });
+          continue;
+        }
+      }
+      copyFileSync(cached, object);
+      results.push({ source: s, object, cached: hit, hash });
+    }
+  };
+  await Promise.all([worker(), worker()]);
+  if (failures.length > 0) {
+    const all = failures.flatMap((f) => parseDiagnostics(f.stderr).filter((d) => d.severity === 'error'));
+    const first = all[0];
+    const where = first ? `${relative(o.root, first.file)}:${first.line}:${first.column}: ${first.message}` : failures[0]!.stderr.trim().split('\n')[0];
+    throw new FerryError({
+      code: ErrorCode.Compile,
+      op: `compile ${failures.map((f) => relative(o.root, f.source)).join(', ')}`,
+      cause: where ?? 'clang failed',
+      hint: `${all.length} error(s); the full compiler output follows`,
+      detail: failures.map((f) => f.stderr).join('\n'),
+    });
+  }
+  return results.sort((a, b) => a.source.localeCompare(b.source));
+}
