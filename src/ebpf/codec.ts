@@ -275,19 +275,19 @@ function readScalar(buf: Buffer, o: number, t: ScalarType): number {
 }
 
 /** A codec for a bare scalar key or value, such as the `__u32` index of an array map. */
-export function scalarCodec(type: 'u32' | 'u64'): Codec<number | bigint> {
+export function scalarCodec(type: 'u16' | 'u32' | 'u64'): Codec<number | bigint> {
   const size = scalarSize[type];
   return {
-    cName: type === 'u32' ? '__u32' : '__u64',
+    cName: `__${type}`,
     size,
     encode(value, into, at = 0) {
       const buf = into ?? Buffer.alloc(size);
       if (type === 'u64') buf.writeBigUInt64LE(BigInt(value), at);
-      else writeScalar(buf, at, 'u32', Number(value), this.cName);
+      else writeScalar(buf, at, type, Number(value), this.cName);
       return buf;
     },
     decode(buf, at = 0) {
-      return type === 'u64' ? buf.readBigUInt64LE(at) : buf.readUInt32LE(at);
+      return type === 'u64' ? buf.readBigUInt64LE(at) : readScalar(buf, at, type);
     },
     diff(btf, typeId) {
       const t = btf.resolve(typeId);
@@ -299,6 +299,7 @@ export function scalarCodec(type: 'u32' | 'u64'): Codec<number | bigint> {
   };
 }
 
+export const u16Codec = scalarCodec('u16') as Codec<number>;
 export const u32Codec = scalarCodec('u32') as Codec<number>;
 export const u64Codec = scalarCodec('u64') as Codec<bigint>;
 

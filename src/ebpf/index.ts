@@ -12,3 +12,4 @@ export * from './link-cgroup.js';
 export * from './test-run.js';
 export * from './resources.js';
 export { libbpf, captureLibbpfMessages } from './libbpf.js';
+export * from './enum-check.js';

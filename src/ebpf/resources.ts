@@ -17,6 +17,11 @@ export function untrack(r: Resource): void {
   live.delete(r);
 }
 
+/** The open resources themselves, oldest first. */
+export function liveResourceSet(): Set<Resource> {
+  return new Set(live);
+}
+
 /** Resources opened and not yet closed, oldest first. */
 export function liveResources(): string[] {
   return [...live].map((r) => r.what);

@@ -1,8 +1,9 @@
-// After every bpf/e2e test: no ferry resource left open, and no more BPF file descriptors
-// (maps, programs, links, BTF) than before the test.
+// Leak checks for bpf/e2e tests. After every test: nothing the test itself opened is left
+// open, and it leaked no BPF file descriptor (maps, programs, links, BTF). After the file:
+// nothing at all is left open (resources a beforeAll opened must be closed by its afterAll).
 import { readdirSync, readlinkSync } from 'node:fs';
-import { afterEach, beforeEach, expect } from 'vitest';
-import { closeAll, liveResources } from '../../src/ebpf/resources.js';
+import { afterAll, afterEach, beforeEach, expect } from 'vitest';
+import { closeAll, liveResourceSet, liveResources, type Resource } from '../../src/ebpf/resources.js';
 
 export function bpfFdCount(): number {
   let n = 0;
@@ -16,14 +17,21 @@ export function bpfFdCount(): number {
   return n;
 }
 
-let before = 0;
+let fdsBefore = 0;
+let openBefore = new Set<Resource>();
 beforeEach(() => {
-  before = bpfFdCount();
+  fdsBefore = bpfFdCount();
+  openBefore = liveResourceSet();
 });
 afterEach(() => {
-  const live = liveResources();
-  const after = bpfFdCount();
+  const leaked = [...liveResourceSet()].filter((r) => !openBefore.has(r));
+  const fds = bpfFdCount();
+  for (const r of leaked) r.close();
+  expect(leaked.map((r) => r.what), 'resources left open by the test').toEqual([]);
+  expect(fds, 'BPF file descriptors leaked by the test').toBe(fdsBefore);
+});
+afterAll(() => {
+  const left = liveResources();
   closeAll();
-  expect(live, 'resources left open by the test').toEqual([]);
-  expect(after, 'BPF file descriptors leaked by the test').toBe(before);
+  expect(left, 'resources left open by the test file').toEqual([]);
 });

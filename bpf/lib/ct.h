@@ -1,0 +1,49 @@
+/* Conntrack lifetimes and refresh for north-south flows. */
+#ifndef FERRY_LIB_CT_H
+#define FERRY_LIB_CT_H
+
+#include "maps.h"
+#include "parse.h"
+
+/* Load-time settings (seconds); the defaults follow enum ct_lifetime. */
+const volatile __u32 ct_lifetime_tcp_syn = CT_LIFETIME_TCP_SYN;
+const volatile __u32 ct_lifetime_tcp_established = CT_LIFETIME_TCP_ESTABLISHED;
+const volatile __u32 ct_lifetime_tcp_closing = CT_LIFETIME_TCP_CLOSING;
+const volatile __u32 ct_lifetime_nontcp = CT_LIFETIME_NONTCP;
+
+/* How long a flow lives from now, given its flags after this packet. */
+static __always_inline __u64 ct_lifetime_ns(__u8 proto, __u8 flags)
+{
+	__u32 s;
+
+	if (proto != IPPROTO_TCP)
+		s = ct_lifetime_nontcp;
+	else if (flags & CT_F_CLOSING)
+		s = ct_lifetime_tcp_closing;
+	else if (flags & CT_F_SEEN_REPLY)
+		s = ct_lifetime_tcp_established;
+	else
+		s = ct_lifetime_tcp_syn;
+	return (__u64)s * NSEC_PER_SEC;
+}
+
+static __always_inline __u8 ct_flags_after(const struct pkt4 *p, __u8 flags)
+{
+	if (p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_FIN | TCP_RST)))
+		flags |= CT_F_CLOSING;
+	return flags;
+}
+
+static __always_inline void ct4_key_of(const struct pkt4 *p, struct ct4_key *k)
+{
+	k->saddr = p->saddr;
+	k->daddr = p->daddr;
+	k->sport = p->sport;
+	k->dport = p->dport;
+	k->proto = p->proto;
+	k->pad[0] = 0;
+	k->pad[1] = 0;
+	k->pad[2] = 0;
+}
+
+#endif

@@ -1,0 +1,153 @@
+/* ICMP: answering "port unreachable" for a Service with no backend (what kube-proxy's
+ * REJECT rule does; a TCP client sees ECONNREFUSED), and translating ICMP errors that
+ * belong to a translated flow, so path-MTU discovery works through the NAT. */
+#ifndef FERRY_LIB_ICMP_H
+#define FERRY_LIB_ICMP_H
+
+#include "maps.h"
+#include "nat.h"
+
+#define ICMP_REJECT_QUOTE 28 /* the offending IPv4 header (20) and 8 bytes of L4 */
+
+struct icmp4_reject_pkt {
+	struct iphdr ip;
+	struct icmphdr icmp;
+	__u8 quote[ICMP_REJECT_QUOTE];
+};
+
+static __always_inline __u16 csum_fold32(__u32 csum)
+{
+	csum = (csum & 0xffff) + (csum >> 16);
+	csum = (csum & 0xffff) + (csum >> 16);
+	return (__u16)~csum;
+}
+
+/* Turn the packet into ICMP port unreachable from the Service address back to the
+ * client, and send it out the interface it came in on. */
+static __always_inline int icmp4_reject(struct __sk_buff *skb, const struct pkt4 *p)
+{
+	struct icmp4_reject_pkt r = {};
+	__u8 macs[2 * ETH_ALEN];
+	__u8 swapped[2 * ETH_ALEN];
+	__s64 sum;
+	__u32 len = ETH_HLEN + sizeof(r);
+
+	if (p->ihl_words != 5)
+		return count_drop(DROP_NO_BACKEND, p->len);
+	if (bpf_skb_load_bytes(skb, p->l3_off, r.quote, ICMP_REJECT_QUOTE) < 0)
+		return count_drop(DROP_MALFORMED, p->len);
+	if (bpf_skb_load_bytes(skb, 0, macs, sizeof(macs)) < 0)
+		return count_drop(DROP_MALFORMED, p->len);
+	__builtin_memcpy(swapped, macs + ETH_ALEN, ETH_ALEN);
+	__builtin_memcpy(swapped + ETH_ALEN, macs, ETH_ALEN);
+
+	r.ip.version = 4;
+	r.ip.ihl = 5;
+	r.ip.tos = 0xc0; /* network control, as the kernel sends ICMP errors */
+	r.ip.tot_len = bpf_htons(sizeof(r));
+	r.ip.ttl = 64;
+	r.ip.protocol = IPPROTO_ICMP;
+	r.ip.saddr = p->daddr;
+	r.ip.daddr = p->saddr;
+	sum = bpf_csum_diff(NULL, 0, (__be32 *)&r.ip, sizeof(r.ip), 0);
+	if (sum < 0)
+		return count_drop(DROP_CSUM_FAILED, p->len);
+	r.ip.check = csum_fold32((__u32)sum);
+
+	r.icmp.type = ICMP_DEST_UNREACH;
+	r.icmp.code = ICMP_PORT_UNREACH;
+	sum = bpf_csum_diff(NULL, 0, (__be32 *)&r.icmp, sizeof(r.icmp) + ICMP_REJECT_QUOTE, 0);
+	if (sum < 0)
+		return count_drop(DROP_CSUM_FAILED, p->len);
+	r.icmp.checksum = csum_fold32((__u32)sum);
+
+	if (bpf_skb_change_tail(skb, len, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN, &r, sizeof(r), 0) < 0)
+		return count_drop(DROP_CSUM_FAILED, p->len);
+	count_stat(STAT_ICMP_REJECT, len);
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+/* The inner (quoted) packet of an ICMP error. */
+struct icmp4_inner {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u32 ip_off;  /* offset of the inner IPv4 header */
+	__u32 l4_off;  /* offset of the inner L4 header */
+	__u32 icmp_csum_off;
+};
+
+static __always_inline int icmp4_is_error(__u8 type)
+{
+	return type == ICMP_DEST_UNREACH || type == ICMP_TIME_EXCEEDED || type == ICMP_PARAMETERPROB;
+}
+
+static __always_inline int icmp4_parse_inner(struct __sk_buff *skb, const struct pkt4 *p, struct icmp4_inner *in)
+{
+	struct iphdr ip;
+	__be16 ports[2];
+
+	in->icmp_csum_off = p->l4_off + offsetof(struct icmphdr, checksum);
+	in->ip_off = p->l4_off + sizeof(struct icmphdr);
+	if (bpf_skb_load_bytes(skb, in->ip_off, &ip, sizeof(ip)) < 0 || ip.ihl < 5)
+		return -1;
+	in->l4_off = in->ip_off + ip.ihl * 4;
+	in->saddr = ip.saddr;
+	in->daddr = ip.daddr;
+	in->proto = ip.protocol;
+	if (ip.protocol != IPPROTO_TCP && ip.protocol != IPPROTO_UDP)
+		return -1;
+	if (bpf_skb_load_bytes(skb, in->l4_off, ports, sizeof(ports)) < 0)
+		return -1;
+	in->sport = ports[0];
+	in->dport = ports[1];
+	return 0;
+}
+
+/* Rewrite a 4-byte address inside the quoted IPv4 header, keeping the inner header
+ * checksum and the ICMP checksum (which covers the quote) right. The inner L4 checksum is
+ * left alone: receivers match ICMP errors by addresses and ports, never by it. */
+static __always_inline int icmp4_inner_rewrite_addr(struct __sk_buff *skb, const struct icmp4_inner *in, int is_src, __be32 from, __be32 to)
+{
+	__u32 ip_csum_off = in->ip_off + offsetof(struct iphdr, check);
+	__sum16 old_csum, new_csum;
+
+	if (from == to)
+		return 0;
+	if (bpf_skb_load_bytes(skb, ip_csum_off, &old_csum, sizeof(old_csum)) < 0)
+		return -1;
+	if (bpf_l3_csum_replace(skb, ip_csum_off, from, to, sizeof(to)) < 0)
+		return -1;
+	if (bpf_skb_load_bytes(skb, ip_csum_off, &new_csum, sizeof(new_csum)) < 0)
+		return -1;
+	if (bpf_l4_csum_replace(skb, in->icmp_csum_off, from, to, sizeof(to)) < 0 ||
+	    bpf_l4_csum_replace(skb, in->icmp_csum_off, old_csum, new_csum, sizeof(new_csum)) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, in->ip_off + (is_src ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr)),
+				   &to, sizeof(to), 0);
+}
+
+static __always_inline int icmp4_inner_rewrite_port(struct __sk_buff *skb, const struct icmp4_inner *in, int is_src, __be16 from, __be16 to)
+{
+	if (from == to)
+		return 0;
+	if (bpf_l4_csum_replace(skb, in->icmp_csum_off, from, to, sizeof(to)) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, in->l4_off + (is_src ? 0 : 2), &to, sizeof(to), 0);
+}
+
+/* Rewrite the outer destination of an ICMP message (no L4 pseudo-header for ICMPv4). */
+static __always_inline int icmp4_outer_rewrite_addr(struct __sk_buff *skb, const struct pkt4 *p, int is_src, __be32 from, __be32 to)
+{
+	if (from == to)
+		return 0;
+	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF(p), from, to, sizeof(to)) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, is_src ? IP_SADDR_OFF(p) : IP_DADDR_OFF(p), &to, sizeof(to), 0);
+}
+
+#endif

@@ -1,0 +1,65 @@
+/* Service lookup and backend selection, shared by the tc and socket programs. */
+#ifndef FERRY_LIB_LB_H
+#define FERRY_LIB_LB_H
+
+#include "maps.h"
+
+enum lb_lookup {
+	LB_NOT_SERVICE = 0, /* not a Service address: leave it alone */
+	LB_FOUND = 1,       /* a frontend with at least one backend slot */
+	LB_NO_BACKEND = 2,  /* a frontend with no backend: reject */
+	LB_UNKNOWN_PORT = 3 /* a known Service address, but no frontend on this port */
+};
+
+static __always_inline struct lb4_service *lb4_lookup_master(__be32 addr, __be16 port, __u8 proto, __u8 scope)
+{
+	struct lb4_key key = {
+		.address = addr,
+		.port = port,
+		.proto = proto,
+		.scope = scope,
+		.slot = 0,
+	};
+
+	return bpf_map_lookup_elem(&lb4_services, &key);
+}
+
+/* Find the master entry of a frontend, telling apart "not a Service" from "known address,
+ * unknown port" through the address's wildcard entry. */
+static __always_inline int lb4_lookup(__be32 addr, __be16 port, __u8 proto, __u8 scope, struct lb4_service **out)
+{
+	struct lb4_service *svc = lb4_lookup_master(addr, port, proto, scope);
+
+	*out = svc;
+	if (svc)
+		return svc->count > 0 ? LB_FOUND : LB_NO_BACKEND;
+	if (lb4_lookup_master(addr, 0, 0, scope))
+		return LB_UNKNOWN_PORT;
+	return LB_NOT_SERVICE;
+}
+
+/* The backend for a flow hash: slot (hash % count) + 1. */
+static __always_inline __u32 lb4_select_slot(__be32 addr, __be16 port, __u8 proto, __u8 scope,
+					     const struct lb4_service *svc, __u32 hash)
+{
+	struct lb4_key key = {
+		.address = addr,
+		.port = port,
+		.proto = proto,
+		.scope = scope,
+	};
+	struct lb4_service *slot;
+
+	if (svc->count == 0)
+		return 0;
+	key.slot = (hash % svc->count) + 1;
+	slot = bpf_map_lookup_elem(&lb4_services, &key);
+	return slot ? slot->backend_id : 0;
+}
+
+static __always_inline struct lb4_backend *lb4_backend(__u32 id)
+{
+	return id ? bpf_map_lookup_elem(&lb4_backends, &id) : NULL;
+}
+
+#endif

@@ -1,0 +1,92 @@
+/* Every map of the datapath. Sizes here are defaults; the loader resizes them at load
+ * time (the --map-size-* settings). Both entry objects (tc, sock) include this file and
+ * share the maps through their pins. */
+#ifndef FERRY_LIB_MAPS_H
+#define FERRY_LIB_MAPS_H
+
+#include "common.h"
+#include "shared/lb.h"
+#include "shared/ct.h"
+#include "shared/metrics.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lb4_key);
+	__type(value, struct lb4_service);
+} lb4_services SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct lb4_backend);
+} lb4_backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u16);
+	__type(value, struct lb4_reverse_nat);
+} lb4_reverse_nat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct lb4_sock_key);
+	__type(value, struct lb4_sock_value);
+} lb4_sock_rev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct ct4_key);
+	__type(value, struct ct4_entry);
+} ct4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct ct4_key);
+	__type(value, struct nat4_entry);
+} nat4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, __u32);
+	__type(value, struct ferry_counter);
+} ferry_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROP_REASON_MAX);
+	__type(key, __u32);
+	__type(value, struct ferry_counter);
+} ferry_drops SEC(".maps");
+
+static __always_inline void count_stat(__u32 stat, __u64 bytes)
+{
+	struct ferry_counter *c = bpf_map_lookup_elem(&ferry_stats, &stat);
+
+	if (c) {
+		c->packets++;
+		c->bytes += bytes;
+	}
+}
+
+static __always_inline int count_drop(__u32 reason, __u64 bytes)
+{
+	struct ferry_counter *c = bpf_map_lookup_elem(&ferry_drops, &reason);
+
+	if (c) {
+		c->packets++;
+		c->bytes += bytes;
+	}
+	return TC_ACT_SHOT;
+}
+
+#endif

@@ -1,0 +1,68 @@
+/* Rewriting IPv4 addresses and L4 ports with incremental checksum updates. */
+#ifndef FERRY_LIB_NAT_H
+#define FERRY_LIB_NAT_H
+
+#include "common.h"
+#include "parse.h"
+
+#define IP_CSUM_OFF(p) ((p)->l3_off + offsetof(struct iphdr, check))
+#define IP_SADDR_OFF(p) ((p)->l3_off + offsetof(struct iphdr, saddr))
+#define IP_DADDR_OFF(p) ((p)->l3_off + offsetof(struct iphdr, daddr))
+#define IP_TTL_OFF(p) ((p)->l3_off + offsetof(struct iphdr, ttl))
+
+/* Where the L4 checksum lives (0 if there is none we maintain). */
+static __always_inline __u32 l4_csum_off(const struct pkt4 *p)
+{
+	if (p->proto == IPPROTO_TCP)
+		return p->l4_off + 16;
+	if (p->proto == IPPROTO_UDP)
+		return p->l4_off + 6;
+	return 0;
+}
+
+static __always_inline __u64 l4_csum_flags(const struct pkt4 *p)
+{
+	/* A zero UDP checksum means "none" and must stay zero. */
+	return p->proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+}
+
+/* Rewrite the source (is_src) or destination address. Returns <0 on helper failure. */
+static __always_inline int nat4_rewrite_addr(struct __sk_buff *skb, const struct pkt4 *p, int is_src, __be32 from, __be32 to)
+{
+	__u32 csum = l4_csum_off(p);
+
+	if (from == to)
+		return 0;
+	if (csum && !p->fragment &&
+	    bpf_l4_csum_replace(skb, csum, from, to, BPF_F_PSEUDO_HDR | sizeof(to) | l4_csum_flags(p)) < 0)
+		return -1;
+	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF(p), from, to, sizeof(to)) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, is_src ? IP_SADDR_OFF(p) : IP_DADDR_OFF(p), &to, sizeof(to), 0);
+}
+
+/* Rewrite the source (is_src) or destination port of TCP/UDP. */
+static __always_inline int nat4_rewrite_port(struct __sk_buff *skb, const struct pkt4 *p, int is_src, __be16 from, __be16 to)
+{
+	__u32 csum = l4_csum_off(p);
+
+	if (from == to)
+		return 0;
+	if (csum && bpf_l4_csum_replace(skb, csum, from, to, sizeof(to) | l4_csum_flags(p)) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, p->l4_off + (is_src ? 0 : 2), &to, sizeof(to), 0);
+}
+
+/* Forwarding to another host is routing: the TTL goes down by one. */
+static __always_inline int ipv4_dec_ttl(struct __sk_buff *skb, const struct pkt4 *p)
+{
+	__u8 ttl = p->ttl - 1;
+	__be16 old = bpf_htons((__u16)p->ttl << 8);
+	__be16 new = bpf_htons((__u16)ttl << 8);
+
+	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF(p), old, new, sizeof(new)) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, IP_TTL_OFF(p), &ttl, sizeof(ttl), 0);
+}
+
+#endif

@@ -1,0 +1,96 @@
+/* Parse Ethernet + IPv4 + the first bytes of TCP/UDP/ICMP into a struct pkt4. Loads go
+ * through bpf_skb_load_bytes, so non-linear packets parse the same as linear ones. */
+#ifndef FERRY_LIB_PARSE_H
+#define FERRY_LIB_PARSE_H
+
+#include "common.h"
+#include "shared/metrics.h"
+
+#define TCP_FIN 0x01
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
+#define TCP_ACK 0x10
+
+struct pkt4 {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;      /* ICMP: 0 */
+	__be16 dport;      /* ICMP: 0 */
+	__u8 proto;
+	__u8 tcp_flags;
+	__u8 fragment;     /* a non-first fragment: no L4 header */
+	__u8 ttl;
+	__u8 icmp_type;
+	__u8 icmp_code;
+	__u8 ihl_words;
+	__u8 pad;
+	__u32 l3_off;
+	__u32 l4_off;
+	__u32 len;         /* skb length, for byte counters */
+};
+
+enum parse_result {
+	PARSE_OK = 0,
+	PARSE_NOT_IPV4 = 1, /* not for us: pass it on */
+	PARSE_MALFORMED = 2,
+};
+
+static __always_inline int parse_ipv4(struct __sk_buff *skb, struct pkt4 *p)
+{
+	struct ethhdr eth;
+	struct iphdr ip;
+	__u16 frag;
+
+	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)) < 0)
+		return PARSE_NOT_IPV4;
+	if (eth.h_proto != bpf_htons(ETH_P_IP))
+		return PARSE_NOT_IPV4;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) < 0)
+		return PARSE_MALFORMED;
+	if (ip.version != 4 || ip.ihl < 5)
+		return PARSE_MALFORMED;
+	p->saddr = ip.saddr;
+	p->daddr = ip.daddr;
+	p->proto = ip.protocol;
+	p->ttl = ip.ttl;
+	p->ihl_words = ip.ihl;
+	p->l3_off = ETH_HLEN;
+	p->l4_off = ETH_HLEN + ip.ihl * 4;
+	p->len = skb->len;
+	p->sport = 0;
+	p->dport = 0;
+	p->tcp_flags = 0;
+	p->icmp_type = 0;
+	p->icmp_code = 0;
+	frag = bpf_ntohs(ip.frag_off);
+	p->fragment = (frag & 0x1fff) != 0;
+	if (p->fragment)
+		return PARSE_OK;
+
+	if (p->proto == IPPROTO_TCP) {
+		__u8 hdr[14];
+
+		if (bpf_skb_load_bytes(skb, p->l4_off, hdr, sizeof(hdr)) < 0)
+			return PARSE_MALFORMED;
+		__builtin_memcpy(&p->sport, &hdr[0], 2);
+		__builtin_memcpy(&p->dport, &hdr[2], 2);
+		p->tcp_flags = hdr[13];
+	} else if (p->proto == IPPROTO_UDP || p->proto == IPPROTO_SCTP) {
+		__be16 ports[2];
+
+		if (bpf_skb_load_bytes(skb, p->l4_off, ports, sizeof(ports)) < 0)
+			return PARSE_MALFORMED;
+		p->sport = ports[0];
+		p->dport = ports[1];
+	} else if (p->proto == IPPROTO_ICMP) {
+		__u8 hdr[2];
+
+		if (bpf_skb_load_bytes(skb, p->l4_off, hdr, sizeof(hdr)) < 0)
+			return PARSE_MALFORMED;
+		p->icmp_type = hdr[0];
+		p->icmp_code = hdr[1];
+	}
+	return PARSE_OK;
+}
+
+#endif

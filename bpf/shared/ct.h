@@ -1,0 +1,67 @@
+/* Connection tracking and NAT for north-south flows handled by the tc programs.
+ *
+ * ct4:  one entry per flow as it arrives from the client (client → frontend): which
+ *       backend it uses and how it was translated.
+ * nat4: one entry per flow as its replies arrive (backend → client for a local backend,
+ *       backend → node:nat_port for a remote one): where a reply goes back to. For a
+ *       remote backend the key holds the SNAT port, so inserting it (no-exist) reserves
+ *       the port.
+ * Both are LRU maps; entries age out by `expires_ns` (CLOCK_MONOTONIC), collected by the
+ * agent, and are refreshed by traffic. */
+#ifndef FERRY_SHARED_CT_H
+#define FERRY_SHARED_CT_H
+
+#include "types.h"
+
+struct ct4_key {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+enum ct_flags {
+	CT_F_LOCAL = 1 << 0,      /* backend on this node: DNAT only */
+	CT_F_SNAT = 1 << 1,       /* remote backend: DNAT + SNAT to the node address */
+	CT_F_SEEN_REPLY = 1 << 2, /* a reply has been seen */
+	CT_F_CLOSING = 1 << 3,    /* FIN or RST seen: short lifetime */
+};
+
+/* Lifetimes, in seconds. Configurable at load time through .rodata (see tc.bpf.c). */
+enum ct_lifetime {
+	CT_LIFETIME_TCP_SYN = 60,
+	CT_LIFETIME_TCP_ESTABLISHED = 21600,
+	CT_LIFETIME_TCP_CLOSING = 10,
+	CT_LIFETIME_NONTCP = 60,
+};
+
+struct ct4_entry {
+	__u64 expires_ns;
+	__u64 created_ns;
+	__u32 backend_id;
+	__u16 rev_nat_id;
+	__u8 flags;       /* enum ct_flags */
+	__u8 tcp_flags;   /* union of TCP flags seen from the client */
+	__be32 nat_addr;  /* CT_F_SNAT: the node address the flow leaves from */
+	__be16 nat_port;  /* CT_F_SNAT: the source port it leaves from */
+	__u8 pad[2];
+	__u64 packets;
+	__u64 bytes;
+};
+
+struct nat4_entry {
+	__u64 expires_ns;
+	__be32 client_addr;   /* replies are sent back to this client */
+	__be16 client_port;
+	__be16 frontend_port; /* ... from this frontend */
+	__be32 frontend_addr;
+	__u16 rev_nat_id;
+	__u8 flags;           /* enum ct_flags */
+	__u8 pad;
+	__u64 packets;
+	__u64 bytes;
+};
+
+#endif

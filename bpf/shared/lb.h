@@ -1,0 +1,86 @@
+/* Service load-balancing maps: frontends (services), backends, reverse NAT, and the
+ * socket-LB reverse map. The contract with src/datapath: every struct here has a codec
+ * in src/datapath/layouts.ts, checked against this header's BTF. */
+#ifndef FERRY_SHARED_LB_H
+#define FERRY_SHARED_LB_H
+
+#include "types.h"
+
+/* Which traffic a frontend entry serves. Two scopes exist only when a Service's external
+ * and internal traffic policies select different backends (issue 6); until then every
+ * frontend is written with LB_SCOPE_EXTERNAL and looked up with it. */
+enum lb_scope {
+	LB_SCOPE_EXTERNAL = 0,
+	LB_SCOPE_INTERNAL = 1,
+};
+
+/* Frontend kinds and behaviour, in lb4_service.flags of the master slot. */
+enum lb_flags {
+	LB_F_CLUSTER_IP = 1 << 0,
+	LB_F_NODE_PORT = 1 << 1,
+	LB_F_LOAD_BALANCER = 1 << 2,
+	LB_F_EXTERNAL_IP = 1 << 3,
+	/* The "known VIP" entry (port 0, protocol 0): traffic to a port no Service defines on
+	 * this address is dropped or refused, never forwarded or bounced back. */
+	LB_F_WILDCARD = 1 << 4,
+	/* NodePort on any local address (0.0.0.0:port), for socket LB on loopback. */
+	LB_F_NODE_PORT_ANY = 1 << 5,
+};
+
+/* Key of the services map: one master entry (slot 0) per frontend, then one per backend
+ * slot (1..count). */
+struct lb4_key {
+	__be32 address;
+	__be16 port;     /* 0 only for the wildcard entry */
+	__u8 proto;      /* IPPROTO_TCP/UDP/SCTP; 0 only for the wildcard entry */
+	__u8 scope;      /* enum lb_scope */
+	__u16 slot;
+	__u8 pad[2];
+};
+
+struct lb4_service {
+	__u32 backend_id;       /* slot > 0: the backend in this slot */
+	__u16 count;            /* slot 0: number of backend slots */
+	__u16 rev_nat_id;       /* slot 0: how replies are rewritten back to this frontend */
+	__u16 flags;            /* slot 0: enum lb_flags */
+	__u16 pad;
+	__u32 affinity_timeout; /* slot 0: seconds of ClientIP affinity; 0 = none (issue 6) */
+};
+
+enum lb_backend_flags {
+	/* The backend runs on this node: north-south traffic is DNATed and delivered
+	 * locally, with no SNAT. */
+	LB_BACKEND_F_LOCAL = 1 << 0,
+	LB_BACKEND_F_TERMINATING = 1 << 1,
+};
+
+struct lb4_backend {
+	__be32 address;
+	__be16 port;
+	__u8 proto;
+	__u8 flags; /* enum lb_backend_flags */
+};
+
+/* rev_nat_id → the frontend address replies must appear to come from. */
+struct lb4_reverse_nat {
+	__be32 address;
+	__be16 port;
+	__u8 pad[2];
+};
+
+/* Socket LB: after connect()/sendmsg() was rewritten to a backend, recvmsg() and
+ * getpeername() map the backend back to the frontend, per socket. */
+struct lb4_sock_key {
+	__u64 cookie;
+	__be32 address;
+	__be16 port;
+	__u8 pad[2];
+};
+
+struct lb4_sock_value {
+	__be32 address;
+	__be16 port;
+	__u16 rev_nat_id;
+};
+
+#endif

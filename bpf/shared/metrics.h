@@ -1,0 +1,36 @@
+/* What the datapath counts: forwarded traffic by path, and drops by reason. Both maps are
+ * per-CPU arrays indexed by these enums; user space sums the CPUs. Retired values stay
+ * reserved: never renumber. */
+#ifndef FERRY_SHARED_METRICS_H
+#define FERRY_SHARED_METRICS_H
+
+#include "counters.h"
+
+enum ferry_stat {
+	STAT_FWD_LOCAL = 0,      /* north-south to a backend on this node (DNAT) */
+	STAT_FWD_REMOTE = 1,     /* north-south to another node (DNAT + SNAT, redirected) */
+	STAT_REPLY_LOCAL = 2,    /* reply from a local backend, source restored on egress */
+	STAT_REPLY_REMOTE = 3,   /* reply to an SNATed flow, restored and redirected */
+	STAT_ICMP_REJECT = 4,    /* ICMP port unreachable sent for a Service with no backend */
+	STAT_ICMP_RELATED = 5,   /* ICMP error of a translated flow, translated */
+	STAT_SOCK_XLATE = 6,     /* connect()/sendmsg() rewritten to a backend */
+	STAT_SOCK_REJECT = 7,    /* connect()/sendmsg() refused: no backend or unknown port */
+	STAT_CT_REBALANCED = 8,  /* an established flow whose backend vanished got a new one */
+	STAT_MAX = 16,
+};
+
+enum ferry_drop_reason {
+	DROP_NONE = 0,
+	DROP_UNKNOWN_PORT = 1,     /* a known Service address on a port no Service defines */
+	DROP_NO_BACKEND = 2,       /* no backend and no reject possible (e.g. not TCP/UDP) */
+	DROP_NAT_EXHAUSTED = 3,    /* no free SNAT port after the allowed retries */
+	DROP_MALFORMED = 4,        /* headers cut short or inconsistent */
+	DROP_FIB_FAILED = 5,       /* no route to the backend or back to the client */
+	DROP_CT_MAP_FULL = 6,      /* conntrack or NAT insert failed */
+	DROP_BACKEND_MISSING = 7,  /* a slot points at a backend that is not in the map */
+	DROP_FRAGMENT = 8,         /* a non-first IPv4 fragment to a Service (no ports to match) */
+	DROP_CSUM_FAILED = 9,      /* a checksum or packet rewrite helper failed */
+	DROP_REASON_MAX = 32,
+};
+
+#endif

@@ -1,0 +1,352 @@
+/* North-south Service traffic on the node's external device(s): NodePort, LoadBalancer
+ * IPs and externalIPs arriving from outside the node.
+ *
+ * ingress: reply to an SNATed flow → restore and send back to the client;
+ *          frontend → pick a backend (conntrack keeps it) → local: DNAT;
+ *                     remote: DNAT + SNAT to the node address, FIB, redirect;
+ *          frontend without backend → ICMP port unreachable;
+ *          known Service address, unknown port → drop;
+ *          ICMP error quoting a translated flow → translate it too.
+ * egress:  reply from a local backend → source back to the frontend.
+ */
+#include "lib/common.h"
+#include "lib/maps.h"
+#include "lib/parse.h"
+#include "lib/hash.h"
+#include "lib/lb.h"
+#include "lib/nat.h"
+#include "lib/ct.h"
+#include "lib/fib.h"
+#include "lib/icmp.h"
+
+/* Load-time settings (set by the agent between open and load). */
+const volatile __be32 snat_ipv4 = 0;        /* the node address remote flows leave from */
+const volatile __u16 snat_port_min = 32768; /* SNAT source ports, host order */
+const volatile __u16 snat_port_max = 65535;
+const volatile __u32 snat_retries = 16;     /* random tries when the client's port is taken */
+const volatile __u32 hash_seed = 0;         /* backend-selection hash seed, cluster-wide */
+
+/* Reserve the reply tuple (backend → node:port) for a new SNAT binding: the client's own
+ * port if free, else random ports in range. Returns the port (network order) or 0. */
+static __always_inline __be16 snat4_reserve(const struct pkt4 *p, const struct lb4_backend *b,
+					    const struct lb4_key *fe, __u16 rev_nat_id, __u64 expires)
+{
+	struct nat4_entry nat = {
+		.expires_ns = expires,
+		.client_addr = p->saddr,
+		.client_port = p->sport,
+		.frontend_addr = fe->address,
+		.frontend_port = fe->port,
+		.rev_nat_id = rev_nat_id,
+		.flags = CT_F_SNAT,
+	};
+	struct ct4_key reply = {
+		.saddr = b->address,
+		.daddr = snat_ipv4,
+		.sport = b->port,
+		.proto = p->proto,
+	};
+	__u16 port = bpf_ntohs(p->sport);
+	__u32 span = (__u32)snat_port_max - snat_port_min + 1;
+	__u32 i;
+
+	for (i = 0; i <= 32; i++) {
+		if (i > snat_retries)
+			break;
+		if (i > 0 || port < snat_port_min || port > snat_port_max)
+			port = snat_port_min + (bpf_get_prandom_u32() % span);
+		reply.dport = bpf_htons(port);
+		if (bpf_map_update_elem(&nat4, &reply, &nat, BPF_NOEXIST) == 0)
+			return reply.dport;
+	}
+	return 0;
+}
+
+/* A reply from a remote backend to an SNATed flow: restore client and frontend. */
+static __always_inline int nodeport_reply_remote(struct __sk_buff *skb, const struct pkt4 *p, struct nat4_entry *nat)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct ct4_key fwd = {
+		.saddr = nat->client_addr,
+		.daddr = nat->frontend_addr,
+		.sport = nat->client_port,
+		.dport = nat->frontend_port,
+		.proto = p->proto,
+	};
+	struct ct4_entry *ct = bpf_map_lookup_elem(&ct4, &fwd);
+	__u8 flags = ct_flags_after(p, nat->flags | CT_F_SEEN_REPLY);
+
+	nat->flags = flags;
+	nat->expires_ns = now + ct_lifetime_ns(p->proto, flags);
+	nat->packets++;
+	nat->bytes += p->len;
+	if (ct) {
+		ct->flags |= flags & (CT_F_SEEN_REPLY | CT_F_CLOSING);
+		ct->expires_ns = nat->expires_ns;
+	}
+	if (nat4_rewrite_addr(skb, p, 0, p->daddr, nat->client_addr) < 0 ||
+	    nat4_rewrite_port(skb, p, 0, p->dport, nat->client_port) < 0 ||
+	    nat4_rewrite_addr(skb, p, 1, p->saddr, nat->frontend_addr) < 0 ||
+	    nat4_rewrite_port(skb, p, 1, p->sport, nat->frontend_port) < 0 ||
+	    ipv4_dec_ttl(skb, p) < 0)
+		return count_drop(DROP_CSUM_FAILED, p->len);
+	count_stat(STAT_REPLY_REMOTE, p->len);
+	return fib_redirect4(skb, nat->frontend_addr, nat->client_addr);
+}
+
+/* A packet for a frontend with backends: conntrack, then translate. */
+static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct pkt4 *p, struct lb4_service *svc)
+{
+	struct lb4_key fe = { .address = p->daddr, .port = p->dport, .proto = p->proto, .scope = LB_SCOPE_EXTERNAL };
+	__u64 now = bpf_ktime_get_ns();
+	struct ct4_key key;
+	struct ct4_entry *ct;
+	struct ct4_entry fresh = {};
+	struct lb4_backend *b = NULL;
+	__u8 flags;
+
+	ct4_key_of(p, &key);
+	ct = bpf_map_lookup_elem(&ct4, &key);
+	if (ct)
+		b = lb4_backend(ct->backend_id);
+	if (!ct || !b) {
+		/* New flow, or its backend was removed: (re)balance. */
+		__u32 hash = flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed);
+		__u32 id = lb4_select_slot(fe.address, fe.port, fe.proto, fe.scope, svc, hash);
+
+		b = lb4_backend(id);
+		if (!b)
+			return count_drop(DROP_BACKEND_MISSING, p->len);
+		if (ct)
+			count_stat(STAT_CT_REBALANCED, p->len);
+		fresh.created_ns = now;
+		fresh.backend_id = id;
+		fresh.rev_nat_id = svc->rev_nat_id;
+		fresh.flags = (b->flags & LB_BACKEND_F_LOCAL) ? CT_F_LOCAL : CT_F_SNAT;
+		if (fresh.flags & CT_F_SNAT) {
+			fresh.nat_addr = snat_ipv4;
+			fresh.nat_port = snat4_reserve(p, b, &fe, svc->rev_nat_id, now + ct_lifetime_ns(p->proto, fresh.flags));
+			if (!fresh.nat_port)
+				return count_drop(DROP_NAT_EXHAUSTED, p->len);
+		}
+		if (bpf_map_update_elem(&ct4, &key, &fresh, BPF_ANY) < 0)
+			return count_drop(DROP_CT_MAP_FULL, p->len);
+		ct = bpf_map_lookup_elem(&ct4, &key);
+		if (!ct)
+			return count_drop(DROP_CT_MAP_FULL, p->len);
+	}
+	flags = ct_flags_after(p, ct->flags);
+	ct->flags = flags;
+	ct->tcp_flags |= p->tcp_flags;
+	ct->expires_ns = now + ct_lifetime_ns(p->proto, flags);
+	ct->packets++;
+	ct->bytes += p->len;
+
+	if (flags & CT_F_LOCAL) {
+		/* Replies leave through tc egress, which restores the frontend from nat4. */
+		struct ct4_key reply = { .saddr = b->address, .daddr = p->saddr, .sport = b->port, .dport = p->sport, .proto = p->proto };
+		struct nat4_entry *nat = bpf_map_lookup_elem(&nat4, &reply);
+
+		if (nat) {
+			nat->expires_ns = ct->expires_ns;
+			nat->flags |= flags & CT_F_CLOSING;
+		} else {
+			struct nat4_entry n = {
+				.expires_ns = ct->expires_ns,
+				.client_addr = p->saddr,
+				.client_port = p->sport,
+				.frontend_addr = p->daddr,
+				.frontend_port = p->dport,
+				.rev_nat_id = ct->rev_nat_id,
+				.flags = flags,
+			};
+			if (bpf_map_update_elem(&nat4, &reply, &n, BPF_ANY) < 0)
+				return count_drop(DROP_CT_MAP_FULL, p->len);
+		}
+		if (nat4_rewrite_addr(skb, p, 0, p->daddr, b->address) < 0 ||
+		    nat4_rewrite_port(skb, p, 0, p->dport, b->port) < 0)
+			return count_drop(DROP_CSUM_FAILED, p->len);
+		count_stat(STAT_FWD_LOCAL, p->len);
+		return TC_ACT_OK; /* the stack routes it to the pod */
+	}
+
+	/* Remote backend: keep the reply binding alive (or restore it after LRU eviction). */
+	{
+		struct ct4_key reply = { .saddr = b->address, .daddr = ct->nat_addr, .sport = b->port, .dport = ct->nat_port, .proto = p->proto };
+		struct nat4_entry *nat = bpf_map_lookup_elem(&nat4, &reply);
+
+		if (nat) {
+			nat->expires_ns = ct->expires_ns;
+			nat->flags |= flags & CT_F_CLOSING;
+		} else {
+			struct nat4_entry n = {
+				.expires_ns = ct->expires_ns,
+				.client_addr = p->saddr,
+				.client_port = p->sport,
+				.frontend_addr = p->daddr,
+				.frontend_port = p->dport,
+				.rev_nat_id = ct->rev_nat_id,
+				.flags = flags,
+			};
+			if (bpf_map_update_elem(&nat4, &reply, &n, BPF_ANY) < 0)
+				return count_drop(DROP_CT_MAP_FULL, p->len);
+		}
+	}
+	if (nat4_rewrite_addr(skb, p, 0, p->daddr, b->address) < 0 ||
+	    nat4_rewrite_port(skb, p, 0, p->dport, b->port) < 0 ||
+	    nat4_rewrite_addr(skb, p, 1, p->saddr, ct->nat_addr) < 0 ||
+	    nat4_rewrite_port(skb, p, 1, p->sport, ct->nat_port) < 0 ||
+	    ipv4_dec_ttl(skb, p) < 0)
+		return count_drop(DROP_CSUM_FAILED, p->len);
+	count_stat(STAT_FWD_REMOTE, p->len);
+	return fib_redirect4(skb, ct->nat_addr, b->address);
+}
+
+/* An ICMP error arriving for a translated flow. Two cases:
+ *  - it quotes our SNATed packet to a remote backend (node:nat_port → backend): send it
+ *    to the client as if it quoted the client's packet to the frontend;
+ *  - it quotes our reply to the client (frontend → client): send it to the backend as if
+ *    it quoted the backend's packet. This is the path-MTU case for large replies. */
+static __always_inline int icmp_related_ingress(struct __sk_buff *skb, const struct pkt4 *p)
+{
+	struct icmp4_inner in;
+	struct ct4_key k;
+
+	if (icmp4_parse_inner(skb, p, &in) < 0)
+		return TC_ACT_OK;
+
+	/* Quoted: node:nat_port → backend. The nat4 key is that tuple reversed. */
+	k.saddr = in.daddr;
+	k.daddr = in.saddr;
+	k.sport = in.dport;
+	k.dport = in.sport;
+	k.proto = in.proto;
+	k.pad[0] = k.pad[1] = k.pad[2] = 0;
+	{
+		struct nat4_entry *nat = bpf_map_lookup_elem(&nat4, &k);
+
+		if (nat && (nat->flags & CT_F_SNAT) && p->daddr == in.saddr) {
+			if (icmp4_inner_rewrite_addr(skb, &in, 1, in.saddr, nat->client_addr) < 0 ||
+			    icmp4_inner_rewrite_port(skb, &in, 1, in.sport, nat->client_port) < 0 ||
+			    icmp4_inner_rewrite_addr(skb, &in, 0, in.daddr, nat->frontend_addr) < 0 ||
+			    icmp4_inner_rewrite_port(skb, &in, 0, in.dport, nat->frontend_port) < 0 ||
+			    icmp4_outer_rewrite_addr(skb, p, 0, p->daddr, nat->client_addr) < 0 ||
+			    ipv4_dec_ttl(skb, p) < 0)
+				return count_drop(DROP_CSUM_FAILED, p->len);
+			count_stat(STAT_ICMP_RELATED, p->len);
+			return fib_redirect4(skb, p->saddr, nat->client_addr);
+		}
+	}
+
+	/* Quoted: frontend → client. The ct4 key is that tuple reversed. */
+	{
+		struct ct4_entry *ct = bpf_map_lookup_elem(&ct4, &k);
+		struct lb4_backend *b;
+
+		if (!ct || p->daddr != in.saddr)
+			return TC_ACT_OK;
+		b = lb4_backend(ct->backend_id);
+		if (!b)
+			return TC_ACT_OK;
+		if (icmp4_inner_rewrite_addr(skb, &in, 1, in.saddr, b->address) < 0 ||
+		    icmp4_inner_rewrite_port(skb, &in, 1, in.sport, b->port) < 0 ||
+		    icmp4_outer_rewrite_addr(skb, p, 0, p->daddr, b->address) < 0)
+			return count_drop(DROP_CSUM_FAILED, p->len);
+		count_stat(STAT_ICMP_RELATED, p->len);
+		if (ct->flags & CT_F_LOCAL)
+			return TC_ACT_OK;
+		/* Remote backend: it knows the flow as node:nat_port → backend. */
+		if (icmp4_inner_rewrite_addr(skb, &in, 0, in.daddr, ct->nat_addr) < 0 ||
+		    icmp4_inner_rewrite_port(skb, &in, 0, in.dport, ct->nat_port) < 0 ||
+		    icmp4_outer_rewrite_addr(skb, p, 1, p->saddr, ct->nat_addr) < 0 ||
+		    ipv4_dec_ttl(skb, p) < 0)
+			return count_drop(DROP_CSUM_FAILED, p->len);
+		return fib_redirect4(skb, ct->nat_addr, b->address);
+	}
+}
+
+SEC("tc")
+int tc_ingress(struct __sk_buff *skb)
+{
+	struct pkt4 p;
+	struct lb4_service *svc;
+	int rc = parse_ipv4(skb, &p);
+
+	if (rc == PARSE_NOT_IPV4)
+		return TC_ACT_OK;
+	if (rc == PARSE_MALFORMED)
+		return count_drop(DROP_MALFORMED, skb->len);
+
+	if (p.proto == IPPROTO_ICMP) {
+		if (!p.fragment && icmp4_is_error(p.icmp_type))
+			return icmp_related_ingress(skb, &p);
+		return TC_ACT_OK;
+	}
+	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
+		return TC_ACT_OK;
+	if (p.fragment)
+		return lb4_lookup_master(p.daddr, 0, 0, LB_SCOPE_EXTERNAL) ? count_drop(DROP_FRAGMENT, p.len) : TC_ACT_OK;
+
+	/* A reply to a flow this node SNATed toward a remote backend. */
+	{
+		struct ct4_key k;
+		struct nat4_entry *nat;
+
+		ct4_key_of(&p, &k);
+		nat = bpf_map_lookup_elem(&nat4, &k);
+		if (nat && (nat->flags & CT_F_SNAT))
+			return nodeport_reply_remote(skb, &p, nat);
+	}
+
+	switch (lb4_lookup(p.daddr, p.dport, p.proto, LB_SCOPE_EXTERNAL, &svc)) {
+	case LB_FOUND:
+		return nodeport_forward(skb, &p, svc);
+	case LB_NO_BACKEND:
+		return icmp4_reject(skb, &p);
+	case LB_UNKNOWN_PORT:
+		return count_drop(DROP_UNKNOWN_PORT, p.len);
+	default:
+		return TC_ACT_OK;
+	}
+}
+
+SEC("tc")
+int tc_egress(struct __sk_buff *skb)
+{
+	struct pkt4 p;
+	struct ct4_key k;
+	struct nat4_entry *nat;
+	__u8 flags;
+
+	if (parse_ipv4(skb, &p) != PARSE_OK || p.fragment)
+		return TC_ACT_OK;
+	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
+		return TC_ACT_OK;
+	ct4_key_of(&p, &k);
+	nat = bpf_map_lookup_elem(&nat4, &k);
+	if (!nat || !(nat->flags & CT_F_LOCAL))
+		return TC_ACT_OK;
+
+	/* A reply from a local backend: it leaves as the frontend. */
+	flags = ct_flags_after(&p, nat->flags | CT_F_SEEN_REPLY);
+	nat->flags = flags;
+	nat->expires_ns = bpf_ktime_get_ns() + ct_lifetime_ns(p.proto, flags);
+	nat->packets++;
+	nat->bytes += p.len;
+	{
+		struct ct4_key fwd = { .saddr = nat->client_addr, .daddr = nat->frontend_addr, .sport = nat->client_port, .dport = nat->frontend_port, .proto = p.proto };
+		struct ct4_entry *ct = bpf_map_lookup_elem(&ct4, &fwd);
+
+		if (ct) {
+			ct->flags |= flags & (CT_F_SEEN_REPLY | CT_F_CLOSING);
+			ct->expires_ns = nat->expires_ns;
+		}
+	}
+	if (nat4_rewrite_addr(skb, &p, 1, p.saddr, nat->frontend_addr) < 0 ||
+	    nat4_rewrite_port(skb, &p, 1, p.sport, nat->frontend_port) < 0)
+		return count_drop(DROP_CSUM_FAILED, p.len);
+	count_stat(STAT_REPLY_LOCAL, p.len);
+	return TC_ACT_OK;
+}
+
+char LICENSE[] SEC("license") = "GPL";

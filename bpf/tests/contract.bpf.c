@@ -1,0 +1,27 @@
+/* Carries every shared enum into BTF, so a test can check the TypeScript mirrors of the
+ * enums against the C headers (enums used only as constants never reach BTF). Never
+ * loaded in production. */
+#include "lib/common.h"
+#include "shared/lb.h"
+#include "shared/ct.h"
+#include "shared/metrics.h"
+
+struct ferry_enum_witness {
+	enum lb_scope scope;
+	enum lb_flags lb_flags;
+	enum lb_backend_flags backend_flags;
+	enum ct_flags ct_flags;
+	enum ct_lifetime ct_lifetime;
+	enum ferry_stat stat;
+	enum ferry_drop_reason drop_reason;
+};
+
+const volatile struct ferry_enum_witness ferry_enum_witness = {};
+
+SEC("tc")
+int contract(struct __sk_buff *skb)
+{
+	return ferry_enum_witness.scope;
+}
+
+char LICENSE[] SEC("license") = "GPL";

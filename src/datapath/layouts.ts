@@ -1,0 +1,172 @@
+// The TypeScript side of bpf/shared: one codec per shared struct and one mirror per shared
+// enum. Codecs are checked against the objects' BTF whenever a map is opened or adopted;
+// the enum mirrors by a test against bpf/tests/contract.bpf.c.
+import { structCodec, u16Codec, u32Codec } from '../ebpf/codec.js';
+
+export const LbScope = { LB_SCOPE_EXTERNAL: 0, LB_SCOPE_INTERNAL: 1 } as const;
+
+export const LbFlags = {
+  LB_F_CLUSTER_IP: 1 << 0,
+  LB_F_NODE_PORT: 1 << 1,
+  LB_F_LOAD_BALANCER: 1 << 2,
+  LB_F_EXTERNAL_IP: 1 << 3,
+  LB_F_WILDCARD: 1 << 4,
+  LB_F_NODE_PORT_ANY: 1 << 5,
+} as const;
+
+export const BackendFlags = { LB_BACKEND_F_LOCAL: 1 << 0, LB_BACKEND_F_TERMINATING: 1 << 1 } as const;
+
+export const CtFlags = { CT_F_LOCAL: 1 << 0, CT_F_SNAT: 1 << 1, CT_F_SEEN_REPLY: 1 << 2, CT_F_CLOSING: 1 << 3 } as const;
+
+export const CtLifetime = {
+  CT_LIFETIME_TCP_SYN: 60,
+  CT_LIFETIME_TCP_ESTABLISHED: 21600,
+  CT_LIFETIME_TCP_CLOSING: 10,
+  CT_LIFETIME_NONTCP: 60,
+} as const;
+
+export const Stat = {
+  STAT_FWD_LOCAL: 0,
+  STAT_FWD_REMOTE: 1,
+  STAT_REPLY_LOCAL: 2,
+  STAT_REPLY_REMOTE: 3,
+  STAT_ICMP_REJECT: 4,
+  STAT_ICMP_RELATED: 5,
+  STAT_SOCK_XLATE: 6,
+  STAT_SOCK_REJECT: 7,
+  STAT_CT_REBALANCED: 8,
+  STAT_MAX: 16,
+} as const;
+
+export const DropReason = {
+  DROP_NONE: 0,
+  DROP_UNKNOWN_PORT: 1,
+  DROP_NO_BACKEND: 2,
+  DROP_NAT_EXHAUSTED: 3,
+  DROP_MALFORMED: 4,
+  DROP_FIB_FAILED: 5,
+  DROP_CT_MAP_FULL: 6,
+  DROP_BACKEND_MISSING: 7,
+  DROP_FRAGMENT: 8,
+  DROP_CSUM_FAILED: 9,
+  DROP_REASON_MAX: 32,
+} as const;
+
+/** Every mirrored enum, by its C name. */
+export const sharedEnums: Record<string, Record<string, number>> = {
+  lb_scope: LbScope,
+  lb_flags: LbFlags,
+  lb_backend_flags: BackendFlags,
+  ct_flags: CtFlags,
+  ct_lifetime: CtLifetime,
+  ferry_stat: Stat,
+  ferry_drop_reason: DropReason,
+};
+
+export const lb4KeyCodec = structCodec('lb4_key', {
+  address: { type: 'ipv4' },
+  port: { type: 'be16' },
+  proto: { type: 'u8' },
+  scope: { type: 'u8' },
+  slot: { type: 'u16' },
+  pad: { type: 'pad', length: 2 },
+});
+export type Lb4Key = ReturnType<typeof lb4KeyCodec.decode>;
+
+export const lb4ServiceCodec = structCodec('lb4_service', {
+  backendId: { type: 'u32' },
+  count: { type: 'u16' },
+  revNatId: { type: 'u16' },
+  flags: { type: 'u16' },
+  pad: { type: 'pad', length: 2 },
+  affinityTimeout: { type: 'u32' },
+});
+export type Lb4Service = ReturnType<typeof lb4ServiceCodec.decode>;
+
+export const lb4BackendCodec = structCodec('lb4_backend', {
+  address: { type: 'ipv4' },
+  port: { type: 'be16' },
+  proto: { type: 'u8' },
+  flags: { type: 'u8' },
+});
+export type Lb4Backend = ReturnType<typeof lb4BackendCodec.decode>;
+
+export const lb4ReverseNatCodec = structCodec('lb4_reverse_nat', {
+  address: { type: 'ipv4' },
+  port: { type: 'be16' },
+  pad: { type: 'pad', length: 2 },
+});
+export type Lb4ReverseNat = ReturnType<typeof lb4ReverseNatCodec.decode>;
+
+export const lb4SockKeyCodec = structCodec('lb4_sock_key', {
+  cookie: { type: 'u64' },
+  address: { type: 'ipv4' },
+  port: { type: 'be16' },
+  pad: { type: 'pad', length: 2 },
+});
+export const lb4SockValueCodec = structCodec('lb4_sock_value', {
+  address: { type: 'ipv4' },
+  port: { type: 'be16' },
+  revNatId: { type: 'u16' },
+});
+
+export const ct4KeyCodec = structCodec('ct4_key', {
+  saddr: { type: 'ipv4' },
+  daddr: { type: 'ipv4' },
+  sport: { type: 'be16' },
+  dport: { type: 'be16' },
+  proto: { type: 'u8' },
+  pad: { type: 'pad', length: 3 },
+});
+export type Ct4Key = ReturnType<typeof ct4KeyCodec.decode>;
+
+export const ct4EntryCodec = structCodec('ct4_entry', {
+  expiresNs: { type: 'u64' },
+  createdNs: { type: 'u64' },
+  backendId: { type: 'u32' },
+  revNatId: { type: 'u16' },
+  flags: { type: 'u8' },
+  tcpFlags: { type: 'u8' },
+  natAddr: { type: 'ipv4' },
+  natPort: { type: 'be16' },
+  pad: { type: 'pad', length: 2 },
+  packets: { type: 'u64' },
+  bytes: { type: 'u64' },
+});
+export type Ct4Entry = ReturnType<typeof ct4EntryCodec.decode>;
+
+export const nat4EntryCodec = structCodec('nat4_entry', {
+  expiresNs: { type: 'u64' },
+  clientAddr: { type: 'ipv4' },
+  clientPort: { type: 'be16' },
+  frontendPort: { type: 'be16' },
+  frontendAddr: { type: 'ipv4' },
+  revNatId: { type: 'u16' },
+  flags: { type: 'u8' },
+  pad: { type: 'pad', length: 1 },
+  packets: { type: 'u64' },
+  bytes: { type: 'u64' },
+});
+export type Nat4Entry = ReturnType<typeof nat4EntryCodec.decode>;
+
+export const counterCodec = structCodec('ferry_counter', { packets: { type: 'u64' }, bytes: { type: 'u64' } });
+
+/** Every datapath map: its codecs and the setting that resizes it. */
+export const mapSpecs = {
+  lb4_services: { key: lb4KeyCodec, value: lb4ServiceCodec, sizeSetting: 'mapSizes.services' },
+  lb4_backends: { key: u32Codec, value: lb4BackendCodec, sizeSetting: 'mapSizes.backends' },
+  lb4_reverse_nat: { key: u16Codec, value: lb4ReverseNatCodec, sizeSetting: 'mapSizes.reverseNat' },
+  lb4_sock_rev: { key: lb4SockKeyCodec, value: lb4SockValueCodec, sizeSetting: 'mapSizes.sockReverse' },
+  ct4: { key: ct4KeyCodec, value: ct4EntryCodec, sizeSetting: 'mapSizes.conntrack' },
+  nat4: { key: ct4KeyCodec, value: nat4EntryCodec, sizeSetting: 'mapSizes.nat' },
+  ferry_stats: { key: u32Codec, value: counterCodec, sizeSetting: undefined },
+  ferry_drops: { key: u32Codec, value: counterCodec, sizeSetting: undefined },
+} as const;
+export type MapName = keyof typeof mapSpecs;
+
+/** Protocol numbers as on the wire. */
+export const Proto = { TCP: 6, UDP: 17, SCTP: 132 } as const;
+export type ProtoName = keyof typeof Proto;
+export function protoName(n: number): string {
+  return (Object.entries(Proto).find(([, v]) => v === n)?.[0] ?? String(n)).toLowerCase();
+}

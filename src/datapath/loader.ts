@@ -1,0 +1,139 @@
+// Load the datapath objects (tc and sock) with this node's settings, share their maps
+// through pins, and attach them. The maps handed out here are the only way to write them.
+import { join } from 'node:path';
+import { BpfMap } from '../ebpf/map.js';
+import { BpfObject } from '../ebpf/object.js';
+import { attachCgroup, type CgroupTarget } from '../ebpf/link-cgroup.js';
+import { attachTc } from '../ebpf/link-tc.js';
+import type { Link } from '../ebpf/link.js';
+import { assertBpffs } from '../ebpf/pinned.js';
+import { ipv4FromString } from '../ebpf/codec.js';
+import { ErrorCode, FerryError } from '../ebpf/errors.js';
+import { mapSpecs, type MapName } from './layouts.js';
+import type { Codec } from '../ebpf/codec.js';
+
+export interface MapSizes {
+  services: number;
+  backends: number;
+  reverseNat: number;
+  sockReverse: number;
+  conntrack: number;
+  nat: number;
+}
+
+/** Defaults fit 64k services and 64k backends. */
+export const DEFAULT_MAP_SIZES: MapSizes = {
+  services: 262_144,
+  backends: 65_536,
+  reverseNat: 65_535,
+  sockReverse: 65_536,
+  conntrack: 131_072,
+  nat: 131_072,
+};
+
+export interface DatapathConfig {
+  /** Directory with tc.bpf.o and sock.bpf.o. */
+  objectsDir: string;
+  /** bpffs directory for pins (one per ferry instance). */
+  pinDir: string;
+  /** The node address remote flows are SNATed to. */
+  snatIPv4: string;
+  snatPortMin?: number;
+  snatPortMax?: number;
+  /** Backend-selection hash seed; the same on every node of a cluster. */
+  hashSeed?: number;
+  mapSizes?: Partial<MapSizes>;
+  ctLifetimes?: Partial<{ tcpSyn: number; tcpEstablished: number; tcpClosing: number; nonTcp: number }>;
+}
+
+const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
+  lb4_services: 'services',
+  lb4_backends: 'backends',
+  lb4_reverse_nat: 'reverseNat',
+  lb4_sock_rev: 'sockReverse',
+  ct4: 'conntrack',
+  nat4: 'nat',
+  ferry_stats: undefined,
+  ferry_drops: undefined,
+};
+
+type SpecOf<N extends MapName> = (typeof mapSpecs)[N];
+type KeyOf<N extends MapName> = SpecOf<N>['key'] extends Codec<infer K> ? K : never;
+type ValueOf<N extends MapName> = SpecOf<N>['value'] extends Codec<infer V> ? V : never;
+export type DatapathMaps = { [N in MapName]: BpfMap<KeyOf<N>, ValueOf<N>> };
+
+export class Datapath {
+  readonly tc: BpfObject;
+  readonly sock: BpfObject;
+  readonly maps: DatapathMaps;
+  readonly sizes: MapSizes;
+  readonly links: Link[] = [];
+
+  private constructor(tc: BpfObject, sock: BpfObject, sizes: MapSizes) {
+    this.tc = tc;
+    this.sock = sock;
+    this.sizes = sizes;
+    const maps = {} as Record<string, BpfMap<unknown, unknown>>;
+    for (const [name, spec] of Object.entries(mapSpecs)) {
+      const setting = spec.sizeSetting ?? undefined;
+      maps[name] = tc.map(name, spec.key as Codec<unknown>, spec.value as Codec<unknown>, setting);
+    }
+    this.maps = maps as unknown as DatapathMaps;
+  }
+
+  static load(cfg: DatapathConfig): Datapath {
+    assertBpffs(cfg.pinDir);
+    const sizes: MapSizes = { ...DEFAULT_MAP_SIZES, ...cfg.mapSizes };
+    if (sizes.reverseNat > 65_535) {
+      throw new FerryError({ code: ErrorCode.Config, op: 'load datapath', cause: `mapSizes.reverseNat is ${sizes.reverseNat}`, hint: 'reverse-NAT ids are 16-bit: at most 65535' });
+    }
+    const snat = ipv4FromString(cfg.snatIPv4);
+    const configure = (obj: BpfObject) => {
+      for (const [name, setting] of Object.entries(sizeOf)) if (setting) obj.setMaxEntries(name, sizes[setting]);
+      obj.setConstant('hash_seed', cfg.hashSeed ?? 0);
+      obj.pinMaps({ dir: cfg.pinDir });
+    };
+    const tc = BpfObject.open(join(cfg.objectsDir, 'tc.bpf.o'));
+    let sock: BpfObject | undefined;
+    try {
+      configure(tc);
+      // The constant holds the address in network byte order, as the packet does.
+      tc.setConstant('snat_ipv4', Buffer.from([snat >>> 24, (snat >>> 16) & 255, (snat >>> 8) & 255, snat & 255]).readUInt32LE(0));
+      tc.setConstant('snat_port_min', cfg.snatPortMin ?? 32768);
+      tc.setConstant('snat_port_max', cfg.snatPortMax ?? 65535);
+      const lt = cfg.ctLifetimes ?? {};
+      if (lt.tcpSyn !== undefined) tc.setConstant('ct_lifetime_tcp_syn', lt.tcpSyn);
+      if (lt.tcpEstablished !== undefined) tc.setConstant('ct_lifetime_tcp_established', lt.tcpEstablished);
+      if (lt.tcpClosing !== undefined) tc.setConstant('ct_lifetime_tcp_closing', lt.tcpClosing);
+      if (lt.nonTcp !== undefined) tc.setConstant('ct_lifetime_nontcp', lt.nonTcp);
+      tc.load();
+      sock = BpfObject.open(join(cfg.objectsDir, 'sock.bpf.o'));
+      configure(sock);
+      sock.load(); // adopts the maps tc just pinned
+      return new Datapath(tc, sock, sizes);
+    } catch (e) {
+      sock?.close();
+      tc.close();
+      throw e;
+    }
+  }
+
+  /** tc ingress and egress on an external device (in the calling thread's netns). */
+  attachDevice(ifname: string): void {
+    this.links.push(attachTc(this.tc.program('tc_ingress'), { ifname, direction: 'ingress' }));
+    this.links.push(attachTc(this.tc.program('tc_egress'), { ifname, direction: 'egress' }));
+  }
+
+  /** The four socket hooks at a cgroup v2 root. */
+  attachCgroup(target: CgroupTarget): void {
+    for (const p of ['sock4_connect', 'sock4_sendmsg', 'sock4_recvmsg', 'sock4_getpeername']) {
+      this.links.push(attachCgroup(this.sock.program(p), target));
+    }
+  }
+
+  close(): void {
+    for (const l of this.links.splice(0).reverse()) l.close();
+    this.sock.close();
+    this.tc.close();
+  }
+}

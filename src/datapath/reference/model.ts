@@ -1,0 +1,129 @@
+// A small reference model of tc_ingress's per-packet decision, written from the design,
+// not from the C: service lookup, wildcard, backend choice by flow hash, conntrack reuse,
+// SNAT port choice. The differential tests run random packets through both and demand the
+// same answer.
+import { BackendFlags, LbFlags, type Lb4Backend, type Lb4Service } from '../layouts.js';
+import { flowHash4 } from './hash.js';
+
+export interface Tuple {
+  saddr: string;
+  daddr: string;
+  sport: number;
+  dport: number;
+  proto: number;
+}
+
+export type Decision =
+  | { verdict: 'pass' }
+  | { verdict: 'drop'; reason: 'unknown-port' | 'backend-missing' | 'nat-exhausted' }
+  | { verdict: 'reject' }
+  | { verdict: 'local'; backendId: number; backend: Lb4Backend }
+  | { verdict: 'remote'; backendId: number; backend: Lb4Backend; snatAddr: string; snatPort: number; snatPortCandidates: 'client' | 'any' }
+  | { verdict: 'reply-remote'; client: { addr: string; port: number }; frontend: { addr: string; port: number } };
+
+export interface ServiceTables {
+  /** lb4_services, keyed by serviceKey(). */
+  services: Map<string, Lb4Service>;
+  backends: Map<number, Lb4Backend>;
+}
+
+export function serviceKey(address: string, port: number, proto: number, scope: number, slot: number): string {
+  return `${address}|${port}|${proto}|${scope}|${slot}`;
+}
+
+export interface ModelConfig {
+  seed: number;
+  snatIPv4: string;
+  snatPortMin: number;
+  snatPortMax: number;
+}
+
+interface CtState {
+  backendId: number;
+  snatPort: number;
+}
+
+const SCOPE = 0;
+
+export class ReferenceModel {
+  private readonly ct = new Map<string, CtState>();
+  /** nat4 reply keys of SNATed flows: backend|bport|natport|proto → client and frontend. */
+  private readonly nat = new Map<string, { client: { addr: string; port: number }; frontend: { addr: string; port: number } }>();
+
+  constructor(
+    private readonly tables: ServiceTables,
+    private readonly cfg: ModelConfig,
+  ) {}
+
+  private master(addr: string, port: number, proto: number): Lb4Service | undefined {
+    return this.tables.services.get(serviceKey(addr, port, proto, SCOPE, 0));
+  }
+
+  private natKey(b: Lb4Backend, natPort: number, proto: number): string {
+    return `${b.address}|${b.port}|${natPort}|${proto}`;
+  }
+
+  /**
+   * The decision for one TCP/UDP packet arriving on the external device. For 'remote',
+   * `snatPort` is what the model expects when it can know it (the client's port, free);
+   * otherwise 'any' free port in range is right, and the caller records the one used.
+   */
+  decide(t: Tuple): Decision {
+    // Replies to SNATed flows first.
+    if (t.daddr === this.cfg.snatIPv4) {
+      const n = this.nat.get(`${t.saddr}|${t.sport}|${t.dport}|${t.proto}`);
+      if (n) return { verdict: 'reply-remote', client: n.client, frontend: n.frontend };
+    }
+    const svc = this.master(t.daddr, t.dport, t.proto);
+    if (!svc) {
+      const wild = this.master(t.daddr, 0, 0);
+      return wild && wild.flags & LbFlags.LB_F_WILDCARD ? { verdict: 'drop', reason: 'unknown-port' } : { verdict: 'pass' };
+    }
+    if (svc.count === 0) return { verdict: 'reject' };
+    const ctKey = `${t.saddr}|${t.daddr}|${t.sport}|${t.dport}|${t.proto}`;
+    const known = this.ct.get(ctKey);
+    if (known && this.tables.backends.has(known.backendId)) {
+      const backend = this.tables.backends.get(known.backendId)!;
+      if (backend.flags & BackendFlags.LB_BACKEND_F_LOCAL) return { verdict: 'local', backendId: known.backendId, backend };
+      return { verdict: 'remote', backendId: known.backendId, backend, snatAddr: this.cfg.snatIPv4, snatPort: known.snatPort, snatPortCandidates: 'client' };
+    }
+    const hash = flowHash4(t.saddr, t.daddr, t.sport, t.dport, t.proto, this.cfg.seed);
+    const slot = (hash % svc.count) + 1;
+    const id = this.tables.services.get(serviceKey(t.daddr, t.dport, t.proto, SCOPE, slot))?.backendId ?? 0;
+    const backend = this.tables.backends.get(id);
+    if (!backend) return { verdict: 'drop', reason: 'backend-missing' };
+    if (backend.flags & BackendFlags.LB_BACKEND_F_LOCAL) {
+      this.ct.set(ctKey, { backendId: id, snatPort: 0 });
+      return { verdict: 'local', backendId: id, backend };
+    }
+    const clientPortFree =
+      t.sport >= this.cfg.snatPortMin && t.sport <= this.cfg.snatPortMax && !this.nat.has(this.natKey(backend, t.sport, t.proto));
+    return {
+      verdict: 'remote',
+      backendId: id,
+      backend,
+      snatAddr: this.cfg.snatIPv4,
+      snatPort: clientPortFree ? t.sport : 0,
+      snatPortCandidates: clientPortFree ? 'client' : 'any',
+    };
+  }
+
+  /** Is `port` an acceptable SNAT port for a new binding to this backend? */
+  natPortAcceptable(backend: Lb4Backend, port: number, proto: number): boolean {
+    return port >= this.cfg.snatPortMin && port <= this.cfg.snatPortMax && !this.nat.has(this.natKey(backend, port, proto));
+  }
+
+  /** Record what the datapath did for a remote flow (the port, when the model could not know it). */
+  commitRemote(t: Tuple, d: Extract<Decision, { verdict: 'remote' }>, port: number): void {
+    const ctKey = `${t.saddr}|${t.daddr}|${t.sport}|${t.dport}|${t.proto}`;
+    if (this.ct.has(ctKey) && this.tables.backends.has(this.ct.get(ctKey)!.backendId)) return;
+    this.ct.set(ctKey, { backendId: d.backendId, snatPort: port });
+    this.nat.set(this.natKey(d.backend, port, t.proto), { client: { addr: t.saddr, port: t.sport }, frontend: { addr: t.daddr, port: t.dport } });
+  }
+
+  /** Forget flows (the maps were flushed). */
+  reset(): void {
+    this.ct.clear();
+    this.nat.clear();
+  }
+}

@@ -1,0 +1,36 @@
+// What the datapath should hold, in datapath terms (no Kubernetes here): frontends and
+// the backends each one balances over. The model layer produces these from Services.
+
+import type { ProtoName } from './layouts.js';
+
+export type FrontendKind = 'ClusterIP' | 'NodePort' | 'LoadBalancer' | 'ExternalIP';
+
+export interface BackendSpec {
+  address: string;
+  port: number;
+  /** On this node: north-south traffic to it is DNATed only, never SNATed. */
+  local: boolean;
+  terminating?: boolean;
+}
+
+export interface FrontendSpec {
+  address: string;
+  port: number;
+  proto: ProtoName;
+  kind: FrontendKind;
+  /** The 0.0.0.0:nodePort entry socket LB uses for NodePort on loopback. */
+  nodePortAny?: boolean;
+  backends: BackendSpec[];
+  /** ClientIP affinity in seconds (0: none). */
+  affinityTimeout?: number;
+  /** `namespace/name:port`, for the CLI. */
+  service?: string;
+}
+
+export function frontendId(f: { address: string; port: number; proto: string }): string {
+  return `${f.address}:${f.port}/${f.proto.toLowerCase()}`;
+}
+
+export function backendId(b: { address: string; port: number }, proto: string): string {
+  return `${b.address}:${b.port}/${proto.toLowerCase()}`;
+}

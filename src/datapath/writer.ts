@@ -1,0 +1,200 @@
+// The only writer of the service maps. apply() takes the whole desired set of frontends and
+// changes the maps to match, make-before-break: backends first, then reverse NAT, then each
+// frontend's slots, then its master entry (which makes the new slots visible at once),
+// then wildcard entries; stale slots, frontends, wildcards and backends are removed last.
+// IDs are restored from the maps, so an agent restart keeps conntrack entries valid.
+import { BackendFlags, LbFlags, LbScope, Proto, protoName, type Lb4Backend, type Lb4Key, type Lb4Service } from './layouts.js';
+import { IdAllocator } from './ids.js';
+import type { DatapathMaps } from './loader.js';
+import { backendId, frontendId, type FrontendKind, type FrontendSpec } from './spec.js';
+
+const kindFlag: Record<FrontendKind, number> = {
+  ClusterIP: LbFlags.LB_F_CLUSTER_IP,
+  NodePort: LbFlags.LB_F_NODE_PORT,
+  LoadBalancer: LbFlags.LB_F_LOAD_BALANCER,
+  ExternalIP: LbFlags.LB_F_EXTERNAL_IP,
+};
+
+interface FrontendState {
+  key: Lb4Key; // slot 0
+  revNatId: number;
+  flags: number;
+  affinityTimeout: number;
+  backendIds: number[];
+}
+
+export interface ApplyStats {
+  frontendsWritten: number;
+  frontendsRemoved: number;
+  backendsWritten: number;
+  backendsRemoved: number;
+  entriesWritten: number;
+  entriesDeleted: number;
+}
+
+export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_reverse_nat'>;
+
+export class ServiceWriter {
+  private readonly backendIds: IdAllocator;
+  private readonly revNatIds: IdAllocator;
+  private readonly backends = new Map<number, Lb4Backend>();
+  private readonly frontends = new Map<string, FrontendState>();
+  /** Addresses with a wildcard entry. */
+  private readonly wildcards = new Set<string>();
+
+  constructor(private readonly maps: ServiceMaps) {
+    this.backendIds = new IdAllocator('backend', maps.lb4_backends.maxEntries, 'mapSizes.backends');
+    this.revNatIds = new IdAllocator('reverse-NAT', Math.min(65_535, maps.lb4_reverse_nat.maxEntries), 'mapSizes.reverseNat');
+    this.restore();
+  }
+
+  /** Rebuild the in-memory view (and the IDs) from what the maps hold. */
+  private restore(): void {
+    for (const [id, b] of this.maps.lb4_backends.entries()) {
+      this.backends.set(id, b);
+      this.backendIds.restore(backendId(b, protoName(b.proto)), id);
+    }
+    const slots = new Map<string, Map<number, number>>();
+    for (const [k, v] of this.maps.lb4_services.entries()) {
+      const fid = `${frontendId({ address: k.address, port: k.port, proto: protoName(k.proto) })}#${k.scope}`;
+      if (k.slot === 0) {
+        if (v.flags & LbFlags.LB_F_WILDCARD) {
+          this.wildcards.add(k.address);
+          continue;
+        }
+        this.frontends.set(fid, { key: k, revNatId: v.revNatId, flags: v.flags, affinityTimeout: v.affinityTimeout, backendIds: [] });
+        this.revNatIds.restore(fid, v.revNatId);
+      } else {
+        if (!slots.has(fid)) slots.set(fid, new Map());
+        slots.get(fid)!.set(k.slot, v.backendId);
+      }
+    }
+    for (const [fid, st] of this.frontends) {
+      const s = slots.get(fid) ?? new Map<number, number>();
+      const master = this.maps.lb4_services.lookup(st.key);
+      const count = master?.count ?? 0;
+      st.backendIds = Array.from({ length: count }, (_, i) => s.get(i + 1) ?? 0);
+    }
+  }
+
+  /** Frontend keys currently programmed (for tests and the CLI). */
+  frontendKeys(): string[] {
+    return [...this.frontends.keys()];
+  }
+
+  apply(desired: FrontendSpec[]): ApplyStats {
+    const stats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0 };
+    const scope = LbScope.LB_SCOPE_EXTERNAL;
+
+    // 1. Backends: allocate IDs, write new or changed ones.
+    const wantBackends = new Map<number, Lb4Backend>();
+    const frontendBackends = new Map<string, number[]>();
+    for (const f of desired) {
+      const fid = `${frontendId(f)}#${scope}`;
+      const ids: number[] = [];
+      for (const b of f.backends) {
+        const id = this.backendIds.allocate(backendId(b, f.proto));
+        const flags = (b.local ? BackendFlags.LB_BACKEND_F_LOCAL : 0) | (b.terminating ? BackendFlags.LB_BACKEND_F_TERMINATING : 0);
+        const value: Lb4Backend = { address: b.address, port: b.port, proto: Proto[f.proto], flags };
+        const prev = wantBackends.get(id);
+        // Two frontends sharing a backend agree on it, except "local": keep it if either says so.
+        wantBackends.set(id, prev ? { ...value, flags: prev.flags | value.flags } : value);
+        ids.push(id);
+      }
+      frontendBackends.set(fid, ids);
+    }
+    const backendWrites: Array<[number, Lb4Backend]> = [];
+    for (const [id, b] of wantBackends) {
+      const have = this.backends.get(id);
+      if (!have || have.address !== b.address || have.port !== b.port || have.proto !== b.proto || have.flags !== b.flags) backendWrites.push([id, b]);
+    }
+    if (backendWrites.length > 0) {
+      this.maps.lb4_backends.updateBatch(backendWrites);
+      for (const [id, b] of backendWrites) this.backends.set(id, b);
+      stats.backendsWritten += backendWrites.length;
+      stats.entriesWritten += backendWrites.length;
+    }
+
+    // 2-3. Frontends: reverse NAT, slots, then master.
+    const wantFrontends = new Set<string>();
+    const wantWildcards = new Set<string>();
+    const slotWrites: Array<[Lb4Key, Lb4Service]> = [];
+    const masterWrites: Array<[Lb4Key, Lb4Service, string, FrontendState]> = [];
+    const staleSlots: Lb4Key[] = [];
+    for (const f of desired) {
+      const fid = `${frontendId(f)}#${scope}`;
+      if (wantFrontends.has(fid)) continue; // duplicates are the model's bug; first wins
+      wantFrontends.add(fid);
+      if (f.address !== '0.0.0.0') wantWildcards.add(f.address);
+      const key: Lb4Key = { address: f.address, port: f.port, proto: Proto[f.proto], scope, slot: 0 };
+      const ids = frontendBackends.get(fid)!;
+      const flags = kindFlag[f.kind] | (f.nodePortAny ? LbFlags.LB_F_NODE_PORT_ANY : 0);
+      const affinityTimeout = f.affinityTimeout ?? 0;
+      const have = this.frontends.get(fid);
+      const revNatId = this.revNatIds.allocate(fid);
+      if (!have) this.maps.lb4_reverse_nat.update(revNatId, { address: f.address, port: f.port });
+      const oldIds = have?.backendIds ?? [];
+      ids.forEach((id, i) => {
+        if (oldIds[i] !== id) slotWrites.push([{ ...key, slot: i + 1 }, { backendId: id, count: 0, revNatId: 0, flags: 0, affinityTimeout: 0 }]);
+      });
+      for (let s = ids.length + 1; s <= oldIds.length; s++) staleSlots.push({ ...key, slot: s });
+      const changed = !have || have.backendIds.length !== ids.length || have.flags !== flags || have.affinityTimeout !== affinityTimeout || have.revNatId !== revNatId;
+      const state: FrontendState = { key, revNatId, flags, affinityTimeout, backendIds: ids };
+      if (changed) {
+        masterWrites.push([key, { backendId: 0, count: ids.length, revNatId, flags, affinityTimeout }, fid, state]);
+      } else {
+        this.frontends.set(fid, state);
+      }
+    }
+    if (slotWrites.length > 0) {
+      this.maps.lb4_services.updateBatch(slotWrites);
+      stats.entriesWritten += slotWrites.length;
+    }
+    if (masterWrites.length > 0) {
+      this.maps.lb4_services.updateBatch(masterWrites.map(([k, v]) => [k, v]));
+      for (const [, , fid, state] of masterWrites) this.frontends.set(fid, state);
+      stats.entriesWritten += masterWrites.length;
+      stats.frontendsWritten += masterWrites.length;
+    }
+
+    // 4. Wildcards for Service addresses.
+    const newWildcards = [...wantWildcards].filter((a) => !this.wildcards.has(a));
+    if (newWildcards.length > 0) {
+      this.maps.lb4_services.updateBatch(
+        newWildcards.map((a) => [{ address: a, port: 0, proto: 0, scope, slot: 0 }, { backendId: 0, count: 0, revNatId: 0, flags: LbFlags.LB_F_WILDCARD, affinityTimeout: 0 }]),
+      );
+      for (const a of newWildcards) this.wildcards.add(a);
+      stats.entriesWritten += newWildcards.length;
+    }
+
+    // 5. Removals: stale slots of shrunk frontends, whole frontends (master first).
+    const deletes: Lb4Key[] = [...staleSlots];
+    for (const [fid, st] of [...this.frontends]) {
+      if (wantFrontends.has(fid)) continue;
+      deletes.push(st.key, ...st.backendIds.map((_, i) => ({ ...st.key, slot: i + 1 })));
+      this.frontends.delete(fid);
+      this.maps.lb4_reverse_nat.delete(st.revNatId);
+      this.revNatIds.release(fid);
+      stats.frontendsRemoved++;
+    }
+    for (const a of [...this.wildcards]) {
+      if (wantWildcards.has(a)) continue;
+      deletes.push({ address: a, port: 0, proto: 0, scope, slot: 0 });
+      this.wildcards.delete(a);
+    }
+    if (deletes.length > 0) stats.entriesDeleted += this.maps.lb4_services.deleteBatch(deletes);
+
+    // 6. Backends nothing points at any more.
+    const staleBackends = [...this.backends.keys()].filter((id) => !wantBackends.has(id));
+    if (staleBackends.length > 0) {
+      stats.entriesDeleted += this.maps.lb4_backends.deleteBatch(staleBackends);
+      for (const id of staleBackends) {
+        const b = this.backends.get(id)!;
+        this.backends.delete(id);
+        this.backendIds.release(backendId(b, protoName(b.proto)));
+      }
+      stats.backendsRemoved += staleBackends.length;
+    }
+    return stats;
+  }
+}

@@ -1,0 +1,89 @@
+// One node of the datapath tests: a namespace with an external device, routes to the
+// client network and to another node's pods (static neighbours, so FIB answers are fixed),
+// the datapath loaded with its maps pinned in a per-run bpffs directory.
+import { mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { Datapath, type DatapathConfig } from '../../src/datapath/loader.js';
+import { ServiceWriter } from '../../src/datapath/writer.js';
+import { ifindexOf } from '../../src/ebpf/link-tc.js';
+import type { Program } from '../../src/ebpf/object.js';
+import { testRun, type TestRunResult } from '../../src/ebpf/test-run.js';
+import { Testbed, type Host } from '../../src/sandbox/netns/testbed.js';
+import { inNetns } from '../../src/sys/netns.js';
+import { REPO_ROOT } from './paths.js';
+import { skbContext } from './skb.js';
+
+export const NODE_IP = '10.0.30.21';
+export const OTHER_NODE_IP = '10.0.30.22';
+export const ROUTER_IP = '10.0.30.1';
+export const ROUTER_MAC = '02:00:00:00:30:01';
+export const OTHER_NODE_MAC = '02:00:00:00:30:22';
+export const NODE_MAC = '02:00:00:00:30:21';
+export const CLIENT_IP = '10.0.10.2';
+export const LOCAL_POD_CIDR = '10.244.1.0/24';
+export const REMOTE_POD_CIDR = '10.244.2.0/24';
+
+export interface DatapathNode {
+  tb: Testbed;
+  host: Host;
+  dp: Datapath;
+  writer: ServiceWriter;
+  ifindex: number;
+  pinDir: string;
+  run(prog: 'tc_ingress' | 'tc_egress', data: Buffer, repeat?: number): TestRunResult;
+  program(name: string): Program;
+  /** Empty conntrack and NAT, and zero the counters. */
+  flushState(): void;
+  close(): Promise<void>;
+}
+
+export async function datapathNode(cfg: Partial<DatapathConfig> = {}): Promise<DatapathNode> {
+  const tb = await Testbed.create();
+  let dp: Datapath | undefined;
+  const pinDir = join('/sys/fs/bpf', `${tb.prefix}-node`);
+  try {
+    const host = await tb.addHost('node');
+    const peer = await tb.addHost('peer');
+    await tb.link({ host, ifname: 'eth0', address: `${NODE_IP}/24` }, { host: peer, ifname: 'eth0' });
+    await host.ip('link', 'set', 'eth0', 'address', NODE_MAC);
+    await host.ip('neigh', 'replace', ROUTER_IP, 'lladdr', ROUTER_MAC, 'dev', 'eth0', 'nud', 'permanent');
+    await host.ip('neigh', 'replace', OTHER_NODE_IP, 'lladdr', OTHER_NODE_MAC, 'dev', 'eth0', 'nud', 'permanent');
+    await tb.route(host, '10.0.10.0/24', ROUTER_IP);
+    await tb.route(host, '10.0.100.0/24', ROUTER_IP);
+    await tb.route(host, REMOTE_POD_CIDR, OTHER_NODE_IP);
+    await host.execOk(['sysctl', '-qw', 'net.ipv4.ip_forward=1']);
+    mkdirSync(pinDir);
+    dp = Datapath.load({ objectsDir: join(REPO_ROOT, 'build', 'bpf'), pinDir, snatIPv4: NODE_IP, hashSeed: 0x5eed, ...cfg });
+    const d = dp;
+    const writer = new ServiceWriter(d.maps);
+    const ifindex = inNetns(host.netns, () => ifindexOf('eth0'));
+    const ctx = skbContext({ ifindex });
+    return {
+      tb, host, dp: d, writer, ifindex, pinDir,
+      program: (name) => d.tc.program(name),
+      run: (prog, data, repeat) => inNetns(host.netns, () => testRun(d.tc.program(prog), { data, ctx, repeat })),
+      flushState: () => {
+        d.maps.ct4.deleteBatch([...d.maps.ct4.keys()]);
+        d.maps.nat4.deleteBatch([...d.maps.nat4.keys()]);
+        const zero = { packets: 0n, bytes: 0n };
+        for (let i = 0; i < d.maps.ferry_stats.maxEntries; i++) d.maps.ferry_stats.update(i, zero);
+        for (let i = 0; i < d.maps.ferry_drops.maxEntries; i++) d.maps.ferry_drops.update(i, zero);
+      },
+      close: async () => {
+        d.close();
+        rmSync(pinDir, { recursive: true, force: true });
+        await tb.destroy();
+      },
+    };
+  } catch (e) {
+    dp?.close();
+    rmSync(pinDir, { recursive: true, force: true });
+    await tb.destroy();
+    throw e;
+  }
+}
+
+/** Sum a per-CPU counter. */
+export function total(dp: Datapath, map: 'ferry_stats' | 'ferry_drops', index: number): bigint {
+  return (dp.maps[map].lookupPerCpu(index) ?? []).reduce((a, v) => a + v.packets, 0n);
+}
