@@ -44,6 +44,12 @@ export class IdAllocator {
     if (id < this.next) this.next = id;
   }
 
+  clear(): void {
+    this.byKey.clear();
+    this.used.clear();
+    this.next = 1;
+  }
+
   keys(): IterableIterator<string> {
     return this.byKey.keys();
   }

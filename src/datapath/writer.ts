@@ -82,7 +82,30 @@ export class ServiceWriter {
     return [...this.frontends.keys()];
   }
 
+  /**
+   * Make the maps hold exactly `desired`. On failure (a full map, say) the maps may hold
+   * part of the change: the in-memory view is rebuilt from them, so the next apply
+   * continues from what is really there.
+   */
   apply(desired: FrontendSpec[]): ApplyStats {
+    try {
+      return this.applyOnce(desired);
+    } catch (e) {
+      this.resync();
+      throw e;
+    }
+  }
+
+  private resync(): void {
+    this.backends.clear();
+    this.frontends.clear();
+    this.wildcards.clear();
+    this.backendIds.clear();
+    this.revNatIds.clear();
+    this.restore();
+  }
+
+  private applyOnce(desired: FrontendSpec[]): ApplyStats {
     const stats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0 };
     const scope = LbScope.LB_SCOPE_EXTERNAL;
 

@@ -1,0 +1,138 @@
+// The service writer against real maps: layout of what it writes, make-before-break
+// order, removal of everything stale, IDs restored from the maps, and full maps.
+import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
+import { LbFlags, BackendFlags } from '../../src/datapath/layouts.js';
+import type { FrontendSpec } from '../../src/datapath/spec.js';
+import { ServiceWriter, type ServiceMaps } from '../../src/datapath/writer.js';
+import { ErrorCode, FerryError } from '../../src/ebpf/errors.js';
+import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
+import { decodePacket } from '../../src/packet/decode.js';
+import { TcVerdict } from '../harness/fixture.js';
+import { NODE_IP, datapathNode, type DatapathNode } from '../harness/datapath-node.js';
+import { describeWith } from '../harness/requirements.js';
+
+let node: DatapathNode;
+beforeAll(async () => {
+  node = await datapathNode({ mapSizes: { backends: 64, services: 256 } });
+});
+afterAll(async () => {
+  await node?.close();
+});
+beforeEach(() => {
+  node.writer.apply([]);
+  node.flushState();
+});
+
+const web = (n: number, extra: Partial<FrontendSpec> = {}): FrontendSpec => ({
+  address: '10.96.0.10', port: 80, proto: 'TCP', kind: 'ClusterIP', service: 'default/web:http',
+  backends: Array.from({ length: n }, (_, i) => ({ address: `10.244.1.${10 + i}`, port: 8080, local: i % 2 === 0 })),
+  ...extra,
+});
+
+function servicesView(n: DatapathNode) {
+  return n.dp.maps.lb4_services.entries().map(([k, v]) => `${k.address}:${k.port}/${k.proto}#${k.slot} → ${k.slot === 0 ? `count=${v.count} flags=${v.flags}` : `backend=${v.backendId}`}`).sort();
+}
+
+/** Record the order of map writes through a writer. */
+function recording(n: DatapathNode): { maps: ServiceMaps; log: string[] } {
+  const log: string[] = [];
+  const wrap = <T extends object>(name: string, m: T): T =>
+    new Proxy(m, {
+      get(target, prop, recv) {
+        const v = Reflect.get(target, prop, recv);
+        if (typeof v !== 'function' || !['update', 'updateBatch', 'delete', 'deleteBatch'].includes(String(prop))) return typeof v === 'function' ? v.bind(target) : v;
+        return (...args: unknown[]) => {
+          const arg = args[0];
+          const entries = String(prop) === 'updateBatch' ? (arg as [unknown, unknown][]) : String(prop) === 'deleteBatch' ? (arg as unknown[]).map((k) => [k]) : [[arg]];
+          for (const [k] of entries) {
+            const slot = typeof k === 'object' && k !== null && 'slot' in k ? (k as { slot: number; port: number }) : undefined;
+            const what = slot ? (slot.port === 0 ? 'wildcard' : slot.slot === 0 ? 'master' : 'slot') : name;
+            log.push(`${String(prop).startsWith('delete') ? 'del' : 'put'} ${what}`);
+          }
+          return (v as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      },
+    });
+  return { maps: { lb4_services: wrap('services', n.dp.maps.lb4_services), lb4_backends: wrap('backend', n.dp.maps.lb4_backends), lb4_reverse_nat: wrap('revnat', n.dp.maps.lb4_reverse_nat) }, log };
+}
+
+describeWith(['root', 'bpffs', 'netns'], 'service writer', () => {
+  it('writes backends, reverse NAT, slots, master and wildcard', () => {
+    node.writer.apply([web(3)]);
+    expect(servicesView(node)).toEqual([
+      '10.96.0.10:0/0#0 → count=0 flags=16',
+      `10.96.0.10:80/6#0 → count=3 flags=${LbFlags.LB_F_CLUSTER_IP}`,
+      '10.96.0.10:80/6#1 → backend=1',
+      '10.96.0.10:80/6#2 → backend=2',
+      '10.96.0.10:80/6#3 → backend=3',
+    ]);
+    expect(node.dp.maps.lb4_backends.entries().sort(([a], [b]) => a - b)).toEqual([
+      [1, { address: '10.244.1.10', port: 8080, proto: 6, flags: BackendFlags.LB_BACKEND_F_LOCAL }],
+      [2, { address: '10.244.1.11', port: 8080, proto: 6, flags: 0 }],
+      [3, { address: '10.244.1.12', port: 8080, proto: 6, flags: BackendFlags.LB_BACKEND_F_LOCAL }],
+    ]);
+    expect(node.dp.maps.lb4_reverse_nat.entries()).toEqual([[1, { address: '10.96.0.10', port: 80 }]]);
+  });
+
+  it('makes before it breaks: backends, then slots, then the master, removals last', () => {
+    node.writer.apply([web(3)]);
+    const { maps, log } = recording(node);
+    const w = new ServiceWriter(maps);
+    w.apply([web(1, { backends: [{ address: '10.244.1.99', port: 8080, local: true }] })]);
+    expect(log).toEqual(['put backend', 'put slot', 'put master', 'del slot', 'del slot', 'del backend', 'del backend', 'del backend']);
+    w.apply([]); // one writer per map set: leave nothing behind for the shared one
+  });
+
+  it('removes a frontend completely: master, slots, reverse NAT, wildcard, unused backends', () => {
+    node.writer.apply([web(2), web(1, { address: '10.96.0.11' })]);
+    node.writer.apply([web(1, { address: '10.96.0.11' })]);
+    expect(servicesView(node)).toEqual(['10.96.0.11:0/0#0 → count=0 flags=16', `10.96.0.11:80/6#0 → count=1 flags=${LbFlags.LB_F_CLUSTER_IP}`, '10.96.0.11:80/6#1 → backend=1']);
+    expect(node.dp.maps.lb4_reverse_nat.entries().map(([, v]) => v.address)).toEqual(['10.96.0.11']);
+    expect(node.dp.maps.lb4_backends.entries().map(([, b]) => b.address)).toEqual(["10.244.1.10"]);
+  });
+
+  it('restores IDs from the maps, so a restarted writer changes nothing', () => {
+    node.writer.apply([web(3), web(2, { address: '10.96.0.20', port: 53, proto: 'UDP' })]);
+    const before = servicesView(node);
+    const restarted = new ServiceWriter(node.dp.maps);
+    const stats = restarted.apply([web(3), web(2, { address: '10.96.0.20', port: 53, proto: 'UDP' })]);
+    expect(stats).toEqual({ frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0 });
+    expect(servicesView(node)).toEqual(before);
+    node.writer = restarted;
+  });
+
+  it('forwards to a new backend after an update, and never to a removed one', () => {
+    const fe = (addrs: string[]): FrontendSpec => ({ address: NODE_IP, port: 30100, proto: 'TCP', kind: 'NodePort', backends: addrs.map((a) => ({ address: a, port: 8080, local: true })) });
+    const dsts = () => {
+      const seen = new Set<string>();
+      for (let p = 0; p < 200; p++) {
+        const r = node.run('tc_ingress', buildPacket([eth(), ipv4({ src: '10.0.10.2', dst: NODE_IP }), tcp({ sport: 20000 + p, dport: 30100, flags: 'S' })]));
+        expect(r.retval).toBe(TcVerdict.OK);
+        seen.add(String(decodePacket(r.data).find((l) => l.name === 'ipv4')!.fields.dst));
+      }
+      return [...seen].sort();
+    };
+    node.writer.apply([fe(['10.244.1.50'])]);
+    expect(dsts()).toEqual(['10.244.1.50']);
+    node.writer.apply([fe(['10.244.1.50', '10.244.1.51', '10.244.1.52'])]);
+    node.flushState();
+    expect(dsts()).toEqual(['10.244.1.50', '10.244.1.51', '10.244.1.52']);
+    node.writer.apply([fe(['10.244.1.51', '10.244.1.52'])]);
+    expect(dsts()).toEqual(['10.244.1.51', '10.244.1.52']); // established flows to .50 were re-balanced
+  });
+
+  it('makes a full map an explicit error naming the setting', () => {
+    const many = Array.from({ length: 70 }, (_, i) => ({ address: `10.244.3.${i}`, port: 80, local: false }));
+    let err: FerryError | undefined;
+    try {
+      node.writer.apply([web(0, { backends: many })]);
+    } catch (e) {
+      err = e as FerryError;
+    }
+    expect(err?.code).toBe(ErrorCode.MapFull);
+    expect(err?.message).toMatch(/raise mapSizes\.backends/);
+    // The writer carries on from what the maps really hold.
+    node.writer.apply([web(2)]);
+    expect(node.dp.maps.lb4_backends.entries().length).toBe(2);
+  });
+});
