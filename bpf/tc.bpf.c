@@ -21,8 +21,8 @@
 
 /* Load-time settings (set by the agent between open and load). */
 const volatile __be32 snat_ipv4 = 0;        /* the node address remote flows leave from */
-const volatile __u16 snat_port_min = 32768; /* SNAT source ports, host order */
-const volatile __u16 snat_port_max = 65535;
+const volatile __u16 snat_port_min = 61000; /* SNAT source ports, host order; keep them */
+const volatile __u16 snat_port_max = 65535; /* out of ip_local_port_range */
 const volatile __u32 snat_retries = 16;     /* random tries when the client's port is taken */
 const volatile __u32 hash_seed = 0;         /* backend-selection hash seed, cluster-wide */
 

@@ -31,6 +31,13 @@ export const DEFAULT_MAP_SIZES: MapSizes = {
   nat: 131_072,
 };
 
+/**
+ * SNAT source ports. They must not overlap the node's ephemeral range
+ * (net.ipv4.ip_local_port_range, 32768–60999 by default): a reply to one of the host's own
+ * connections would otherwise be taken for a reply to an SNATed flow.
+ */
+export const DEFAULT_SNAT_PORTS = { min: 61000, max: 65535 } as const;
+
 export interface DatapathConfig {
   /** Directory with tc.bpf.o and sock.bpf.o. */
   objectsDir: string;
@@ -99,8 +106,8 @@ export class Datapath {
       configure(tc);
       // The constant holds the address in network byte order, as the packet does.
       tc.setConstant('snat_ipv4', Buffer.from([snat >>> 24, (snat >>> 16) & 255, (snat >>> 8) & 255, snat & 255]).readUInt32LE(0));
-      tc.setConstant('snat_port_min', cfg.snatPortMin ?? 32768);
-      tc.setConstant('snat_port_max', cfg.snatPortMax ?? 65535);
+      tc.setConstant('snat_port_min', cfg.snatPortMin ?? DEFAULT_SNAT_PORTS.min);
+      tc.setConstant('snat_port_max', cfg.snatPortMax ?? DEFAULT_SNAT_PORTS.max);
       const lt = cfg.ctLifetimes ?? {};
       if (lt.tcpSyn !== undefined) tc.setConstant('ct_lifetime_tcp_syn', lt.tcpSyn);
       if (lt.tcpEstablished !== undefined) tc.setConstant('ct_lifetime_tcp_established', lt.tcpEstablished);

@@ -148,7 +148,10 @@ export class ServiceWriter {
       const fid = `${frontendId(f)}#${scope}`;
       if (wantFrontends.has(fid)) continue; // duplicates are the model's bug; first wins
       wantFrontends.add(fid);
-      if (f.address !== '0.0.0.0') wantWildcards.add(f.address);
+      // The "known address, unknown port → drop" entry is only for addresses that belong to
+      // Services alone. A node address (NodePort, and often an externalIP) also carries the
+      // host's own traffic: its other ports must reach the host.
+      if (f.kind === 'ClusterIP' || f.kind === 'LoadBalancer') wantWildcards.add(f.address);
       const key: Lb4Key = { address: f.address, port: f.port, proto: Proto[f.proto], scope, slot: 0 };
       const ids = frontendBackends.get(fid)!;
       const flags = kindFlag[f.kind] | (f.nodePortAny ? LbFlags.LB_F_NODE_PORT_ANY : 0);

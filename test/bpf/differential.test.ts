@@ -3,6 +3,7 @@
 // printed on failure, and FERRY_DIFF_SEED reproduces a run.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { DropReason, Proto } from '../../src/datapath/layouts.js';
+import { DEFAULT_SNAT_PORTS } from '../../src/datapath/loader.js';
 import { ReferenceModel, serviceKey, type Decision, type ServiceTables, type Tuple } from '../../src/datapath/reference/model.js';
 import type { FrontendSpec } from '../../src/datapath/spec.js';
 import { buildPacket, eth, ipv4, tcp, udp } from '../../src/packet/build.js';
@@ -14,8 +15,8 @@ import { describeWith } from '../harness/requirements.js';
 const PACKETS = Number(process.env.FERRY_DIFF_PACKETS ?? 100_000);
 const ROUNDS = 10;
 const SEED = Number(process.env.FERRY_DIFF_SEED ?? Date.now() % 2 ** 31);
-const SNAT_MIN = 32768;
-const SNAT_MAX = 65535;
+const SNAT_MIN = DEFAULT_SNAT_PORTS.min;
+const SNAT_MAX = DEFAULT_SNAT_PORTS.max;
 
 /** mulberry32: small, fast, seedable. */
 function rng(seed: number): () => number {
@@ -68,7 +69,7 @@ function randomPacket(r: () => number, table: FrontendSpec[]): Tuple {
   const dport = pick && r() < 0.85 ? pick.port : [30000 + int(8), 80 + int(3), 22, 443][int(4)]!;
   const proto = pick && r() < 0.9 ? Proto[pick.proto] : r() < 0.5 ? Proto.TCP : Proto.UDP;
   // Few clients and ports, so flows repeat (conntrack hits) and SNAT ports collide.
-  return { saddr: `10.0.10.${2 + int(6)}`, daddr, sport: r() < 0.3 ? 1024 + int(4) : 32768 + int(64), dport, proto };
+  return { saddr: `10.0.10.${2 + int(6)}`, daddr, sport: r() < 0.3 ? 1024 + int(4) : 61000 + int(64), dport, proto };
 }
 
 function packetOf(t: Tuple): Buffer {

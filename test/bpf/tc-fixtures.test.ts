@@ -52,14 +52,14 @@ function expectPacket(got: Buffer, want: Buffer): void {
 const syn = (dst: string, dport: number, extra: Partial<{ sport: number; src: string; ttl: number }> = {}): Layer[] => [
   fromRouter,
   ipv4({ src: extra.src ?? CLIENT_IP, dst, ttl: extra.ttl ?? 63, id: 0x1234 }),
-  tcp({ sport: extra.sport ?? 40000, dport, flags: 'S', seq: 1000 }),
+  tcp({ sport: extra.sport ?? 62000, dport, flags: 'S', seq: 1000 }),
 ];
 
 describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
   it('NodePort, local backend: DNAT only, handed to the stack', () => {
     const r = node.run('tc_ingress', buildPacket(syn(NODE_IP, 30080)));
     expect(r.retval).toBe(TcVerdict.OK);
-    expectPacket(r.data, buildPacket([fromRouter, ipv4({ src: CLIENT_IP, dst: LOCAL_POD, ttl: 63, id: 0x1234 }), tcp({ sport: 40000, dport: 8080, flags: 'S', seq: 1000 })]));
+    expectPacket(r.data, buildPacket([fromRouter, ipv4({ src: CLIENT_IP, dst: LOCAL_POD, ttl: 63, id: 0x1234 }), tcp({ sport: 62000, dport: 8080, flags: 'S', seq: 1000 })]));
     expect(total(node.dp, 'ferry_stats', Stat.STAT_FWD_LOCAL)).toBe(1n);
   });
 
@@ -68,18 +68,18 @@ describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
     expect(r.retval).toBe(TcVerdict.REDIRECT);
     expectPacket(
       r.data,
-      buildPacket([eth({ src: NODE_MAC, dst: OTHER_NODE_MAC }), ipv4({ src: NODE_IP, dst: REMOTE_POD, ttl: 62, id: 0x1234 }), tcp({ sport: 40000, dport: 8080, flags: 'S', seq: 1000 })]),
+      buildPacket([eth({ src: NODE_MAC, dst: OTHER_NODE_MAC }), ipv4({ src: NODE_IP, dst: REMOTE_POD, ttl: 62, id: 0x1234 }), tcp({ sport: 62000, dport: 8080, flags: 'S', seq: 1000 })]),
     );
     const [[, ct]] = node.dp.maps.ct4.entries() as [[unknown, { backendId: number; natPort: number; natAddr: string }]];
-    expect(ct).toMatchObject({ natAddr: NODE_IP, natPort: 40000 });
+    expect(ct).toMatchObject({ natAddr: NODE_IP, natPort: 62000 });
   });
 
   it('the reply from the remote backend goes back to the client from the NodePort', () => {
     node.run('tc_ingress', buildPacket(syn(NODE_IP, 30081)));
-    const reply = buildPacket([eth({ src: OTHER_NODE_MAC, dst: NODE_MAC }), ipv4({ src: REMOTE_POD, dst: NODE_IP, ttl: 63, id: 7 }), tcp({ sport: 8080, dport: 40000, flags: 'SA', seq: 5000, ack: 1001 })]);
+    const reply = buildPacket([eth({ src: OTHER_NODE_MAC, dst: NODE_MAC }), ipv4({ src: REMOTE_POD, dst: NODE_IP, ttl: 63, id: 7 }), tcp({ sport: 8080, dport: 62000, flags: 'SA', seq: 5000, ack: 1001 })]);
     const r = node.run('tc_ingress', reply);
     expect(r.retval).toBe(TcVerdict.REDIRECT);
-    expectPacket(r.data, buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: NODE_IP, dst: CLIENT_IP, ttl: 62, id: 7 }), tcp({ sport: 30081, dport: 40000, flags: 'SA', seq: 5000, ack: 1001 })]));
+    expectPacket(r.data, buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: NODE_IP, dst: CLIENT_IP, ttl: 62, id: 7 }), tcp({ sport: 30081, dport: 62000, flags: 'SA', seq: 5000, ack: 1001 })]));
     expect(total(node.dp, 'ferry_stats', Stat.STAT_REPLY_REMOTE)).toBe(1n);
   });
 
@@ -88,25 +88,25 @@ describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
     const r = node.run('tc_ingress', buildPacket(syn(NODE_IP, 30081, { src: '10.0.10.3' })));
     expect(r.retval).toBe(TcVerdict.REDIRECT);
     const sport = decodePacket(r.data).find((l) => l.name === 'tcp')!.fields.sport as number;
-    expect(sport).not.toBe(40000);
-    expect(sport).toBeGreaterThanOrEqual(32768);
+    expect(sport).not.toBe(62000);
+    expect(sport).toBeGreaterThanOrEqual(61000);
   });
 
   it('the reply from a local backend leaves as the NodePort (tc egress)', () => {
     node.run('tc_ingress', buildPacket(syn(NODE_IP, 30080)));
-    const reply = buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: LOCAL_POD, dst: CLIENT_IP, ttl: 63, id: 9 }), tcp({ sport: 8080, dport: 40000, flags: 'SA', seq: 1, ack: 1001 })]);
+    const reply = buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: LOCAL_POD, dst: CLIENT_IP, ttl: 63, id: 9 }), tcp({ sport: 8080, dport: 62000, flags: 'SA', seq: 1, ack: 1001 })]);
     const r = node.run('tc_egress', reply);
     expect(r.retval).toBe(TcVerdict.OK);
-    expectPacket(r.data, buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: NODE_IP, dst: CLIENT_IP, ttl: 63, id: 9 }), tcp({ sport: 30080, dport: 40000, flags: 'SA', seq: 1, ack: 1001 })]));
+    expectPacket(r.data, buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: NODE_IP, dst: CLIENT_IP, ttl: 63, id: 9 }), tcp({ sport: 30080, dport: 62000, flags: 'SA', seq: 1, ack: 1001 })]));
   });
 
   it('LoadBalancer IP with a remote backend, and externalIP with a local one', () => {
     const lb = node.run('tc_ingress', buildPacket(syn(LB_IP, 80)));
     expect(lb.retval).toBe(TcVerdict.REDIRECT);
-    expectPacket(lb.data, buildPacket([eth({ src: NODE_MAC, dst: OTHER_NODE_MAC }), ipv4({ src: NODE_IP, dst: REMOTE_POD, ttl: 62, id: 0x1234 }), tcp({ sport: 40000, dport: 8080, flags: 'S', seq: 1000 })]));
+    expectPacket(lb.data, buildPacket([eth({ src: NODE_MAC, dst: OTHER_NODE_MAC }), ipv4({ src: NODE_IP, dst: REMOTE_POD, ttl: 62, id: 0x1234 }), tcp({ sport: 62000, dport: 8080, flags: 'S', seq: 1000 })]));
     const ext = node.run('tc_ingress', buildPacket(syn(EXTERNAL_IP, 80)));
     expect(ext.retval).toBe(TcVerdict.OK);
-    expectPacket(ext.data, buildPacket([fromRouter, ipv4({ src: CLIENT_IP, dst: LOCAL_POD, ttl: 63, id: 0x1234 }), tcp({ sport: 40000, dport: 8080, flags: 'S', seq: 1000 })]));
+    expectPacket(ext.data, buildPacket([fromRouter, ipv4({ src: CLIENT_IP, dst: LOCAL_POD, ttl: 63, id: 0x1234 }), tcp({ sport: 62000, dport: 8080, flags: 'S', seq: 1000 })]));
   });
 
   it('UDP NodePort: DNAT with the UDP checksum updated; a zero checksum stays zero', () => {
@@ -169,22 +169,22 @@ describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
   it('ICMP fragmentation-needed about a reply is translated to the local backend (PMTU)', () => {
     node.run('tc_ingress', buildPacket(syn(NODE_IP, 30080)));
     // A router near the client could not forward our 1500-byte reply (NodePort → client).
-    const quoted = buildPacket([ipv4({ src: NODE_IP, dst: CLIENT_IP, ttl: 62, id: 77 }), tcp({ sport: 30080, dport: 40000, flags: 'A', seq: 1 })]).subarray(0, 28);
+    const quoted = buildPacket([ipv4({ src: NODE_IP, dst: CLIENT_IP, ttl: 62, id: 77 }), tcp({ sport: 30080, dport: 62000, flags: 'A', seq: 1 })]).subarray(0, 28);
     const err = buildPacket([fromRouter, ipv4({ src: '10.0.10.1', dst: NODE_IP, ttl: 64, id: 5 }), icmp({ type: 3, code: 4, rest: 1400 }), payload(quoted)]);
     const r = node.run('tc_ingress', err);
     expect(r.retval).toBe(TcVerdict.OK);
-    const wantQuote = buildPacket([ipv4({ src: LOCAL_POD, dst: CLIENT_IP, ttl: 62, id: 77 }), tcp({ sport: 8080, dport: 40000, flags: 'A', seq: 1 })]).subarray(0, 28);
+    const wantQuote = buildPacket([ipv4({ src: LOCAL_POD, dst: CLIENT_IP, ttl: 62, id: 77 }), tcp({ sport: 8080, dport: 62000, flags: 'A', seq: 1 })]).subarray(0, 28);
     expectPacket(r.data, buildPacket([fromRouter, ipv4({ src: '10.0.10.1', dst: LOCAL_POD, ttl: 64, id: 5 }), icmp({ type: 3, code: 4, rest: 1400 }), payload(wantQuote)]));
     expect(total(node.dp, 'ferry_stats', Stat.STAT_ICMP_RELATED)).toBe(1n);
   });
 
   it('ICMP fragmentation-needed about an SNATed packet is translated back to the client', () => {
     node.run('tc_ingress', buildPacket(syn(NODE_IP, 30081)));
-    const quoted = buildPacket([ipv4({ src: NODE_IP, dst: REMOTE_POD, ttl: 62, id: 0x1234 }), tcp({ sport: 40000, dport: 8080, flags: 'A', seq: 1000 })]).subarray(0, 28);
+    const quoted = buildPacket([ipv4({ src: NODE_IP, dst: REMOTE_POD, ttl: 62, id: 0x1234 }), tcp({ sport: 62000, dport: 8080, flags: 'A', seq: 1000 })]).subarray(0, 28);
     const err = buildPacket([eth({ src: OTHER_NODE_MAC, dst: NODE_MAC }), ipv4({ src: '10.0.30.22', dst: NODE_IP, ttl: 64, id: 6 }), icmp({ type: 3, code: 4, rest: 1400 }), payload(quoted)]);
     const r = node.run('tc_ingress', err);
     expect(r.retval).toBe(TcVerdict.REDIRECT);
-    const wantQuote = buildPacket([ipv4({ src: CLIENT_IP, dst: NODE_IP, ttl: 62, id: 0x1234 }), tcp({ sport: 40000, dport: 30081, flags: 'A', seq: 1000 })]).subarray(0, 28);
+    const wantQuote = buildPacket([ipv4({ src: CLIENT_IP, dst: NODE_IP, ttl: 62, id: 0x1234 }), tcp({ sport: 62000, dport: 30081, flags: 'A', seq: 1000 })]).subarray(0, 28);
     expectPacket(r.data, buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: '10.0.30.22', dst: CLIENT_IP, ttl: 63, id: 6 }), icmp({ type: 3, code: 4, rest: 1400 }), payload(wantQuote)]));
   });
 });

@@ -15,6 +15,11 @@ export const CGROUP2_MOUNT = process.env.FERRY_CGROUP2_MOUNT ?? '/sys/fs/cgroup/
 export interface HostOptions {
   /** A router forwards between its links; it never gets a default route. */
   router?: boolean;
+  /** Nest this host's cgroup under another's (a pod under its node), so cgroup hooks
+   * attached at the node's cgroup cover the pod too. */
+  cgroupParent?: Host;
+  /** Enable IPv4 forwarding (routers always do). */
+  forwarding?: boolean;
 }
 
 export interface Proc {
@@ -187,14 +192,14 @@ export class Testbed {
     if (!/^[a-z][a-z0-9-]{0,30}$/.test(name)) throw new Error(`host name "${name}": use [a-z0-9-]`);
     if (this.hosts.has(name)) throw new Error(`testbed ${this.prefix}: host ${name} exists`);
     const netns = `${this.prefix}-${name}`;
-    const cgroup = join(this.cgroupRoot, name);
+    const cgroup = join(opts.cgroupParent?.cgroup ?? this.cgroupRoot, name);
     await execOk('ip', ['netns', 'add', netns]);
     mkdirSync(cgroup, { recursive: true });
     const h = new Host(this, name, netns, cgroup, Boolean(opts.router));
     this.hosts.set(name, h);
     this.save();
     await h.ip('link', 'set', 'lo', 'up');
-    if (opts.router) await h.execOk(['sysctl', '-qw', 'net.ipv4.ip_forward=1']);
+    if (opts.router || opts.forwarding) await h.execOk(['sysctl', '-qw', 'net.ipv4.ip_forward=1']);
     return h;
   }
 

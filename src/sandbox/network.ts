@@ -1,0 +1,100 @@
+// The sandbox's network, on a testbed: a router, a client network, N nodes on the node
+// network, and pods on each node routed natively (as Flannel host-gw or Calico would),
+// with the address plan of design.md. The router has no default route; nothing here
+// reaches the root namespace.
+import type { Host, Testbed } from './netns/testbed.js';
+
+export const CLIENT_NET = { cidr: '10.0.10.0/24', router: '10.0.10.1', client: '10.0.10.2' } as const;
+export const NODE_NET = { cidr: '10.0.30.0/24', router: '10.0.30.1', firstNode: 21 } as const;
+export const LB_POOL = '10.0.100.0/24';
+export const SERVICE_CIDR = '10.96.0.0/12';
+/** Pods reach their node through this link-local next hop (answered by proxy ARP). */
+const POD_GATEWAY = '169.254.1.1';
+
+export interface NodeInfo {
+  index: number; // 1-based
+  name: string; // node-1
+  host: Host;
+  ip: string; // 10.0.30.21
+  podCidr: string; // 10.244.1.0/24
+  device: string; // eth0: the external device
+}
+
+export interface PodInfo {
+  name: string;
+  node: NodeInfo;
+  host: Host;
+  ip: string;
+}
+
+export class ClusterNetwork {
+  readonly nodes: NodeInfo[] = [];
+  readonly pods = new Map<string, PodInfo>();
+  private nextPodHost = new Map<number, number>();
+
+  private constructor(
+    readonly tb: Testbed,
+    readonly router: Host,
+    readonly client: Host,
+  ) {}
+
+  static async create(tb: Testbed, opts: { nodes: number }): Promise<ClusterNetwork> {
+    const router = await tb.addHost('router', { router: true });
+    const client = await tb.addHost('client');
+    await tb.link({ host: client, ifname: 'eth0', address: `${CLIENT_NET.client}/24` }, { host: router, ifname: 'clients', address: `${CLIENT_NET.router}/24` });
+    await tb.route(client, 'default', CLIENT_NET.router);
+    const net = new ClusterNetwork(tb, router, client);
+    // The node network is a broadcast domain: a bridge on the router would need the
+    // bridge module, so each node gets its own point-to-point link and a /32 route.
+    for (let i = 1; i <= opts.nodes; i++) await net.addNode(i);
+    for (const n of net.nodes) {
+      for (const other of net.nodes) {
+        if (other !== n) await tb.route(n.host, other.podCidr, other.ip);
+      }
+    }
+    return net;
+  }
+
+  private async addNode(i: number): Promise<void> {
+    const name = `node-${i}`;
+    const host = await this.tb.addHost(name, { forwarding: true });
+    const ip = `10.0.30.${NODE_NET.firstNode + i - 1}`;
+    await this.tb.link({ host, ifname: 'eth0', address: `${ip}/24` }, { host: this.router, ifname: `n${i}`, address: `${NODE_NET.router}/32` });
+    // The router reaches each node over its own link; nodes reach each other through it.
+    await this.router.ip('route', 'replace', `${ip}/32`, 'dev', `n${i}`);
+    await this.router.execOk(['sysctl', '-qw', `net.ipv4.conf.n${i}.proxy_arp=1`]);
+    await this.tb.route(host, 'default', NODE_NET.router);
+    const podCidr = `10.244.${i}.0/24`;
+    await this.tb.route(this.router, podCidr, ip);
+    this.nodes.push({ index: i, name, host, ip, podCidr, device: 'eth0' });
+  }
+
+  node(i: number): NodeInfo {
+    const n = this.nodes[i - 1];
+    if (!n) throw new Error(`no node-${i}`);
+    return n;
+  }
+
+  /** A pod: a namespace on its node with a veth, a /32 route on the node and a cgroup under the node's. */
+  async addPod(name: string, nodeIndex: number): Promise<PodInfo> {
+    const node = this.node(nodeIndex);
+    const n = (this.nextPodHost.get(nodeIndex) ?? 10) + 1;
+    this.nextPodHost.set(nodeIndex, n);
+    const ip = `10.244.${nodeIndex}.${n}`;
+    const host = await this.tb.addHost(name, { cgroupParent: node.host });
+    const nodeSide = `v${name}`.slice(0, 15);
+    await this.tb.link({ host, ifname: 'eth0', address: `${ip}/32` }, { host: node.host, ifname: nodeSide });
+    await node.host.execOk(['sysctl', '-qw', `net.ipv4.conf.${nodeSide}.proxy_arp=1`]);
+    await node.host.ip('route', 'replace', `${ip}/32`, 'dev', nodeSide);
+    await host.ip('route', 'replace', POD_GATEWAY, 'dev', 'eth0', 'scope', 'link');
+    await host.ip('route', 'replace', 'default', 'via', POD_GATEWAY, 'dev', 'eth0');
+    const pod = { name, node, host, ip };
+    this.pods.set(name, pod);
+    return pod;
+  }
+
+  /** Route a LoadBalancer IP from the router to the nodes that should receive it (ECMP). */
+  async routeLoadBalancerIP(ip: string, nodes: NodeInfo[]): Promise<void> {
+    await this.tb.multipathRoute(this.router, `${ip}/32`, nodes.map((n) => n.ip));
+  }
+}

@@ -1,0 +1,164 @@
+// Real TCP and UDP traffic through the datapath: two nodes, a router, a client and pods,
+// every path of issue 3 (NodePort local/remote, LoadBalancer IP, ClusterIP from pods and
+// the host, hairpin, UDP with replies from the Service address, no endpoints, backend
+// removal, 1 MB transfers).
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { Host } from '../../src/sandbox/netns/testbed.js';
+import type { PodInfo } from '../../src/sandbox/network.js';
+import { MiniCluster, WORKLOADS, type TestService } from '../harness/mini-cluster.js';
+import { describeWith } from '../harness/requirements.js';
+
+let c: MiniCluster;
+let web1: PodInfo;
+let web2: PodInfo;
+let client1: PodInfo;
+let client2: PodInfo;
+let solo: TestService;
+let pair: TestService;
+let empty: TestService;
+
+const LB_IP = '10.0.100.10';
+const MB = 1024 * 1024;
+
+beforeAll(async () => {
+  c = await MiniCluster.create({ nodes: 2 });
+  [web1, web2, client1, client2] = await Promise.all([
+    c.pod('web-1', 1, { whoami: 8080, udpEcho: 5353 }),
+    c.pod('web-2', 2, { whoami: 8080, udpEcho: 5353 }),
+    c.pod('client-1', 1),
+    c.pod('client-2', 2),
+  ]);
+  solo = {
+    clusterIP: '10.96.0.11',
+    ports: [{ port: 80, proto: 'TCP', targetPort: 8080, nodePort: 30080 }, { port: 53, proto: 'UDP', targetPort: 5353, nodePort: 30053 }],
+    loadBalancerIPs: [LB_IP],
+    endpoints: [web1],
+  };
+  pair = { clusterIP: '10.96.0.12', ports: [{ port: 80, proto: 'TCP', targetPort: 8080 }], endpoints: [web1, web2] };
+  empty = { clusterIP: '10.96.0.13', ports: [{ port: 80, proto: 'TCP', targetPort: 8080, nodePort: 30090 }], endpoints: [] };
+  c.apply([solo, pair, empty]);
+  await c.net.routeLoadBalancerIP(LB_IP, [c.net.node(2)]);
+});
+afterAll(async () => {
+  await c?.close();
+});
+
+interface Whoami {
+  hostname: string;
+  remoteAddr: string;
+}
+
+async function curl(from: Host, url: string): Promise<Whoami> {
+  const r = await from.exec(['curl', '-sS', '--max-time', '5', url], { timeoutMs: 10_000 });
+  if (r.code !== 0) throw new Error(`curl ${url} from ${from.name}: exit ${r.code}: ${r.stderr.trim()}`);
+  return {
+    hostname: /Hostname: (\S+)/.exec(r.stdout)?.[1] ?? '',
+    remoteAddr: /RemoteAddr: (\S+)/.exec(r.stdout)?.[1] ?? '',
+  };
+}
+
+async function download(from: Host, url: string): Promise<number> {
+  const r = await from.exec(['curl', '-sS', '--max-time', '20', '-o', '/dev/null', '-w', '%{size_download}', url], { timeoutMs: 30_000 });
+  if (r.code !== 0) throw new Error(`download ${url} from ${from.name}: exit ${r.code}: ${r.stderr.trim()}`);
+  return Number(r.stdout);
+}
+
+async function udp(from: Host, to: string, opts: { connected?: boolean; size?: number } = {}) {
+  const args = [process.execPath, WORKLOADS, 'udp', '--to', to, '--size', String(opts.size ?? 32), '--count', '3'];
+  if (opts.connected) args.push('--connected');
+  const r = await from.execOk(args, { timeoutMs: 15_000 });
+  return (JSON.parse(r) as { replies: { from: string; bytes: number; ok: boolean }[] }).replies;
+}
+
+const ipOf = (addr: string) => addr.split(':')[0];
+
+describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'Service traffic through the datapath', () => {
+  it('client → NodePort with a local backend: DNAT only, the pod sees the client', async () => {
+    const r = await curl(c.client, 'http://10.0.30.21:30080/');
+    expect(r.hostname).toBe('web-1');
+    expect(ipOf(r.remoteAddr)).toBe('10.0.10.2');
+  });
+
+  it('client → NodePort with a remote backend: SNAT, the pod sees the node', async () => {
+    const r = await curl(c.client, 'http://10.0.30.22:30080/');
+    expect(r.hostname).toBe('web-1');
+    expect(ipOf(r.remoteAddr)).toBe('10.0.30.22');
+  });
+
+  it('client → LoadBalancer IP routed to a node', async () => {
+    const r = await curl(c.client, `http://${LB_IP}/`);
+    expect(r.hostname).toBe('web-1');
+    expect(ipOf(r.remoteAddr)).toBe('10.0.30.22');
+  });
+
+  it('pod → ClusterIP on the same node and on another node keeps the pod source IP', async () => {
+    const same = await curl(client1.host, 'http://10.96.0.11/');
+    expect(same).toMatchObject({ hostname: 'web-1' });
+    expect(ipOf(same.remoteAddr)).toBe(client1.ip);
+    const other = await curl(client2.host, 'http://10.96.0.11/');
+    expect(other).toMatchObject({ hostname: 'web-1' });
+    expect(ipOf(other.remoteAddr)).toBe(client2.ip);
+  });
+
+  it('host → ClusterIP, and host → NodePort on loopback', async () => {
+    const node2 = c.net.node(2).host;
+    expect((await curl(node2, 'http://10.96.0.11/')).hostname).toBe('web-1');
+    expect((await curl(node2, 'http://127.0.0.1:30080/')).hostname).toBe('web-1');
+  });
+
+  it('pod → its own Service (hairpin)', async () => {
+    const r = await curl(web1.host, 'http://10.96.0.11/');
+    expect(r.hostname).toBe('web-1');
+  });
+
+  it('UDP echo through ClusterIP, connected and not, with replies from the Service address', async () => {
+    for (const connected of [false, true]) {
+      const replies = await udp(client2.host, '10.96.0.11:53', { connected });
+      expect(replies.map((x) => [x.ok, x.from])).toEqual(Array(3).fill([true, '10.96.0.11:53']));
+    }
+  });
+
+  it('UDP echo through NodePort, local and remote backend, replies from the NodePort', async () => {
+    for (const node of ['10.0.30.21', '10.0.30.22']) {
+      const replies = await udp(c.client, `${node}:30053`, { size: 1472 });
+      expect(replies.map((x) => [x.ok, x.from, x.bytes])).toEqual(Array(3).fill([true, `${node}:30053`, 1472]));
+    }
+  });
+
+  it('no endpoints → connection refused, from a pod and from outside', async () => {
+    const fromPod = await client1.host.exec(['curl', '-sS', '--max-time', '5', 'http://10.96.0.13/']);
+    expect(fromPod.code).toBe(7);
+    expect(fromPod.stderr).toMatch(/Connection refused|Couldn't connect/);
+    const fromOutside = await c.client.exec(['curl', '-sS', '--max-time', '5', 'http://10.0.30.21:30090/']);
+    expect(fromOutside.code).toBe(7);
+    expect(fromOutside.stderr).toMatch(/Connection refused|Couldn't connect/);
+  });
+
+  it('after a backend is removed, new connections go elsewhere and none reach it', async () => {
+    const seen = new Set<string>();
+    for (let i = 0; i < 12; i++) seen.add((await curl(client1.host, 'http://10.96.0.12/')).hostname);
+    expect([...seen].sort()).toEqual(['web-1', 'web-2']);
+    c.apply([solo, { ...pair, endpoints: [web1] }, empty]);
+    try {
+      for (let i = 0; i < 20; i++) expect((await curl(client1.host, 'http://10.96.0.12/')).hostname).toBe('web-1');
+    } finally {
+      c.apply([solo, pair, empty]);
+    }
+  });
+
+  it('1 MB transfers over every path', async () => {
+    const node2 = c.net.node(2).host;
+    const paths: Array<[Host, string]> = [
+      [c.client, 'http://10.0.30.21:30080'], // NodePort, local backend
+      [c.client, 'http://10.0.30.22:30080'], // NodePort, remote backend
+      [c.client, `http://${LB_IP}`], // LoadBalancer IP
+      [client1.host, 'http://10.96.0.11'], // ClusterIP, same node
+      [client2.host, 'http://10.96.0.11'], // ClusterIP, other node
+      [node2, 'http://10.96.0.11'], // host → ClusterIP
+      [web1.host, 'http://10.96.0.11'], // hairpin
+    ];
+    for (const [from, base] of paths) {
+      expect(await download(from, `${base}/bytes?n=${MB}`), `${from.name} → ${base}`).toBe(MB);
+    }
+  });
+});

@@ -1,0 +1,112 @@
+// A cluster for end-to-end datapath tests, without the agent: the sandbox network (router,
+// client, nodes, pods) with the datapath loaded for every node by this process, attached
+// to the node's external device and cgroup, and Services written through ServiceWriter.
+// The per-node translation of a Service below is deliberately small (no policies): the
+// real one is the model's job.
+import { mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { Datapath } from '../../src/datapath/loader.js';
+import type { FrontendSpec } from '../../src/datapath/spec.js';
+import { ServiceWriter } from '../../src/datapath/writer.js';
+import type { ProtoName } from '../../src/datapath/layouts.js';
+import { Testbed, type Proc } from '../../src/sandbox/netns/testbed.js';
+import { ClusterNetwork, type NodeInfo, type PodInfo } from '../../src/sandbox/network.js';
+import { inNetns } from '../../src/sys/netns.js';
+import { REPO_ROOT } from './paths.js';
+
+export interface TestService {
+  clusterIP: string;
+  ports: Array<{ port: number; proto: ProtoName; targetPort: number; nodePort?: number }>;
+  loadBalancerIPs?: string[];
+  externalIPs?: string[];
+  endpoints: PodInfo[];
+}
+
+export interface ClusterNode extends NodeInfo {
+  dp: Datapath;
+  writer: ServiceWriter;
+  pinDir: string;
+}
+
+export const WORKLOADS = join(REPO_ROOT, 'dist', 'sandbox', 'workloads', 'main.js');
+
+export class MiniCluster {
+  readonly nodes: ClusterNode[] = [];
+  private readonly servers: Proc[] = [];
+
+  private constructor(
+    readonly tb: Testbed,
+    readonly net: ClusterNetwork,
+  ) {}
+
+  static async create(opts: { nodes: number }): Promise<MiniCluster> {
+    const tb = await Testbed.create();
+    try {
+      const net = await ClusterNetwork.create(tb, opts);
+      const c = new MiniCluster(tb, net);
+      for (const n of net.nodes) {
+        const pinDir = join('/sys/fs/bpf', `${tb.prefix}-${n.name}`);
+        mkdirSync(pinDir);
+        const dp = Datapath.load({ objectsDir: join(REPO_ROOT, 'build', 'bpf'), pinDir, snatIPv4: n.ip, hashSeed: 7 });
+        c.nodes.push({ ...n, dp, writer: new ServiceWriter(dp.maps), pinDir });
+        inNetns(n.host.netns, () => dp.attachDevice(n.device));
+        dp.attachCgroup({ path: n.host.cgroup, expect: 'subtree' });
+      }
+      return c;
+    } catch (e) {
+      await tb.destroy();
+      throw e;
+    }
+  }
+
+  get client() {
+    return this.net.client;
+  }
+
+  async pod(name: string, nodeIndex: number, serve: { whoami?: number; udpEcho?: number } = {}): Promise<PodInfo> {
+    const pod = await this.net.addPod(name, nodeIndex);
+    const waits: Promise<void>[] = [];
+    if (serve.whoami) waits.push(this.serve(pod, ['whoami', '--port', String(serve.whoami), '--name', name], 'whoami listening'));
+    if (serve.udpEcho) waits.push(this.serve(pod, ['udp-echo', '--port', String(serve.udpEcho)], 'udp-echo listening'));
+    await Promise.all(waits);
+    return pod;
+  }
+
+  private async serve(pod: PodInfo, args: string[], ready: string): Promise<void> {
+    const p = pod.host.spawn([process.execPath, WORKLOADS, ...args]);
+    this.servers.push(p);
+    for (let i = 0; i < 200; i++) {
+      if (p.output().includes(ready)) return;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    throw new Error(`${args[0]} in ${pod.name} did not start: ${p.output()}`);
+  }
+
+  /** Write the Services into every node's maps, each node marking its own pods local. */
+  apply(services: TestService[]): void {
+    for (const n of this.nodes) n.writer.apply(services.flatMap((s) => frontendsFor(s, n)));
+  }
+
+  async close(): Promise<void> {
+    for (const n of this.nodes) {
+      n.dp.close();
+      rmSync(n.pinDir, { recursive: true, force: true });
+    }
+    await this.tb.destroy();
+  }
+}
+
+function frontendsFor(s: TestService, node: NodeInfo): FrontendSpec[] {
+  const out: FrontendSpec[] = [];
+  for (const p of s.ports) {
+    const backends = s.endpoints.map((e) => ({ address: e.ip, port: p.targetPort, local: e.node.name === node.name }));
+    out.push({ address: s.clusterIP, port: p.port, proto: p.proto, kind: 'ClusterIP', backends });
+    if (p.nodePort) {
+      out.push({ address: node.ip, port: p.nodePort, proto: p.proto, kind: 'NodePort', backends });
+      out.push({ address: '0.0.0.0', port: p.nodePort, proto: p.proto, kind: 'NodePort', nodePortAny: true, backends });
+    }
+    for (const ip of s.loadBalancerIPs ?? []) out.push({ address: ip, port: p.port, proto: p.proto, kind: 'LoadBalancer', backends });
+    for (const ip of s.externalIPs ?? []) out.push({ address: ip, port: p.port, proto: p.proto, kind: 'ExternalIP', backends });
+  }
+  return out;
+}
