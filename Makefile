@@ -2,7 +2,8 @@
 SHELL := /bin/bash
 NPX := npx --no-install
 
-.PHONY: all setup build build-ts build-bpf test test-unit test-bpf test-e2e demo bench cleanup clean
+
+.PHONY: all setup build build-ts build-bpf typecheck test test-unit test-bpf test-e2e demo bench cleanup clean
 
 all: build
 
@@ -19,8 +20,12 @@ build-ts:
 build-bpf: build-ts
 	@node bin/ferry.js compile
 
+## typecheck: the tests and benchmarks too, not only src/
+typecheck: setup
+	@$(NPX) tsc -p tsconfig.test.json
+
 ## test: every test (unit, bpf, e2e); bpf and e2e need root
-test: build
+test: build typecheck
 	@mkdir -p build
 	@set -o pipefail; $(NPX) vitest run --reporter=verbose --reporter=json --outputFile.json=build/test-report.json; \
 	  status=$$?; node scripts/test-summary.mjs build/test-report.json || status=1; \

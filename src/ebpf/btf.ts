@@ -41,6 +41,9 @@ export type BtfType =
   | { kind: typeof BtfKind.DeclTag; id: number; name: string; type: number; componentIdx: number }
   | { kind: typeof BtfKind.Unknown; id: 0; name: '' };
 
+/** A struct or union type. */
+export type BtfStruct = Extract<BtfType, { members: BtfMember[] }>;
+
 const BTF_MAGIC = 0xeb9f;
 
 export class Btf {
@@ -204,8 +207,8 @@ export class Btf {
     return (this.byName.get(name) ?? []).filter((t) => kind === undefined || t.kind === kind);
   }
 
-  struct(name: string): Extract<BtfType, { kind: 4 }> | undefined {
-    return this.find(name, BtfKind.Struct)[0] as Extract<BtfType, { kind: 4 }> | undefined;
+  struct(name: string): BtfStruct | undefined {
+    return this.find(name, BtfKind.Struct)[0] as BtfStruct | undefined;
   }
 
   /** Follow typedefs and qualifiers to the underlying type. */

@@ -70,7 +70,7 @@ describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
       r.data,
       buildPacket([eth({ src: NODE_MAC, dst: OTHER_NODE_MAC }), ipv4({ src: NODE_IP, dst: REMOTE_POD, ttl: 62, id: 0x1234 }), tcp({ sport: 62000, dport: 8080, flags: 'S', seq: 1000 })]),
     );
-    const [[, ct]] = node.dp.maps.ct4.entries() as [[unknown, { backendId: number; natPort: number; natAddr: string }]];
+    const [, ct] = node.dp.maps.ct4.entries()[0]!;
     expect(ct).toMatchObject({ natAddr: NODE_IP, natPort: 62000 });
   });
 

@@ -1,0 +1,62 @@
+// Conntrack lifetimes as the program sets them (SYN, established, closing, UDP) and the
+// user-space collector that removes expired flows.
+import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
+import { collectConntrack, monotonicNs } from '../../src/datapath/ct-gc.js';
+import { CtFlags } from '../../src/datapath/layouts.js';
+import { buildPacket, eth, ipv4, tcp, udp } from '../../src/packet/build.js';
+import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../harness/datapath-node.js';
+import { describeWith } from '../harness/requirements.js';
+
+let node: DatapathNode;
+const LIFETIMES = { tcpSyn: 30, tcpEstablished: 3000, tcpClosing: 5, nonTcp: 20 };
+beforeAll(async () => {
+  node = await datapathNode({ ctLifetimes: LIFETIMES });
+  node.writer.apply([
+    { address: NODE_IP, port: 30080, proto: 'TCP', kind: 'NodePort', backends: [{ address: '10.244.1.5', port: 8080, local: true }] },
+    { address: NODE_IP, port: 30053, proto: 'UDP', kind: 'NodePort', backends: [{ address: '10.244.2.5', port: 53, local: false }] },
+  ]);
+});
+afterAll(async () => {
+  await node?.close();
+});
+beforeEach(() => node.flushState());
+
+const toNodePort = (sport: number, flags: string) => buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), tcp({ sport, dport: 30080, flags })]);
+const replyFromPod = (dport: number, flags: string) => buildPacket([eth(), ipv4({ src: '10.244.1.5', dst: CLIENT_IP }), tcp({ sport: 8080, dport, flags })]);
+
+/** Seconds from now until the single ct4 entry expires. */
+function ctTtl(): { ttl: number; flags: number } {
+  const [, v] = node.dp.maps.ct4.entries()[0]!;
+  return { ttl: Number(v.expiresNs - monotonicNs()) / 1e9, flags: v.flags };
+}
+
+describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
+  it('follows a TCP flow: SYN, established after a reply, closing after FIN', () => {
+    node.run('tc_ingress', toNodePort(62001, 'S'));
+    expect(ctTtl().ttl).toBeGreaterThan(LIFETIMES.tcpSyn - 2);
+    expect(ctTtl().ttl).toBeLessThanOrEqual(LIFETIMES.tcpSyn);
+    node.run('tc_egress', replyFromPod(62001, 'SA'));
+    node.run('tc_ingress', toNodePort(62001, 'A'));
+    expect(ctTtl()).toMatchObject({ flags: CtFlags.CT_F_LOCAL | CtFlags.CT_F_SEEN_REPLY });
+    expect(ctTtl().ttl).toBeGreaterThan(LIFETIMES.tcpEstablished - 2);
+    node.run('tc_ingress', toNodePort(62001, 'FA'));
+    expect(ctTtl().flags & CtFlags.CT_F_CLOSING).toBeTruthy();
+    expect(ctTtl().ttl).toBeLessThanOrEqual(LIFETIMES.tcpClosing);
+  });
+
+  it('gives UDP the non-TCP lifetime and keeps an SNAT binding beside it', () => {
+    node.run('tc_ingress', buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), udp({ sport: 5000, dport: 30053 })]));
+    expect(ctTtl().ttl).toBeGreaterThan(LIFETIMES.nonTcp - 2);
+    expect(node.dp.maps.nat4.entries().map(([, v]) => v.flags & CtFlags.CT_F_SNAT)).toEqual([CtFlags.CT_F_SNAT]);
+  });
+
+  it('collects expired entries and keeps live ones', () => {
+    node.run('tc_ingress', toNodePort(62002, 'S'));
+    node.run('tc_ingress', toNodePort(62003, 'S'));
+    expect(collectConntrack(node.dp.maps)).toEqual({ ctScanned: 2, ctDeleted: 0, natScanned: 2, natDeleted: 0 });
+    // As if the SYN lifetime had passed.
+    const later = monotonicNs() + BigInt(LIFETIMES.tcpSyn + 1) * 1_000_000_000n;
+    expect(collectConntrack(node.dp.maps, later)).toEqual({ ctScanned: 2, ctDeleted: 2, natScanned: 2, natDeleted: 2 });
+    expect(node.dp.maps.ct4.entries()).toEqual([]);
+  });
+});
