@@ -29,10 +29,10 @@ const volatile __u32 hash_seed = 0;         /* backend-selection hash seed, clus
 /* Reserve the reply tuple (backend → node:port) for a new SNAT binding: the client's own
  * port if free, else random ports in range. Returns the port (network order) or 0. */
 static __always_inline __be16 snat4_reserve(const struct pkt4 *p, const struct lb4_backend *b,
-					    const struct lb4_key *fe, __u16 rev_nat_id, __u64 expires)
+					    const struct lb4_key *fe, __u16 rev_nat_id, __u64 now)
 {
 	struct nat4_entry nat = {
-		.expires_ns = expires,
+		.expires_ns = now + ct_lifetime_ns(p->proto, CT_F_SNAT),
 		.client_addr = p->saddr,
 		.client_port = p->sport,
 		.frontend_addr = fe->address,
@@ -51,6 +51,8 @@ static __always_inline __be16 snat4_reserve(const struct pkt4 *p, const struct l
 	__u32 i;
 
 	for (i = 0; i <= 32; i++) {
+		struct nat4_entry *old;
+
 		if (i > snat_retries)
 			break;
 		if (i > 0 || port < snat_port_min || port > snat_port_max)
@@ -58,8 +60,32 @@ static __always_inline __be16 snat4_reserve(const struct pkt4 *p, const struct l
 		reply.dport = bpf_htons(port);
 		if (bpf_map_update_elem(&nat4, &reply, &nat, BPF_NOEXIST) == 0)
 			return reply.dport;
+		/* Taken: by a live flow, or by one that expired and awaits collection. */
+		old = bpf_map_lookup_elem(&nat4, &reply);
+		if (old && ct_expired(old->expires_ns, now) &&
+		    bpf_map_update_elem(&nat4, &reply, &nat, BPF_EXIST) == 0)
+			return reply.dport;
 	}
 	return 0;
+}
+
+/* Free the SNAT binding of a flow that is being replaced (its backend still known). */
+static __always_inline void snat4_release(const struct ct4_entry *ct, __u8 proto)
+{
+	struct lb4_backend *b;
+	struct ct4_key reply = {};
+
+	if (!(ct->flags & CT_F_SNAT))
+		return;
+	b = lb4_backend(ct->backend_id);
+	if (!b)
+		return;
+	reply.saddr = b->address;
+	reply.daddr = ct->nat_addr;
+	reply.sport = b->port;
+	reply.dport = ct->nat_port;
+	reply.proto = proto;
+	bpf_map_delete_elem(&nat4, &reply);
 }
 
 /* A reply from a remote backend to an SNATed flow: restore client and frontend. */
@@ -107,6 +133,11 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 
 	ct4_key_of(p, &key);
 	ct = bpf_map_lookup_elem(&ct4, &key);
+	if (ct && (ct_expired(ct->expires_ns, now) || ct_tcp_reopen(p, ct->flags))) {
+		/* A new flow on an old tuple: drop the old binding, balance it afresh. */
+		snat4_release(ct, p->proto);
+		ct = NULL;
+	}
 	if (ct)
 		b = lb4_backend(ct->backend_id);
 	if (!ct || !b) {
@@ -125,7 +156,7 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 		fresh.flags = (b->flags & LB_BACKEND_F_LOCAL) ? CT_F_LOCAL : CT_F_SNAT;
 		if (fresh.flags & CT_F_SNAT) {
 			fresh.nat_addr = snat_ipv4;
-			fresh.nat_port = snat4_reserve(p, b, &fe, svc->rev_nat_id, now + ct_lifetime_ns(p->proto, fresh.flags));
+			fresh.nat_port = snat4_reserve(p, b, &fe, svc->rev_nat_id, now);
 			if (!fresh.nat_port)
 				return count_drop(DROP_NAT_EXHAUSTED, p->len);
 		}
@@ -294,7 +325,7 @@ int tc_ingress(struct __sk_buff *skb)
 
 		ct4_key_of(&p, &k);
 		nat = bpf_map_lookup_elem(&nat4, &k);
-		if (nat && (nat->flags & CT_F_SNAT))
+		if (nat && (nat->flags & CT_F_SNAT) && !ct_expired(nat->expires_ns, bpf_ktime_get_ns()))
 			return nodeport_reply_remote(skb, &p, nat);
 	}
 
@@ -326,6 +357,12 @@ int tc_egress(struct __sk_buff *skb)
 	nat = bpf_map_lookup_elem(&nat4, &k);
 	if (!nat || !(nat->flags & CT_F_LOCAL))
 		return TC_ACT_OK;
+	if (ct_expired(nat->expires_ns, bpf_ktime_get_ns()) || ct_tcp_reply_reopen(&p, nat->flags)) {
+		/* Left over from a finished flow: this packet belongs to another connection
+		 * (say, straight to the pod) that reuses the client's port. */
+		bpf_map_delete_elem(&nat4, &k);
+		return TC_ACT_OK;
+	}
 
 	/* A reply from a local backend: it leaves as the frontend. */
 	flags = ct_flags_after(&p, nat->flags | CT_F_SEEN_REPLY);

@@ -27,6 +27,25 @@ static __always_inline __u64 ct_lifetime_ns(__u8 proto, __u8 flags)
 	return (__u64)s * NSEC_PER_SEC;
 }
 
+static __always_inline int ct_expired(__u64 expires_ns, __u64 now)
+{
+	return expires_ns < now;
+}
+
+/* A SYN (without ACK) on a tuple whose flow is closing opens a new connection: the old
+ * entry must not steer it (the client reused its port). */
+static __always_inline int ct_tcp_reopen(const struct pkt4 *p, __u8 flags)
+{
+	return p->proto == IPPROTO_TCP && (flags & CT_F_CLOSING) &&
+	       (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+}
+
+/* The first reply of a new connection (SYN-ACK) meeting an entry of a closed one. */
+static __always_inline int ct_tcp_reply_reopen(const struct pkt4 *p, __u8 flags)
+{
+	return p->proto == IPPROTO_TCP && (flags & CT_F_CLOSING) && (p->tcp_flags & TCP_SYN);
+}
+
 static __always_inline __u8 ct_flags_after(const struct pkt4 *p, __u8 flags)
 {
 	if (p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_FIN | TCP_RST)))

@@ -59,4 +59,26 @@ describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
     expect(collectConntrack(node.dp.maps, later)).toEqual({ ctScanned: 2, ctDeleted: 2, natScanned: 2, natDeleted: 2 });
     expect(node.dp.maps.ct4.entries()).toEqual([]);
   });
+
+  it('a closed NodePort flow does not rewrite a new connection that reuses the client port', () => {
+    node.run('tc_ingress', toNodePort(62004, 'S'));
+    node.run('tc_egress', replyFromPod(62004, 'SA'));
+    node.run('tc_ingress', toNodePort(62004, 'FA'));
+    // The client now connects straight to the pod from the same port: its SYN-ACK must
+    // leave untouched, and the stale reply entry goes.
+    const synAck = replyFromPod(62004, 'SA');
+    const r = node.run('tc_egress', synAck);
+    expect(r.data.equals(synAck)).toBe(true);
+    expect(node.dp.maps.nat4.entries()).toEqual([]);
+  });
+
+  it('a new SYN on a closing tuple starts a fresh flow', () => {
+    node.run('tc_ingress', toNodePort(62005, 'S'));
+    node.run('tc_egress', replyFromPod(62005, 'SA'));
+    node.run('tc_ingress', toNodePort(62005, 'RA'));
+    expect(ctTtl().flags & CtFlags.CT_F_CLOSING).toBeTruthy();
+    node.run('tc_ingress', toNodePort(62005, 'S'));
+    expect(ctTtl().flags).toBe(CtFlags.CT_F_LOCAL);
+    expect(ctTtl().ttl).toBeGreaterThan(LIFETIMES.tcpSyn - 2);
+  });
 });

@@ -98,12 +98,20 @@ async function connectLatency(to: { host: string; port: number }, count: number)
   for (let i = 0; i < count; i++) {
     const t0 = process.hrtime.bigint();
     await new Promise<void>((resolve) => {
+      // A connect that neither completes nor fails within 3 s counts as failed.
+      const timer = setTimeout(() => {
+        failures++;
+        c.destroy();
+        resolve();
+      }, 3000);
       const c = connect(to.port, to.host, () => {
+        clearTimeout(timer);
         samples.push(Number(process.hrtime.bigint() - t0) / 1000);
         c.destroy();
         resolve();
       });
       c.on('error', () => {
+        clearTimeout(timer);
         failures++;
         resolve();
       });
