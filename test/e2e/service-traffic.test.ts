@@ -134,6 +134,14 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'Service traffic through the
     expect(fromOutside.stderr).toMatch(/Connection refused|Couldn't connect/);
   });
 
+  it('a Service address on a port no Service defines is refused, not forwarded', async () => {
+    const fromPod = await client1.host.exec(['curl', '-sS', '--max-time', '5', 'http://10.96.0.11:81/']);
+    expect(fromPod.code).toBe(7);
+    // From outside, the LoadBalancer IP's unknown port is dropped: the client times out.
+    const fromOutside = await c.client.exec(['curl', '-sS', '--max-time', '2', `http://${LB_IP}:81/`]);
+    expect(fromOutside.code).toBe(28);
+  });
+
   it('after a backend is removed, new connections go elsewhere and none reach it', async () => {
     const seen = new Set<string>();
     for (let i = 0; i < 12; i++) seen.add((await curl(client1.host, 'http://10.96.0.12/')).hostname);
