@@ -1,0 +1,119 @@
+// One Service (with its EndpointSlices) → the frontends this node programs, following
+// kube-proxy rule for rule (../shared/reference/kube-proxy-semantics.md). Pure: no I/O.
+import { isIPv4 } from 'node:net';
+import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
+import type { BackendSpec, FrontendSpec } from '../datapath/spec.js';
+import type { ProtoName } from '../datapath/layouts.js';
+import { clusterEndpoints, localEndpoints, mergeSlices, portKey, type Endpoint, type NodeContext } from './endpoints.js';
+
+export const LABEL_SERVICE_PROXY_NAME = 'service.kubernetes.io/service-proxy-name';
+export const LABEL_HEADLESS = 'service.kubernetes.io/headless';
+export const LABEL_SERVICE_NAME = 'kubernetes.io/service-name';
+export const DEFAULT_AFFINITY_TIMEOUT = 10800;
+
+export interface NodeView extends NodeContext {
+  /** This node's IPv4 addresses that serve NodePorts. */
+  addresses: string[];
+}
+
+export type SkipReason = 'service-proxy-name' | 'headless' | 'external-name' | 'no-ipv4-cluster-ip';
+
+export interface ServiceFrontends {
+  /** namespace/name */
+  service: string;
+  frontends: FrontendSpec[];
+  /** kube-proxy's health check node port, when the Service has one (LB + ETP=Local). */
+  health?: { nodePort: number; localReadyEndpoints: number };
+  /** Ports whose ETP/ITP=Local selection found no local endpoint (for the metric). */
+  noLocalEndpoints: Array<'internal' | 'external'>;
+  /** Things ignored, for the log (IPv6 addresses until IPv6 is built, Proxy ipMode…). */
+  ignored: string[];
+}
+
+export function serviceName(svc: V1Service): string {
+  return `${svc.metadata?.namespace}/${svc.metadata?.name}`;
+}
+
+/** Why kube-proxy would not program this Service at all (undefined: it would). */
+export function skipReason(svc: V1Service): SkipReason | undefined {
+  const labels = svc.metadata?.labels ?? {};
+  if (LABEL_SERVICE_PROXY_NAME in labels) return 'service-proxy-name';
+  if (LABEL_HEADLESS in labels) return 'headless';
+  if (svc.spec?.type === 'ExternalName') return 'external-name';
+  if (!ipv4ClusterIP(svc)) return 'no-ipv4-cluster-ip';
+  return undefined;
+}
+
+/** An EndpointSlice kube-proxy would ignore. */
+export function sliceIgnored(slice: V1EndpointSlice): boolean {
+  const labels = slice.metadata?.labels ?? {};
+  return LABEL_SERVICE_PROXY_NAME in labels || LABEL_HEADLESS in labels || !labels[LABEL_SERVICE_NAME];
+}
+
+/** spec.clusterIPs[i] pairs with spec.ipFamilies[i]; spec.clusterIP is the fallback. */
+export function ipv4ClusterIP(svc: V1Service): string | undefined {
+  const spec = svc.spec;
+  if (!spec) return undefined;
+  const ips = spec.clusterIPs && spec.clusterIPs.length > 0 ? spec.clusterIPs : spec.clusterIP ? [spec.clusterIP] : [];
+  return ips.find((ip, i) => isIPv4(ip) && (!spec.ipFamilies?.[i] || spec.ipFamilies[i] === 'IPv4'));
+}
+
+function backends(eps: Endpoint[], node: NodeContext): BackendSpec[] {
+  return eps.map((e) => ({ address: e.ip, port: e.port, local: e.nodeName === node.name, terminating: !e.ready }));
+}
+
+export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node: NodeView): ServiceFrontends {
+  const name = serviceName(svc);
+  const spec = svc.spec!;
+  const out: ServiceFrontends = { service: name, frontends: [], noLocalEndpoints: [], ignored: [] };
+  const clusterIP = ipv4ClusterIP(svc);
+  if (!clusterIP) return out;
+  for (const ip of spec.clusterIPs ?? []) if (!isIPv4(ip)) out.ignored.push(`IPv6 cluster IP ${ip} (IPv6 is not built yet)`);
+
+  const byPort = mergeSlices(slices.filter((s) => !sliceIgnored(s)), 'IPv4');
+  const etpLocal = spec.externalTrafficPolicy === 'Local';
+  const itpLocal = spec.internalTrafficPolicy === 'Local';
+  const affinity = spec.sessionAffinity === 'ClientIP' ? (spec.sessionAffinityConfig?.clientIP?.timeoutSeconds ?? DEFAULT_AFFINITY_TIMEOUT) : 0;
+  const isNodePortType = spec.type === 'NodePort' || spec.type === 'LoadBalancer';
+  const lbIPs = spec.type === 'LoadBalancer'
+    ? (svc.status?.loadBalancer?.ingress ?? []).flatMap((ing) => {
+        if (!ing.ip) return [];
+        if (ing.ipMode && ing.ipMode !== 'VIP') {
+          out.ignored.push(`LoadBalancer ingress ${ing.ip} with ipMode ${ing.ipMode}`);
+          return [];
+        }
+        if (!isIPv4(ing.ip)) {
+          out.ignored.push(`IPv6 LoadBalancer ingress ${ing.ip}`);
+          return [];
+        }
+        return [ing.ip];
+      })
+    : [];
+  const externalIPs = (spec.externalIPs ?? []).filter((ip) => isIPv4(ip));
+
+  const allLocalReady = new Set<string>();
+  for (const p of spec.ports ?? []) {
+    const proto = (p.protocol ?? 'TCP').toUpperCase() as ProtoName;
+    const eps = byPort.get(portKey(p.name, proto)) ?? [];
+    const cluster = clusterEndpoints(eps, node);
+    const local = localEndpoints(eps, node);
+    for (const e of eps) if (e.ready && e.nodeName === node.name) allLocalReady.add(e.ip);
+    const internal = itpLocal ? local : cluster;
+    const external = etpLocal ? local : cluster;
+    if (itpLocal && local.length === 0) out.noLocalEndpoints.push('internal');
+    if (etpLocal && local.length === 0 && (isNodePortType || lbIPs.length > 0 || externalIPs.length > 0)) out.noLocalEndpoints.push('external');
+    const svcPort = `${name}:${p.name ?? ''}`;
+    const base = { proto, affinityTimeout: affinity, service: svcPort };
+    out.frontends.push({ ...base, address: clusterIP, port: p.port, kind: 'ClusterIP', backends: backends(internal, node) });
+    if (isNodePortType && p.nodePort) {
+      for (const addr of node.addresses) out.frontends.push({ ...base, address: addr, port: p.nodePort, kind: 'NodePort', backends: backends(external, node) });
+      out.frontends.push({ ...base, address: '0.0.0.0', port: p.nodePort, kind: 'NodePort', nodePortAny: true, backends: backends(external, node) });
+    }
+    for (const ip of lbIPs) out.frontends.push({ ...base, address: ip, port: p.port, kind: 'LoadBalancer', backends: backends(external, node) });
+    for (const ip of externalIPs) out.frontends.push({ ...base, address: ip, port: p.port, kind: 'ExternalIP', backends: backends(external, node) });
+  }
+  if (spec.type === 'LoadBalancer' && etpLocal && spec.healthCheckNodePort) {
+    out.health = { nodePort: spec.healthCheckNodePort, localReadyEndpoints: allLocalReady.size };
+  }
+  return out;
+}

@@ -1,0 +1,213 @@
+// Table tests for the model: every rule of kube-proxy-semantics.md that the model owns.
+import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
+import { describe, expect, it } from 'vitest';
+import { desiredState, nodeView } from '../../src/model/desired.js';
+import { clusterEndpoints, localEndpoints, mergeSlices, type Endpoint } from '../../src/model/endpoints.js';
+import { serviceFrontends, skipReason } from '../../src/model/service.js';
+import type { FrontendSpec } from '../../src/datapath/spec.js';
+
+const NODE = { name: 'node-1', zone: 'a', addresses: ['10.0.30.21'] };
+
+function svc(o: { name?: string; type?: string; clusterIP?: string; clusterIPs?: string[]; ipFamilies?: string[]; ports?: object[]; labels?: Record<string, string>; spec?: object; status?: object } = {}): V1Service {
+  return {
+    metadata: { name: o.name ?? 'web', namespace: 'default', labels: o.labels },
+    spec: {
+      type: o.type ?? 'ClusterIP',
+      clusterIP: o.clusterIP ?? '10.96.0.10',
+      clusterIPs: o.clusterIPs,
+      ipFamilies: o.ipFamilies,
+      ports: (o.ports ?? [{ name: 'http', port: 80, protocol: 'TCP' }]) as never,
+      ...o.spec,
+    },
+    status: o.status,
+  } as V1Service;
+}
+
+type Ep = { ip: string; node?: string; ready?: boolean; serving?: boolean; terminating?: boolean; zones?: string[]; addresses?: string[] };
+function slice(o: { name?: string; svc?: string; ports?: object[]; eps: Ep[]; addressType?: string; labels?: Record<string, string> }): V1EndpointSlice {
+  return {
+    metadata: { name: o.name ?? 'web-abc', namespace: 'default', labels: { 'kubernetes.io/service-name': o.svc ?? 'web', ...o.labels } },
+    addressType: o.addressType ?? 'IPv4',
+    ports: (o.ports ?? [{ name: 'http', port: 8080, protocol: 'TCP' }]) as never,
+    endpoints: o.eps.map((e) => ({
+      addresses: e.addresses ?? [e.ip],
+      nodeName: e.node,
+      conditions: { ready: e.ready, serving: e.serving, terminating: e.terminating },
+      hints: e.zones ? { forZones: e.zones.map((z) => ({ name: z })) } : undefined,
+    })),
+  } as V1EndpointSlice;
+}
+
+const summary = (fs: FrontendSpec[]) => fs.map((f) => `${f.kind} ${f.address}:${f.port}/${f.proto} → ${f.backends.map((b) => `${b.address}:${b.port}${b.local ? 'L' : ''}${b.terminating ? 'T' : ''}`).join(',') || '∅'}`);
+
+describe('which Services are programmed', () => {
+  it.each([
+    ['service-proxy-name label', svc({ labels: { 'service.kubernetes.io/service-proxy-name': 'other' } }), 'service-proxy-name'],
+    ['headless label', svc({ labels: { 'service.kubernetes.io/headless': '' } }), 'headless'],
+    ['clusterIP None', svc({ clusterIP: 'None' }), 'no-ipv4-cluster-ip'],
+    ['ExternalName', svc({ type: 'ExternalName', clusterIP: '' }), 'external-name'],
+    ['IPv6-only', svc({ clusterIP: 'fd00::10', clusterIPs: ['fd00::10'], ipFamilies: ['IPv6'] }), 'no-ipv4-cluster-ip'],
+    ['plain ClusterIP', svc(), undefined],
+  ])('%s', (_, s, reason) => {
+    expect(skipReason(s)).toBe(reason);
+  });
+
+  it('uses the IPv4 member of a dual-stack Service, pairing clusterIPs with ipFamilies', () => {
+    const s = svc({ type: 'NodePort', clusterIP: 'fd00::10', clusterIPs: ['fd00::10', '10.96.0.10'], ipFamilies: ['IPv6', 'IPv4'], ports: [{ name: 'http', port: 80, nodePort: 30080 }] });
+    const r = serviceFrontends(s, [], NODE);
+    expect(summary(r.frontends)).toEqual(['ClusterIP 10.96.0.10:80/TCP → ∅', 'NodePort 10.0.30.21:30080/TCP → ∅', 'NodePort 0.0.0.0:30080/TCP → ∅']);
+    expect(r.ignored).toEqual(['IPv6 cluster IP fd00::10 (IPv6 is not built yet)']);
+  });
+
+  it('ignores slices of other families, FQDN, and slices with the proxy-name or headless label', () => {
+    const slices = [
+      slice({ eps: [{ ip: '10.244.1.5', node: 'node-1' }] }),
+      slice({ name: 'v6', addressType: 'IPv6', eps: [{ ip: 'fd00::5' }] }),
+      slice({ name: 'fqdn', addressType: 'FQDN', eps: [{ ip: 'example.com' }] }),
+      slice({ name: 'other', labels: { 'service.kubernetes.io/service-proxy-name': 'x' }, eps: [{ ip: '10.244.1.6' }] }),
+    ];
+    expect(summary(desiredState([svc()], slices, NODE).frontends)).toEqual(['ClusterIP 10.96.0.10:80/TCP → 10.244.1.5:8080L']);
+  });
+});
+
+describe('endpoints', () => {
+  it('merges slices, uses addresses[0] only, deduplicates with the non-terminating copy winning', () => {
+    const m = mergeSlices([
+      slice({ name: 'a', eps: [{ ip: '10.244.1.5', terminating: true, ready: false }, { ip: '10.244.1.6', addresses: ['10.244.1.6', '10.244.9.9'] }] }),
+      slice({ name: 'b', eps: [{ ip: '10.244.1.5' }] }),
+    ]);
+    expect(m.get('http/TCP')!.map((e) => [e.ip, e.terminating])).toEqual([['10.244.1.5', false], ['10.244.1.6', false]]);
+  });
+
+  it('reads nil ready/serving as true and nil terminating as false', () => {
+    const [e] = mergeSlices([slice({ eps: [{ ip: '10.244.1.5' }] })]).get('http/TCP')!;
+    expect(e).toMatchObject({ ready: true, serving: true, terminating: false });
+  });
+
+  it('ignores slice ports without a number, and keys ports by name and protocol', () => {
+    const m = mergeSlices([slice({ ports: [{ name: 'dns', port: 5353, protocol: 'UDP' }, { name: 'dns', port: 5353, protocol: 'TCP' }, { name: 'none', protocol: 'TCP' }], eps: [{ ip: '10.244.1.5' }] })]);
+    expect([...m.keys()].sort()).toEqual(['dns/TCP', 'dns/UDP']);
+  });
+
+  const ep = (o: Partial<Endpoint>): Endpoint => ({ ip: '10.244.1.1', port: 80, ready: true, serving: true, terminating: false, nodeName: 'node-1', zone: undefined, hintZones: undefined, hintNodes: undefined, ...o });
+
+  it.each([
+    ['Ready endpoints', [ep({ ip: 'a' }), ep({ ip: 'b', ready: false, terminating: true })], ['a']],
+    ['fallback to serving-terminating when none is Ready', [ep({ ip: 'a', ready: false, terminating: true }), ep({ ip: 'b', ready: false, serving: false, terminating: true })], ['a']],
+    ['topology hints for this zone', [ep({ ip: 'a', hintZones: ['a'] }), ep({ ip: 'b', hintZones: ['b'] })], ['a']],
+    ['hints ignored when one Ready endpoint has none', [ep({ ip: 'a', hintZones: ['a'] }), ep({ ip: 'b' })], ['a', 'b']],
+    ['hints ignored when none matches this zone', [ep({ ip: 'a', hintZones: ['c'] }), ep({ ip: 'b', hintZones: ['d'] })], ['a', 'b']],
+    ['node hints', [ep({ ip: 'a', hintNodes: ['node-1'] }), ep({ ip: 'b', hintNodes: ['node-2'] })], ['a']],
+  ])('cluster endpoints: %s', (_, eps, want) => {
+    expect(clusterEndpoints(eps, { name: 'node-1', zone: 'a' }).map((e) => e.ip)).toEqual(want);
+  });
+
+  it.each([
+    ['Ready on this node', [ep({ ip: 'a' }), ep({ ip: 'b', nodeName: 'node-2' })], ['a']],
+    ['local serving-terminating when none is Ready here', [ep({ ip: 'a', ready: false, terminating: true }), ep({ ip: 'b', nodeName: 'node-2' })], ['a']],
+    ['none here', [ep({ ip: 'b', nodeName: 'node-2' })], []],
+  ])('local endpoints: %s', (_, eps, want) => {
+    expect(localEndpoints(eps, { name: 'node-1', zone: 'a' }).map((e) => e.ip)).toEqual(want);
+  });
+});
+
+describe('frontends and traffic policies', () => {
+  const eps = [slice({ eps: [{ ip: '10.244.1.5', node: 'node-1' }, { ip: '10.244.2.5', node: 'node-2' }] })];
+  const lb = (spec: object = {}, status: object = { loadBalancer: { ingress: [{ ip: '10.0.100.1' }] } }) =>
+    svc({ type: 'LoadBalancer', ports: [{ name: 'http', port: 80, nodePort: 30080 }], spec: { externalIPs: ['10.0.30.200'], ...spec }, status });
+
+  it('programs ClusterIP, NodePort on every node address and 0.0.0.0, LB ingress and externalIPs', () => {
+    expect(summary(serviceFrontends(lb(), eps, NODE).frontends)).toEqual([
+      'ClusterIP 10.96.0.10:80/TCP → 10.244.1.5:8080L,10.244.2.5:8080',
+      'NodePort 10.0.30.21:30080/TCP → 10.244.1.5:8080L,10.244.2.5:8080',
+      'NodePort 0.0.0.0:30080/TCP → 10.244.1.5:8080L,10.244.2.5:8080',
+      'LoadBalancer 10.0.100.1:80/TCP → 10.244.1.5:8080L,10.244.2.5:8080',
+      'ExternalIP 10.0.30.200:80/TCP → 10.244.1.5:8080L,10.244.2.5:8080',
+    ]);
+  });
+
+  it('externalTrafficPolicy=Local: external frontends get local endpoints only; ClusterIP keeps all', () => {
+    const r = serviceFrontends(lb({ externalTrafficPolicy: 'Local', healthCheckNodePort: 32000 }), eps, NODE);
+    expect(summary(r.frontends).filter((s) => !s.startsWith('ClusterIP')).every((s) => s.endsWith('→ 10.244.1.5:8080L'))).toBe(true);
+    expect(summary(r.frontends)[0]).toBe('ClusterIP 10.96.0.10:80/TCP → 10.244.1.5:8080L,10.244.2.5:8080');
+    expect(r.health).toEqual({ nodePort: 32000, localReadyEndpoints: 1 });
+  });
+
+  it('externalTrafficPolicy=Local without local endpoints: external frontends have none (traffic is dropped)', () => {
+    const r = serviceFrontends(lb({ externalTrafficPolicy: 'Local', healthCheckNodePort: 32000 }), eps, { ...NODE, name: 'node-3' });
+    expect(summary(r.frontends).filter((s) => !s.startsWith('ClusterIP')).every((s) => s.endsWith('→ ∅'))).toBe(true);
+    expect(r.noLocalEndpoints).toEqual(['external']);
+    expect(r.health).toEqual({ nodePort: 32000, localReadyEndpoints: 0 });
+  });
+
+  it('internalTrafficPolicy=Local: ClusterIP gets local endpoints only', () => {
+    const r = serviceFrontends(svc({ spec: { internalTrafficPolicy: 'Local' } }), eps, NODE);
+    expect(summary(r.frontends)).toEqual(['ClusterIP 10.96.0.10:80/TCP → 10.244.1.5:8080L']);
+    const none = serviceFrontends(svc({ spec: { internalTrafficPolicy: 'Local' } }), eps, { ...NODE, name: 'node-3' });
+    expect(summary(none.frontends)).toEqual(['ClusterIP 10.96.0.10:80/TCP → ∅']);
+    expect(none.noLocalEndpoints).toEqual(['internal']);
+  });
+
+  it('programs only LB ingress with an ip and ipMode unset or VIP', () => {
+    const r = serviceFrontends(lb({}, { loadBalancer: { ingress: [{ ip: '10.0.100.1' }, { ip: '10.0.100.2', ipMode: 'VIP' }, { ip: '10.0.100.3', ipMode: 'Proxy' }, { hostname: 'lb.example' }] } }), eps, NODE);
+    expect(r.frontends.filter((f) => f.kind === 'LoadBalancer').map((f) => f.address)).toEqual(['10.0.100.1', '10.0.100.2']);
+    expect(r.ignored).toEqual(['LoadBalancer ingress 10.0.100.3 with ipMode Proxy']);
+  });
+
+  it('maps ports by name and protocol: same port number on TCP and UDP', () => {
+    const s = svc({ ports: [{ name: 'dns-udp', port: 53, protocol: 'UDP' }, { name: 'dns-tcp', port: 53, protocol: 'TCP' }] });
+    const sl = slice({ ports: [{ name: 'dns-udp', port: 5353, protocol: 'UDP' }, { name: 'dns-tcp', port: 5354, protocol: 'TCP' }], eps: [{ ip: '10.244.1.5', node: 'node-1' }] });
+    expect(summary(serviceFrontends(s, [sl], NODE).frontends)).toEqual(['ClusterIP 10.96.0.10:53/UDP → 10.244.1.5:5353L', 'ClusterIP 10.96.0.10:53/TCP → 10.244.1.5:5354L']);
+  });
+
+  it('marks serving-terminating fallback endpoints as terminating', () => {
+    const sl = slice({ eps: [{ ip: '10.244.1.5', node: 'node-1', ready: false, terminating: true }] });
+    expect(summary(serviceFrontends(svc(), [sl], NODE).frontends)).toEqual(['ClusterIP 10.96.0.10:80/TCP → 10.244.1.5:8080LT']);
+  });
+
+  it('health counts distinct local Ready endpoint IPs; terminating ones do not count', () => {
+    const sl = slice({ eps: [{ ip: '10.244.1.5', node: 'node-1', ready: false, terminating: true }] });
+    expect(serviceFrontends(lb({ externalTrafficPolicy: 'Local', healthCheckNodePort: 32000 }), [sl], NODE).health).toEqual({ nodePort: 32000, localReadyEndpoints: 0 });
+  });
+
+  it('session affinity ClientIP with the default timeout of 10800 s', () => {
+    expect(serviceFrontends(svc({ spec: { sessionAffinity: 'ClientIP' } }), [], NODE).frontends[0]!.affinityTimeout).toBe(10800);
+    expect(serviceFrontends(svc({ spec: { sessionAffinity: 'ClientIP', sessionAffinityConfig: { clientIP: { timeoutSeconds: 60 } } } }), [], NODE).frontends[0]!.affinityTimeout).toBe(60);
+  });
+});
+
+describe('bad input', () => {
+  const good = svc({ name: 'good', clusterIP: '10.96.0.1' });
+  it.each([
+    ['a bad cluster IP', svc({ name: 'bad', clusterIP: '10.96.0.300' }), /cluster IP "10.96.0.300" is not an IP address/],
+    ['port 0', svc({ name: 'bad', ports: [{ port: 0 }] }), /port 0 is not in 1..65535/],
+    ['port 70000', svc({ name: 'bad', ports: [{ port: 70000 }] }), /port 70000 is not in 1..65535/],
+    ['duplicate ports', svc({ name: 'bad', ports: [{ name: 'a', port: 80 }, { name: 'b', port: 80 }] }), /port 80\/TCP is listed twice/],
+    ['10k ports', svc({ name: 'bad', ports: Array.from({ length: 10_000 }, (_, i) => ({ name: `p${i}`, port: 1 + i })) }), /10000 ports/],
+    ['an odd name', svc({ name: 'Bad_Name!' }), /is not a DNS label/],
+    ['a bad protocol', svc({ name: 'bad', ports: [{ port: 80, protocol: 'ICMP' }] }), /not TCP, UDP or SCTP/],
+    ['a bad externalIP', svc({ name: 'bad', spec: { externalIPs: ['nope'] } }), /externalIP "nope"/],
+  ])('rejects %s and keeps every other Service', (_, bad, why) => {
+    const d = desiredState([bad, good], [], NODE);
+    expect(d.rejected).toHaveLength(1);
+    expect(d.rejected[0]!.error).toMatch(why);
+    expect(summary(d.frontends)).toEqual(['ClusterIP 10.96.0.1:80/TCP → ∅']);
+  });
+
+  it('rejects a slice with a bad address and keeps the Service', () => {
+    const d = desiredState([svc()], [slice({ name: 'bad', eps: [{ ip: '10.244.1.999' }] }), slice({ name: 'ok', eps: [{ ip: '10.244.1.5', node: 'node-1' }] })], NODE);
+    expect(d.rejected.map((r) => [r.kind, r.name])).toEqual([['EndpointSlice', 'bad']]);
+    expect(summary(d.frontends)).toEqual(['ClusterIP 10.96.0.10:80/TCP → 10.244.1.5:8080L']);
+  });
+
+  it('gives a frontend to the first Service that asks, and reports the conflict', () => {
+    const a = svc({ name: 'a', clusterIP: '10.96.0.1', spec: { externalIPs: ['10.0.30.200'] } });
+    const b = svc({ name: 'b', clusterIP: '10.96.0.2', spec: { externalIPs: ['10.0.30.200'] } });
+    const d = desiredState([b, a], [], NODE);
+    expect(d.conflicts).toEqual(['10.0.30.200:80/tcp: wanted by default/b, already default/a\'s']);
+  });
+
+  it('reads the node: name, zone, IPv4 addresses', () => {
+    expect(nodeView({ metadata: { name: 'n', labels: { 'topology.kubernetes.io/zone': 'z' } }, status: { addresses: [{ type: 'InternalIP', address: '10.0.30.21' }, { type: 'InternalIP', address: 'fd00::21' }, { type: 'Hostname', address: 'n' }] } })).toEqual({ name: 'n', zone: 'z', addresses: ['10.0.30.21'] });
+  });
+});
