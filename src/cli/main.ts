@@ -3,6 +3,8 @@ import { Command } from 'commander';
 import { FerryError } from '../ebpf/errors.js';
 import { registerCompile } from './compile-command.js';
 import { registerTestbed } from './testbed-command.js';
+import { registerAgent } from './agent-command.js';
+import { registerTestApiServer } from './test-apiserver-command.js';
 
 export async function main(argv: string[]): Promise<void> {
   const program = new Command('ferry')
@@ -11,6 +13,8 @@ export async function main(argv: string[]): Promise<void> {
     .showHelpAfterError();
   registerCompile(program);
   registerTestbed(program);
+  registerAgent(program);
+  registerTestApiServer(program);
   try {
     await program.parseAsync(argv);
   } catch (e) {

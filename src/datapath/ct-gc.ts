@@ -1,6 +1,7 @@
 // Conntrack garbage collection from user space: entries carry their expiry (CLOCK_MONOTONIC,
 // the clock bpf_ktime_get_ns reads), and the collector deletes the ones past it. LRU
 // eviction is only the last resort when the maps fill up.
+import type { Ct4Key } from './layouts.js';
 import type { DatapathMaps } from './loader.js';
 
 export interface GcResult {
@@ -26,4 +27,23 @@ export function collectConntrack(maps: Pick<DatapathMaps, 'ct4' | 'nat4'>, now: 
     natScanned: nat.length,
     natDeleted: natExpired.length > 0 ? maps.nat4.deleteBatch(natExpired) : 0,
   };
+}
+
+/**
+ * Remove flows whose backend is gone (kube-proxy's stale UDP flow flush, done for every
+ * protocol: a flow to a removed backend can only fail). nat4 keys start with the backend
+ * as the reply's source; ct4 entries are matched through their nat4 partner or backend ID.
+ */
+export function flushFlowsTo(maps: Pick<DatapathMaps, 'ct4' | 'nat4'>, backends: Array<{ address: string; port: number; proto: number }>, backendIds: Set<number> = new Set()): { ct: number; nat: number } {
+  if (backends.length === 0 && backendIds.size === 0) return { ct: 0, nat: 0 };
+  const gone = new Set(backends.map((b) => `${b.address}:${b.port}/${b.proto}`));
+  const natKeys: Ct4Key[] = [];
+  const clients = new Set<string>();
+  for (const [k, v] of maps.nat4.entries()) {
+    if (!gone.has(`${k.saddr}:${k.sport}/${k.proto}`)) continue;
+    natKeys.push(k);
+    clients.add(`${v.clientAddr}:${v.clientPort}>${v.frontendAddr}:${v.frontendPort}/${k.proto}`);
+  }
+  const ctKeys = maps.ct4.entries().filter(([k, v]) => backendIds.has(v.backendId) || clients.has(`${k.saddr}:${k.sport}>${k.daddr}:${k.dport}/${k.proto}`)).map(([k]) => k);
+  return { ct: ctKeys.length ? maps.ct4.deleteBatch(ctKeys) : 0, nat: natKeys.length ? maps.nat4.deleteBatch(natKeys) : 0 };
 }

@@ -1,5 +1,6 @@
 // Load the datapath objects (tc and sock) with this node's settings, share their maps
 // through pins, and attach them. The maps handed out here are the only way to write them.
+import { renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap } from '../ebpf/map.js';
 import { BpfObject } from '../ebpf/object.js';
@@ -76,7 +77,7 @@ export class Datapath {
   readonly sizes: MapSizes;
   readonly links: Link[] = [];
 
-  private constructor(tc: BpfObject, sock: BpfObject, sizes: MapSizes) {
+  private constructor(tc: BpfObject, sock: BpfObject, sizes: MapSizes, readonly pinDir: string) {
     this.tc = tc;
     this.sock = sock;
     this.sizes = sizes;
@@ -117,7 +118,7 @@ export class Datapath {
       sock = BpfObject.open(join(cfg.objectsDir, 'sock.bpf.o'));
       configure(sock);
       sock.load(); // adopts the maps tc just pinned
-      return new Datapath(tc, sock, sizes);
+      return new Datapath(tc, sock, sizes, cfg.pinDir);
     } catch (e) {
       sock?.close();
       tc.close();
@@ -131,15 +132,37 @@ export class Datapath {
     this.links.push(attachTc(this.tc.program('tc_egress'), { ifname, direction: 'egress' }));
   }
 
-  /** The four socket hooks at a cgroup v2 root. */
-  attachCgroup(target: CgroupTarget): void {
+  /**
+   * The four socket hooks at a cgroup v2 root. With `pinLinks`, each link is pinned in the
+   * pin directory and replaces the one a previous agent pinned there, new before old: for
+   * a moment both run, which is harmless (the second sees a backend, not a Service).
+   */
+  attachCgroup(target: CgroupTarget, opts: { pinLinks?: boolean } = {}): void {
     for (const p of ['sock4_connect', 'sock4_sendmsg', 'sock4_recvmsg', 'sock4_getpeername']) {
-      this.links.push(attachCgroup(this.sock.program(p), target));
+      const link = attachCgroup(this.sock.program(p), target);
+      this.links.push(link);
+      if (!opts.pinLinks) continue;
+      const path = join(this.pinDir, `link_${p}`);
+      link.pin(`${path}.new`);
+      rmSync(path, { force: true }); // the old link goes when its last reference does
+      renameSync(`${path}.new`, path);
     }
   }
 
+  /** Detach everything and close: the datapath stops (tests, uninstall). */
   close(): void {
     for (const l of this.links.splice(0).reverse()) l.close();
+    this.sock.close();
+    this.tc.close();
+  }
+
+  /**
+   * Close this process's handles but leave the datapath running: tc filters stay, pinned
+   * links stay, maps stay pinned. What an agent does on exit, so traffic flows while it
+   * restarts; the next agent adopts all of it.
+   */
+  release(): void {
+    for (const l of this.links.splice(0).reverse()) l.disown();
     this.sock.close();
     this.tc.close();
   }

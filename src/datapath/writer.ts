@@ -30,6 +30,8 @@ export interface ApplyStats {
   backendsRemoved: number;
   entriesWritten: number;
   entriesDeleted: number;
+  /** Backends no frontend uses any more: flows to them are stale. */
+  removedBackends: Lb4Backend[];
 }
 
 export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_reverse_nat'>;
@@ -106,7 +108,7 @@ export class ServiceWriter {
   }
 
   private applyOnce(desired: FrontendSpec[]): ApplyStats {
-    const stats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0 };
+    const stats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [] };
     const scope = LbScope.LB_SCOPE_EXTERNAL;
 
     // 1. Backends: allocate IDs, write new or changed ones.
@@ -216,6 +218,7 @@ export class ServiceWriter {
       stats.entriesDeleted += this.maps.lb4_backends.deleteBatch(staleBackends);
       for (const id of staleBackends) {
         const b = this.backends.get(id)!;
+        stats.removedBackends.push(b);
         this.backends.delete(id);
         this.backendIds.release(backendId(b, protoName(b.proto)));
       }

@@ -76,6 +76,7 @@ export interface Libbpf {
   linkFd(link: Pointer): number;
   linkPin(link: Pointer, path: string): number;
   linkDestroy(link: Pointer): number;
+  linkDisconnect(link: Pointer): void;
   tcHookCreate(hook: TcHook): number;
   tcHookDestroy(hook: TcHook): number;
   tcAttach(hook: TcHook, opts: TcOpts): number;
@@ -208,6 +209,7 @@ function bind(): Libbpf {
   const linkFd = f('int bpf_link__fd(bpf_link *link)');
   const linkPin = f('int bpf_link__pin(bpf_link *link, const char *path)');
   const linkDestroy = f('int bpf_link__destroy(bpf_link *link)');
+  const linkDisconnect = f('void bpf_link__disconnect(bpf_link *link)');
   const tcHookCreate = f('int bpf_tc_hook_create(bpf_tc_hook *hook)');
   const tcHookDestroy = f('int bpf_tc_hook_destroy(bpf_tc_hook *hook)');
   const tcAttach = f('int bpf_tc_attach(bpf_tc_hook *hook, _Inout_ bpf_tc_opts *opts)');
@@ -279,6 +281,7 @@ function bind(): Libbpf {
     linkFd: (l) => linkFd(l),
     linkPin: (l, path) => linkPin(l, path),
     linkDestroy: (l) => linkDestroy(l),
+    linkDisconnect: (l) => linkDisconnect(l),
     tcHookCreate: (h) => tcHookCreate(h),
     tcHookDestroy: (h) => tcHookDestroy(h),
     tcAttach: (h, o) => tcAttach(h, o),

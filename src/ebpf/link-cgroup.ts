@@ -6,7 +6,7 @@ import { closeSync, existsSync, openSync, constants as fsc, statSync, statfsSync
 import { join } from 'node:path';
 import { ErrorCode, FerryError, errnoError } from './errors.js';
 import { libbpf } from './libbpf.js';
-import { BpfLink, type Link } from './link.js';
+import { BpfLink } from './link.js';
 import type { Program } from './object.js';
 
 const CGROUP2_SUPER_MAGIC = 0x63677270;
@@ -48,7 +48,7 @@ export function checkCgroup(target: CgroupTarget): CgroupCheck {
   return { path: target.path, isHierarchyRoot, inode };
 }
 
-export function attachCgroup(program: Program, target: CgroupTarget): Link {
+export function attachCgroup(program: Program, target: CgroupTarget): BpfLink {
   checkCgroup(target);
   const where = `cgroup ${program.section.replace(/^cgroup\//, '')} ${target.path}`;
   const fd = openSync(target.path, fsc.O_RDONLY | fsc.O_DIRECTORY);

@@ -63,6 +63,13 @@ class TcLink implements Link {
     }
   }
 
+  disown(): void {
+    if (!this.open) return;
+    this.open = false;
+    untrack(this);
+    closeSync(this.netnsFd);
+  }
+
   private detach(): void {
     const lb = libbpf();
     const rc = lb.tcDetach(this.hook, { ...this.opts, prog_fd: 0, prog_id: 0, flags: 0 });

@@ -2,10 +2,10 @@
 import { ErrorCode, errnoError } from './errors.js';
 import { libbpf } from './libbpf.js';
 import { ifindexOf } from './link-tc.js';
-import { BpfLink, type Link } from './link.js';
+import { BpfLink } from './link.js';
 import type { Program } from './object.js';
 
-export function attachXdp(program: Program, ifname: string): Link {
+export function attachXdp(program: Program, ifname: string): BpfLink {
   const ifindex = ifindexOf(ifname);
   const where = `xdp ${ifname} (ifindex ${ifindex})`;
   const lb = libbpf();

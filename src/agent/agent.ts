@@ -1,0 +1,209 @@
+// The agent: the composition root that replaces kube-proxy on a node. Config → datapath
+// (adopting pinned maps and links, so a restart neither flushes nor drops) → watchers →
+// first sync only after every cache is complete → health and metrics servers → periodic
+// conntrack GC. On stop it leaves the datapath running for the next agent.
+import { mkdirSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { CoreV1Api, DiscoveryV1Api, type V1EndpointSlice, type V1Node, type V1Service } from '@kubernetes/client-node';
+import { pino, type Logger } from 'pino';
+import { collectConntrack } from '../datapath/ct-gc.js';
+import { DropReason, Stat } from '../datapath/layouts.js';
+import { Datapath } from '../datapath/loader.js';
+import { ServiceWriter } from '../datapath/writer.js';
+import { ErrorCode, FerryError } from '../ebpf/errors.js';
+import { kubeConfig } from '../k8s/client.js';
+import { eventSink } from '../k8s/events.js';
+import { Watcher } from '../k8s/watcher.js';
+import { nodeView } from '../model/desired.js';
+import type { AgentConfig } from './config.js';
+import { ProxyHealth, ServiceHealthServers, parseHostPort, startProxyHealthServer } from './health.js';
+import { AgentMetrics } from './metrics.js';
+import { Reconciler } from './reconciler.js';
+
+/** Where the compiled BPF objects ship: build/bpf next to dist/. */
+export function defaultObjectsDir(): string {
+  return join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'build', 'bpf');
+}
+
+export function agentLogger(level: string): Logger {
+  return pino({ level, base: { component: 'ferry-agent' } });
+}
+
+const NODE_RETRY_MS = 1000;
+
+export class Agent {
+  private readonly servers: Server[] = [];
+  private gcTimer: NodeJS.Timeout | undefined;
+  private constructor(
+    readonly cfg: AgentConfig,
+    readonly log: Logger,
+    readonly datapath: Datapath,
+    readonly reconciler: Reconciler,
+    readonly metrics: AgentMetrics,
+    private readonly watchers: Watcher<never>[],
+    private readonly serviceHealth: ServiceHealthServers,
+  ) {}
+
+  static async start(cfg: AgentConfig, log: Logger = agentLogger(cfg.logLevel)): Promise<Agent> {
+    const started = Date.now();
+    const kc = kubeConfig(cfg.kubeconfig);
+    const core = kc.makeApiClient(CoreV1Api);
+    const discovery = kc.makeApiClient(DiscoveryV1Api);
+
+    // The node's addresses decide the SNAT address and the NodePort frontends.
+    let node: V1Node | undefined;
+    for (;;) {
+      try {
+        node = await core.readNode({ name: cfg.nodeName });
+        break;
+      } catch (e) {
+        log.warn({ node: cfg.nodeName, err: (e as Error).message }, 'cannot read this node yet; retrying');
+        await new Promise((r) => setTimeout(r, NODE_RETRY_MS));
+      }
+    }
+    const view = nodeView(node, cfg.nodePortAddresses);
+    const snatIPv4 = cfg.snatIPv4 || view.addresses[0];
+    if (!snatIPv4) {
+      throw new FerryError({ code: ErrorCode.Config, op: 'choose the SNAT address', cause: `node ${cfg.nodeName} has no IPv4 InternalIP`, hint: 'set snatIPv4' });
+    }
+
+    mkdirSync(cfg.pinDir, { recursive: true });
+    const datapath = Datapath.load({
+      objectsDir: cfg.objectsDir || defaultObjectsDir(),
+      pinDir: cfg.pinDir,
+      snatIPv4,
+      snatPortMin: cfg.snatPortMin,
+      snatPortMax: cfg.snatPortMax,
+      hashSeed: cfg.hashSeed,
+      mapSizes: cfg.mapSizes,
+    });
+    try {
+      for (const dev of cfg.devices) datapath.attachDevice(dev);
+      datapath.attachCgroup({ path: cfg.cgroupRoot, expect: cfg.cgroupMustBeRoot ? 'hierarchy-root' : 'subtree' }, { pinLinks: true });
+    } catch (e) {
+      datapath.release();
+      throw e;
+    }
+    log.info({ pinDir: cfg.pinDir, devices: cfg.devices, cgroup: cfg.cgroupRoot, snatIPv4, adopted: datapath.tc.pinReport.adopted.length }, 'datapath loaded');
+
+    const metrics = new AgentMetrics();
+    const health = new ProxyHealth(2 * cfg.syncPeriodSeconds * 1000);
+    health.syncNode(node);
+    const serviceHealth = new ServiceHealthServers(health, cfg.healthCheckBindAddress, (svc, e) => log.error({ service: svc, err: e.message }, 'cannot serve the health check node port'));
+    const writer = new ServiceWriter(datapath.maps);
+
+    let reconciler: Reconciler | undefined;
+    const onError = (what: string) => (err: unknown, retryInMs: number) => log.warn({ watch: what, err: (err as Error)?.message ?? String(err), retryInMs }, 'watch failed; the datapath keeps its state');
+    const services = new Watcher<V1Service>('services', kc, '/api/v1/services', () => core.listServiceForAllNamespaces(), {
+      onChange: () => reconciler?.serviceChanged(),
+      onError: onError('services'),
+    });
+    const slices = new Watcher<V1EndpointSlice>('endpointslices', kc, '/apis/discovery.k8s.io/v1/endpointslices', () => discovery.listEndpointSliceForAllNamespaces(), {
+      onChange: (_k, s) => reconciler?.sliceChanged(s),
+      onError: onError('endpointslices'),
+    });
+    const nodes = new Watcher<V1Node>('node', kc, '/api/v1/nodes', () => core.listNode({ fieldSelector: `metadata.name=${cfg.nodeName}` }), {
+      onChange: () => reconciler?.nodeChanged(),
+      onError: onError('node'),
+    }, { fieldSelector: `metadata.name=${cfg.nodeName}` });
+
+    reconciler = new Reconciler({
+      source: { services: () => services.list(), slices: () => slices.list(), node: () => nodes.list()[0] },
+      writer,
+      maps: datapath.maps,
+      health,
+      serviceHealth,
+      metrics,
+      log,
+      events: eventSink(kc, 'ferry', cfg.nodeName),
+      minSyncPeriodMs: cfg.minSyncPeriodMs,
+      syncPeriodMs: cfg.syncPeriodSeconds * 1000,
+      extraNodeAddresses: cfg.nodePortAddresses,
+      nodeName: cfg.nodeName,
+    });
+    const watchers = [services, slices, nodes] as unknown as Watcher<never>[];
+    const agent = new Agent(cfg, log, datapath, reconciler, metrics, watchers, serviceHealth);
+    try {
+      for (const w of watchers) w.start();
+      // Never act on a partial cache.
+      await Promise.all(watchers.map((w) => w.synced));
+      await reconciler.syncNow();
+      reconciler.start();
+      log.info({ ms: Date.now() - started, services: services.list().length, slices: slices.list().length, frontends: reconciler.last?.frontends.length ?? 0 }, 'initial sync done');
+      if (cfg.healthzBindAddress) agent.servers.push(await startProxyHealthServer(health, cfg.healthzBindAddress, metrics));
+      if (cfg.metricsBindAddress) agent.servers.push(await agent.startMetricsServer(cfg.metricsBindAddress));
+      agent.gcTimer = setInterval(() => agent.collect(), cfg.ctGcIntervalSeconds * 1000);
+      agent.gcTimer.unref();
+    } catch (e) {
+      await agent.stop();
+      throw e;
+    }
+    return agent;
+  }
+
+  collect(): void {
+    try {
+      const r = collectConntrack(this.datapath.maps);
+      this.metrics.ctCollected.inc({ map: 'ct4' }, r.ctDeleted);
+      this.metrics.ctCollected.inc({ map: 'nat4' }, r.natDeleted);
+    } catch (e) {
+      this.log.error({ err: (e as Error).message }, 'conntrack GC failed');
+    }
+  }
+
+  /** Read the BPF counters and map fill into the gauges (on each scrape). */
+  refreshDatapathMetrics(): void {
+    const m = this.datapath.maps;
+    const sum = (map: 'ferry_stats' | 'ferry_drops', i: number) => (m[map].lookupPerCpu(i) ?? []).reduce((a, v) => a + v.packets, 0n);
+    for (const [name, id] of Object.entries(Stat)) if (name !== 'STAT_MAX') this.metrics.datapathForwarded.set({ path: name.slice(5).toLowerCase() }, Number(sum('ferry_stats', id)));
+    for (const [name, id] of Object.entries(DropReason)) if (name !== 'DROP_NONE' && name !== 'DROP_REASON_MAX') this.metrics.datapathDrops.set({ reason: name.slice(5).toLowerCase() }, Number(sum('ferry_drops', id)));
+    for (const name of ['lb4_services', 'lb4_backends', 'lb4_reverse_nat', 'lb4_sock_rev', 'ct4', 'nat4'] as const) {
+      this.metrics.mapEntries.set({ map: name }, [...m[name].keys()].length);
+      this.metrics.mapCapacity.set({ map: name }, m[name].maxEntries);
+    }
+  }
+
+  private async startMetricsServer(addr: string): Promise<Server> {
+    const { host, port } = parseHostPort(addr);
+    const s = createServer((req, res) => {
+      const path = new URL(req.url ?? '/', 'http://x').pathname;
+      if (path === '/proxyMode') {
+        res.writeHead(200, { 'Content-Type': 'text/plain; charset=utf-8' }).end('ebpf');
+        return;
+      }
+      if (path !== '/metrics') {
+        res.writeHead(404).end('404 page not found\n');
+        return;
+      }
+      try {
+        this.refreshDatapathMetrics();
+      } catch (e) {
+        this.log.warn({ err: (e as Error).message }, 'cannot read datapath counters');
+      }
+      this.metrics.registry.metrics().then(
+        (body) => res.writeHead(200, { 'Content-Type': this.metrics.registry.contentType }).end(body),
+        (e: Error) => res.writeHead(500).end(e.message),
+      );
+    });
+    await new Promise<void>((resolve, reject) => {
+      s.once('error', reject);
+      s.listen(port, host, () => resolve());
+    });
+    return s;
+  }
+
+  /** Stop watching and serving; leave the datapath running (pinned) for the next agent. */
+  async stop(): Promise<void> {
+    if (this.gcTimer) clearInterval(this.gcTimer);
+    await Promise.all(this.watchers.map((w) => w.stop()));
+    await this.reconciler.stop();
+    await this.serviceHealth.close();
+    for (const s of this.servers.splice(0)) {
+      s.closeAllConnections();
+      await new Promise<void>((r) => s.close(() => r()));
+    }
+    this.datapath.release();
+  }
+}

@@ -1,0 +1,170 @@
+// Agent configuration: defaults, then a YAML file, then environment (FERRY_*), then flags.
+// Every key is validated; an error says which key, what is wrong and what is allowed.
+import { readFileSync } from 'node:fs';
+import { isIPv4 } from 'node:net';
+import { parse as parseYaml } from 'yaml';
+import { ErrorCode, FerryError } from '../ebpf/errors.js';
+import { DEFAULT_MAP_SIZES, DEFAULT_SNAT_PORTS, type MapSizes } from '../datapath/loader.js';
+
+export interface AgentConfig {
+  nodeName: string;
+  /** kubeconfig path; empty: in-cluster (on Talos, KubePrism at localhost:7445). */
+  kubeconfig: string;
+  /** External devices for tc (NodePort, LB IPs, externalIPs). */
+  devices: string[];
+  /** The address remote flows are SNATed to; default: the node's first InternalIP. */
+  snatIPv4: string;
+  /** Extra node addresses serving NodePorts (beyond the Node object's). */
+  nodePortAddresses: string[];
+  pinDir: string;
+  objectsDir: string;
+  cgroupRoot: string;
+  /** Require the real cgroup v2 hierarchy root (false only in the sandbox). */
+  cgroupMustBeRoot: boolean;
+  healthzBindAddress: string;
+  metricsBindAddress: string;
+  /** Serve per-Service health check node ports on this address (empty: all). */
+  healthCheckBindAddress: string;
+  syncPeriodSeconds: number;
+  minSyncPeriodMs: number;
+  ctGcIntervalSeconds: number;
+  hashSeed: number;
+  snatPortMin: number;
+  snatPortMax: number;
+  mapSizes: MapSizes;
+  logLevel: 'trace' | 'debug' | 'info' | 'warn' | 'error';
+}
+
+export const DEFAULT_CONFIG: AgentConfig = {
+  nodeName: '',
+  kubeconfig: '',
+  devices: [],
+  snatIPv4: '',
+  nodePortAddresses: [],
+  pinDir: '/sys/fs/bpf/ferry',
+  objectsDir: '',
+  cgroupRoot: '/sys/fs/cgroup',
+  cgroupMustBeRoot: true,
+  healthzBindAddress: '0.0.0.0:10256',
+  metricsBindAddress: '127.0.0.1:10249',
+  healthCheckBindAddress: '',
+  syncPeriodSeconds: 30,
+  minSyncPeriodMs: 100,
+  ctGcIntervalSeconds: 30,
+  hashSeed: 0,
+  snatPortMin: DEFAULT_SNAT_PORTS.min,
+  snatPortMax: DEFAULT_SNAT_PORTS.max,
+  mapSizes: DEFAULT_MAP_SIZES,
+  logLevel: 'info',
+};
+
+function bad(key: string, what: string, allowed: string): FerryError {
+  return new FerryError({ code: ErrorCode.Config, op: `config ${key}`, cause: what, hint: allowed });
+}
+
+const isHostPort = (s: string) => /^(\d{1,3}(\.\d{1,3}){3}|\[[0-9a-f:]+\]|[a-z0-9.-]*):\d{1,5}$/i.test(s);
+
+/** Merge a partial config (from YAML, env or flags) into a full one, checking every key. */
+export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, source: string): AgentConfig {
+  const out: AgentConfig = { ...base, mapSizes: { ...base.mapSizes } };
+  for (const [key, value] of Object.entries(input)) {
+    if (value === undefined) continue;
+    const where = `${key} (from ${source})`;
+    switch (key) {
+      case 'nodeName':
+      case 'kubeconfig':
+      case 'pinDir':
+      case 'objectsDir':
+      case 'cgroupRoot':
+      case 'healthCheckBindAddress':
+        if (typeof value !== 'string') throw bad(where, `is ${JSON.stringify(value)}`, 'a string');
+        out[key] = value;
+        break;
+      case 'snatIPv4':
+        if (typeof value !== 'string' || (value !== '' && !isIPv4(value))) throw bad(where, `is ${JSON.stringify(value)}`, 'an IPv4 address');
+        out.snatIPv4 = value;
+        break;
+      case 'devices':
+      case 'nodePortAddresses': {
+        const list = typeof value === 'string' ? value.split(',').map((s) => s.trim()).filter(Boolean) : value;
+        if (!Array.isArray(list) || list.some((x) => typeof x !== 'string')) throw bad(where, `is ${JSON.stringify(value)}`, 'a list of strings (or a comma-separated string)');
+        if (key === 'nodePortAddresses' && list.some((x) => !isIPv4(x as string))) throw bad(where, `has a non-IPv4 entry`, 'IPv4 addresses');
+        if (key === 'devices' && list.some((x) => !/^[a-zA-Z0-9_.-]{1,15}$/.test(x as string))) throw bad(where, 'has an invalid interface name', 'interface names of at most 15 characters');
+        out[key] = list as string[];
+        break;
+      }
+      case 'cgroupMustBeRoot': {
+        const b = typeof value === 'string' ? value === 'true' ? true : value === 'false' ? false : undefined : value;
+        if (typeof b !== 'boolean') throw bad(where, `is ${JSON.stringify(value)}`, 'true or false');
+        out.cgroupMustBeRoot = b;
+        break;
+      }
+      case 'healthzBindAddress':
+      case 'metricsBindAddress':
+        if (typeof value !== 'string' || (value !== '' && !isHostPort(value))) throw bad(where, `is ${JSON.stringify(value)}`, 'HOST:PORT, e.g. 0.0.0.0:10256, or "" to disable');
+        out[key] = value;
+        break;
+      case 'syncPeriodSeconds':
+      case 'minSyncPeriodMs':
+      case 'ctGcIntervalSeconds':
+      case 'hashSeed':
+      case 'snatPortMin':
+      case 'snatPortMax': {
+        const n = typeof value === 'string' ? Number(value) : value;
+        const ranges: Record<string, [number, number]> = {
+          syncPeriodSeconds: [1, 86400], minSyncPeriodMs: [0, 60000], ctGcIntervalSeconds: [1, 3600], hashSeed: [0, 2 ** 32 - 1], snatPortMin: [1024, 65535], snatPortMax: [1024, 65535],
+        };
+        const [lo, hi] = ranges[key]!;
+        if (typeof n !== 'number' || !Number.isInteger(n) || n < lo || n > hi) throw bad(where, `is ${JSON.stringify(value)}`, `an integer in ${lo}..${hi}`);
+        out[key] = n;
+        break;
+      }
+      case 'mapSizes': {
+        if (typeof value !== 'object' || value === null) throw bad(where, `is ${JSON.stringify(value)}`, `an object with ${Object.keys(DEFAULT_MAP_SIZES).join(', ')}`);
+        for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+          if (!(k in DEFAULT_MAP_SIZES)) throw bad(`mapSizes.${k} (from ${source})`, 'is not a map size', Object.keys(DEFAULT_MAP_SIZES).join(', '));
+          if (typeof v !== 'number' || !Number.isInteger(v) || v < 16 || v > 16_777_216) throw bad(`mapSizes.${k} (from ${source})`, `is ${JSON.stringify(v)}`, 'an integer in 16..16777216');
+          out.mapSizes[k as keyof MapSizes] = v;
+        }
+        break;
+      }
+      case 'logLevel':
+        if (!['trace', 'debug', 'info', 'warn', 'error'].includes(value as string)) throw bad(where, `is ${JSON.stringify(value)}`, 'trace, debug, info, warn or error');
+        out.logLevel = value as AgentConfig['logLevel'];
+        break;
+      default:
+        throw bad(key, `is not a setting (from ${source})`, `settings: ${Object.keys(DEFAULT_CONFIG).join(', ')}`);
+    }
+  }
+  if (out.snatPortMin > out.snatPortMax) throw bad('snatPortMin', `${out.snatPortMin} is above snatPortMax ${out.snatPortMax}`, 'min ≤ max');
+  return out;
+}
+
+/** FERRY_NODE_NAME=… → nodeName, and so on; NODE_NAME too, as DaemonSets usually set it. */
+export function configFromEnv(env: NodeJS.ProcessEnv): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const key of Object.keys(DEFAULT_CONFIG)) {
+    const envKey = `FERRY_${key.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`;
+    if (env[envKey] !== undefined) out[key] = key === 'mapSizes' ? JSON.parse(env[envKey]!) : env[envKey];
+  }
+  if (out.nodeName === undefined && env.NODE_NAME) out.nodeName = env.NODE_NAME;
+  return out;
+}
+
+export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv; flags?: Record<string, unknown> }): AgentConfig {
+  let cfg = DEFAULT_CONFIG;
+  if (opts.file) {
+    let doc: unknown;
+    try {
+      doc = parseYaml(readFileSync(opts.file, 'utf8'));
+    } catch (e) {
+      throw new FerryError({ code: ErrorCode.Config, op: `read config ${opts.file}`, cause: (e as Error).message, hint: 'a YAML mapping of settings' });
+    }
+    if (doc !== null && (typeof doc !== 'object' || Array.isArray(doc))) throw bad(opts.file, 'is not a YAML mapping', 'key: value pairs');
+    cfg = mergeConfig(cfg, (doc ?? {}) as Record<string, unknown>, opts.file);
+  }
+  cfg = mergeConfig(cfg, configFromEnv(opts.env ?? {}), 'environment');
+  cfg = mergeConfig(cfg, opts.flags ?? {}, 'flags');
+  if (!cfg.nodeName) throw bad('nodeName', 'is not set', 'set --node-name, FERRY_NODE_NAME or NODE_NAME (the DaemonSet passes spec.nodeName)');
+  return cfg;
+}

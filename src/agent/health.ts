@@ -1,0 +1,155 @@
+// kube-proxy's health servers, byte for byte: the proxy health server (:10256 /healthz and
+// /livez) and one server per LoadBalancer Service with externalTrafficPolicy=Local on its
+// healthCheckNodePort.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AgentMetrics } from './metrics.js';
+
+export const TO_BE_DELETED_TAINT = 'ToBeDeletedByClusterAutoscaler';
+
+export type Clock = () => Date;
+
+/** Go's RFC 3339 with nanoseconds, as kube-proxy formats times. */
+function rfc3339(d: Date): string {
+  return d.toISOString().replace(/\.(\d{3})Z$/, '.$1000000Z');
+}
+
+export class ProxyHealth {
+  private lastUpdated: Date | undefined;
+  private oldestPendingQueued: Date | undefined;
+  private nodeEligible = true;
+
+  constructor(
+    private readonly healthTimeoutMs: number,
+    private readonly clock: Clock = () => new Date(),
+  ) {}
+
+  /** A change arrived that the datapath does not reflect yet. */
+  queuedUpdate(): void {
+    this.oldestPendingQueued ??= this.clock();
+  }
+
+  /** The datapath reflects everything queued so far. */
+  updated(): void {
+    this.oldestPendingQueued = undefined;
+    this.lastUpdated = this.clock();
+  }
+
+  syncNode(node: { metadata?: { deletionTimestamp?: Date | string }; spec?: { taints?: { key: string }[] } }): void {
+    this.nodeEligible = !node.metadata?.deletionTimestamp && !(node.spec?.taints ?? []).some((t) => t.key === TO_BE_DELETED_TAINT);
+  }
+
+  isHealthy(): boolean {
+    return !this.oldestPendingQueued || this.clock().getTime() - this.oldestPendingQueued.getTime() < this.healthTimeoutMs;
+  }
+
+  /** Status and body of /healthz (with node eligibility) or /livez. */
+  respond(path: '/healthz' | '/livez'): { status: number; body: string } {
+    const now = this.clock();
+    const eligible = this.nodeEligible;
+    let healthy = this.isHealthy();
+    if (path === '/healthz') healthy = healthy && eligible;
+    // Like kube-proxy, a healthy answer reports "now" as lastUpdated.
+    const last = healthy ? now : (this.lastUpdated ?? new Date(0));
+    const body = path === '/healthz'
+      ? `{"lastUpdated": ${JSON.stringify(rfc3339(last))},"currentTime": ${JSON.stringify(rfc3339(now))}, "nodeEligible": ${eligible}}`
+      : `{"lastUpdated": ${JSON.stringify(rfc3339(last))},"currentTime": ${JSON.stringify(rfc3339(now))}}`;
+    return { status: healthy ? 200 : 503, body };
+  }
+}
+
+function writeJson(res: ServerResponse, status: number, body: string, extra: Record<string, string> = {}): void {
+  res.writeHead(status, { 'Content-Type': 'application/json', 'X-Content-Type-Options': 'nosniff', ...extra });
+  res.end(body);
+}
+
+export function serviceHealthBody(namespace: string, name: string, localEndpoints: number, proxyHealthy: boolean): string {
+  return `{\n\t"service": {\n\t\t"namespace": ${JSON.stringify(namespace)},\n\t\t"name": ${JSON.stringify(name)}\n\t},\n\t"localEndpoints": ${localEndpoints},\n\t"serviceProxyHealthy": ${proxyHealthy}\n}`;
+}
+
+function parseHostPort(addr: string): { host: string; port: number } {
+  const i = addr.lastIndexOf(':');
+  return { host: addr.slice(0, i).replace(/^\[|\]$/g, '') || '0.0.0.0', port: Number(addr.slice(i + 1)) };
+}
+
+async function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, host: string, port: number): Promise<Server> {
+  const s = createServer(handler);
+  await new Promise<void>((resolve, reject) => {
+    s.once('error', reject);
+    s.listen(port, host, () => resolve());
+  });
+  return s;
+}
+
+export async function startProxyHealthServer(health: ProxyHealth, addr: string, metrics: AgentMetrics): Promise<Server> {
+  const { host, port } = parseHostPort(addr);
+  return listen((req, res) => {
+    const path = new URL(req.url ?? '/', 'http://x').pathname;
+    if (path !== '/healthz' && path !== '/livez') {
+      res.writeHead(404).end('404 page not found\n');
+      return;
+    }
+    const r = health.respond(path);
+    (path === '/healthz' ? metrics.healthz : metrics.livez).inc({ code: String(r.status) });
+    writeJson(res, r.status, r.body);
+  }, host, port);
+}
+
+interface ServiceHealthEntry {
+  namespace: string;
+  name: string;
+  port: number;
+  endpoints: number;
+  server: Server;
+}
+
+/** One HTTP server per health check node port, opened and closed as Services come and go. */
+export class ServiceHealthServers {
+  private readonly byService = new Map<string, ServiceHealthEntry>();
+
+  constructor(
+    private readonly proxy: ProxyHealth,
+    private readonly host: string,
+    private readonly onError: (service: string, e: Error) => void,
+  ) {}
+
+  async sync(wanted: Array<{ service: string; nodePort: number; localReadyEndpoints: number }>): Promise<void> {
+    const want = new Map(wanted.map((w) => [w.service, w]));
+    for (const [svc, e] of [...this.byService]) {
+      const w = want.get(svc);
+      if (!w || w.nodePort !== e.port) {
+        await new Promise<void>((r) => e.server.close(() => r()));
+        e.server.closeAllConnections();
+        this.byService.delete(svc);
+      }
+    }
+    for (const w of wanted) {
+      const have = this.byService.get(w.service);
+      if (have) {
+        have.endpoints = w.localReadyEndpoints;
+        continue;
+      }
+      const [namespace, name] = w.service.split('/') as [string, string];
+      const entry = { namespace, name, port: w.nodePort, endpoints: w.localReadyEndpoints } as ServiceHealthEntry;
+      try {
+        entry.server = await listen((_req, res) => {
+          const healthy = this.proxy.isHealthy();
+          const status = entry.endpoints > 0 && healthy ? 200 : 503;
+          writeJson(res, status, serviceHealthBody(entry.namespace, entry.name, entry.endpoints, healthy), { 'X-Load-Balancing-Endpoint-Weight': String(entry.endpoints) });
+        }, this.host || '0.0.0.0', w.nodePort);
+        this.byService.set(w.service, entry);
+      } catch (e) {
+        this.onError(w.service, e as Error);
+      }
+    }
+  }
+
+  ports(): number[] {
+    return [...this.byService.values()].map((e) => e.port);
+  }
+
+  async close(): Promise<void> {
+    await this.sync([]);
+  }
+}
+
+export { parseHostPort };

@@ -1,0 +1,58 @@
+// Metrics, with kube-proxy's names (so dashboards and alerts keep working after the switch)
+// and ferry's own (ferry_*): map fill, datapath drops and forwarded traffic, CT/NAT fill.
+import { Counter, Gauge, Histogram, Registry, exponentialBuckets } from 'prom-client';
+
+export class AgentMetrics {
+  readonly registry = new Registry();
+  private readonly p = 'kubeproxy_';
+  readonly syncDuration: Histogram;
+  readonly syncFullDuration: Histogram;
+  readonly syncPartialDuration: Histogram;
+  readonly lastSync: Gauge;
+  readonly lastQueued: Gauge;
+  readonly programmingDuration: Histogram;
+  readonly endpointChangesPending: Gauge;
+  readonly endpointChangesTotal: Counter;
+  readonly serviceChangesPending: Gauge;
+  readonly serviceChangesTotal: Counter;
+  readonly noLocalEndpoints: Gauge;
+  readonly healthz: Counter;
+  readonly livez: Counter;
+  readonly mapEntries: Gauge;
+  readonly mapCapacity: Gauge;
+  readonly datapathDrops: Gauge;
+  readonly datapathForwarded: Gauge;
+  readonly rejectedObjects: Counter;
+  readonly ctCollected: Counter;
+  readonly syncErrors: Counter;
+
+  constructor() {
+    const r = [this.registry];
+    const buckets = exponentialBuckets(0.001, 2, 15);
+    this.syncDuration = new Histogram({ name: `${this.p}sync_proxy_rules_duration_seconds`, help: 'SyncProxyRules latency in seconds', buckets, registers: r });
+    this.syncFullDuration = new Histogram({ name: `${this.p}sync_full_proxy_rules_duration_seconds`, help: 'SyncProxyRules latency in seconds for full resyncs', buckets, registers: r });
+    this.syncPartialDuration = new Histogram({ name: `${this.p}sync_partial_proxy_rules_duration_seconds`, help: 'SyncProxyRules latency in seconds for partial resyncs', buckets, registers: r });
+    this.lastSync = new Gauge({ name: `${this.p}sync_proxy_rules_last_timestamp_seconds`, help: 'The last time proxy rules were successfully synced', registers: r });
+    this.lastQueued = new Gauge({ name: `${this.p}sync_proxy_rules_last_queued_timestamp_seconds`, help: 'The last time a sync of proxy rules was queued', registers: r });
+    this.programmingDuration = new Histogram({
+      name: `${this.p}network_programming_duration_seconds`,
+      help: 'In Cluster Network Programming Latency in seconds',
+      buckets: [0.25, 0.5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60, 90, 120, 150, 180, 210, 240, 270, 300],
+      registers: r,
+    });
+    this.endpointChangesPending = new Gauge({ name: `${this.p}sync_proxy_rules_endpoint_changes_pending`, help: 'Pending proxy rules Endpoint changes', registers: r });
+    this.endpointChangesTotal = new Counter({ name: `${this.p}sync_proxy_rules_endpoint_changes_total`, help: 'Cumulative proxy rules Endpoint changes', registers: r });
+    this.serviceChangesPending = new Gauge({ name: `${this.p}sync_proxy_rules_service_changes_pending`, help: 'Pending proxy rules Service changes', registers: r });
+    this.serviceChangesTotal = new Counter({ name: `${this.p}sync_proxy_rules_service_changes_total`, help: 'Cumulative proxy rules Service changes', registers: r });
+    this.noLocalEndpoints = new Gauge({ name: `${this.p}sync_proxy_rules_no_local_endpoints_total`, help: 'Number of services with a Local traffic policy and no endpoints', labelNames: ['traffic_policy'], registers: r });
+    this.healthz = new Counter({ name: `${this.p}proxy_healthz_total`, help: 'Cumulative proxy healthz HTTP status', labelNames: ['code'], registers: r });
+    this.livez = new Counter({ name: `${this.p}proxy_livez_total`, help: 'Cumulative proxy livez HTTP status', labelNames: ['code'], registers: r });
+    this.mapEntries = new Gauge({ name: 'ferry_map_entries', help: 'Entries in each datapath map', labelNames: ['map'], registers: r });
+    this.mapCapacity = new Gauge({ name: 'ferry_map_capacity', help: 'Capacity (max entries) of each datapath map', labelNames: ['map'], registers: r });
+    this.datapathDrops = new Gauge({ name: 'ferry_datapath_drops_total', help: 'Packets dropped by the datapath, by reason (read from the BPF counters)', labelNames: ['reason'], registers: r });
+    this.datapathForwarded = new Gauge({ name: 'ferry_datapath_packets_total', help: 'Packets handled by the datapath, by path (read from the BPF counters)', labelNames: ['path'], registers: r });
+    this.rejectedObjects = new Counter({ name: 'ferry_rejected_objects_total', help: 'Services and EndpointSlices skipped as malformed', labelNames: ['kind'], registers: r });
+    this.ctCollected = new Counter({ name: 'ferry_conntrack_collected_total', help: 'Expired conntrack and NAT entries removed', labelNames: ['map'], registers: r });
+    this.syncErrors = new Counter({ name: 'ferry_sync_errors_total', help: 'Failed syncs of the datapath maps, by error code', labelNames: ['code'], registers: r });
+  }
+}

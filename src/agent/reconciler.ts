@@ -1,0 +1,184 @@
+// Desired state → maps. Changes are debounced (minSyncPeriod) and coalesced into one sync;
+// a periodic full sync runs too. Each sync recomputes the node's desired frontends from the
+// caches and lets the writer apply only the difference. Flows to removed backends are
+// flushed (kube-proxy's stale UDP flush), malformed objects reported once.
+import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import { flushFlowsTo } from '../datapath/ct-gc.js';
+import type { DatapathMaps } from '../datapath/loader.js';
+import type { ServiceWriter } from '../datapath/writer.js';
+import { FerryError } from '../ebpf/errors.js';
+import type { EventSink } from '../k8s/events.js';
+import { desiredState, nodeView, type DesiredState } from '../model/desired.js';
+import type { ProxyHealth, ServiceHealthServers } from './health.js';
+import type { AgentMetrics } from './metrics.js';
+
+export const TRIGGER_TIME_ANNOTATION = 'endpoints.kubernetes.io/last-change-trigger-time';
+
+export interface ClusterSource {
+  services(): readonly V1Service[];
+  slices(): readonly V1EndpointSlice[];
+  node(): V1Node | undefined;
+}
+
+export interface ReconcilerDeps {
+  source: ClusterSource;
+  writer: ServiceWriter;
+  maps: Pick<DatapathMaps, 'ct4' | 'nat4'>;
+  health: ProxyHealth;
+  serviceHealth: ServiceHealthServers;
+  metrics: AgentMetrics;
+  log: Logger;
+  events?: EventSink;
+  minSyncPeriodMs: number;
+  syncPeriodMs: number;
+  extraNodeAddresses: string[];
+  nodeName: string;
+}
+
+export class Reconciler {
+  private timer: NodeJS.Timeout | undefined;
+  private periodic: NodeJS.Timeout | undefined;
+  private lastSyncAt = 0;
+  private running: Promise<void> | undefined;
+  private pendingServices = 0;
+  private pendingEndpoints = 0;
+  private pendingFull = true;
+  /** Trigger times of slices changed since the last sync. */
+  private triggers: number[] = [];
+  private reported = new Set<string>();
+  private stopped = false;
+  last: DesiredState | undefined;
+  syncs = 0;
+
+  constructor(private readonly d: ReconcilerDeps) {}
+
+  start(): void {
+    this.periodic = setInterval(() => {
+      this.pendingFull = true;
+      this.schedule();
+    }, this.d.syncPeriodMs);
+    this.periodic.unref();
+  }
+
+  serviceChanged(): void {
+    this.pendingServices++;
+    this.d.metrics.serviceChangesTotal.inc();
+    this.queue();
+  }
+
+  sliceChanged(slice: V1EndpointSlice): void {
+    this.pendingEndpoints++;
+    this.d.metrics.endpointChangesTotal.inc();
+    const t = slice.metadata?.annotations?.[TRIGGER_TIME_ANNOTATION];
+    if (t && !Number.isNaN(Date.parse(t))) this.triggers.push(Date.parse(t));
+    this.queue();
+  }
+
+  nodeChanged(): void {
+    const node = this.d.source.node();
+    if (node) this.d.health.syncNode(node);
+    this.pendingFull = true;
+    this.queue();
+  }
+
+  private queue(): void {
+    this.d.health.queuedUpdate();
+    this.d.metrics.lastQueued.setToCurrentTime();
+    this.d.metrics.serviceChangesPending.set(this.pendingServices);
+    this.d.metrics.endpointChangesPending.set(this.pendingEndpoints);
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.timer || this.stopped) return;
+    const wait = Math.max(0, this.lastSyncAt + this.d.minSyncPeriodMs - Date.now());
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      void this.syncNow();
+    }, wait);
+  }
+
+  /** Sync now (waiting for a sync already running). Never throws: failures are logged and retried. */
+  async syncNow(): Promise<void> {
+    if (this.running) {
+      await this.running;
+      if (this.pendingServices + this.pendingEndpoints === 0 && !this.pendingFull) return;
+    }
+    this.running = this.sync().finally(() => (this.running = undefined));
+    await this.running;
+  }
+
+  private async sync(): Promise<void> {
+    const full = this.pendingFull;
+    const triggers = this.triggers;
+    this.pendingFull = false;
+    this.pendingServices = 0;
+    this.pendingEndpoints = 0;
+    this.triggers = [];
+    const t0 = process.hrtime.bigint();
+    const node = this.d.source.node();
+    if (!node) {
+      this.d.log.warn({ node: this.d.nodeName }, 'sync: this node is not in the API yet; keeping the datapath as it is');
+      return;
+    }
+    try {
+      const desired = desiredState([...this.d.source.services()], [...this.d.source.slices()], nodeView(node, this.d.extraNodeAddresses));
+      const stats = this.d.writer.apply(desired.frontends);
+      const flushed = flushFlowsTo(this.d.maps, stats.removedBackends);
+      await this.d.serviceHealth.sync(desired.healthChecks);
+      this.last = desired;
+      this.syncs++;
+      this.lastSyncAt = Date.now();
+      this.d.health.updated();
+      const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+      this.d.metrics.syncDuration.observe(seconds);
+      (full ? this.d.metrics.syncFullDuration : this.d.metrics.syncPartialDuration).observe(seconds);
+      this.d.metrics.lastSync.setToCurrentTime();
+      this.d.metrics.serviceChangesPending.set(this.pendingServices);
+      this.d.metrics.endpointChangesPending.set(this.pendingEndpoints);
+      this.d.metrics.noLocalEndpoints.set({ traffic_policy: 'internal' }, desired.noLocalEndpoints.internal);
+      this.d.metrics.noLocalEndpoints.set({ traffic_policy: 'external' }, desired.noLocalEndpoints.external);
+      const now = Date.now();
+      for (const t of triggers) this.d.metrics.programmingDuration.observe(Math.max(0, now - t) / 1000);
+      this.report(desired);
+      if (stats.entriesWritten + stats.entriesDeleted > 0 || flushed.ct + flushed.nat > 0) {
+        this.d.log.info({ full, frontends: desired.frontends.length, ...stats, removedBackends: stats.removedBackends.length, flushedFlows: flushed.ct, seconds }, 'datapath synced');
+      }
+    } catch (e) {
+      const code = e instanceof FerryError ? e.code : 'FERRY_INTERNAL';
+      this.d.metrics.syncErrors.inc({ code });
+      this.d.log.error({ err: e, code }, 'sync failed; will retry');
+      this.pendingFull = true;
+      setTimeout(() => this.schedule(), 1000).unref();
+    }
+  }
+
+  private report(desired: DesiredState): void {
+    const seen = new Set<string>();
+    for (const r of desired.rejected) {
+      const key = `${r.kind}/${r.namespace}/${r.name}: ${r.error}`;
+      seen.add(key);
+      if (this.reported.has(key)) continue;
+      this.d.metrics.rejectedObjects.inc({ kind: r.kind });
+      this.d.log.warn({ kind: r.kind, namespace: r.namespace, name: r.name, error: r.error }, 'skipping a malformed object; everything else keeps working');
+      this.d.events?.warn(r, 'FerryRejected', `ferry skips this ${r.kind}: ${r.error}`).catch((e: Error) => this.d.log.debug({ err: e.message }, 'could not post an event'));
+    }
+    for (const c of desired.conflicts) {
+      if (!this.reported.has(c)) this.d.log.warn({ conflict: c }, 'frontend conflict');
+      seen.add(c);
+    }
+    for (const i of desired.ignored) {
+      if (!this.reported.has(i)) this.d.log.info({ ignored: i }, 'not programmed');
+      seen.add(i);
+    }
+    this.reported = seen;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    if (this.periodic) clearInterval(this.periodic);
+    await this.running;
+  }
+}

@@ -1,0 +1,279 @@
+// A test double of the Kubernetes API server: the REST list/watch protocol for the
+// resources ferry and the sandbox use, in memory, over plain HTTP. resourceVersions,
+// watch events, bookmarks, 410 Gone, label and field selectors, the status subresource,
+// merge patches, Events and Leases, and enough discovery for kubectl get/create/delete/
+// apply. It is not the real API server: production talks to that.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { listeningSocketInNetns } from '../../sys/socket.js';
+import { Store, StoreError, type KObject } from './store.js';
+
+interface ResourceDef {
+  group: string; // '' for core
+  version: string;
+  plural: string;
+  kind: string;
+  namespaced: boolean;
+  shortNames?: string[];
+}
+
+export const RESOURCES: ResourceDef[] = [
+  { group: '', version: 'v1', plural: 'services', kind: 'Service', namespaced: true, shortNames: ['svc'] },
+  { group: '', version: 'v1', plural: 'pods', kind: 'Pod', namespaced: true, shortNames: ['po'] },
+  { group: '', version: 'v1', plural: 'nodes', kind: 'Node', namespaced: false, shortNames: ['no'] },
+  { group: '', version: 'v1', plural: 'namespaces', kind: 'Namespace', namespaced: false, shortNames: ['ns'] },
+  { group: '', version: 'v1', plural: 'events', kind: 'Event', namespaced: true, shortNames: ['ev'] },
+  { group: 'discovery.k8s.io', version: 'v1', plural: 'endpointslices', kind: 'EndpointSlice', namespaced: true },
+  { group: 'coordination.k8s.io', version: 'v1', plural: 'leases', kind: 'Lease', namespaced: true },
+  { group: 'apps', version: 'v1', plural: 'deployments', kind: 'Deployment', namespaced: true, shortNames: ['deploy'] },
+];
+
+const apiVersionOf = (r: ResourceDef) => (r.group ? `${r.group}/${r.version}` : r.version);
+const BOOKMARK_INTERVAL_MS = 5_000;
+
+function status(code: number, reason: string, message: string): object {
+  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code };
+}
+
+/** label selectors: `a`, `!a`, `a=b`, `a==b`, `a!=b`, comma-separated. */
+export function matchesLabels(labels: Record<string, string> | undefined, selector: string | null): boolean {
+  if (!selector) return true;
+  const l = labels ?? {};
+  return selector.split(',').map((s) => s.trim()).filter(Boolean).every((term) => {
+    let m: RegExpExecArray | null;
+    if ((m = /^!([^=!]+)$/.exec(term))) return !(m[1]! in l);
+    if ((m = /^([^=!]+)!=(.*)$/.exec(term))) return l[m[1]!] !== m[2];
+    if ((m = /^([^=!]+)==?(.*)$/.exec(term))) return l[m[1]!] === m[2];
+    return term in l;
+  });
+}
+
+function matchesFields(obj: KObject, selector: string | null): boolean {
+  if (!selector) return true;
+  return selector.split(',').every((term) => {
+    const [k, v] = term.split('=');
+    if (k === 'metadata.name') return obj.metadata.name === v;
+    if (k === 'metadata.namespace') return obj.metadata.namespace === v;
+    return true;
+  });
+}
+
+/** JSON merge patch (RFC 7386); strategic merge patches are treated the same way. */
+export function mergePatch(target: unknown, patch: unknown): unknown {
+  if (patch === null || typeof patch !== 'object' || Array.isArray(patch)) return patch;
+  const out: Record<string, unknown> = target && typeof target === 'object' && !Array.isArray(target) ? { ...(target as Record<string, unknown>) } : {};
+  for (const [k, v] of Object.entries(patch as Record<string, unknown>)) {
+    if (k === '$patch' || k.startsWith('$setElementOrder') || k.startsWith('$retainKeys') || k.startsWith('$deleteFromPrimitiveList')) continue;
+    if (v === null) delete out[k];
+    else out[k] = mergePatch(out[k], v);
+  }
+  return out;
+}
+
+export interface TestApiServerOptions {
+  port?: number;
+  host?: string;
+  store?: Store;
+  /** Listen inside this network namespace (a sandbox host), not the process's own. */
+  netns?: string;
+}
+
+export class TestApiServer {
+  readonly store: Store;
+  private server: Server | undefined;
+  private readonly watches = new Set<ServerResponse>();
+  /** Requests served, by verb and resource (for tests). */
+  readonly requests: string[] = [];
+
+  constructor(private readonly opts: TestApiServerOptions = {}) {
+    this.store = opts.store ?? new Store();
+  }
+
+  get url(): string {
+    if (!this.opts.port) throw new Error('test API server is not listening');
+    return `http://${this.opts.host ?? '127.0.0.1'}:${this.opts.port}`;
+  }
+
+  async start(): Promise<void> {
+    this.server = createServer((req, res) => {
+      this.handle(req, res).catch((e: Error) => this.send(res, 500, status(500, 'InternalError', e.message)));
+    });
+    await new Promise<void>((resolve, reject) => {
+      this.server!.once('error', reject);
+      if (this.opts.netns) {
+        const fd = listeningSocketInNetns(this.opts.netns, this.opts.host ?? '0.0.0.0', this.opts.port ?? 6443);
+        this.server!.listen({ fd }, () => resolve());
+      } else {
+        this.server!.listen(this.opts.port ?? 0, this.opts.host ?? '127.0.0.1', () => resolve());
+      }
+    });
+    if (!this.opts.port) this.opts.port = (this.server.address() as AddressInfo).port; // keep the port across restarts
+    this.opts.port ??= 6443;
+  }
+
+  /** Stop serving: close every watch and refuse connections (the store stays). */
+  async stop(): Promise<void> {
+    for (const w of this.watches) w.destroy();
+    this.watches.clear();
+    const s = this.server;
+    this.server = undefined;
+    if (s) {
+      s.closeAllConnections();
+      await new Promise<void>((resolve) => s.close(() => resolve()));
+    }
+  }
+
+  private send(res: ServerResponse, code: number, body: unknown): void {
+    if (res.headersSent) return void res.end();
+    res.writeHead(code, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(body));
+  }
+
+  private async body(req: IncomingMessage): Promise<unknown> {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const text = Buffer.concat(chunks).toString('utf8');
+    return text ? JSON.parse(text) : {};
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://x');
+    const path = url.pathname.replace(/\/+$/, '');
+    const method = req.method ?? 'GET';
+    const disc = this.discovery(path);
+    if (disc) return this.send(res, 200, disc);
+    if (path === '/healthz' || path === '/readyz' || path === '/livez') {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      return void res.end('ok');
+    }
+    if (path === '/version') return this.send(res, 200, { major: '1', minor: '30', gitVersion: 'v1.30.0-ferry-test' });
+
+    // /api/v1/... or /apis/{group}/{version}/...
+    const m = /^\/(?:api\/(v1)|apis\/([^/]+)\/([^/]+))(?:\/namespaces\/([^/]+))?\/([^/]+)(?:\/([^/]+))?(?:\/(status))?$/.exec(path);
+    if (!m) return this.send(res, 404, status(404, 'NotFound', `the server could not find the requested resource (${path})`));
+    const group = m[2] ?? '';
+    const version = m[1] ?? m[3]!;
+    let namespace = m[4];
+    const plural = m[5]!;
+    const name = m[6];
+    const def = RESOURCES.find((r) => r.group === group && r.version === version && r.plural === plural);
+    if (!def) return this.send(res, 404, status(404, 'NotFound', `the server could not find the requested resource (${plural})`));
+    if (!def.namespaced) {
+      namespace = undefined;
+    }
+    const isStatus = m[7] === 'status';
+    this.requests.push(`${method} ${plural}${name ? `/${name}` : ''}${isStatus ? '/status' : ''}`);
+    const watch = url.searchParams.get('watch');
+    try {
+      if (method === 'GET' && !name && (watch === 'true' || watch === '1')) return this.watch(def, namespace, url, res);
+      if (method === 'GET' && !name) {
+        const items = this.store.list(plural, namespace).filter((o) => matchesLabels(o.metadata.labels, url.searchParams.get('labelSelector')) && matchesFields(o, url.searchParams.get('fieldSelector')));
+        return this.send(res, 200, { kind: `${def.kind}List`, apiVersion: apiVersionOf(def), metadata: { resourceVersion: String(this.store.resourceVersion) }, items: items.map((o) => this.typed(def, o)) });
+      }
+      if (method === 'GET') {
+        const o = this.store.get(plural, namespace, name!);
+        if (!o) return this.send(res, 404, status(404, 'NotFound', `${plural} "${name}" not found`));
+        return this.send(res, 200, this.typed(def, o));
+      }
+      if (method === 'POST' && !name) {
+        const obj = (await this.body(req)) as KObject;
+        obj.metadata ??= {};
+        if (def.namespaced) obj.metadata.namespace = obj.metadata.namespace ?? namespace ?? 'default';
+        return this.send(res, 201, this.typed(def, this.store.create(plural, this.typed(def, obj))));
+      }
+      if (method === 'PUT' && name) {
+        const obj = (await this.body(req)) as KObject;
+        obj.metadata = { ...obj.metadata, name, namespace };
+        return this.send(res, 200, this.typed(def, this.store.update(plural, this.typed(def, obj), { status: isStatus })));
+      }
+      if (method === 'PATCH' && name) {
+        const have = this.store.get(plural, namespace, name);
+        if (!have) return this.send(res, 404, status(404, 'NotFound', `${plural} "${name}" not found`));
+        const patch = await this.body(req);
+        const ct = req.headers['content-type'] ?? '';
+        if (ct.includes('json-patch+json')) return this.send(res, 415, status(415, 'UnsupportedMediaType', 'JSON patch is not supported by the test API server; use a merge patch'));
+        const merged = mergePatch(structuredClone(have), patch) as KObject;
+        merged.metadata = { ...merged.metadata, name, namespace, resourceVersion: undefined };
+        return this.send(res, 200, this.typed(def, this.store.update(plural, merged, { status: isStatus })));
+      }
+      if (method === 'DELETE' && name) {
+        const gone = this.store.delete(plural, namespace, name);
+        return this.send(res, 200, this.typed(def, gone));
+      }
+      return this.send(res, 405, status(405, 'MethodNotAllowed', `${method} is not allowed here`));
+    } catch (e) {
+      if (e instanceof StoreError) return this.send(res, e.status, status(e.status, e.reason, e.message));
+      if (e instanceof SyntaxError) return this.send(res, 400, status(400, 'BadRequest', `invalid JSON: ${e.message}`));
+      throw e;
+    }
+  }
+
+  private typed(def: ResourceDef, o: KObject): KObject {
+    return { ...o, apiVersion: apiVersionOf(def), kind: def.kind };
+  }
+
+  private watch(def: ResourceDef, namespace: string | undefined, url: URL, res: ServerResponse): void {
+    const labelSel = url.searchParams.get('labelSelector');
+    const fieldSel = url.searchParams.get('fieldSelector');
+    const bookmarks = url.searchParams.get('allowWatchBookmarks') === 'true';
+    const rvParam = url.searchParams.get('resourceVersion');
+    const from = rvParam ? Number(rvParam) : this.store.resourceVersion;
+    const past = this.store.since(def.plural, from);
+    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+    const emit = (type: string, object: object) => res.write(`${JSON.stringify({ type, object })}\n`);
+    if (past === 'gone') {
+      emit('ERROR', status(410, 'Expired', `too old resource version: ${from} (${this.store.resourceVersion})`));
+      return void res.end();
+    }
+    const wanted = (o: KObject) => (!namespace || o.metadata.namespace === namespace) && matchesLabels(o.metadata.labels, labelSel) && matchesFields(o, fieldSel);
+    // Without a resourceVersion a watch starts with the current state as ADDED events.
+    if (!rvParam || rvParam === '0') for (const o of this.store.list(def.plural, namespace)) if (wanted(o)) emit('ADDED', this.typed(def, o));
+    for (const e of past) if (wanted(e.object)) emit(e.type, this.typed(def, e.object));
+    const unsubscribe = this.store.subscribe((e) => {
+      if (e.resource === def.plural && wanted(e.object)) emit(e.type, this.typed(def, e.object));
+    });
+    const timer = bookmarks
+      ? setInterval(() => emit('BOOKMARK', { kind: def.kind, apiVersion: apiVersionOf(def), metadata: { resourceVersion: String(this.store.resourceVersion) } }), BOOKMARK_INTERVAL_MS)
+      : undefined;
+    const timeout = Number(url.searchParams.get('timeoutSeconds') ?? 0);
+    const ender = timeout > 0 ? setTimeout(() => res.end(), timeout * 1000) : undefined;
+    this.watches.add(res);
+    res.on('close', () => {
+      unsubscribe();
+      if (timer) clearInterval(timer);
+      if (ender) clearTimeout(ender);
+      this.watches.delete(res);
+    });
+  }
+
+  private discovery(path: string): object | undefined {
+    const resourceList = (gv: string, defs: ResourceDef[]) => ({
+      kind: 'APIResourceList',
+      apiVersion: 'v1',
+      groupVersion: gv,
+      resources: defs.flatMap((d) => [
+        { name: d.plural, singularName: d.kind.toLowerCase(), namespaced: d.namespaced, kind: d.kind, verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'], shortNames: d.shortNames },
+        ...(['services', 'nodes', 'pods', 'deployments'].includes(d.plural) ? [{ name: `${d.plural}/status`, singularName: '', namespaced: d.namespaced, kind: d.kind, verbs: ['get', 'patch', 'update'] }] : []),
+      ]),
+    });
+    if (path === '/api') return { kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress: '127.0.0.1' }] };
+    if (path === '/api/v1') return resourceList('v1', RESOURCES.filter((r) => r.group === ''));
+    const groups = [...new Set(RESOURCES.filter((r) => r.group).map((r) => r.group))];
+    if (path === '/apis') {
+      return {
+        kind: 'APIGroupList',
+        apiVersion: 'v1',
+        groups: groups.map((g) => {
+          const v = RESOURCES.find((r) => r.group === g)!.version;
+          return { name: g, versions: [{ groupVersion: `${g}/${v}`, version: v }], preferredVersion: { groupVersion: `${g}/${v}`, version: v } };
+        }),
+      };
+    }
+    for (const g of groups) {
+      const v = RESOURCES.find((r) => r.group === g)!.version;
+      if (path === `/apis/${g}/${v}`) return resourceList(`${g}/${v}`, RESOURCES.filter((r) => r.group === g));
+      if (path === `/apis/${g}`) return { kind: 'APIGroup', apiVersion: 'v1', name: g, versions: [{ groupVersion: `${g}/${v}`, version: v }], preferredVersion: { groupVersion: `${g}/${v}`, version: v } };
+    }
+    return undefined;
+  }
+}

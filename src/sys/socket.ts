@@ -1,0 +1,63 @@
+// A listening TCP socket created inside another network namespace, for Node servers that
+// must live there while the process lives elsewhere: the socket keeps the namespace it
+// was created in, and Node's server.listen({ fd }) adopts it.
+import { createRequire } from 'node:module';
+import { isIPv4 } from 'node:net';
+import { ErrorCode, FerryError, errnoMessage } from '../ebpf/errors.js';
+import { inNetns } from './netns.js';
+
+const require = createRequire(import.meta.url);
+
+const AF_INET = 2;
+const SOCK_STREAM = 1;
+const SOCK_CLOEXEC = 0o2000000;
+const SOL_SOCKET = 1;
+const SO_REUSEADDR = 2;
+
+interface SocketCalls {
+  socket(domain: number, type: number, proto: number): number;
+  setsockopt(fd: number, level: number, name: number, value: Buffer, len: number): number;
+  bind(fd: number, addr: Buffer, len: number): number;
+  listen(fd: number, backlog: number): number;
+  close(fd: number): number;
+  errno(): number;
+}
+
+let calls: SocketCalls | undefined;
+function libcSockets(): SocketCalls {
+  if (calls) return calls;
+  const k = require('koffi');
+  const lib = k.load('libc.so.6');
+  const socket = lib.func('int socket(int domain, int type, int protocol)');
+  const setsockopt = lib.func('int setsockopt(int fd, int level, int name, const void *value, uint32_t len)');
+  const bind = lib.func('int bind(int fd, const void *addr, uint32_t len)');
+  const listen = lib.func('int listen(int fd, int backlog)');
+  const close = lib.func('int close(int fd)');
+  calls = { socket, setsockopt, bind, listen, close, errno: () => k.errno() };
+  return calls;
+}
+
+/** A bound, listening IPv4 TCP socket in `netns`; hand it to server.listen({ fd }). */
+export function listeningSocketInNetns(netns: string, host: string, port: number): number {
+  if (!isIPv4(host)) throw new FerryError({ code: ErrorCode.Netns, op: `listen on ${host}:${port} in ${netns}`, cause: 'not an IPv4 address' });
+  const c = libcSockets();
+  return inNetns(netns, () => {
+    const fd = c.socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const fail = (op: string) => {
+      const e = c.errno();
+      if (fd >= 0) c.close(fd);
+      return new FerryError({ code: ErrorCode.Netns, op: `${op} ${host}:${port} in ${netns}`, cause: errnoMessage(e) });
+    };
+    if (fd < 0) throw fail('socket for');
+    const one = Buffer.alloc(4);
+    one.writeInt32LE(1);
+    c.setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, one, 4);
+    const sa = Buffer.alloc(16); // struct sockaddr_in
+    sa.writeUInt16LE(AF_INET, 0);
+    sa.writeUInt16BE(port, 2);
+    Buffer.from(host.split('.').map(Number)).copy(sa, 4);
+    if (c.bind(fd, sa, sa.length) < 0) throw fail('bind');
+    if (c.listen(fd, 511) < 0) throw fail('listen on');
+    return fd;
+  });
+}
