@@ -143,9 +143,11 @@ export class Datapath {
       this.links.push(link);
       if (!opts.pinLinks) continue;
       const path = join(this.pinDir, `link_${p}`);
-      link.pin(`${path}.new`);
+      const fresh = `${path}_new`; // bpffs refuses names with dots
+      rmSync(fresh, { force: true });
+      link.pin(fresh);
       rmSync(path, { force: true }); // the old link goes when its last reference does
-      renameSync(`${path}.new`, path);
+      renameSync(fresh, path);
     }
   }
 

@@ -1,0 +1,155 @@
+// The agent end to end: real `ferry agent` processes on two nodes, the test API server,
+// Services and EndpointSlices created, changed and deleted, with traffic following; an
+// agent restart under continuous traffic; the API server killed and restarted; kube-proxy's
+// health servers and metrics; a malformed Service skipped while the rest keeps working.
+import type { V1Service } from '@kubernetes/client-node';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { Host } from '../../src/sandbox/netns/testbed.js';
+import type { PodInfo } from '../../src/sandbox/network.js';
+import { serviceHealthBody } from '../../src/agent/health.js';
+import { AgentCluster, sliceFor } from '../harness/agent-cluster.js';
+import { WORKLOADS } from '../harness/mini-cluster.js';
+import { describeWith } from '../harness/requirements.js';
+
+let c: AgentCluster;
+let web1: PodInfo;
+let web2: PodInfo;
+let client1: PodInfo;
+
+const web: V1Service = {
+  metadata: { name: 'web', namespace: 'default' },
+  spec: { type: 'NodePort', clusterIP: '10.96.0.10', clusterIPs: ['10.96.0.10'], ipFamilies: ['IPv4'], ports: [{ name: 'http', port: 80, targetPort: 8080 as never, nodePort: 30080, protocol: 'TCP' }] },
+};
+const local: V1Service = {
+  metadata: { name: 'local', namespace: 'default' },
+  spec: {
+    type: 'LoadBalancer', clusterIP: '10.96.0.20', externalTrafficPolicy: 'Local', healthCheckNodePort: 32000,
+    ports: [{ name: 'http', port: 80, targetPort: 8080 as never, nodePort: 30081, protocol: 'TCP' }],
+  },
+  status: { loadBalancer: { ingress: [{ ip: '10.0.100.20' }] } },
+};
+
+beforeAll(async () => {
+  c = await AgentCluster.create({ nodes: 2 });
+  [web1, web2, client1] = await Promise.all([c.pod('web-1', 1, { whoami: 8080 }), c.pod('web-2', 2, { whoami: 8080 }), c.pod('client-1', 1)]);
+  c.apply('services', web);
+  c.apply('endpointslices', sliceFor('web', [{ pod: web1 }], [{ name: 'http', port: 8080 }]));
+  await Promise.all(c.net.nodes.map((n) => c.startAgent(n)));
+});
+afterAll(async () => {
+  await c?.close();
+});
+
+async function hostname(from: Host, url: string): Promise<string> {
+  const r = await from.exec(['curl', '-sS', '--max-time', '3', url], { timeoutMs: 8000 });
+  return r.code === 0 ? (/Hostname: (\S+)/.exec(r.stdout)?.[1] ?? '?') : `error ${r.code}`;
+}
+
+async function eventually<T>(fn: () => Promise<T>, want: (v: T) => boolean, ms = 15_000): Promise<T> {
+  const end = Date.now() + ms;
+  let v = await fn();
+  while (!want(v) && Date.now() < end) {
+    await new Promise((r) => setTimeout(r, 100));
+    v = await fn();
+  }
+  return v;
+}
+
+const http = async (from: Host, url: string) => {
+  const r = await from.exec(['curl', '-sS', '-i', '--max-time', '3', url]);
+  const [head = '', body = ''] = r.stdout.split(/\r\n\r\n/);
+  return { status: Number(/^HTTP\/1\.1 (\d+)/.exec(head)?.[1] ?? 0), head, body };
+};
+
+describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
+  it('programs a Service created before it started, on every node', async () => {
+    expect(await hostname(c.net.client, 'http://10.0.30.21:30080/')).toBe('web-1');
+    expect(await hostname(c.net.client, 'http://10.0.30.22:30080/')).toBe('web-1');
+    expect(await hostname(client1.host, 'http://10.96.0.10/')).toBe('web-1');
+  });
+
+  it('follows EndpointSlice changes, and a deleted Service stops working', async () => {
+    c.apply('endpointslices', sliceFor('web', [{ pod: web2 }], [{ name: 'http', port: 8080 }]));
+    expect(await eventually(() => hostname(client1.host, 'http://10.96.0.10/'), (h) => h === 'web-2')).toBe('web-2');
+    expect(await eventually(() => hostname(c.net.client, 'http://10.0.30.21:30080/'), (h) => h === 'web-2')).toBe('web-2');
+    c.apply('services', { ...web, metadata: { name: 'gone', namespace: 'default' }, spec: { ...web.spec, clusterIP: '10.96.0.11', clusterIPs: ['10.96.0.11'], ports: [{ name: 'http', port: 80, nodePort: 30082, protocol: 'TCP' }] } });
+    c.apply('endpointslices', sliceFor('gone', [{ pod: web1 }], [{ name: 'http', port: 8080 }]));
+    expect(await eventually(() => hostname(c.net.client, 'http://10.0.30.21:30082/'), (h) => h === 'web-1')).toBe('web-1');
+    c.remove('services', 'default', 'gone');
+    expect(await eventually(() => hostname(c.net.client, 'http://10.0.30.21:30082/'), (h) => h.startsWith('error'))).toBe('error 7');
+    c.apply('endpointslices', sliceFor('web', [{ pod: web1 }], [{ name: 'http', port: 8080 }]));
+    expect(await eventually(() => hostname(client1.host, 'http://10.96.0.10/'), (h) => h === 'web-1')).toBe('web-1');
+  });
+
+  it('serves kube-proxy health: /healthz, /livez and the health check node port of an ETP=Local Service', async () => {
+    c.apply('services', local);
+    c.apply('endpointslices', sliceFor('local', [{ pod: web1 }], [{ name: 'http', port: 8080 }]));
+    const n1 = c.net.node(1).host;
+    const n2 = c.net.node(2).host;
+    const hz = await http(n1, 'http://127.0.0.1:10256/healthz');
+    expect(hz.status).toBe(200);
+    expect(hz.head).toMatch(/Content-Type: application\/json/i);
+    expect(hz.head).toMatch(/X-Content-Type-Options: nosniff/i);
+    expect(hz.body).toMatch(/^\{"lastUpdated": "[\d-]+T[\d:.]+Z","currentTime": "[\d-]+T[\d:.]+Z", "nodeEligible": true\}$/);
+    expect((await http(n1, 'http://127.0.0.1:10256/livez')).body).toMatch(/^\{"lastUpdated": "[^"]+","currentTime": "[^"]+"\}$/);
+    const on1 = await eventually(() => http(n1, 'http://10.0.30.21:32000/'), (r) => r.status === 200);
+    expect(on1.body).toBe(serviceHealthBody('default', 'local', 1, true));
+    expect(on1.body).toBe('{\n\t"service": {\n\t\t"namespace": "default",\n\t\t"name": "local"\n\t},\n\t"localEndpoints": 1,\n\t"serviceProxyHealthy": true\n}');
+    expect(on1.head).toMatch(/X-Load-Balancing-Endpoint-Weight: 1/i);
+    const on2 = await eventually(() => http(n2, 'http://10.0.30.22:32000/'), (r) => r.status === 503);
+    expect(on2.body).toBe(serviceHealthBody('default', 'local', 0, true));
+    // A terminating endpoint does not count: node-1 answers 503 too.
+    c.apply('endpointslices', sliceFor('local', [{ pod: web1, ready: false, terminating: true }], [{ name: 'http', port: 8080 }]));
+    expect((await eventually(() => http(n1, 'http://10.0.30.21:32000/'), (r) => r.status === 503)).status).toBe(503);
+  });
+
+  it('exposes kube-proxy metrics and its own, and /proxyMode', async () => {
+    const n1 = c.net.node(1).host;
+    const m = (await n1.execOk(['curl', '-sS', 'http://127.0.0.1:10249/metrics'])).split('\n');
+    const value = (name: string) => Number(m.find((l) => l.startsWith(name))?.split(' ').at(-1));
+    expect(value('kubeproxy_sync_proxy_rules_duration_seconds_count')).toBeGreaterThan(0);
+    expect(value('kubeproxy_sync_proxy_rules_last_timestamp_seconds')).toBeGreaterThan(1e9);
+    expect(value('kubeproxy_network_programming_duration_seconds_count')).toBeGreaterThan(0);
+    expect(value('kubeproxy_sync_proxy_rules_endpoint_changes_total')).toBeGreaterThan(0);
+    expect(value('ferry_map_entries{map="lb4_services"}')).toBeGreaterThan(0);
+    expect(value('ferry_map_capacity{map="ct4"}')).toBe(131072);
+    expect(value('ferry_datapath_packets_total{path="fwd_local"}')).toBeGreaterThan(0);
+    expect(m.some((l) => l.startsWith('ferry_datapath_drops_total{reason="unknown_port"}'))).toBe(true);
+    expect(await n1.execOk(['curl', '-sS', 'http://127.0.0.1:10249/proxyMode'])).toBe('ebpf');
+  });
+
+  it('skips a malformed Service with an Event and a metric; everything else keeps working', async () => {
+    c.apply('services', { metadata: { name: 'broken', namespace: 'default' }, spec: { clusterIP: '10.96.0.99', ports: [{ name: 'a', port: 80 }, { name: 'b', port: 80 }] } });
+    const events = await eventually(async () => c.api.store.list('events'), (evs) => evs.some((e) => (e.involvedObject as { name?: string })?.name === 'broken'));
+    const ev = events.find((e) => (e.involvedObject as { name?: string })?.name === 'broken')!;
+    expect(ev).toMatchObject({ reason: 'FerryRejected', type: 'Warning' });
+    expect(String(ev.message)).toMatch(/port 80\/TCP is listed twice/);
+    expect(await hostname(client1.host, 'http://10.96.0.10/')).toBe('web-1');
+    const m = await c.net.node(1).host.execOk(['curl', '-sS', 'http://127.0.0.1:10249/metrics']);
+    expect(m).toMatch(/ferry_rejected_objects_total\{kind="Service"\} 1/);
+    c.remove('services', 'default', 'broken');
+  });
+
+  it('restarts under continuous traffic without a single failed connection', async () => {
+    const node1 = c.net.node(1);
+    const load = c.net.client.spawn([process.execPath, WORKLOADS, 'connect-latency', '--to', '10.0.30.21:30080', '--count', '4000']);
+    await new Promise((r) => setTimeout(r, 300));
+    await c.stopAgent(node1);
+    await c.startAgent(node1);
+    await load.exited;
+    const result = JSON.parse(load.output().trim().split('\n').at(-1)!) as { count: number; failures: number };
+    expect(result.failures).toBe(0);
+    expect(result.count).toBe(4000);
+    expect(c.agents.get(node1.name)!.output()).toMatch(/"adopted":8/);
+  });
+
+  it('keeps traffic flowing while the API server is down, and applies changes made meanwhile', async () => {
+    await c.api.stop();
+    expect(await hostname(c.net.client, 'http://10.0.30.21:30080/')).toBe('web-1');
+    c.apply('endpointslices', sliceFor('web', [{ pod: web2 }], [{ name: 'http', port: 8080 }]));
+    await new Promise((r) => setTimeout(r, 500));
+    expect(await hostname(c.net.client, 'http://10.0.30.21:30080/')).toBe('web-1'); // nothing seen yet
+    await c.api.start();
+    expect(await eventually(() => hostname(c.net.client, 'http://10.0.30.21:30080/'), (h) => h === 'web-2', 30_000)).toBe('web-2');
+  });
+});
