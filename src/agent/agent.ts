@@ -97,7 +97,7 @@ export class Agent {
     let reconciler: Reconciler | undefined;
     const onError = (what: string) => (err: unknown, retryInMs: number) => log.warn({ watch: what, err: (err as Error)?.message ?? String(err), retryInMs }, 'watch failed; the datapath keeps its state');
     const services = new Watcher<V1Service>('services', kc, '/api/v1/services', () => core.listServiceForAllNamespaces(), {
-      onChange: () => reconciler?.serviceChanged(),
+      onChange: (_k, svc) => reconciler?.serviceChanged(svc),
       onError: onError('services'),
     });
     const slices = new Watcher<V1EndpointSlice>('endpointslices', kc, '/apis/discovery.k8s.io/v1/endpointslices', () => discovery.listEndpointSliceForAllNamespaces(), {
@@ -110,7 +110,7 @@ export class Agent {
     }, { fieldSelector: `metadata.name=${cfg.nodeName}` });
 
     reconciler = new Reconciler({
-      source: { services: () => services.list(), slices: () => slices.list(), node: () => nodes.list()[0] },
+      source: { services: () => services.list(), service: (ns, name) => services.get(ns, name), slices: () => slices.list(), node: () => nodes.list()[0] },
       writer,
       maps: datapath.maps,
       health,

@@ -9,7 +9,8 @@ import type { DatapathMaps } from '../datapath/loader.js';
 import type { ServiceWriter } from '../datapath/writer.js';
 import { FerryError } from '../ebpf/errors.js';
 import type { EventSink } from '../k8s/events.js';
-import { desiredState, nodeView, type DesiredState } from '../model/desired.js';
+import { combine, nodeView, serviceOutcome, slicesByService, type DesiredState, type ServiceOutcome } from '../model/desired.js';
+import { LABEL_SERVICE_NAME, serviceName } from '../model/service.js';
 import type { ProxyHealth, ServiceHealthServers } from './health.js';
 import type { AgentMetrics } from './metrics.js';
 
@@ -17,6 +18,7 @@ export const TRIGGER_TIME_ANNOTATION = 'endpoints.kubernetes.io/last-change-trig
 
 export interface ClusterSource {
   services(): readonly V1Service[];
+  service(namespace: string, name: string): V1Service | undefined;
   slices(): readonly V1EndpointSlice[];
   node(): V1Node | undefined;
 }
@@ -47,6 +49,9 @@ export class Reconciler {
   /** Trigger times of slices changed since the last sync. */
   private triggers: number[] = [];
   private reported = new Set<string>();
+  /** Each Service's contribution, recomputed only when it or its slices changed. */
+  private readonly outcomes = new Map<string, ServiceOutcome>();
+  private readonly dirty = new Set<string>();
   private stopped = false;
   last: DesiredState | undefined;
   syncs = 0;
@@ -61,13 +66,16 @@ export class Reconciler {
     this.periodic.unref();
   }
 
-  serviceChanged(): void {
+  serviceChanged(svc: V1Service): void {
+    this.dirty.add(serviceName(svc));
     this.pendingServices++;
     this.d.metrics.serviceChangesTotal.inc();
     this.queue();
   }
 
   sliceChanged(slice: V1EndpointSlice): void {
+    const owner = slice.metadata?.labels?.[LABEL_SERVICE_NAME];
+    if (owner) this.dirty.add(`${slice.metadata?.namespace}/${owner}`);
     this.pendingEndpoints++;
     this.d.metrics.endpointChangesTotal.inc();
     const t = slice.metadata?.annotations?.[TRIGGER_TIME_ANNOTATION];
@@ -123,7 +131,7 @@ export class Reconciler {
       return;
     }
     try {
-      const desired = desiredState([...this.d.source.services()], [...this.d.source.slices()], nodeView(node, this.d.extraNodeAddresses));
+      const desired = this.desired(full, nodeView(node, this.d.extraNodeAddresses));
       const stats = this.d.writer.apply(desired.frontends);
       const flushed = flushFlowsTo(this.d.maps, stats.removedBackends);
       await this.d.serviceHealth.sync(desired.healthChecks);
@@ -149,9 +157,36 @@ export class Reconciler {
       const code = e instanceof FerryError ? e.code : 'FERRY_INTERNAL';
       this.d.metrics.syncErrors.inc({ code });
       this.d.log.error({ err: e, code }, 'sync failed; will retry');
-      this.pendingFull = true;
+      this.pendingFull = true; // recompute everything: the failed sync consumed the dirty set
       setTimeout(() => this.schedule(), 1000).unref();
     }
+  }
+
+  /** Recompute what changed (everything on a full sync) and merge. */
+  private desired(full: boolean, node: ReturnType<typeof nodeView>): DesiredState {
+    const dirty = [...this.dirty];
+    this.dirty.clear();
+    if (full) {
+      const bySvc = slicesByService(this.d.source.slices());
+      this.outcomes.clear();
+      for (const svc of this.d.source.services()) {
+        const name = serviceName(svc);
+        this.outcomes.set(name, serviceOutcome(svc, bySvc.get(name) ?? [], node));
+      }
+    } else if (dirty.length > 0) {
+      const slices = this.d.source.slices();
+      for (const name of dirty) {
+        const [ns, n] = name.split('/') as [string, string];
+        const svc = this.d.source.service(ns, n);
+        if (!svc) {
+          this.outcomes.delete(name);
+          continue;
+        }
+        const mine = slices.filter((s) => s.metadata?.namespace === ns && s.metadata?.labels?.[LABEL_SERVICE_NAME] === n);
+        this.outcomes.set(name, serviceOutcome(svc, mine, node));
+      }
+    }
+    return combine(this.outcomes.values());
   }
 
   private report(desired: DesiredState): void {

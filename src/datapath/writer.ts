@@ -43,6 +43,9 @@ export class ServiceWriter {
   private readonly frontends = new Map<string, FrontendState>();
   /** Addresses with a wildcard entry. */
   private readonly wildcards = new Set<string>();
+  /** The spec object each frontend was last written from: the same object again means
+   * "unchanged", so a sync after one Service changed does not re-diff ten thousand. */
+  private readonly lastSpecs = new Map<string, FrontendSpec>();
 
   constructor(private readonly maps: ServiceMaps) {
     this.backendIds = new IdAllocator('backend', maps.lb4_backends.maxEntries, 'mapSizes.backends');
@@ -102,6 +105,7 @@ export class ServiceWriter {
     this.backends.clear();
     this.frontends.clear();
     this.wildcards.clear();
+    this.lastSpecs.clear();
     this.backendIds.clear();
     this.revNatIds.clear();
     this.restore();
@@ -114,8 +118,19 @@ export class ServiceWriter {
     // 1. Backends: allocate IDs, write new or changed ones.
     const wantBackends = new Map<number, Lb4Backend>();
     const frontendBackends = new Map<string, number[]>();
+    const unchanged = new Set<string>();
     for (const f of desired) {
       const fid = `${frontendId(f)}#${scope}`;
+      const known = this.frontends.get(fid);
+      if (known && this.lastSpecs.get(fid) === f) {
+        unchanged.add(fid);
+        frontendBackends.set(fid, known.backendIds);
+        for (const id of known.backendIds) {
+          const b = this.backends.get(id);
+          if (b && !wantBackends.has(id)) wantBackends.set(id, b);
+        }
+        continue;
+      }
       const ids: number[] = [];
       for (const b of f.backends) {
         const id = this.backendIds.allocate(backendId(b, f.proto));
@@ -154,6 +169,8 @@ export class ServiceWriter {
       // Services alone. A node address (NodePort, and often an externalIP) also carries the
       // host's own traffic: its other ports must reach the host.
       if (f.kind === 'ClusterIP' || f.kind === 'LoadBalancer') wantWildcards.add(f.address);
+      if (unchanged.has(fid)) continue;
+      this.lastSpecs.set(fid, f);
       const key: Lb4Key = { address: f.address, port: f.port, proto: Proto[f.proto], scope, slot: 0 };
       const ids = frontendBackends.get(fid)!;
       const flags = kindFlag[f.kind] | (f.nodePortAny ? LbFlags.LB_F_NODE_PORT_ANY : 0);
@@ -201,6 +218,7 @@ export class ServiceWriter {
       if (wantFrontends.has(fid)) continue;
       deletes.push(st.key, ...st.backendIds.map((_, i) => ({ ...st.key, slot: i + 1 })));
       this.frontends.delete(fid);
+      this.lastSpecs.delete(fid);
       this.maps.lb4_reverse_nat.delete(st.revNatId);
       this.revNatIds.release(fid);
       stats.frontendsRemoved++;

@@ -66,6 +66,10 @@ export class Watcher<T extends KubernetesObject> {
     return this.lw.list();
   }
 
+  get(namespace: string | undefined, name: string): T | undefined {
+    return this.lw.get(name, namespace);
+  }
+
   get hasSynced(): boolean {
     return this.isSynced;
   }
