@@ -140,14 +140,13 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
   return out;
 }
 
-/** FERRY_NODE_NAME=… → nodeName, and so on; NODE_NAME too, as DaemonSets usually set it. */
+/** FERRY_NODE_NAME=… → nodeName, and so on. */
 export function configFromEnv(env: NodeJS.ProcessEnv): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const key of Object.keys(DEFAULT_CONFIG)) {
     const envKey = `FERRY_${key.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`;
     if (env[envKey] !== undefined) out[key] = key === 'mapSizes' ? JSON.parse(env[envKey]!) : env[envKey];
   }
-  if (out.nodeName === undefined && env.NODE_NAME) out.nodeName = env.NODE_NAME;
   return out;
 }
 
@@ -165,6 +164,8 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv; flags
   }
   cfg = mergeConfig(cfg, configFromEnv(opts.env ?? {}), 'environment');
   cfg = mergeConfig(cfg, opts.flags ?? {}, 'flags');
+  // NODE_NAME, as DaemonSets usually pass spec.nodeName, is the fallback.
+  if (!cfg.nodeName && opts.env?.NODE_NAME) cfg = { ...cfg, nodeName: opts.env.NODE_NAME };
   if (!cfg.nodeName) throw bad('nodeName', 'is not set', 'set --node-name, FERRY_NODE_NAME or NODE_NAME (the DaemonSet passes spec.nodeName)');
   return cfg;
 }

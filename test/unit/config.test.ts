@@ -1,0 +1,39 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { DEFAULT_CONFIG, configFromEnv, loadConfig, mergeConfig } from '../../src/agent/config.js';
+
+describe('agent configuration', () => {
+  it('layers file, environment and flags, later winning', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ferry-cfg-'));
+    const file = join(dir, 'ferry.yaml');
+    writeFileSync(file, 'nodeName: from-file\ndevices: [eth0, eth1]\nsyncPeriodSeconds: 10\nmapSizes:\n  conntrack: 262144\n');
+    const cfg = loadConfig({ file, env: { FERRY_SYNC_PERIOD_SECONDS: '20', NODE_NAME: 'ignored-when-file-sets-it' }, flags: { logLevel: 'debug' } });
+    expect(cfg).toMatchObject({ nodeName: 'from-file', devices: ['eth0', 'eth1'], syncPeriodSeconds: 20, logLevel: 'debug' });
+    expect(cfg.mapSizes.conntrack).toBe(262144);
+    expect(cfg.mapSizes.services).toBe(DEFAULT_CONFIG.mapSizes.services);
+  });
+
+  it('reads NODE_NAME as the DaemonSet passes it', () => {
+    expect(loadConfig({ env: { NODE_NAME: 'n1' } }).nodeName).toBe('n1');
+    expect(configFromEnv({ FERRY_DEVICES: 'eth0,bond0' })).toEqual({ devices: 'eth0,bond0' });
+  });
+
+  it.each([
+    [{ syncPeriodSeconds: 0 }, 'config syncPeriodSeconds (from flags): is 0 (an integer in 1..86400)'],
+    [{ snatIPv4: '10.0.0.300' }, 'config snatIPv4 (from flags): is "10.0.0.300" (an IPv4 address)'],
+    [{ healthzBindAddress: 'nope' }, 'config healthzBindAddress (from flags): is "nope" (HOST:PORT, e.g. 0.0.0.0:10256, or "" to disable)'],
+    [{ devices: 'a-very-long-interface-name' }, 'config devices (from flags): has an invalid interface name (interface names of at most 15 characters)'],
+    [{ mapSizes: { cache: 5 } }, 'config mapSizes.cache (from flags): is not a map size (services, backends, reverseNat, sockReverse, conntrack, nat)'],
+    [{ logLevel: 'loud' }, 'config logLevel (from flags): is "loud" (trace, debug, info, warn or error)'],
+    [{ colour: 'blue' }, /^config colour: is not a setting \(from flags\) \(settings: nodeName, /],
+    [{ snatPortMin: 65000, snatPortMax: 62000 }, 'config snatPortMin: 65000 is above snatPortMax 62000 (min ≤ max)'],
+  ])('says which key is wrong, how, and what is allowed: %j', (input, message) => {
+    expect(() => mergeConfig(DEFAULT_CONFIG, input, 'flags')).toThrow(message);
+  });
+
+  it('requires a node name', () => {
+    expect(() => loadConfig({ env: {} })).toThrow(/config nodeName: is not set \(set --node-name, FERRY_NODE_NAME or NODE_NAME/);
+  });
+});
