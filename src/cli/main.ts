@@ -5,6 +5,7 @@ import { registerCompile } from './compile-command.js';
 import { registerTestbed } from './testbed-command.js';
 import { registerAgent } from './agent-command.js';
 import { registerTestApiServer } from './test-apiserver-command.js';
+import { registerSandbox } from './sandbox-command.js';
 
 export async function main(argv: string[]): Promise<void> {
   const program = new Command('ferry')
@@ -15,6 +16,7 @@ export async function main(argv: string[]): Promise<void> {
   registerTestbed(program);
   registerAgent(program);
   registerTestApiServer(program);
+  registerSandbox(program);
   try {
     await program.parseAsync(argv);
   } catch (e) {

@@ -79,6 +79,7 @@ export class ClusterNetwork {
   async addPod(name: string, nodeIndex: number): Promise<PodInfo> {
     const node = this.node(nodeIndex);
     const n = (this.nextPodHost.get(nodeIndex) ?? 10) + 1;
+    if (n > 254) throw new Error(`node-${nodeIndex}: pod addresses exhausted`);
     this.nextPodHost.set(nodeIndex, n);
     const ip = `10.244.${nodeIndex}.${n}`;
     const host = await this.tb.addHost(name, { cgroupParent: node.host });
@@ -93,8 +94,22 @@ export class ClusterNetwork {
     return pod;
   }
 
-  /** Route a LoadBalancer IP from the router to the nodes that should receive it (ECMP). */
+  /** Remove a pod: its processes, namespace, cgroup and the node's route to it. */
+  async removePod(name: string): Promise<void> {
+    const pod = this.pods.get(name);
+    if (!pod) return;
+    this.pods.delete(name);
+    await pod.node.host.exec(['ip', 'route', 'del', `${pod.ip}/32`]);
+    await this.tb.removeHost(pod.host.name);
+  }
+
+  /** Route a LoadBalancer IP from the router to the nodes that should receive it (ECMP);
+   * with no node, the route goes and the IP is unreachable. */
   async routeLoadBalancerIP(ip: string, nodes: NodeInfo[]): Promise<void> {
+    if (nodes.length === 0) {
+      await this.router.exec(['ip', 'route', 'del', `${ip}/32`]);
+      return;
+    }
     await this.tb.multipathRoute(this.router, `${ip}/32`, nodes.map((n) => n.ip));
   }
 }

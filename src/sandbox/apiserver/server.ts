@@ -76,11 +76,16 @@ export interface TestApiServerOptions {
   store?: Store;
   /** Listen inside this network namespace (a sandbox host), not the process's own. */
   netns?: string;
+  /** Also listen here (e.g. loopback in the root namespace, for kubectl). */
+  alsoListen?: { host: string; port: number; netns?: string };
+  /** Admission: fill in or check an object before it is stored (clusterIP, nodePorts…). */
+  admit?: (resource: string, obj: KObject, old: KObject | undefined) => void;
 }
 
 export class TestApiServer {
   readonly store: Store;
   private server: Server | undefined;
+  private extra: Server | undefined;
   private readonly watches = new Set<ServerResponse>();
   /** Requests served, by verb and resource (for tests). */
   readonly requests: string[] = [];
@@ -108,19 +113,37 @@ export class TestApiServer {
       }
     });
     if (!this.opts.port) this.opts.port = (this.server.address() as AddressInfo).port; // keep the port across restarts
-    this.opts.port ??= 6443;
+    const also = this.opts.alsoListen;
+    if (also) {
+      this.extra = createServer((req, res) => {
+        this.handle(req, res).catch((e: Error) => this.send(res, 500, status(500, 'InternalError', e.message)));
+      });
+      await new Promise<void>((resolve, reject) => {
+        this.extra!.once('error', reject);
+        if (also.netns) this.extra!.listen({ fd: listeningSocketInNetns(also.netns, also.host, also.port) }, () => resolve());
+        else this.extra!.listen(also.port, also.host, () => resolve());
+      });
+      if (!also.port) also.port = (this.extra.address() as AddressInfo).port;
+    }
+  }
+
+  /** The second listener's URL (see alsoListen). */
+  get alsoUrl(): string | undefined {
+    const a = this.opts.alsoListen;
+    return a ? `http://${a.host}:${a.port}` : undefined;
   }
 
   /** Stop serving: close every watch and refuse connections (the store stays). */
   async stop(): Promise<void> {
     for (const w of this.watches) w.destroy();
     this.watches.clear();
-    const s = this.server;
-    this.server = undefined;
-    if (s) {
+    for (const s of [this.server, this.extra]) {
+      if (!s) continue;
       s.closeAllConnections();
       await new Promise<void>((resolve) => s.close(() => resolve()));
     }
+    this.server = undefined;
+    this.extra = undefined;
   }
 
   private send(res: ServerResponse, code: number, body: unknown): void {
@@ -179,11 +202,13 @@ export class TestApiServer {
         const obj = (await this.body(req)) as KObject;
         obj.metadata ??= {};
         if (def.namespaced) obj.metadata.namespace = obj.metadata.namespace ?? namespace ?? 'default';
+        this.opts.admit?.(plural, obj, undefined);
         return this.send(res, 201, this.typed(def, this.store.create(plural, this.typed(def, obj))));
       }
       if (method === 'PUT' && name) {
         const obj = (await this.body(req)) as KObject;
         obj.metadata = { ...obj.metadata, name, namespace };
+        if (!isStatus) this.opts.admit?.(plural, obj, this.store.get(plural, namespace, name));
         return this.send(res, 200, this.typed(def, this.store.update(plural, this.typed(def, obj), { status: isStatus })));
       }
       if (method === 'PATCH' && name) {
@@ -194,6 +219,7 @@ export class TestApiServer {
         if (ct.includes('json-patch+json')) return this.send(res, 415, status(415, 'UnsupportedMediaType', 'JSON patch is not supported by the test API server; use a merge patch'));
         const merged = mergePatch(structuredClone(have), patch) as KObject;
         merged.metadata = { ...merged.metadata, name, namespace, resourceVersion: undefined };
+        if (!isStatus) this.opts.admit?.(plural, merged, have);
         return this.send(res, 200, this.typed(def, this.store.update(plural, merged, { status: isStatus })));
       }
       if (method === 'DELETE' && name) {

@@ -14,6 +14,8 @@ export interface TestbedRecord {
   namespaces: string[];
   cgroups: string[];
   pids: number[];
+  /** Files and directories (pins, state) to remove with the testbed. */
+  paths?: string[];
 }
 
 export function recordPath(prefix: string): string {

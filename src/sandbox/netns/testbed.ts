@@ -5,7 +5,7 @@
 // cleanup command after a crash) removes all of it.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, rmdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, rmdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { exec, execOk, type ExecResult } from '../../sys/exec.js';
 import { TESTBED_PREFIX, pidAlive, removeRecord, writeRecord, type TestbedRecord } from './registry.js';
@@ -34,6 +34,9 @@ export interface Proc {
 }
 
 export class Host {
+  /** Processes started in this host and still running. */
+  readonly procs = new Set<Proc>();
+
   constructor(
     readonly testbed: Testbed,
     readonly name: string,
@@ -104,6 +107,8 @@ export class Host {
         }
       },
     };
+    this.procs.add(proc);
+    void exited.then(() => this.procs.delete(proc));
     this.testbed.adopt(proc);
     return proc;
   }
@@ -135,6 +140,7 @@ export class Testbed {
   readonly prefix: string;
   private readonly hosts = new Map<string, Host>();
   private readonly procs = new Set<Proc>();
+  private readonly paths: string[] = [];
   private readonly cgroupRoot: string;
   private destroyed = false;
 
@@ -164,6 +170,7 @@ export class Testbed {
       namespaces: [...this.hosts.values()].map((h) => h.netns),
       cgroups: [this.cgroupRoot, ...[...this.hosts.values()].map((h) => h.cgroup)],
       pids: [...this.procs].map((p) => p.pid),
+      paths: [...this.paths],
     };
   }
 
@@ -174,6 +181,12 @@ export class Testbed {
   adopt(p: Proc): void {
     this.procs.add(p);
     void p.exited.then(() => this.procs.delete(p));
+    this.save();
+  }
+
+  /** Remove this file or directory (a pin directory, say) with the testbed, even after a crash. */
+  ownPath(path: string): void {
+    if (!this.paths.includes(path)) this.paths.push(path);
     this.save();
   }
 
@@ -228,6 +241,24 @@ export class Testbed {
     await host.ip('route', 'replace', dest, ...vias.flatMap((v) => ['nexthop', 'via', v]));
   }
 
+  /** Remove one host: its processes (by PID), its namespace (and so its links), its cgroup. */
+  async removeHost(name: string): Promise<void> {
+    const h = this.hosts.get(name);
+    if (!h) return;
+    await Promise.all([...h.procs].map((p) => p.stop(1000)));
+    killCgroup(h.cgroup);
+    await exec('ip', ['netns', 'del', h.netns]);
+    for (let i = 0; i < 50 && existsSync(h.cgroup); i++) {
+      try {
+        rmdirSync(h.cgroup);
+      } catch {
+        await new Promise((res) => setTimeout(res, 20));
+      }
+    }
+    this.hosts.delete(name);
+    this.save();
+  }
+
   /** Processes started in this testbed and still running. */
   runningPids(): number[] {
     return [...this.procs].map((p) => p.pid).filter(pidAlive);
@@ -257,6 +288,7 @@ export async function destroyResources(r: TestbedRecord): Promise<void> {
   // Anything still inside the host cgroups was started there by this testbed.
   for (const cg of [...r.cgroups].reverse()) killCgroup(cg);
   for (const ns of r.namespaces) await exec('ip', ['netns', 'del', ns]);
+  for (const p of r.paths ?? []) rmSync(p, { recursive: true, force: true });
   for (const cg of [...r.cgroups].reverse()) {
     for (let i = 0; i < 50 && existsSync(cg); i++) {
       try {

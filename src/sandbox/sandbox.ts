@@ -1,0 +1,211 @@
+// A whole bare-metal cluster in network namespaces: router, client, N nodes with native
+// pod routing, the test API server (reachable from the nodes inside the router's namespace
+// and from this machine on loopback), the sandbox's controllers (allocator, kubelet,
+// Deployments, EndpointSlices, LoadBalancer IPs) and one `ferry agent` per node.
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Logger } from 'pino';
+import { testKubeconfig } from './apiserver/kubeconfig.js';
+import { TestApiServer } from './apiserver/server.js';
+import { Store } from './apiserver/store.js';
+import { serviceAllocator } from './controllers/allocator.js';
+import { reconcileEndpointSlices } from './controllers/endpointslices.js';
+import { LoadBalancerIPAM } from './controllers/lb-ipam.js';
+import { Kubelet, reconcileDeployments } from './controllers/workloads.js';
+import { Testbed, type Proc } from './netns/testbed.js';
+import { readRecords, pidAlive } from './netns/registry.js';
+import { destroyResources } from './netns/testbed.js';
+import { ClusterNetwork, NODE_NET, type NodeInfo } from './network.js';
+
+export const API_PORT = 6443;
+export const SANDBOX_STATE_ROOT = process.env.FERRY_SANDBOX_STATE ?? '/run/ferry/sandboxes';
+const PACKAGE_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const FERRY_BIN = join(PACKAGE_ROOT, 'bin', 'ferry.js');
+export const WORKLOADS_BIN = join(PACKAGE_ROOT, 'dist', 'sandbox', 'workloads', 'main.js');
+
+export type ForwardingMode = 'snat' | 'dsr' | 'hybrid';
+
+export interface SandboxOptions {
+  name: string;
+  nodes: number;
+  mode: ForwardingMode;
+  log: Logger;
+  /** Extra environment for the agents (tests shorten intervals). */
+  agentEnv?: Record<string, string>;
+}
+
+export interface SandboxState {
+  name: string;
+  prefix: string;
+  pid: number;
+  mode: ForwardingMode;
+  kubeconfig: string;
+  apiUrl: string;
+  nodes: Array<{ name: string; ip: string; podCidr: string; netns: string; cgroup: string; pinDir: string }>;
+  hosts: Record<string, { netns: string; cgroup: string }>;
+  ready: boolean;
+}
+
+export function stateDir(name: string): string {
+  return join(SANDBOX_STATE_ROOT, name);
+}
+
+export function prefixFor(name: string): string {
+  return `fys-${name}`;
+}
+
+export function validateSandboxName(name: string): void {
+  if (!/^[a-z][a-z0-9]{0,11}$/.test(name)) throw new Error(`sandbox name "${name}": 1–12 characters, [a-z0-9], starting with a letter`);
+}
+
+export class Sandbox {
+  readonly agents = new Map<string, Proc>();
+  readonly kubelet: Kubelet;
+  private readonly ipam: LoadBalancerIPAM;
+  private unsubscribe: (() => void) | undefined;
+  private controllerTimer: NodeJS.Timeout | undefined;
+  private controllerRun: Promise<void> = Promise.resolve();
+  readonly dir: string;
+  readonly kubeconfig: string;
+  private readonly agentKubeconfig: string;
+
+  private constructor(
+    readonly opts: SandboxOptions,
+    readonly tb: Testbed,
+    readonly net: ClusterNetwork,
+    readonly store: Store,
+    readonly api: TestApiServer,
+  ) {
+    this.dir = stateDir(opts.name);
+    this.kubeconfig = join(this.dir, 'kubeconfig');
+    this.agentKubeconfig = join(this.dir, 'kubeconfig-nodes');
+    this.kubelet = new Kubelet({ store, net, log: opts.log.child({ controller: 'kubelet' }), workloadCommand: [process.execPath, WORKLOADS_BIN] });
+    this.ipam = new LoadBalancerIPAM(store, net);
+  }
+
+  static async up(opts: SandboxOptions): Promise<Sandbox> {
+    validateSandboxName(opts.name);
+    if (opts.mode !== 'snat') throw new Error(`--mode ${opts.mode}: DSR and hybrid forwarding are not built yet (issue 6); use --mode snat`);
+    const prefix = prefixFor(opts.name);
+    // Leftovers of a sandbox of this name whose owner died: remove them first.
+    for (const r of readRecords()) if (r.prefix === prefix && !pidAlive(r.ownerPid)) await destroyResources(r);
+    const tb = await Testbed.create({ prefix });
+    try {
+      const dir = stateDir(opts.name);
+      rmSync(dir, { recursive: true, force: true });
+      mkdirSync(dir, { recursive: true });
+      tb.ownPath(dir);
+      const net = await ClusterNetwork.create(tb, { nodes: opts.nodes });
+      const store = new Store();
+      const api = new TestApiServer({
+        store,
+        netns: net.router.netns,
+        host: NODE_NET.router,
+        port: API_PORT,
+        alsoListen: { host: '127.0.0.1', port: 0 },
+        admit: serviceAllocator(store),
+      });
+      await api.start();
+      const s = new Sandbox(opts, tb, net, store, api);
+      writeFileSync(s.kubeconfig, testKubeconfig(api.alsoUrl!));
+      writeFileSync(s.agentKubeconfig, testKubeconfig(api.url));
+      for (const ns of ['default', 'kube-system']) store.create('namespaces', { metadata: { name: ns } });
+      for (const n of net.nodes) {
+        store.create('nodes', {
+          metadata: { name: n.name, labels: { 'kubernetes.io/hostname': n.name, 'kubernetes.io/os': 'linux' } },
+          spec: { podCIDR: n.podCidr, podCIDRs: [n.podCidr] },
+          status: { addresses: [{ type: 'InternalIP', address: n.ip }, { type: 'Hostname', address: n.name }], conditions: [{ type: 'Ready', status: 'True' }] },
+        });
+      }
+      s.unsubscribe = store.subscribe(() => s.kickControllers());
+      await Promise.all(net.nodes.map((n) => s.startAgent(n)));
+      s.writeState(true);
+      return s;
+    } catch (e) {
+      await tb.destroy();
+      throw e;
+    }
+  }
+
+  pinDir(node: NodeInfo): string {
+    return join('/sys/fs/bpf', `${this.tb.prefix}-${node.name}`);
+  }
+
+  /** Start (or restart) a node's agent; resolves after its first sync. */
+  async startAgent(node: NodeInfo): Promise<Proc> {
+    const pinDir = this.pinDir(node);
+    mkdirSync(pinDir, { recursive: true });
+    this.tb.ownPath(pinDir);
+    const p = node.host.spawn(
+      [process.execPath, FERRY_BIN, 'agent', '--node-name', node.name, '--kubeconfig', this.agentKubeconfig, '--devices', node.device, '--pin-dir', pinDir, '--cgroup-root', node.host.cgroup],
+      { ...process.env, FERRY_CGROUP_MUST_BE_ROOT: 'false', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:10249', ...this.opts.agentEnv },
+    );
+    this.agents.set(node.name, p);
+    for (let i = 0; i < 1200; i++) {
+      if (p.output().includes('initial sync done')) return p;
+      if (p.child.exitCode !== null) break;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    throw new Error(`agent on ${node.name} did not start:\n${p.output().slice(-4000)}`);
+  }
+
+  async stopAgent(node: NodeInfo): Promise<void> {
+    await this.agents.get(node.name)?.stop(5000);
+    this.agents.delete(node.name);
+  }
+
+  private kickControllers(): void {
+    if (this.controllerTimer) return;
+    this.controllerTimer = setTimeout(() => {
+      this.controllerTimer = undefined;
+      this.controllerRun = this.controllerRun
+        .then(async () => {
+          reconcileDeployments(this.store);
+          this.kubelet.kick();
+          reconcileEndpointSlices(this.store);
+          await this.ipam.reconcile();
+        })
+        .catch((e: Error) => this.opts.log.error({ err: e.message }, 'sandbox controllers'));
+    }, 10);
+  }
+
+  /** Wait until the controllers and the kubelet have nothing left to do. */
+  async settle(): Promise<void> {
+    for (let i = 0; i < 3; i++) {
+      while (this.controllerTimer) await new Promise((r) => setTimeout(r, 5));
+      await this.controllerRun;
+      await this.kubelet.idle();
+    }
+  }
+
+  state(ready: boolean): SandboxState {
+    const hosts: SandboxState['hosts'] = {};
+    for (const h of this.tb.allHosts()) hosts[h.name] = { netns: h.netns, cgroup: h.cgroup };
+    return {
+      name: this.opts.name,
+      prefix: this.tb.prefix,
+      pid: process.pid,
+      mode: this.opts.mode,
+      kubeconfig: this.kubeconfig,
+      apiUrl: this.api.alsoUrl!,
+      nodes: this.net.nodes.map((n) => ({ name: n.name, ip: n.ip, podCidr: n.podCidr, netns: n.host.netns, cgroup: n.host.cgroup, pinDir: this.pinDir(n) })),
+      hosts,
+      ready,
+    };
+  }
+
+  writeState(ready: boolean): void {
+    writeFileSync(join(this.dir, 'state.json'), JSON.stringify(this.state(ready), null, 2));
+  }
+
+  async down(): Promise<void> {
+    this.unsubscribe?.();
+    if (this.controllerTimer) clearTimeout(this.controllerTimer);
+    await this.controllerRun;
+    await this.kubelet.close();
+    await Promise.all(this.net.nodes.map((n) => this.stopAgent(n)));
+    await this.api.stop();
+    await this.tb.destroy();
+  }
+}
