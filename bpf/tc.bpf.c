@@ -336,6 +336,8 @@ int tc_ingress(struct __sk_buff *skb)
 		return icmp4_reject(skb, &p);
 	case LB_UNKNOWN_PORT:
 		return count_drop(DROP_UNKNOWN_PORT, p.len);
+	case LB_EMPTY_DROP:
+		return count_drop(DROP_NO_LOCAL_BACKEND, p.len);
 	default:
 		return TC_ACT_OK;
 	}

@@ -8,7 +8,8 @@ enum lb_lookup {
 	LB_NOT_SERVICE = 0, /* not a Service address: leave it alone */
 	LB_FOUND = 1,       /* a frontend with at least one backend slot */
 	LB_NO_BACKEND = 2,  /* a frontend with no backend: reject */
-	LB_UNKNOWN_PORT = 3 /* a known Service address, but no frontend on this port */
+	LB_UNKNOWN_PORT = 3, /* a known Service address, but no frontend on this port */
+	LB_EMPTY_DROP = 4    /* a frontend with no backend that must drop (Local policy) */
 };
 
 static __always_inline struct lb4_service *lb4_lookup_master(__be32 addr, __be16 port, __u8 proto, __u8 scope)
@@ -31,8 +32,11 @@ static __always_inline int lb4_lookup(__be32 addr, __be16 port, __u8 proto, __u8
 	struct lb4_service *svc = lb4_lookup_master(addr, port, proto, scope);
 
 	*out = svc;
-	if (svc)
-		return svc->count > 0 ? LB_FOUND : LB_NO_BACKEND;
+	if (svc) {
+		if (svc->count > 0)
+			return LB_FOUND;
+		return (svc->flags & LB_F_DROP_WHEN_EMPTY) ? LB_EMPTY_DROP : LB_NO_BACKEND;
+	}
 	if (lb4_lookup_master(addr, 0, 0, scope))
 		return LB_UNKNOWN_PORT;
 	return LB_NOT_SERVICE;

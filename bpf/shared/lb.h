@@ -25,6 +25,9 @@ enum lb_flags {
 	LB_F_WILDCARD = 1 << 4,
 	/* NodePort on any local address (0.0.0.0:port), for socket LB on loopback. */
 	LB_F_NODE_PORT_ANY = 1 << 5,
+	/* With no backend, drop instead of answering port unreachable: a traffic policy of
+	 * Local with no local endpoint (kube-proxy drops there; it rejects otherwise). */
+	LB_F_DROP_WHEN_EMPTY = 1 << 6,
 };
 
 /* Key of the services map: one master entry (slot 0) per frontend, then one per backend

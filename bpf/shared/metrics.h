@@ -30,6 +30,7 @@ enum ferry_drop_reason {
 	DROP_BACKEND_MISSING = 7,  /* a slot points at a backend that is not in the map */
 	DROP_FRAGMENT = 8,         /* a non-first IPv4 fragment to a Service (no ports to match) */
 	DROP_CSUM_FAILED = 9,      /* a checksum or packet rewrite helper failed */
+	DROP_NO_LOCAL_BACKEND = 10, /* traffic policy Local and no local endpoint */
 	DROP_REASON_MAX = 32,
 };
 

@@ -6,6 +6,7 @@ import { registerTestbed } from './testbed-command.js';
 import { registerAgent } from './agent-command.js';
 import { registerTestApiServer } from './test-apiserver-command.js';
 import { registerSandbox } from './sandbox-command.js';
+import { registerService } from './service-command.js';
 
 export async function main(argv: string[]): Promise<void> {
   const program = new Command('ferry')
@@ -17,6 +18,7 @@ export async function main(argv: string[]): Promise<void> {
   registerAgent(program);
   registerTestApiServer(program);
   registerSandbox(program);
+  registerService(program);
   try {
     await program.parseAsync(argv);
   } catch (e) {

@@ -12,6 +12,7 @@ export const LbFlags = {
   LB_F_EXTERNAL_IP: 1 << 3,
   LB_F_WILDCARD: 1 << 4,
   LB_F_NODE_PORT_ANY: 1 << 5,
+  LB_F_DROP_WHEN_EMPTY: 1 << 6,
 } as const;
 
 export const BackendFlags = { LB_BACKEND_F_LOCAL: 1 << 0, LB_BACKEND_F_TERMINATING: 1 << 1 } as const;
@@ -49,6 +50,7 @@ export const DropReason = {
   DROP_BACKEND_MISSING: 7,
   DROP_FRAGMENT: 8,
   DROP_CSUM_FAILED: 9,
+  DROP_NO_LOCAL_BACKEND: 10,
   DROP_REASON_MAX: 32,
 } as const;
 

@@ -21,6 +21,8 @@ export interface FrontendSpec {
   /** The 0.0.0.0:nodePort entry socket LB uses for NodePort on loopback. */
   nodePortAny?: boolean;
   backends: BackendSpec[];
+  /** With no backend, drop (traffic policy Local) rather than reject. */
+  dropWhenEmpty?: boolean;
   /** ClientIP affinity in seconds (0: none). */
   affinityTimeout?: number;
   /** `namespace/name:port`, for the CLI. */

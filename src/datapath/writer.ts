@@ -173,7 +173,7 @@ export class ServiceWriter {
       this.lastSpecs.set(fid, f);
       const key: Lb4Key = { address: f.address, port: f.port, proto: Proto[f.proto], scope, slot: 0 };
       const ids = frontendBackends.get(fid)!;
-      const flags = kindFlag[f.kind] | (f.nodePortAny ? LbFlags.LB_F_NODE_PORT_ANY : 0);
+      const flags = kindFlag[f.kind] | (f.nodePortAny ? LbFlags.LB_F_NODE_PORT_ANY : 0) | (f.dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0);
       const affinityTimeout = f.affinityTimeout ?? 0;
       const have = this.frontends.get(fid);
       const revNatId = this.revNatIds.allocate(fid);

@@ -104,13 +104,16 @@ export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node
     if (etpLocal && local.length === 0 && (isNodePortType || lbIPs.length > 0 || externalIPs.length > 0)) out.noLocalEndpoints.push('external');
     const svcPort = `${name}:${p.name ?? ''}`;
     const base = { proto, affinityTimeout: affinity, service: svcPort };
-    out.frontends.push({ ...base, address: clusterIP, port: p.port, kind: 'ClusterIP', backends: backends(internal, node) });
+    // kube-proxy drops (not rejects) when a Local policy leaves no endpoint on this node
+    // while the Service has endpoints elsewhere.
+    const ext = { ...base, dropWhenEmpty: etpLocal && cluster.length > 0 };
+    out.frontends.push({ ...base, dropWhenEmpty: itpLocal && cluster.length > 0, address: clusterIP, port: p.port, kind: 'ClusterIP', backends: backends(internal, node) });
     if (isNodePortType && p.nodePort) {
-      for (const addr of node.addresses) out.frontends.push({ ...base, address: addr, port: p.nodePort, kind: 'NodePort', backends: backends(external, node) });
-      out.frontends.push({ ...base, address: '0.0.0.0', port: p.nodePort, kind: 'NodePort', nodePortAny: true, backends: backends(external, node) });
+      for (const addr of node.addresses) out.frontends.push({ ...ext, address: addr, port: p.nodePort, kind: 'NodePort', backends: backends(external, node) });
+      out.frontends.push({ ...ext, address: '0.0.0.0', port: p.nodePort, kind: 'NodePort', nodePortAny: true, backends: backends(external, node) });
     }
-    for (const ip of lbIPs) out.frontends.push({ ...base, address: ip, port: p.port, kind: 'LoadBalancer', backends: backends(external, node) });
-    for (const ip of externalIPs) out.frontends.push({ ...base, address: ip, port: p.port, kind: 'ExternalIP', backends: backends(external, node) });
+    for (const ip of lbIPs) out.frontends.push({ ...ext, address: ip, port: p.port, kind: 'LoadBalancer', backends: backends(external, node) });
+    for (const ip of externalIPs) out.frontends.push({ ...ext, address: ip, port: p.port, kind: 'ExternalIP', backends: backends(external, node) });
   }
   if (spec.type === 'LoadBalancer' && etpLocal && spec.healthCheckNodePort) {
     out.health = { nodePort: spec.healthCheckNodePort, localReadyEndpoints: allLocalReady.size };

@@ -50,7 +50,7 @@ function randomTable(r: () => number): FrontendSpec[] {
     });
     // A backend address:port appears once per frontend.
     const uniq = [...new Map(backends.map((b) => [`${b.address}:${b.port}`, b])).values()];
-    out.push({ address, port, proto, kind, backends: uniq });
+    out.push({ address, port, proto, kind, backends: uniq, dropWhenEmpty: uniq.length === 0 && r() < 0.5 });
   }
   return out;
 }

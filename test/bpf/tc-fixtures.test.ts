@@ -24,6 +24,7 @@ const services: FrontendSpec[] = [
   { address: NODE_IP, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: REMOTE_POD, port: 8080, local: false }] },
   { address: NODE_IP, port: 30053, proto: 'UDP', kind: 'NodePort', backends: [{ address: LOCAL_POD, port: 5353, local: true }] },
   { address: NODE_IP, port: 30090, proto: 'TCP', kind: 'NodePort', backends: [] },
+  { address: NODE_IP, port: 30091, proto: 'TCP', kind: 'NodePort', backends: [], dropWhenEmpty: true },
   { address: LB_IP, port: 80, proto: 'TCP', kind: 'LoadBalancer', backends: [{ address: REMOTE_POD, port: 8080, local: false }] },
   { address: EXTERNAL_IP, port: 80, proto: 'TCP', kind: 'ExternalIP', backends: [{ address: LOCAL_POD, port: 8080, local: true }] },
   { address: CLUSTER_IP, port: 53, proto: 'UDP', kind: 'ClusterIP', backends: [{ address: LOCAL_POD, port: 5353, local: true }] },
@@ -128,6 +129,12 @@ describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
       buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: NODE_IP, dst: CLIENT_IP, tos: 0xc0, ttl: 64, id: 0, df: false }), icmp({ type: 3, code: 3 }), payload(quote)]),
     );
     expect(total(node.dp, 'ferry_stats', Stat.STAT_ICMP_REJECT)).toBe(1n);
+  });
+
+  it('no local backend under a Local traffic policy: dropped, not rejected', () => {
+    const r = node.run('tc_ingress', buildPacket(syn(NODE_IP, 30091)));
+    expect(r.retval).toBe(TcVerdict.SHOT);
+    expect(total(node.dp, 'ferry_drops', DropReason.DROP_NO_LOCAL_BACKEND)).toBe(1n);
   });
 
   it('a known Service address on an unknown port is dropped and counted', () => {

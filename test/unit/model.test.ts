@@ -137,6 +137,7 @@ describe('frontends and traffic policies', () => {
     const r = serviceFrontends(lb({ externalTrafficPolicy: 'Local', healthCheckNodePort: 32000 }), eps, { ...NODE, name: 'node-3' });
     expect(summary(r.frontends).filter((s) => !s.startsWith('ClusterIP')).every((s) => s.endsWith('→ ∅'))).toBe(true);
     expect(r.noLocalEndpoints).toEqual(['external']);
+    expect(r.frontends.filter((f) => f.kind !== 'ClusterIP').every((f) => f.dropWhenEmpty)).toBe(true); // dropped, not rejected
     expect(r.health).toEqual({ nodePort: 32000, localReadyEndpoints: 0 });
   });
 

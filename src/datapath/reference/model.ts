@@ -15,7 +15,7 @@ export interface Tuple {
 
 export type Decision =
   | { verdict: 'pass' }
-  | { verdict: 'drop'; reason: 'unknown-port' | 'backend-missing' | 'nat-exhausted' }
+  | { verdict: 'drop'; reason: 'unknown-port' | 'backend-missing' | 'nat-exhausted' | 'no-local-backend' }
   | { verdict: 'reject' }
   | { verdict: 'local'; backendId: number; backend: Lb4Backend }
   | { verdict: 'remote'; backendId: number; backend: Lb4Backend; snatAddr: string; snatPort: number; snatPortCandidates: 'client' | 'any' }
@@ -79,7 +79,7 @@ export class ReferenceModel {
       const wild = this.master(t.daddr, 0, 0);
       return wild && wild.flags & LbFlags.LB_F_WILDCARD ? { verdict: 'drop', reason: 'unknown-port' } : { verdict: 'pass' };
     }
-    if (svc.count === 0) return { verdict: 'reject' };
+    if (svc.count === 0) return svc.flags & LbFlags.LB_F_DROP_WHEN_EMPTY ? { verdict: 'drop', reason: 'no-local-backend' } : { verdict: 'reject' };
     const ctKey = `${t.saddr}|${t.daddr}|${t.sport}|${t.dport}|${t.proto}`;
     const known = this.ct.get(ctKey);
     if (known && this.tables.backends.has(known.backendId)) {
