@@ -33,5 +33,7 @@ export function registerAgent(program: Command): void {
         process.once('SIGINT', () => stop('SIGINT'));
       });
       await agent.stop();
+      // Informer HTTP keep-alive sockets would hold the process open: leave now.
+      process.exit(0);
     });
 }
