@@ -8,7 +8,8 @@ import { parseArgs } from 'node:util';
 import { lb4KeyCodec, lb4ServiceCodec } from '../src/datapath/layouts.js';
 import { openPinnedMap } from '../src/ebpf/pinned.js';
 import type { KObject } from '../src/sandbox/apiserver/store.js';
-import { AgentCluster } from '../test/harness/agent-cluster.js';
+import { pino } from 'pino';
+import { Sandbox } from '../src/sandbox/sandbox.js';
 import { REPO_ROOT } from '../test/harness/paths.js';
 
 const { values } = parseArgs({ options: { services: { type: 'string' }, changes: { type: 'string' } } });
@@ -25,10 +26,17 @@ function rssMiB(pid: number): number {
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))]!;
 
 async function run(n: number) {
-  const c = await AgentCluster.create({ nodes: 1 });
+  const c = await Sandbox.up({
+    name: 'bench',
+    nodes: 1,
+    mode: 'snat',
+    log: pino({ level: 'silent' }),
+    agentEnv: { FERRY_MIN_SYNC_PERIOD_MS: '50', FERRY_MAP_SIZES: JSON.stringify({ backends: 262144, services: 524288 }) },
+  });
   try {
     const node = c.net.node(1);
-    const store = c.api.store;
+    await c.stopAgent(node); // measure a start with every object already there
+    const store = c.store;
     for (let i = 0; i < n; i++) {
       const name = `svc-${i}`;
       store.create('services', { metadata: { name, namespace: 'default' }, spec: { clusterIP: `10.${96 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}`, ports: [{ name: 'http', port: 80, protocol: 'TCP' }] } } as KObject);
@@ -50,8 +58,9 @@ async function run(n: number) {
     store.create('endpointslices', probeSlice(1));
 
     const t0 = Date.now();
-    const agent = await c.startAgent(node, { FERRY_MAP_SIZES: JSON.stringify({ backends: 262144, services: 524288 }) });
-    const syncMs = Number(/"ms":(\d+)/.exec(agent.output().split('\n').find((l) => l.includes('initial sync done')) ?? '')?.[1] ?? Date.now() - t0);
+    const agent = await c.startAgent(node);
+    const syncLine = agent.output().split('\n').find((l: string) => l.includes('initial sync done')) ?? '';
+    const syncMs = Number(/"ms":(\d+)/.exec(syncLine)?.[1] ?? Date.now() - t0);
     const rss = rssMiB(agent.pid);
 
     const services = openPinnedMap(join(c.pinDir(node), 'lb4_services'), lb4KeyCodec, lb4ServiceCodec);
@@ -76,7 +85,7 @@ async function run(n: number) {
     const rssAfter = rssMiB(agent.pid);
     return { services: n, endpointsPerService: ENDPOINTS, initialSyncMs: syncMs, rssMiB: Math.round(Math.max(rss, rssAfter)), propagationMs: { p50: pct(lat, 0.5), p99: pct(lat, 0.99), samples: lat.length } };
   } finally {
-    await c.close();
+    await c.down();
   }
 }
 

@@ -120,6 +120,28 @@ static __always_inline int nodeport_reply_remote(struct __sk_buff *skb, const st
 	return fib_redirect4(skb, nat->frontend_addr, nat->client_addr);
 }
 
+/* Keep a flow's reply binding alive, or restore it after LRU eviction. */
+static __always_inline int nat4_keep(const struct pkt4 *p, const struct ct4_key *reply, const struct ct4_entry *ct, __u8 flags)
+{
+	struct nat4_entry *nat = bpf_map_lookup_elem(&nat4, reply);
+	struct nat4_entry n = {
+		.expires_ns = ct->expires_ns,
+		.client_addr = p->saddr,
+		.client_port = p->sport,
+		.frontend_addr = p->daddr,
+		.frontend_port = p->dport,
+		.rev_nat_id = ct->rev_nat_id,
+		.flags = flags,
+	};
+
+	if (nat) {
+		nat->expires_ns = ct->expires_ns;
+		nat->flags |= flags & CT_F_CLOSING;
+		return 0;
+	}
+	return bpf_map_update_elem(&nat4, reply, &n, BPF_ANY) < 0 ? -1 : 0;
+}
+
 /* A packet for a frontend with backends: conntrack, then translate. */
 static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct pkt4 *p, struct lb4_service *svc)
 {
@@ -173,55 +195,26 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 	ct->packets++;
 	ct->bytes += p->len;
 
-	if (flags & CT_F_LOCAL) {
-		/* Replies leave through tc egress, which restores the frontend from nat4. */
-		struct ct4_key reply = { .saddr = b->address, .daddr = p->saddr, .sport = b->port, .dport = p->sport, .proto = p->proto };
-		struct nat4_entry *nat = bpf_map_lookup_elem(&nat4, &reply);
+	{
+		/* Where replies arrive: backend → client (local: tc egress restores the
+		 * frontend) or backend → node:nat_port (remote: tc ingress does). */
+		struct ct4_key reply = {
+			.saddr = b->address,
+			.daddr = (flags & CT_F_LOCAL) ? p->saddr : ct->nat_addr,
+			.sport = b->port,
+			.dport = (flags & CT_F_LOCAL) ? p->sport : ct->nat_port,
+			.proto = p->proto,
+		};
 
-		if (nat) {
-			nat->expires_ns = ct->expires_ns;
-			nat->flags |= flags & CT_F_CLOSING;
-		} else {
-			struct nat4_entry n = {
-				.expires_ns = ct->expires_ns,
-				.client_addr = p->saddr,
-				.client_port = p->sport,
-				.frontend_addr = p->daddr,
-				.frontend_port = p->dport,
-				.rev_nat_id = ct->rev_nat_id,
-				.flags = flags,
-			};
-			if (bpf_map_update_elem(&nat4, &reply, &n, BPF_ANY) < 0)
-				return count_drop(DROP_CT_MAP_FULL, p->len);
-		}
+		if (nat4_keep(p, &reply, ct, flags) < 0)
+			return count_drop(DROP_CT_MAP_FULL, p->len);
+	}
+	if (flags & CT_F_LOCAL) {
 		if (nat4_rewrite_addr(skb, p, 0, p->daddr, b->address) < 0 ||
 		    nat4_rewrite_port(skb, p, 0, p->dport, b->port) < 0)
 			return count_drop(DROP_CSUM_FAILED, p->len);
 		count_stat(STAT_FWD_LOCAL, p->len);
 		return TC_ACT_OK; /* the stack routes it to the pod */
-	}
-
-	/* Remote backend: keep the reply binding alive (or restore it after LRU eviction). */
-	{
-		struct ct4_key reply = { .saddr = b->address, .daddr = ct->nat_addr, .sport = b->port, .dport = ct->nat_port, .proto = p->proto };
-		struct nat4_entry *nat = bpf_map_lookup_elem(&nat4, &reply);
-
-		if (nat) {
-			nat->expires_ns = ct->expires_ns;
-			nat->flags |= flags & CT_F_CLOSING;
-		} else {
-			struct nat4_entry n = {
-				.expires_ns = ct->expires_ns,
-				.client_addr = p->saddr,
-				.client_port = p->sport,
-				.frontend_addr = p->daddr,
-				.frontend_port = p->dport,
-				.rev_nat_id = ct->rev_nat_id,
-				.flags = flags,
-			};
-			if (bpf_map_update_elem(&nat4, &reply, &n, BPF_ANY) < 0)
-				return count_drop(DROP_CT_MAP_FULL, p->len);
-		}
 	}
 	if (nat4_rewrite_addr(skb, p, 0, p->daddr, b->address) < 0 ||
 	    nat4_rewrite_port(skb, p, 0, p->dport, b->port) < 0 ||

@@ -22,7 +22,6 @@ export const API_PORT = 6443;
 export const SANDBOX_STATE_ROOT = process.env.FERRY_SANDBOX_STATE ?? '/run/ferry/sandboxes';
 const PACKAGE_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const FERRY_BIN = join(PACKAGE_ROOT, 'bin', 'ferry.js');
-export const WORKLOADS_BIN = join(PACKAGE_ROOT, 'dist', 'sandbox', 'workloads', 'main.js');
 
 export type ForwardingMode = 'snat' | 'dsr' | 'hybrid';
 
@@ -80,7 +79,7 @@ export class Sandbox {
     this.dir = stateDir(opts.name);
     this.kubeconfig = join(this.dir, 'kubeconfig');
     this.agentKubeconfig = join(this.dir, 'kubeconfig-nodes');
-    this.kubelet = new Kubelet({ store, net, log: opts.log.child({ controller: 'kubelet' }), workloadCommand: [process.execPath, WORKLOADS_BIN] });
+    this.kubelet = new Kubelet({ store, net, log: opts.log.child({ controller: 'kubelet' }) });
     this.ipam = new LoadBalancerIPAM(store, net);
   }
 

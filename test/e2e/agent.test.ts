@@ -7,11 +7,13 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
 import type { PodInfo } from '../../src/sandbox/network.js';
 import { serviceHealthBody } from '../../src/agent/health.js';
-import { AgentCluster, sliceFor } from '../harness/agent-cluster.js';
+import type { Sandbox } from '../../src/sandbox/sandbox.js';
+import { agentCluster, applyObject, podWith, sliceFor } from '../harness/agent-cluster.js';
+import { eventually } from '../harness/wait.js';
 import { WORKLOADS } from '../harness/mini-cluster.js';
 import { describeWith } from '../harness/requirements.js';
 
-let c: AgentCluster;
+let c: Sandbox;
 let web1: PodInfo;
 let web2: PodInfo;
 let client1: PodInfo;
@@ -30,29 +32,18 @@ const local: V1Service = {
 };
 
 beforeAll(async () => {
-  c = await AgentCluster.create({ nodes: 2 });
-  [web1, web2, client1] = await Promise.all([c.pod('web-1', 1, { whoami: 8080 }), c.pod('web-2', 2, { whoami: 8080 }), c.pod('client-1', 1)]);
-  c.apply('services', web);
-  c.apply('endpointslices', sliceFor('web', [{ pod: web1 }], [{ name: 'http', port: 8080 }]));
-  await Promise.all(c.net.nodes.map((n) => c.startAgent(n)));
+  c = await agentCluster({ nodes: 2 });
+  [web1, web2, client1] = await Promise.all([podWith(c, 'web-1', 1, { whoami: 8080 }), podWith(c, 'web-2', 2, { whoami: 8080 }), podWith(c, 'client-1', 1)]);
+  applyObject(c, 'services', web);
+  applyObject(c, 'endpointslices', sliceFor('web', [{ pod: web1 }], [{ name: 'http', port: 8080 }]));
 });
 afterAll(async () => {
-  await c?.close();
+  await c?.down();
 });
 
 async function hostname(from: Host, url: string): Promise<string> {
   const r = await from.exec(['curl', '-sS', '--max-time', '3', url], { timeoutMs: 8000 });
   return r.code === 0 ? (/Hostname: (\S+)/.exec(r.stdout)?.[1] ?? '?') : `error ${r.code}`;
-}
-
-async function eventually<T>(fn: () => Promise<T>, want: (v: T) => boolean, ms = 15_000): Promise<T> {
-  const end = Date.now() + ms;
-  let v = await fn();
-  while (!want(v) && Date.now() < end) {
-    await new Promise((r) => setTimeout(r, 100));
-    v = await fn();
-  }
-  return v;
 }
 
 const http = async (from: Host, url: string) => {
@@ -62,29 +53,29 @@ const http = async (from: Host, url: string) => {
 };
 
 describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
-  it('programs a Service created before it started, on every node', async () => {
+  it('programs a Service on every node', async () => {
     expect(await hostname(c.net.client, 'http://10.0.30.21:30080/')).toBe('web-1');
     expect(await hostname(c.net.client, 'http://10.0.30.22:30080/')).toBe('web-1');
     expect(await hostname(client1.host, 'http://10.96.0.10/')).toBe('web-1');
   });
 
   it('follows EndpointSlice changes, and a deleted Service stops working', async () => {
-    c.apply('endpointslices', sliceFor('web', [{ pod: web2 }], [{ name: 'http', port: 8080 }]));
+    applyObject(c, 'endpointslices', sliceFor('web', [{ pod: web2 }], [{ name: 'http', port: 8080 }]));
     expect(await eventually(() => hostname(client1.host, 'http://10.96.0.10/'), (h) => h === 'web-2')).toBe('web-2');
     expect(await eventually(() => hostname(c.net.client, 'http://10.0.30.21:30080/'), (h) => h === 'web-2')).toBe('web-2');
-    c.apply('services', { ...web, metadata: { name: 'gone', namespace: 'default' }, spec: { ...web.spec, clusterIP: '10.96.0.11', clusterIPs: ['10.96.0.11'], ports: [{ name: 'http', port: 80, nodePort: 30082, protocol: 'TCP' }] } });
-    c.apply('endpointslices', sliceFor('gone', [{ pod: web1 }], [{ name: 'http', port: 8080 }]));
+    applyObject(c, 'services', { ...web, metadata: { name: 'gone', namespace: 'default' }, spec: { ...web.spec, clusterIP: '10.96.0.11', clusterIPs: ['10.96.0.11'], ports: [{ name: 'http', port: 80, nodePort: 30082, protocol: 'TCP' }] } });
+    applyObject(c, 'endpointslices', sliceFor('gone', [{ pod: web1 }], [{ name: 'http', port: 8080 }]));
     expect(await eventually(() => hostname(c.net.client, 'http://10.0.30.21:30082/'), (h) => h === 'web-1')).toBe('web-1');
-    c.remove('services', 'default', 'gone');
+    c.store.delete('services', 'default', 'gone');
     // A connection caught mid-removal may be reset (curl 56); new ones are refused (curl 7).
     expect(await eventually(() => hostname(c.net.client, 'http://10.0.30.21:30082/'), (h) => h === 'error 7')).toBe('error 7');
-    c.apply('endpointslices', sliceFor('web', [{ pod: web1 }], [{ name: 'http', port: 8080 }]));
+    applyObject(c, 'endpointslices', sliceFor('web', [{ pod: web1 }], [{ name: 'http', port: 8080 }]));
     expect(await eventually(() => hostname(client1.host, 'http://10.96.0.10/'), (h) => h === 'web-1')).toBe('web-1');
   });
 
   it('serves kube-proxy health: /healthz, /livez and the health check node port of an ETP=Local Service', async () => {
-    c.apply('services', local);
-    c.apply('endpointslices', sliceFor('local', [{ pod: web1 }], [{ name: 'http', port: 8080 }]));
+    applyObject(c, 'services', local);
+    applyObject(c, 'endpointslices', sliceFor('local', [{ pod: web1 }], [{ name: 'http', port: 8080 }]));
     const n1 = c.net.node(1).host;
     const n2 = c.net.node(2).host;
     const hz = await http(n1, 'http://127.0.0.1:10256/healthz');
@@ -100,7 +91,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
     const on2 = await eventually(() => http(n2, 'http://10.0.30.22:32000/'), (r) => r.status === 503);
     expect(on2.body).toBe(serviceHealthBody('default', 'local', 0, true));
     // A terminating endpoint does not count: node-1 answers 503 too.
-    c.apply('endpointslices', sliceFor('local', [{ pod: web1, ready: false, terminating: true }], [{ name: 'http', port: 8080 }]));
+    applyObject(c, 'endpointslices', sliceFor('local', [{ pod: web1, ready: false, terminating: true }], [{ name: 'http', port: 8080 }]));
     expect((await eventually(() => http(n1, 'http://10.0.30.21:32000/'), (r) => r.status === 503)).status).toBe(503);
   });
 
@@ -120,15 +111,15 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
   });
 
   it('skips a malformed Service with an Event and a metric; everything else keeps working', async () => {
-    c.apply('services', { metadata: { name: 'broken', namespace: 'default' }, spec: { clusterIP: '10.96.0.99', ports: [{ name: 'a', port: 80 }, { name: 'b', port: 80 }] } });
-    const events = await eventually(async () => c.api.store.list('events'), (evs) => evs.some((e) => (e.involvedObject as { name?: string })?.name === 'broken'));
+    applyObject(c, 'services', { metadata: { name: 'broken', namespace: 'default' }, spec: { clusterIP: '10.96.0.99', ports: [{ name: 'a', port: 80 }, { name: 'b', port: 80 }] } });
+    const events = await eventually(async () => c.store.list('events'), (evs) => evs.some((e) => (e.involvedObject as { name?: string })?.name === 'broken'));
     const ev = events.find((e) => (e.involvedObject as { name?: string })?.name === 'broken')!;
     expect(ev).toMatchObject({ reason: 'FerryRejected', type: 'Warning' });
     expect(String(ev.message)).toMatch(/port 80\/TCP is listed twice/);
     expect(await hostname(client1.host, 'http://10.96.0.10/')).toBe('web-1');
     const m = await c.net.node(1).host.execOk(['curl', '-sS', 'http://127.0.0.1:10249/metrics']);
     expect(m).toMatch(/ferry_rejected_objects_total\{kind="Service"\} 1/);
-    c.remove('services', 'default', 'broken');
+    c.store.delete('services', 'default', 'broken');
   });
 
   it('restarts under continuous traffic without a single failed connection', async () => {
@@ -147,7 +138,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
   it('keeps traffic flowing while the API server is down, and applies changes made meanwhile', async () => {
     await c.api.stop();
     expect(await hostname(c.net.client, 'http://10.0.30.21:30080/')).toBe('web-1');
-    c.apply('endpointslices', sliceFor('web', [{ pod: web2 }], [{ name: 'http', port: 8080 }]));
+    applyObject(c, 'endpointslices', sliceFor('web', [{ pod: web2 }], [{ name: 'http', port: 8080 }]));
     await new Promise((r) => setTimeout(r, 500));
     expect(await hostname(c.net.client, 'http://10.0.30.21:30080/')).toBe('web-1'); // nothing seen yet
     await c.api.start();

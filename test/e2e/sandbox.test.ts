@@ -11,18 +11,10 @@ import type { Host } from '../../src/sandbox/netns/testbed.js';
 import { exec } from '../../src/sys/exec.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
+import { eventually } from '../harness/wait.js';
 
 const FERRY = join(REPO_ROOT, 'bin', 'ferry.js');
 
-async function eventually<T>(fn: () => Promise<T>, ok: (v: T) => boolean, ms = 20_000): Promise<T> {
-  const end = Date.now() + ms;
-  let v = await fn();
-  while (!ok(v) && Date.now() < end) {
-    await new Promise((r) => setTimeout(r, 150));
-    v = await fn();
-  }
-  return v;
-}
 
 describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'sandbox lifecycle', () => {
   it('up then down (through the CLI) leaves no namespace, link, cgroup, pin, process or state', async () => {

@@ -9,7 +9,8 @@ import { Datapath } from '../../src/datapath/loader.js';
 import type { FrontendSpec } from '../../src/datapath/spec.js';
 import { ServiceWriter } from '../../src/datapath/writer.js';
 import type { ProtoName } from '../../src/datapath/layouts.js';
-import { Testbed, type Proc } from '../../src/sandbox/netns/testbed.js';
+import { Testbed } from '../../src/sandbox/netns/testbed.js';
+import { startWorkloads, type Workload } from '../../src/sandbox/workloads/spawn.js';
 import { ClusterNetwork, type NodeInfo, type PodInfo } from '../../src/sandbox/network.js';
 import { inNetns } from '../../src/sys/netns.js';
 import { REPO_ROOT } from './paths.js';
@@ -28,11 +29,10 @@ export interface ClusterNode extends NodeInfo {
   pinDir: string;
 }
 
-export const WORKLOADS = join(REPO_ROOT, 'dist', 'sandbox', 'workloads', 'main.js');
+export { WORKLOADS_BIN as WORKLOADS } from '../../src/sandbox/workloads/spawn.js';
 
 export class MiniCluster {
   readonly nodes: ClusterNode[] = [];
-  private readonly servers: Proc[] = [];
 
   private constructor(
     readonly tb: Testbed,
@@ -65,21 +65,11 @@ export class MiniCluster {
 
   async pod(name: string, nodeIndex: number, serve: { whoami?: number; udpEcho?: number } = {}): Promise<PodInfo> {
     const pod = await this.net.addPod(name, nodeIndex);
-    const waits: Promise<void>[] = [];
-    if (serve.whoami) waits.push(this.serve(pod, ['whoami', '--port', String(serve.whoami), '--name', name], 'whoami listening'));
-    if (serve.udpEcho) waits.push(this.serve(pod, ['udp-echo', '--port', String(serve.udpEcho)], 'udp-echo listening'));
-    await Promise.all(waits);
+    const w: Workload[] = [];
+    if (serve.whoami) w.push({ kind: 'whoami', port: serve.whoami, name });
+    if (serve.udpEcho) w.push({ kind: 'udp-echo', port: serve.udpEcho });
+    await startWorkloads(pod.host, w);
     return pod;
-  }
-
-  private async serve(pod: PodInfo, args: string[], ready: string): Promise<void> {
-    const p = pod.host.spawn([process.execPath, WORKLOADS, ...args]);
-    this.servers.push(p);
-    for (let i = 0; i < 200; i++) {
-      if (p.output().includes(ready)) return;
-      await new Promise((r) => setTimeout(r, 25));
-    }
-    throw new Error(`${args[0]} in ${pod.name} did not start: ${p.output()}`);
   }
 
   /** Write the Services into every node's maps, each node marking its own pods local. */

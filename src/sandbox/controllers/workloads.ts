@@ -5,6 +5,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { KObject, Store } from '../apiserver/store.js';
 import type { Proc } from '../netns/testbed.js';
+import { startWorkloads, type Workload } from '../workloads/spawn.js';
 import type { ClusterNetwork, PodInfo } from '../network.js';
 
 type Container = { name?: string; image?: string; ports?: Array<{ name?: string; containerPort: number; protocol?: string }> };
@@ -20,8 +21,6 @@ export interface WorkloadDeps {
   store: Store;
   net: ClusterNetwork;
   log: Logger;
-  /** argv prefix that runs a built-in workload: [node, dist/sandbox/workloads/main.js]. */
-  workloadCommand: string[];
 }
 
 interface RunningPod {
@@ -79,18 +78,16 @@ export class Kubelet {
     const key = podKey(pod);
     const nodeIndex = this.schedule(pod);
     const info = await this.d.net.addPod(hostNameFor(pod.metadata.namespace ?? 'default', pod.metadata.name!), nodeIndex);
-    const procs: Proc[] = [];
+    const workloads: Workload[] = [];
     for (const c of (pod.spec as PodSpec).containers ?? []) {
       const image = c.image ?? '';
       const ports = c.ports?.length ? c.ports : [{ containerPort: 80, protocol: image.includes('udp-echo') ? 'UDP' : 'TCP' }];
       for (const p of ports) {
         const udp = image.includes('udp-echo') || (p.protocol ?? 'TCP').toUpperCase() === 'UDP';
-        const args = udp ? ['udp-echo', '--port', String(p.containerPort)] : ['whoami', '--port', String(p.containerPort), '--name', pod.metadata.name!];
-        procs.push(info.host.spawn([...this.d.workloadCommand, ...args]));
+        workloads.push(udp ? { kind: 'udp-echo', port: p.containerPort } : { kind: 'whoami', port: p.containerPort, name: pod.metadata.name! });
       }
     }
-    // Ready once every server says it listens.
-    for (let i = 0; i < 400 && !procs.every((p) => /listening/.test(p.output())); i++) await new Promise((r) => setTimeout(r, 25));
+    const procs = await startWorkloads(info.host, workloads);
     this.running.set(key, { pod: info, procs });
     const cur = this.d.store.get('pods', pod.metadata.namespace, pod.metadata.name!);
     if (!cur) return;
