@@ -35,6 +35,7 @@ static __always_inline int sock4_xlate(struct bpf_sock_addr *ctx)
 	__be32 addr = ctx->user_ip4;
 	__be16 port = (__be16)ctx->user_port;
 	__u8 proto = ctx->protocol;
+	__u8 scope = LB_SCOPE_EXTERNAL;
 	struct lb4_service *svc;
 	struct lb4_backend *b;
 	__u64 cookie;
@@ -43,11 +44,11 @@ static __always_inline int sock4_xlate(struct bpf_sock_addr *ctx)
 
 	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
 		return SYS_PROCEED;
-	found = lb4_lookup(addr, port, proto, LB_SCOPE_EXTERNAL, &svc);
+	found = lb4_lookup_internal(addr, port, proto, &scope, &svc);
 	if (found == LB_NOT_SERVICE && is_loopback4(addr)) {
 		/* NodePort on loopback: the 0.0.0.0:port entry. */
 		addr = 0;
-		found = lb4_lookup(addr, port, proto, LB_SCOPE_EXTERNAL, &svc);
+		found = lb4_lookup_internal(addr, port, proto, &scope, &svc);
 		if (found == LB_UNKNOWN_PORT)
 			found = LB_NOT_SERVICE; /* 127.0.0.1:other is somebody's local port */
 	}
@@ -59,7 +60,7 @@ static __always_inline int sock4_xlate(struct bpf_sock_addr *ctx)
 	/* The socket cookie spreads sockets over backends and keeps one socket's datagrams
 	 * on one backend while the Service is unchanged. */
 	cookie = bpf_get_socket_cookie(ctx);
-	id = lb4_select_slot(addr, port, proto, LB_SCOPE_EXTERNAL, svc,
+	id = lb4_select_slot(addr, port, proto, scope, svc,
 			     hash_final((__u32)cookie + FERRY_HASH_INIT + hash_seed,
 					(__u32)(cookie >> 32) + FERRY_HASH_INIT + hash_seed,
 					(__u32)port + proto + FERRY_HASH_INIT + hash_seed));

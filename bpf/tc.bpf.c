@@ -322,7 +322,11 @@ int tc_ingress(struct __sk_buff *skb)
 			return nodeport_reply_remote(skb, &p, nat);
 	}
 
-	switch (lb4_lookup(p.daddr, p.dport, p.proto, LB_SCOPE_EXTERNAL, &svc)) {
+	rc = lb4_lookup(p.daddr, p.dport, p.proto, LB_SCOPE_EXTERNAL, &svc);
+	/* loadBalancerSourceRanges: decided before any translation or reject. */
+	if (svc && !lb4_source_allowed(svc, p.saddr))
+		return count_drop(DROP_SOURCE_RANGE, p.len);
+	switch (rc) {
 	case LB_FOUND:
 		return nodeport_forward(skb, &p, svc);
 	case LB_NO_BACKEND:

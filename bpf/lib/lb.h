@@ -42,6 +42,24 @@ static __always_inline int lb4_lookup(__be32 addr, __be16 port, __u8 proto, __u8
 	return LB_NOT_SERVICE;
 }
 
+/* For traffic from this node's pods and host (socket LB): the internal-scope entry when
+ * there is one (it exists when the traffic policies make internal traffic see other
+ * backends, e.g. ETP=Local's short-circuit to cluster endpoints), else the external one. */
+static __always_inline int lb4_lookup_internal(__be32 addr, __be16 port, __u8 proto, __u8 *scope, struct lb4_service **out)
+{
+	struct lb4_service *svc = lb4_lookup_master(addr, port, proto, LB_SCOPE_INTERNAL);
+
+	if (svc) {
+		*scope = LB_SCOPE_INTERNAL;
+		*out = svc;
+		if (svc->count > 0)
+			return LB_FOUND;
+		return (svc->flags & LB_F_DROP_WHEN_EMPTY) ? LB_EMPTY_DROP : LB_NO_BACKEND;
+	}
+	*scope = LB_SCOPE_EXTERNAL;
+	return lb4_lookup(addr, port, proto, LB_SCOPE_EXTERNAL, out);
+}
+
 /* The backend for a flow hash: slot (hash % count) + 1. */
 static __always_inline __u32 lb4_select_slot(__be32 addr, __be16 port, __u8 proto, __u8 scope,
 					     const struct lb4_service *svc, __u32 hash)
@@ -59,6 +77,20 @@ static __always_inline __u32 lb4_select_slot(__be32 addr, __be16 port, __u8 prot
 	key.slot = (hash % svc->count) + 1;
 	slot = bpf_map_lookup_elem(&lb4_services, &key);
 	return slot ? slot->backend_id : 0;
+}
+
+/* May this source use the frontend? Always, unless it has loadBalancerSourceRanges. */
+static __always_inline int lb4_source_allowed(const struct lb4_service *svc, __be32 saddr)
+{
+	struct lb4_src_range_key k = {
+		.prefixlen = 64,
+		.rev_nat_id = svc->rev_nat_id,
+		.source = saddr,
+	};
+
+	if (!(svc->flags & LB_F_SOURCE_RANGES))
+		return 1;
+	return bpf_map_lookup_elem(&lb4_src_ranges, &k) != NULL;
 }
 
 static __always_inline struct lb4_backend *lb4_backend(__u32 id)

@@ -34,6 +34,14 @@ struct {
 } lb4_reverse_nat SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lb4_src_range_key);
+	__type(value, __u8);
+} lb4_src_ranges SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct lb4_sock_key);

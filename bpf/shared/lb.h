@@ -28,6 +28,8 @@ enum lb_flags {
 	/* With no backend, drop instead of answering port unreachable: a traffic policy of
 	 * Local with no local endpoint (kube-proxy drops there; it rejects otherwise). */
 	LB_F_DROP_WHEN_EMPTY = 1 << 6,
+	/* loadBalancerSourceRanges apply: only sources in lb4_src_ranges may use it. */
+	LB_F_SOURCE_RANGES = 1 << 7,
 };
 
 /* Key of the services map: one master entry (slot 0) per frontend, then one per backend
@@ -69,6 +71,15 @@ struct lb4_reverse_nat {
 	__be32 address;
 	__be16 port;
 	__u8 pad[2];
+};
+
+/* loadBalancerSourceRanges as an LPM trie: the frontend's rev-NAT id, then the source
+ * prefix. prefixlen counts the id and its padding (32 bits) plus the prefix length. */
+struct lb4_src_range_key {
+	__u32 prefixlen;
+	__u16 rev_nat_id;
+	__u8 pad[2];
+	__be32 source;
 };
 
 /* Socket LB: after connect()/sendmsg() was rewritten to a backend, recvmsg() and

@@ -31,6 +31,7 @@ enum ferry_drop_reason {
 	DROP_FRAGMENT = 8,         /* a non-first IPv4 fragment to a Service (no ports to match) */
 	DROP_CSUM_FAILED = 9,      /* a checksum or packet rewrite helper failed */
 	DROP_NO_LOCAL_BACKEND = 10, /* traffic policy Local and no local endpoint */
+	DROP_SOURCE_RANGE = 11,    /* source not in the LoadBalancer's loadBalancerSourceRanges */
 	DROP_REASON_MAX = 32,
 };
 

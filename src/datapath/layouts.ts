@@ -1,7 +1,7 @@
 // The TypeScript side of bpf/shared: one codec per shared struct and one mirror per shared
 // enum. Codecs are checked against the objects' BTF whenever a map is opened or adopted;
 // the enum mirrors by a test against bpf/tests/contract.bpf.c.
-import { structCodec, u16Codec, u32Codec } from '../ebpf/codec.js';
+import { structCodec, u16Codec, u32Codec, u8Codec } from '../ebpf/codec.js';
 
 export const LbScope = { LB_SCOPE_EXTERNAL: 0, LB_SCOPE_INTERNAL: 1 } as const;
 
@@ -13,6 +13,7 @@ export const LbFlags = {
   LB_F_WILDCARD: 1 << 4,
   LB_F_NODE_PORT_ANY: 1 << 5,
   LB_F_DROP_WHEN_EMPTY: 1 << 6,
+  LB_F_SOURCE_RANGES: 1 << 7,
 } as const;
 
 export const BackendFlags = { LB_BACKEND_F_LOCAL: 1 << 0, LB_BACKEND_F_TERMINATING: 1 << 1 } as const;
@@ -51,6 +52,7 @@ export const DropReason = {
   DROP_FRAGMENT: 8,
   DROP_CSUM_FAILED: 9,
   DROP_NO_LOCAL_BACKEND: 10,
+  DROP_SOURCE_RANGE: 11,
   DROP_REASON_MAX: 32,
 } as const;
 
@@ -99,6 +101,14 @@ export const lb4ReverseNatCodec = structCodec('lb4_reverse_nat', {
   pad: { type: 'pad', length: 2 },
 });
 export type Lb4ReverseNat = ReturnType<typeof lb4ReverseNatCodec.decode>;
+
+export const lb4SrcRangeKeyCodec = structCodec('lb4_src_range_key', {
+  prefixlen: { type: 'u32' },
+  revNatId: { type: 'u16' },
+  pad: { type: 'pad', length: 2 },
+  source: { type: 'ipv4' },
+});
+export type Lb4SrcRangeKey = ReturnType<typeof lb4SrcRangeKeyCodec.decode>;
 
 export const lb4SockKeyCodec = structCodec('lb4_sock_key', {
   cookie: { type: 'u64' },
@@ -158,6 +168,7 @@ export const mapSpecs = {
   lb4_services: { key: lb4KeyCodec, value: lb4ServiceCodec, sizeSetting: 'mapSizes.services' },
   lb4_backends: { key: u32Codec, value: lb4BackendCodec, sizeSetting: 'mapSizes.backends' },
   lb4_reverse_nat: { key: u16Codec, value: lb4ReverseNatCodec, sizeSetting: 'mapSizes.reverseNat' },
+  lb4_src_ranges: { key: lb4SrcRangeKeyCodec, value: u8Codec, sizeSetting: 'mapSizes.sourceRanges' },
   lb4_sock_rev: { key: lb4SockKeyCodec, value: lb4SockValueCodec, sizeSetting: 'mapSizes.sockReverse' },
   ct4: { key: ct4KeyCodec, value: ct4EntryCodec, sizeSetting: 'mapSizes.conntrack' },
   nat4: { key: ct4KeyCodec, value: nat4EntryCodec, sizeSetting: 'mapSizes.nat' },

@@ -18,6 +18,7 @@ export interface MapSizes {
   backends: number;
   reverseNat: number;
   sockReverse: number;
+  sourceRanges: number;
   conntrack: number;
   nat: number;
 }
@@ -28,6 +29,7 @@ export const DEFAULT_MAP_SIZES: MapSizes = {
   backends: 65_536,
   reverseNat: 65_535,
   sockReverse: 65_536,
+  sourceRanges: 65_536,
   conntrack: 131_072,
   nat: 131_072,
 };
@@ -58,6 +60,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   lb4_services: 'services',
   lb4_backends: 'backends',
   lb4_reverse_nat: 'reverseNat',
+  lb4_src_ranges: 'sourceRanges',
   lb4_sock_rev: 'sockReverse',
   ct4: 'conntrack',
   nat4: 'nat',

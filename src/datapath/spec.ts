@@ -21,6 +21,14 @@ export interface FrontendSpec {
   /** The 0.0.0.0:nodePort entry socket LB uses for NodePort on loopback. */
   nodePortAny?: boolean;
   backends: BackendSpec[];
+  /**
+   * Backends for traffic from this node's pods and host (socket LB), when they differ from
+   * `backends` (which external traffic on tc gets): ETP=Local frontends are reached from
+   * inside through the cluster endpoints, as kube-proxy's short-circuit does.
+   */
+  internalBackends?: BackendSpec[];
+  /** loadBalancerSourceRanges (IPv4 CIDRs): only these sources may use the frontend. */
+  sourceRanges?: string[];
   /** With no backend, drop (traffic policy Local) rather than reject. */
   dropWhenEmpty?: boolean;
   /** ClientIP affinity in seconds (0: none). */

@@ -3,7 +3,8 @@
 // frontend's slots, then its master entry (which makes the new slots visible at once),
 // then wildcard entries; stale slots, frontends, wildcards and backends are removed last.
 // IDs are restored from the maps, so an agent restart keeps conntrack entries valid.
-import { BackendFlags, LbFlags, LbScope, Proto, protoName, type Lb4Backend, type Lb4Key, type Lb4Service } from './layouts.js';
+import { ipv4FromString, ipv4ToString } from '../ebpf/codec.js';
+import { BackendFlags, LbFlags, LbScope, Proto, protoName, type Lb4Backend, type Lb4Key, type Lb4Service, type Lb4SrcRangeKey } from './layouts.js';
 import { IdAllocator } from './ids.js';
 import type { DatapathMaps } from './loader.js';
 import { backendId, frontendId, type FrontendKind, type FrontendSpec } from './spec.js';
@@ -34,7 +35,29 @@ export interface ApplyStats {
   removedBackends: Lb4Backend[];
 }
 
-export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_reverse_nat'>;
+const rangeId = (k: Lb4SrcRangeKey) => `${k.revNatId}|${k.prefixlen}|${k.source}`;
+const rangeKey = (id: string): Lb4SrcRangeKey => {
+  const [revNatId, prefixlen, source] = id.split('|');
+  return { revNatId: Number(revNatId), prefixlen: Number(prefixlen), source: source! };
+};
+
+interface ScopedFrontend {
+  f: FrontendSpec;
+  scope: number;
+  backends: FrontendSpec['backends'];
+  dropWhenEmpty: boolean;
+}
+
+export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_reverse_nat' | 'lb4_src_ranges'>;
+
+/** `10.0.0.0/8` → its LPM key for a frontend. */
+export function sourceRangeKey(revNatId: number, cidr: string): Lb4SrcRangeKey {
+  const [addr, bits = '32'] = cidr.split('/');
+  const n = Number(bits);
+  const ip = ipv4FromString(addr!);
+  const mask = n === 0 ? 0 : (0xffffffff << (32 - n)) >>> 0;
+  return { prefixlen: 32 + n, revNatId, source: ipv4ToString((ip & mask) >>> 0) };
+}
 
 export class ServiceWriter {
   private readonly backendIds: IdAllocator;
@@ -46,6 +69,8 @@ export class ServiceWriter {
   /** The spec object each frontend was last written from: the same object again means
    * "unchanged", so a sync after one Service changed does not re-diff ten thousand. */
   private readonly lastSpecs = new Map<string, FrontendSpec>();
+  /** loadBalancerSourceRanges entries, as `revNatId|prefixlen|source`. */
+  private readonly ranges = new Set<string>();
 
   constructor(private readonly maps: ServiceMaps) {
     this.backendIds = new IdAllocator('backend', maps.lb4_backends.maxEntries, 'mapSizes.backends');
@@ -55,6 +80,7 @@ export class ServiceWriter {
 
   /** Rebuild the in-memory view (and the IDs) from what the maps hold. */
   private restore(): void {
+    for (const k of this.maps.lb4_src_ranges.keys()) this.ranges.add(rangeId(k));
     for (const [id, b] of this.maps.lb4_backends.entries()) {
       this.backends.set(id, b);
       this.backendIds.restore(backendId(b, protoName(b.proto)), id);
@@ -106,20 +132,25 @@ export class ServiceWriter {
     this.frontends.clear();
     this.wildcards.clear();
     this.lastSpecs.clear();
+    this.ranges.clear();
     this.backendIds.clear();
     this.revNatIds.clear();
     this.restore();
   }
 
-  private applyOnce(desired: FrontendSpec[]): ApplyStats {
+  private applyOnce(specs: FrontendSpec[]): ApplyStats {
     const stats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [] };
-    const scope = LbScope.LB_SCOPE_EXTERNAL;
+    // One entry per lookup scope: external always, internal where its backends differ.
+    const desired: ScopedFrontend[] = specs.flatMap((f) => [
+      { f, scope: LbScope.LB_SCOPE_EXTERNAL, backends: f.backends, dropWhenEmpty: Boolean(f.dropWhenEmpty) },
+      ...(f.internalBackends ? [{ f, scope: LbScope.LB_SCOPE_INTERNAL, backends: f.internalBackends, dropWhenEmpty: false }] : []),
+    ]);
 
     // 1. Backends: allocate IDs, write new or changed ones.
     const wantBackends = new Map<number, Lb4Backend>();
     const frontendBackends = new Map<string, number[]>();
     const unchanged = new Set<string>();
-    for (const f of desired) {
+    for (const { f, scope, backends } of desired) {
       const fid = `${frontendId(f)}#${scope}`;
       const known = this.frontends.get(fid);
       if (known && this.lastSpecs.get(fid) === f) {
@@ -132,7 +163,7 @@ export class ServiceWriter {
         continue;
       }
       const ids: number[] = [];
-      for (const b of f.backends) {
+      for (const b of backends) {
         const id = this.backendIds.allocate(backendId(b, f.proto));
         const flags = (b.local ? BackendFlags.LB_BACKEND_F_LOCAL : 0) | (b.terminating ? BackendFlags.LB_BACKEND_F_TERMINATING : 0);
         const value: Lb4Backend = { address: b.address, port: b.port, proto: Proto[f.proto], flags };
@@ -161,22 +192,29 @@ export class ServiceWriter {
     const slotWrites: Array<[Lb4Key, Lb4Service]> = [];
     const masterWrites: Array<[Lb4Key, Lb4Service, string, FrontendState]> = [];
     const staleSlots: Lb4Key[] = [];
-    for (const f of desired) {
+    const wantRanges = new Set<string>();
+    for (const { f, scope, dropWhenEmpty } of desired) {
       const fid = `${frontendId(f)}#${scope}`;
       if (wantFrontends.has(fid)) continue; // duplicates are the model's bug; first wins
       wantFrontends.add(fid);
       // The "known address, unknown port → drop" entry is only for addresses that belong to
       // Services alone. A node address (NodePort, and often an externalIP) also carries the
       // host's own traffic: its other ports must reach the host.
-      if (f.kind === 'ClusterIP' || f.kind === 'LoadBalancer') wantWildcards.add(f.address);
-      if (unchanged.has(fid)) continue;
+      if (scope === LbScope.LB_SCOPE_EXTERNAL && (f.kind === 'ClusterIP' || f.kind === 'LoadBalancer')) wantWildcards.add(f.address);
+      if (unchanged.has(fid)) {
+        const known = this.frontends.get(fid)!;
+        if (scope === LbScope.LB_SCOPE_EXTERNAL) for (const c of f.sourceRanges ?? []) wantRanges.add(rangeId(sourceRangeKey(known.revNatId, c)));
+        continue;
+      }
       this.lastSpecs.set(fid, f);
       const key: Lb4Key = { address: f.address, port: f.port, proto: Proto[f.proto], scope, slot: 0 };
       const ids = frontendBackends.get(fid)!;
-      const flags = kindFlag[f.kind] | (f.nodePortAny ? LbFlags.LB_F_NODE_PORT_ANY : 0) | (f.dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0);
+      const ranged = scope === LbScope.LB_SCOPE_EXTERNAL && (f.sourceRanges?.length ?? 0) > 0;
+      const flags = kindFlag[f.kind] | (f.nodePortAny ? LbFlags.LB_F_NODE_PORT_ANY : 0) | (dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0) | (ranged ? LbFlags.LB_F_SOURCE_RANGES : 0);
       const affinityTimeout = f.affinityTimeout ?? 0;
       const have = this.frontends.get(fid);
       const revNatId = this.revNatIds.allocate(fid);
+      if (scope === LbScope.LB_SCOPE_EXTERNAL) for (const c of f.sourceRanges ?? []) wantRanges.add(rangeId(sourceRangeKey(revNatId, c)));
       if (!have) this.maps.lb4_reverse_nat.update(revNatId, { address: f.address, port: f.port });
       const oldIds = have?.backendIds ?? [];
       ids.forEach((id, i) => {
@@ -195,6 +233,13 @@ export class ServiceWriter {
       this.maps.lb4_services.updateBatch(slotWrites);
       stats.entriesWritten += slotWrites.length;
     }
+    // Source ranges before the master entries that turn them on.
+    const newRanges = [...wantRanges].filter((r) => !this.ranges.has(r));
+    if (newRanges.length > 0) {
+      for (const r of newRanges) this.maps.lb4_src_ranges.update(rangeKey(r), 1);
+      for (const r of newRanges) this.ranges.add(r);
+      stats.entriesWritten += newRanges.length;
+    }
     if (masterWrites.length > 0) {
       this.maps.lb4_services.updateBatch(masterWrites.map(([k, v]) => [k, v]));
       for (const [, , fid, state] of masterWrites) this.frontends.set(fid, state);
@@ -206,7 +251,7 @@ export class ServiceWriter {
     const newWildcards = [...wantWildcards].filter((a) => !this.wildcards.has(a));
     if (newWildcards.length > 0) {
       this.maps.lb4_services.updateBatch(
-        newWildcards.map((a) => [{ address: a, port: 0, proto: 0, scope, slot: 0 }, { backendId: 0, count: 0, revNatId: 0, flags: LbFlags.LB_F_WILDCARD, affinityTimeout: 0 }]),
+        newWildcards.map((a) => [{ address: a, port: 0, proto: 0, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 }, { backendId: 0, count: 0, revNatId: 0, flags: LbFlags.LB_F_WILDCARD, affinityTimeout: 0 }]),
       );
       for (const a of newWildcards) this.wildcards.add(a);
       stats.entriesWritten += newWildcards.length;
@@ -225,10 +270,16 @@ export class ServiceWriter {
     }
     for (const a of [...this.wildcards]) {
       if (wantWildcards.has(a)) continue;
-      deletes.push({ address: a, port: 0, proto: 0, scope, slot: 0 });
+      deletes.push({ address: a, port: 0, proto: 0, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 });
       this.wildcards.delete(a);
     }
     if (deletes.length > 0) stats.entriesDeleted += this.maps.lb4_services.deleteBatch(deletes);
+
+    const staleRanges = [...this.ranges].filter((r) => !wantRanges.has(r));
+    for (const r of staleRanges) {
+      if (this.maps.lb4_src_ranges.delete(rangeKey(r))) stats.entriesDeleted++;
+      this.ranges.delete(r);
+    }
 
     // 6. Backends nothing points at any more.
     const staleBackends = [...this.backends.keys()].filter((id) => !wantBackends.has(id));

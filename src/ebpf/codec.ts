@@ -275,7 +275,7 @@ function readScalar(buf: Buffer, o: number, t: ScalarType): number {
 }
 
 /** A codec for a bare scalar key or value, such as the `__u32` index of an array map. */
-export function scalarCodec(type: 'u16' | 'u32' | 'u64'): Codec<number | bigint> {
+export function scalarCodec(type: 'u8' | 'u16' | 'u32' | 'u64'): Codec<number | bigint> {
   const size = scalarSize[type];
   return {
     cName: `__${type}`,
@@ -299,6 +299,7 @@ export function scalarCodec(type: 'u16' | 'u32' | 'u64'): Codec<number | bigint>
   };
 }
 
+export const u8Codec = scalarCodec('u8') as Codec<number>;
 export const u16Codec = scalarCodec('u16') as Codec<number>;
 export const u32Codec = scalarCodec('u32') as Codec<number>;
 export const u64Codec = scalarCodec('u64') as Codec<bigint>;

@@ -62,6 +62,27 @@ function backends(eps: Endpoint[], node: NodeContext): BackendSpec[] {
   return eps.map((e) => ({ address: e.ip, port: e.port, local: e.nodeName === node.name, terminating: !e.ready }));
 }
 
+function inCidr(ip: string, cidr: string): boolean {
+  const [net, bits] = cidr.split('/');
+  const n = Number(bits);
+  const toInt = (a: string) => a.split('.').reduce((acc, x) => acc * 256 + Number(x), 0);
+  const mask = n === 0 ? 0 : (0xffffffff << (32 - n)) >>> 0;
+  return ((toInt(ip) & mask) >>> 0) === ((toInt(net!) & mask) >>> 0);
+}
+
+/**
+ * loadBalancerSourceRanges per LB IP (IPv4 ranges, trimmed). If a node address is in a
+ * range, traffic whose source is the LB IP itself is allowed too, as kube-proxy does.
+ */
+function lbSourceRanges(svc: V1Service, lbIPs: string[], node: NodeView): Map<string, string[]> {
+  const ranges = (svc.spec?.loadBalancerSourceRanges ?? []).map((r) => r.trim()).filter((r) => isIPv4(r.split('/')[0] ?? ''));
+  const out = new Map<string, string[]>();
+  if (ranges.length === 0) return out;
+  const nodeInRange = node.addresses.some((a) => ranges.some((r) => inCidr(a, r)));
+  for (const ip of lbIPs) out.set(ip, nodeInRange ? [...ranges, `${ip}/32`] : ranges);
+  return out;
+}
+
 export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node: NodeView): ServiceFrontends {
   const name = serviceName(svc);
   const spec = svc.spec!;
@@ -91,6 +112,7 @@ export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node
     : [];
   const externalIPs = (spec.externalIPs ?? []).filter((ip) => isIPv4(ip));
 
+  const sourceRanges = lbSourceRanges(svc, lbIPs, node);
   const allLocalReady = new Set<string>();
   for (const p of spec.ports ?? []) {
     const proto = (p.protocol ?? 'TCP').toUpperCase() as ProtoName;
@@ -106,13 +128,18 @@ export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node
     const base = { proto, affinityTimeout: affinity, service: svcPort };
     // kube-proxy drops (not rejects) when a Local policy leaves no endpoint on this node
     // while the Service has endpoints elsewhere.
-    const ext = { ...base, dropWhenEmpty: etpLocal && cluster.length > 0 };
+    // ETP=Local restricts only truly external traffic: this node's pods and host reach the
+    // same frontends through the cluster endpoints (kube-proxy's short-circuit).
+    const ext = { ...base, dropWhenEmpty: etpLocal && cluster.length > 0, ...(etpLocal ? { internalBackends: backends(cluster, node) } : {}) };
     out.frontends.push({ ...base, dropWhenEmpty: itpLocal && cluster.length > 0, address: clusterIP, port: p.port, kind: 'ClusterIP', backends: backends(internal, node) });
     if (isNodePortType && p.nodePort) {
       for (const addr of node.addresses) out.frontends.push({ ...ext, address: addr, port: p.nodePort, kind: 'NodePort', backends: backends(external, node) });
       out.frontends.push({ ...ext, address: '0.0.0.0', port: p.nodePort, kind: 'NodePort', nodePortAny: true, backends: backends(external, node) });
     }
-    for (const ip of lbIPs) out.frontends.push({ ...ext, address: ip, port: p.port, kind: 'LoadBalancer', backends: backends(external, node) });
+    for (const ip of lbIPs) {
+      const ranges = sourceRanges.get(ip);
+      out.frontends.push({ ...ext, address: ip, port: p.port, kind: 'LoadBalancer', backends: backends(external, node), ...(ranges ? { sourceRanges: ranges } : {}) });
+    }
     for (const ip of externalIPs) out.frontends.push({ ...ext, address: ip, port: p.port, kind: 'ExternalIP', backends: backends(external, node) });
   }
   if (spec.type === 'LoadBalancer' && etpLocal && spec.healthCheckNodePort) {

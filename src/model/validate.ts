@@ -48,6 +48,12 @@ export function validateService(svc: V1Service): Result<V1Service> {
   for (const ing of svc.status?.loadBalancer?.ingress ?? []) {
     if (ing.ip && !validIP(ing.ip)) return { ok: false, error: `status.loadBalancer.ingress ip "${ing.ip}" is not an IP address` };
   }
+  for (const r of spec.loadBalancerSourceRanges ?? []) {
+    const [ip, bits, extra] = r.trim().split('/');
+    const n = Number(bits);
+    const ok = extra === undefined && bits !== undefined && /^\d+$/.test(bits) && (isIPv4(ip ?? '') ? n <= 32 : isIPv6(ip ?? '') && n <= 128);
+    if (!ok) return { ok: false, error: `loadBalancerSourceRanges entry "${r}" is not a CIDR` };
+  }
   const t = spec.sessionAffinityConfig?.clientIP?.timeoutSeconds;
   if (t !== undefined && t !== null && (!Number.isInteger(t) || t < 1 || t > 86400)) {
     return { ok: false, error: `sessionAffinityConfig.clientIP.timeoutSeconds ${t} is not in 1..86400` };

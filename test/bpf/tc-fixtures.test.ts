@@ -28,6 +28,7 @@ const services: FrontendSpec[] = [
   { address: LB_IP, port: 80, proto: 'TCP', kind: 'LoadBalancer', backends: [{ address: REMOTE_POD, port: 8080, local: false }] },
   { address: EXTERNAL_IP, port: 80, proto: 'TCP', kind: 'ExternalIP', backends: [{ address: LOCAL_POD, port: 8080, local: true }] },
   { address: CLUSTER_IP, port: 53, proto: 'UDP', kind: 'ClusterIP', backends: [{ address: LOCAL_POD, port: 5353, local: true }] },
+  { address: '10.0.100.20', port: 80, proto: 'TCP', kind: 'LoadBalancer', backends: [{ address: LOCAL_POD, port: 8080, local: true }], sourceRanges: ['10.0.10.0/25', '192.168.7.7/32'] },
 ];
 
 let node: DatapathNode;
@@ -141,6 +142,21 @@ describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
     const r = node.run('tc_ingress', buildPacket(syn(LB_IP, 8443)));
     expect(r.retval).toBe(TcVerdict.SHOT);
     expect(total(node.dp, 'ferry_drops', DropReason.DROP_UNKNOWN_PORT)).toBe(1n);
+  });
+
+  it('loadBalancerSourceRanges: sources in a range pass, others are dropped before translation', () => {
+    expect(node.run('tc_ingress', buildPacket(syn('10.0.100.20', 80))).retval).toBe(TcVerdict.OK);
+    expect(node.run('tc_ingress', buildPacket(syn('10.0.100.20', 80, { src: '192.168.7.7' }))).retval).toBe(TcVerdict.OK);
+    const denied = buildPacket(syn('10.0.100.20', 80, { src: '10.0.10.200' }));
+    const r = node.run('tc_ingress', denied);
+    expect(r.retval).toBe(TcVerdict.SHOT);
+    expectPacket(r.data, denied);
+    expect(total(node.dp, 'ferry_drops', DropReason.DROP_SOURCE_RANGE)).toBe(1n);
+    // Ranges follow the Service: widen them, and the source passes.
+    node.writer.apply(services.map((s) => (s.address === '10.0.100.20' ? { ...s, sourceRanges: ['10.0.10.0/24'] } : s)));
+    expect(node.run('tc_ingress', denied).retval).toBe(TcVerdict.OK);
+    expect(node.dp.maps.lb4_src_ranges.keys().next().value).toMatchObject({ prefixlen: 56, source: '10.0.10.0' });
+    node.writer.apply(services);
   });
 
   it('traffic that is not for a Service passes untouched', () => {

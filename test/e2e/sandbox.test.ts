@@ -233,6 +233,33 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'upstream Service e2e scenar
     expect((await curl(node1, 'http://10.0.30.21:' + String((svcObj.spec as { ports: { nodePort: number }[] }).ports[0]!.nodePort) + '/')).hostname).toBe('fading');
   });
 
+  it('ETP=Local: external clients need a local endpoint, this node\'s pods and host reach it anyway', async () => {
+    // 'multi' runs on node-1 only.
+    const created = await put('Service', svc('etp-local', { type: 'LoadBalancer', externalTrafficPolicy: 'Local', selector: { app: 'multi' }, ports: [{ port: 80, targetPort: 'web', nodePort: 30310 }] }));
+    void created;
+    const lbIP = await eventually(async () => (((await api.call('GET', api.url('Service', 'default', 'etp-local'))).json.status as { loadBalancer?: { ingress?: { ip: string }[] } })?.loadBalancer?.ingress?.[0]?.ip ?? ''), (ip) => ip !== '');
+    const viaNode1 = await eventually(() => curl(sb.net.client, 'http://10.0.30.21:30310/'), (r) => r.code === 0);
+    expect(viaNode1).toMatchObject({ hostname: 'multi', remote: '10.0.10.2' }); // client IP kept
+    expect((await curl(sb.net.client, 'http://10.0.30.22:30310/', 1)).code).toBe(28); // no local endpoint on node-2: dropped
+    // The short-circuit: from node-2's pods and host, the cluster endpoints serve.
+    expect((await curl(podHost('default', 'tool-2'), `http://${lbIP}/`)).hostname).toBe('multi');
+    expect((await curl(podHost('default', 'tool-2'), 'http://10.0.30.22:30310/')).hostname).toBe('multi');
+    expect((await curl(sb.net.node(2).host, 'http://10.0.30.22:30310/')).hostname).toBe('multi');
+    await del('Service', 'etp-local');
+  });
+
+  it('loadBalancerSourceRanges allow and deny, and follow updates', async () => {
+    const spec = (ranges: string[]) => ({ type: 'LoadBalancer', loadBalancerIP: '10.0.100.50', loadBalancerSourceRanges: ranges, selector: { app: 'web' }, ports: [{ port: 80, targetPort: 8080 }] });
+    await put('Service', svc('ranged', spec(['10.0.10.0/24'])));
+    expect((await eventually(() => curl(sb.net.client, 'http://10.0.100.50/'), (r) => r.code === 0)).remote).toMatch(/^10\.0\./);
+    await put('Service', svc('ranged', spec(['192.168.50.0/24'])));
+    expect((await eventually(() => curl(sb.net.client, 'http://10.0.100.50/', 1), (r) => r.code === 28)).code).toBe(28);
+    // The NodePort of the same Service is not restricted (kube-proxy applies ranges to LB IPs only).
+    const np = ((await api.call('GET', api.url('Service', 'default', 'ranged'))).json.spec as { ports: { nodePort: number }[] }).ports[0]!.nodePort;
+    expect((await curl(sb.net.client, `http://10.0.30.21:${np}/`)).code).toBe(0);
+    await del('Service', 'ranged');
+  });
+
   it('keeps working across an agent restart', async () => {
     const node1 = sb.net.node(1);
     await sb.stopAgent(node1);

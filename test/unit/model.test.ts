@@ -138,6 +138,8 @@ describe('frontends and traffic policies', () => {
     expect(summary(r.frontends).filter((s) => !s.startsWith('ClusterIP')).every((s) => s.endsWith('→ ∅'))).toBe(true);
     expect(r.noLocalEndpoints).toEqual(['external']);
     expect(r.frontends.filter((f) => f.kind !== 'ClusterIP').every((f) => f.dropWhenEmpty)).toBe(true); // dropped, not rejected
+    // ...while this node's pods and host reach them through the cluster endpoints.
+    expect(r.frontends.filter((f) => f.kind !== 'ClusterIP').every((f) => f.internalBackends?.map((b) => b.address).join() === '10.244.1.5,10.244.2.5')).toBe(true);
     expect(r.health).toEqual({ nodePort: 32000, localReadyEndpoints: 0 });
   });
 
@@ -153,6 +155,13 @@ describe('frontends and traffic policies', () => {
     const r = serviceFrontends(lb({}, { loadBalancer: { ingress: [{ ip: '10.0.100.1' }, { ip: '10.0.100.2', ipMode: 'VIP' }, { ip: '10.0.100.3', ipMode: 'Proxy' }, { hostname: 'lb.example' }] } }), eps, NODE);
     expect(r.frontends.filter((f) => f.kind === 'LoadBalancer').map((f) => f.address)).toEqual(['10.0.100.1', '10.0.100.2']);
     expect(r.ignored).toEqual(['LoadBalancer ingress 10.0.100.3 with ipMode Proxy']);
+  });
+
+  it('applies loadBalancerSourceRanges to LB IPs only, trimmed, with the LB IP itself when a node is in a range', () => {
+    const r = serviceFrontends(lb({ loadBalancerSourceRanges: [' 10.0.10.0/24 ', 'fd00::/64'] }), eps, NODE);
+    expect(r.frontends.filter((f) => f.sourceRanges).map((f) => [f.kind, f.sourceRanges])).toEqual([['LoadBalancer', ['10.0.10.0/24']]]);
+    const withNode = serviceFrontends(lb({ loadBalancerSourceRanges: ['10.0.30.0/24'] }), eps, NODE);
+    expect(withNode.frontends.find((f) => f.kind === 'LoadBalancer')!.sourceRanges).toEqual(['10.0.30.0/24', '10.0.100.1/32']);
   });
 
   it('maps ports by name and protocol: same port number on TCP and UDP', () => {
@@ -188,6 +197,7 @@ describe('bad input', () => {
     ['an odd name', svc({ name: 'Bad_Name!' }), /is not a DNS label/],
     ['a bad protocol', svc({ name: 'bad', ports: [{ port: 80, protocol: 'ICMP' }] }), /not TCP, UDP or SCTP/],
     ['a bad externalIP', svc({ name: 'bad', spec: { externalIPs: ['nope'] } }), /externalIP "nope"/],
+    ['a bad source range', svc({ name: 'bad', spec: { loadBalancerSourceRanges: ['10.0.0.0/33'] } }), /loadBalancerSourceRanges entry "10.0.0.0\/33" is not a CIDR/],
   ])('rejects %s and keeps every other Service', (_, bad, why) => {
     const d = desiredState([bad, good], [], NODE);
     expect(d.rejected).toHaveLength(1);
