@@ -27,6 +27,11 @@ export interface FrontendSpec {
    * inside through the cluster endpoints, as kube-proxy's short-circuit does.
    */
   internalBackends?: BackendSpec[];
+  /**
+   * Terminating endpoints that still serve but are not chosen for new flows (Ready ones
+   * exist): kept in the backends map so established flows to them go on until they go.
+   */
+  drainingBackends?: BackendSpec[];
   /** loadBalancerSourceRanges (IPv4 CIDRs): only these sources may use the frontend. */
   sourceRanges?: string[];
   /** With no backend, drop (traffic policy Local) rather than reject. */

@@ -4,10 +4,10 @@
 // then wildcard entries; stale slots, frontends, wildcards and backends are removed last.
 // IDs are restored from the maps, so an agent restart keeps conntrack entries valid.
 import { ipv4FromString, ipv4ToString } from '../ebpf/codec.js';
-import { BackendFlags, LbFlags, LbScope, Proto, protoName, type Lb4Backend, type Lb4Key, type Lb4Service, type Lb4SrcRangeKey } from './layouts.js';
+import { BackendFlags, LbFlags, LbScope, Proto, protoName, type Lb4Backend, type Lb4Key, type Lb4Service, type Lb4SrcRangeKey, type ProtoName } from './layouts.js';
 import { IdAllocator } from './ids.js';
 import type { DatapathMaps } from './loader.js';
-import { backendId, frontendId, type FrontendKind, type FrontendSpec } from './spec.js';
+import { backendId, frontendId, type BackendSpec, type FrontendKind, type FrontendSpec } from './spec.js';
 
 const kindFlag: Record<FrontendKind, number> = {
   ClusterIP: LbFlags.LB_F_CLUSTER_IP,
@@ -22,6 +22,8 @@ interface FrontendState {
   flags: number;
   affinityTimeout: number;
   backendIds: number[];
+  /** Terminating backends kept for the flows they still serve, in no slot. */
+  drainingIds: number[];
 }
 
 export interface ApplyStats {
@@ -93,7 +95,7 @@ export class ServiceWriter {
           this.wildcards.add(k.address);
           continue;
         }
-        this.frontends.set(fid, { key: k, revNatId: v.revNatId, flags: v.flags, affinityTimeout: v.affinityTimeout, backendIds: [] });
+        this.frontends.set(fid, { key: k, revNatId: v.revNatId, flags: v.flags, affinityTimeout: v.affinityTimeout, backendIds: [], drainingIds: [] });
         this.revNatIds.restore(fid, v.revNatId);
       } else {
         if (!slots.has(fid)) slots.set(fid, new Map());
@@ -149,30 +151,32 @@ export class ServiceWriter {
     // 1. Backends: allocate IDs, write new or changed ones.
     const wantBackends = new Map<number, Lb4Backend>();
     const frontendBackends = new Map<string, number[]>();
+    const frontendDraining = new Map<string, number[]>();
     const unchanged = new Set<string>();
+    const want = (b: BackendSpec, proto: ProtoName, terminating: boolean): number => {
+      const id = this.backendIds.allocate(backendId(b, proto));
+      const flags = (b.local ? BackendFlags.LB_BACKEND_F_LOCAL : 0) | (terminating ? BackendFlags.LB_BACKEND_F_TERMINATING : 0);
+      const value: Lb4Backend = { address: b.address, port: b.port, proto: Proto[proto], flags };
+      const prev = wantBackends.get(id);
+      // Locality and termination belong to the endpoint: frontends sharing it agree.
+      wantBackends.set(id, prev ? { ...value, flags: prev.flags | value.flags } : value);
+      return id;
+    };
     for (const { f, scope, backends } of desired) {
       const fid = `${frontendId(f)}#${scope}`;
       const known = this.frontends.get(fid);
       if (known && this.lastSpecs.get(fid) === f) {
         unchanged.add(fid);
         frontendBackends.set(fid, known.backendIds);
-        for (const id of known.backendIds) {
+        frontendDraining.set(fid, known.drainingIds);
+        for (const id of [...known.backendIds, ...known.drainingIds]) {
           const b = this.backends.get(id);
           if (b && !wantBackends.has(id)) wantBackends.set(id, b);
         }
         continue;
       }
-      const ids: number[] = [];
-      for (const b of backends) {
-        const id = this.backendIds.allocate(backendId(b, f.proto));
-        const flags = (b.local ? BackendFlags.LB_BACKEND_F_LOCAL : 0) | (b.terminating ? BackendFlags.LB_BACKEND_F_TERMINATING : 0);
-        const value: Lb4Backend = { address: b.address, port: b.port, proto: Proto[f.proto], flags };
-        const prev = wantBackends.get(id);
-        // Two frontends sharing a backend agree on it, except "local": keep it if either says so.
-        wantBackends.set(id, prev ? { ...value, flags: prev.flags | value.flags } : value);
-        ids.push(id);
-      }
-      frontendBackends.set(fid, ids);
+      frontendBackends.set(fid, backends.map((b) => want(b, f.proto, Boolean(b.terminating))));
+      frontendDraining.set(fid, (f.drainingBackends ?? []).map((b) => want(b, f.proto, true)));
     }
     const backendWrites: Array<[number, Lb4Backend]> = [];
     for (const [id, b] of wantBackends) {
@@ -222,7 +226,7 @@ export class ServiceWriter {
       });
       for (let s = ids.length + 1; s <= oldIds.length; s++) staleSlots.push({ ...key, slot: s });
       const changed = !have || have.backendIds.length !== ids.length || have.flags !== flags || have.affinityTimeout !== affinityTimeout || have.revNatId !== revNatId;
-      const state: FrontendState = { key, revNatId, flags, affinityTimeout, backendIds: ids };
+      const state: FrontendState = { key, revNatId, flags, affinityTimeout, backendIds: ids, drainingIds: frontendDraining.get(fid) ?? [] };
       if (changed) {
         masterWrites.push([key, { backendId: 0, count: ids.length, revNatId, flags, affinityTimeout }, fid, state]);
       } else {

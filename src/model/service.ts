@@ -122,6 +122,8 @@ export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node
     for (const e of eps) if (e.ready && e.nodeName === node.name) allLocalReady.add(e.ip);
     const internal = itpLocal ? local : cluster;
     const external = etpLocal ? local : cluster;
+    // Serving-terminating endpoints not chosen for new flows stay for the flows they have.
+    const draining = (chosen: Endpoint[]) => backends(eps.filter((e) => e.serving && e.terminating && !chosen.includes(e)), node);
     if (itpLocal && local.length === 0) out.noLocalEndpoints.push('internal');
     if (etpLocal && local.length === 0 && (isNodePortType || lbIPs.length > 0 || externalIPs.length > 0)) out.noLocalEndpoints.push('external');
     const svcPort = `${name}:${p.name ?? ''}`;
@@ -130,8 +132,8 @@ export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node
     // while the Service has endpoints elsewhere.
     // ETP=Local restricts only truly external traffic: this node's pods and host reach the
     // same frontends through the cluster endpoints (kube-proxy's short-circuit).
-    const ext = { ...base, dropWhenEmpty: etpLocal && cluster.length > 0, ...(etpLocal ? { internalBackends: backends(cluster, node) } : {}) };
-    out.frontends.push({ ...base, dropWhenEmpty: itpLocal && cluster.length > 0, address: clusterIP, port: p.port, kind: 'ClusterIP', backends: backends(internal, node) });
+    const ext = { ...base, dropWhenEmpty: etpLocal && cluster.length > 0, drainingBackends: draining(external), ...(etpLocal ? { internalBackends: backends(cluster, node) } : {}) };
+    out.frontends.push({ ...base, dropWhenEmpty: itpLocal && cluster.length > 0, drainingBackends: draining(internal), address: clusterIP, port: p.port, kind: 'ClusterIP', backends: backends(internal, node) });
     if (isNodePortType && p.nodePort) {
       for (const addr of node.addresses) out.frontends.push({ ...ext, address: addr, port: p.nodePort, kind: 'NodePort', backends: backends(external, node) });
       out.frontends.push({ ...ext, address: '0.0.0.0', port: p.nodePort, kind: 'NodePort', nodePortAny: true, backends: backends(external, node) });

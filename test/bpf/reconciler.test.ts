@@ -5,6 +5,7 @@ import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node
 import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { ProxyHealth, ServiceHealthServers } from '../../src/agent/health.js';
+import { BackendFlags } from '../../src/datapath/layouts.js';
 import { AgentMetrics } from '../../src/agent/metrics.js';
 import { Reconciler } from '../../src/agent/reconciler.js';
 import { buildPacket, eth, ipv4, udp } from '../../src/packet/build.js';
@@ -42,11 +43,14 @@ afterAll(async () => {
 });
 
 const dns: V1Service = { metadata: { name: 'dns', namespace: 'kube-system' }, spec: { type: 'NodePort', clusterIP: '10.96.0.10', ports: [{ name: 'dns', port: 53, nodePort: 30053, protocol: 'UDP' }] } };
-const slice = (ips: string[]): V1EndpointSlice => ({
+const slice = (ips: string[], terminating: string[] = []): V1EndpointSlice => ({
   metadata: { name: 'dns-1', namespace: 'kube-system', labels: { 'kubernetes.io/service-name': 'dns' } },
   addressType: 'IPv4',
   ports: [{ name: 'dns', port: 5353, protocol: 'UDP' }],
-  endpoints: ips.map((ip) => ({ addresses: [ip], nodeName: 'node-1', conditions: { ready: true } })),
+  endpoints: [
+    ...ips.map((ip) => ({ addresses: [ip], nodeName: 'node-1', conditions: { ready: true } })),
+    ...terminating.map((ip) => ({ addresses: [ip], nodeName: 'node-1', conditions: { ready: false, serving: true, terminating: true } })),
+  ],
 });
 const query = (sport: number) => buildPacket([eth(), ipv4({ src: '10.0.10.2', dst: NODE_IP }), udp({ sport, dport: 30053 })]);
 const dstOf = (p: Buffer) => String(decodePacket(p).find((l) => l.name === 'ipv4')!.fields.dst);
@@ -74,6 +78,28 @@ describeWith(['root', 'bpffs', 'netns'], 'reconciler', () => {
     // The UDP flow from port 5000 was on .10: flushed, so even it moves now.
     expect(node.dp.maps.ct4.entries().every(([, v]) => node.dp.maps.lb4_backends.lookup(v.backendId))).toBe(true);
     for (let p = 5000; p < 6100; p += 7) expect(dstOf(node.run('tc_ingress', query(p)).data)).toBe('10.244.1.11');
+  });
+
+  it('lets established flows to a terminating backend go on, while new flows avoid it', async () => {
+    services = [dns];
+    slices = [slice(['10.244.1.20', '10.244.1.21'])];
+    r.sliceChanged(slices[0]!);
+    await r.syncNow();
+    node.flushState();
+    // Find a flow on .21, then make .21 terminate.
+    let port = 8000;
+    while (dstOf(node.run('tc_ingress', query(port)).data) !== '10.244.1.21') port++;
+    slices = [slice(['10.244.1.20'], ['10.244.1.21'])];
+    r.sliceChanged(slices[0]!);
+    await r.syncNow();
+    expect(dstOf(node.run('tc_ingress', query(port)).data)).toBe('10.244.1.21'); // still served
+    for (let p = 9000; p < 9100; p++) expect(dstOf(node.run('tc_ingress', query(p)).data)).toBe('10.244.1.20');
+    expect(node.dp.maps.lb4_backends.entries().find(([, b]) => b.address === '10.244.1.21')?.[1].flags).toBe(BackendFlags.LB_BACKEND_F_LOCAL | BackendFlags.LB_BACKEND_F_TERMINATING);
+    // Once it is gone from the slice, its flows move.
+    slices = [slice(['10.244.1.20'])];
+    r.sliceChanged(slices[0]!);
+    await r.syncNow();
+    expect(dstOf(node.run('tc_ingress', query(port)).data)).toBe('10.244.1.20');
   });
 
   it('deletes the frontends of a deleted Service', async () => {

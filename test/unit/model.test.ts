@@ -170,6 +170,13 @@ describe('frontends and traffic policies', () => {
     expect(summary(serviceFrontends(s, [sl], NODE).frontends)).toEqual(['ClusterIP 10.96.0.10:53/UDP → 10.244.1.5:5353L', 'ClusterIP 10.96.0.10:53/TCP → 10.244.1.5:5354L']);
   });
 
+  it('keeps terminating endpoints as draining backends while Ready ones take new flows', () => {
+    const sl = slice({ eps: [{ ip: '10.244.1.5', node: 'node-1' }, { ip: '10.244.1.6', node: 'node-1', ready: false, terminating: true }] });
+    const [f] = serviceFrontends(svc(), [sl], NODE).frontends;
+    expect(f!.backends.map((b) => b.address)).toEqual(['10.244.1.5']);
+    expect(f!.drainingBackends?.map((b) => [b.address, b.terminating])).toEqual([['10.244.1.6', true]]);
+  });
+
   it('marks serving-terminating fallback endpoints as terminating', () => {
     const sl = slice({ eps: [{ ip: '10.244.1.5', node: 'node-1', ready: false, terminating: true }] });
     expect(summary(serviceFrontends(svc(), [sl], NODE).frontends)).toEqual(['ClusterIP 10.96.0.10:80/TCP → 10.244.1.5:8080LT']);
