@@ -60,10 +60,19 @@ static __always_inline int sock4_xlate(struct bpf_sock_addr *ctx)
 	/* The socket cookie spreads sockets over backends and keeps one socket's datagrams
 	 * on one backend while the Service is unchanged. */
 	cookie = bpf_get_socket_cookie(ctx);
-	id = lb4_select_slot(addr, port, proto, scope, svc,
-			     hash_final((__u32)cookie + FERRY_HASH_INIT + hash_seed,
-					(__u32)(cookie >> 32) + FERRY_HASH_INIT + hash_seed,
-					(__u32)port + proto + FERRY_HASH_INIT + hash_seed));
+	{
+		struct lb4_affinity_key ak = { .netns_cookie = bpf_get_netns_cookie(ctx), .affinity_id = svc->affinity_id };
+		__u64 now = bpf_ktime_get_ns();
+
+		id = lb4_affinity_get(&ak, addr, port, proto, scope, svc, now);
+		if (!id) {
+			id = lb4_select_slot(addr, port, proto, scope, svc,
+					     hash_final((__u32)cookie + FERRY_HASH_INIT + hash_seed,
+							(__u32)(cookie >> 32) + FERRY_HASH_INIT + hash_seed,
+							(__u32)port + proto + FERRY_HASH_INIT + hash_seed));
+			lb4_affinity_set(&ak, svc, id, now);
+		}
+	}
 	b = lb4_backend(id);
 	if (!b)
 		return sock_refuse();

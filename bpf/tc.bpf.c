@@ -163,10 +163,16 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 	if (ct)
 		b = lb4_backend(ct->backend_id);
 	if (!ct || !b) {
-		/* New flow, or its backend was removed: (re)balance. */
-		__u32 hash = flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed);
-		__u32 id = lb4_select_slot(fe.address, fe.port, fe.proto, fe.scope, svc, hash);
+		/* New flow, or its backend was removed: (re)balance, honouring ClientIP affinity. */
+		struct lb4_affinity_key ak = { .client = p->saddr, .affinity_id = svc->affinity_id };
+		__u32 id = lb4_affinity_get(&ak, fe.address, fe.port, fe.proto, fe.scope, svc, now);
 
+		if (!id) {
+			__u32 hash = flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed);
+
+			id = lb4_select_slot(fe.address, fe.port, fe.proto, fe.scope, svc, hash);
+			lb4_affinity_set(&ak, svc, id, now);
+		}
 		b = lb4_backend(id);
 		if (!b)
 			return count_drop(DROP_BACKEND_MISSING, p->len);

@@ -98,4 +98,63 @@ static __always_inline struct lb4_backend *lb4_backend(__u32 id)
 	return id ? bpf_map_lookup_elem(&lb4_backends, &id) : NULL;
 }
 
+struct slot_search {
+	struct lb4_key key;
+	__u32 backend_id;
+	__u32 found;
+};
+
+static long slot_search_step(__u64 i, void *ctx)
+{
+	struct slot_search *s = ctx;
+	struct lb4_service *slot;
+
+	s->key.slot = i + 1;
+	slot = bpf_map_lookup_elem(&lb4_services, &s->key);
+	if (slot && slot->backend_id == s->backend_id) {
+		s->found = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* Is the backend one of this frontend's slots (i.e. allowed by its traffic policy)? */
+static __always_inline int lb4_has_backend(__be32 addr, __be16 port, __u8 proto, __u8 scope, const struct lb4_service *svc, __u32 backend_id)
+{
+	struct slot_search s = {
+		.key = { .address = addr, .port = port, .proto = proto, .scope = scope },
+		.backend_id = backend_id,
+	};
+
+	bpf_loop(svc->count, slot_search_step, &s, 0);
+	return s.found;
+}
+
+/* ClientIP session affinity: the backend this client used for the Service port within the
+ * timeout, if the frontend may still use it (its traffic policy allows it); else 0. */
+static __always_inline __u32 lb4_affinity_get(const struct lb4_affinity_key *k, __be32 addr, __be16 port, __u8 proto, __u8 scope,
+					      const struct lb4_service *svc, __u64 now)
+{
+	struct lb4_affinity_value *v;
+
+	if (!svc->affinity_timeout)
+		return 0;
+	v = bpf_map_lookup_elem(&lb4_affinity, k);
+	if (!v || now - v->last_used_ns > (__u64)svc->affinity_timeout * 1000000000ULL)
+		return 0;
+	if (!lb4_backend(v->backend_id) || !lb4_has_backend(addr, port, proto, scope, svc, v->backend_id))
+		return 0;
+	v->last_used_ns = now;
+	return v->backend_id;
+}
+
+/* Remember a new choice for this client (when the Service has affinity). */
+static __always_inline void lb4_affinity_set(const struct lb4_affinity_key *k, const struct lb4_service *svc, __u32 backend_id, __u64 now)
+{
+	struct lb4_affinity_value v = { .last_used_ns = now, .backend_id = backend_id };
+
+	if (svc->affinity_timeout && backend_id)
+		bpf_map_update_elem(&lb4_affinity, k, &v, BPF_ANY);
+}
+
 #endif

@@ -34,6 +34,13 @@ struct {
 } lb4_reverse_nat SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct lb4_affinity_key);
+	__type(value, struct lb4_affinity_value);
+} lb4_affinity SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, 65536);
 	__uint(map_flags, BPF_F_NO_PREALLOC);

@@ -48,8 +48,24 @@ struct lb4_service {
 	__u16 count;            /* slot 0: number of backend slots */
 	__u16 rev_nat_id;       /* slot 0: how replies are rewritten back to this frontend */
 	__u16 flags;            /* slot 0: enum lb_flags */
-	__u16 pad;
-	__u32 affinity_timeout; /* slot 0: seconds of ClientIP affinity; 0 = none (issue 6) */
+	__u16 affinity_id;      /* slot 0: the Service port's affinity id, shared by its frontends */
+	__u32 affinity_timeout; /* slot 0: seconds of ClientIP affinity; 0 = none */
+};
+
+/* sessionAffinity: ClientIP. A client is its address on the tc path, its network
+ * namespace (a pod, or the host) on the socket path, where the source address is not
+ * chosen yet at connect(). */
+struct lb4_affinity_key {
+	__u64 netns_cookie; /* socket path; 0 on the tc path */
+	__be32 client;      /* tc path; 0 on the socket path */
+	__u16 affinity_id;
+	__u8 pad[2];
+};
+
+struct lb4_affinity_value {
+	__u64 last_used_ns; /* CLOCK_MONOTONIC of the last new flow it steered */
+	__u32 backend_id;
+	__u8 pad[4];
 };
 
 enum lb_backend_flags {

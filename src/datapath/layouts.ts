@@ -82,7 +82,7 @@ export const lb4ServiceCodec = structCodec('lb4_service', {
   count: { type: 'u16' },
   revNatId: { type: 'u16' },
   flags: { type: 'u16' },
-  pad: { type: 'pad', length: 2 },
+  affinityId: { type: 'u16' },
   affinityTimeout: { type: 'u32' },
 });
 export type Lb4Service = ReturnType<typeof lb4ServiceCodec.decode>;
@@ -101,6 +101,18 @@ export const lb4ReverseNatCodec = structCodec('lb4_reverse_nat', {
   pad: { type: 'pad', length: 2 },
 });
 export type Lb4ReverseNat = ReturnType<typeof lb4ReverseNatCodec.decode>;
+
+export const lb4AffinityKeyCodec = structCodec('lb4_affinity_key', {
+  netnsCookie: { type: 'u64' },
+  client: { type: 'ipv4' },
+  affinityId: { type: 'u16' },
+  pad: { type: 'pad', length: 2 },
+});
+export const lb4AffinityValueCodec = structCodec('lb4_affinity_value', {
+  lastUsedNs: { type: 'u64' },
+  backendId: { type: 'u32' },
+  pad: { type: 'pad', length: 4 },
+});
 
 export const lb4SrcRangeKeyCodec = structCodec('lb4_src_range_key', {
   prefixlen: { type: 'u32' },
@@ -168,6 +180,7 @@ export const mapSpecs = {
   lb4_services: { key: lb4KeyCodec, value: lb4ServiceCodec, sizeSetting: 'mapSizes.services' },
   lb4_backends: { key: u32Codec, value: lb4BackendCodec, sizeSetting: 'mapSizes.backends' },
   lb4_reverse_nat: { key: u16Codec, value: lb4ReverseNatCodec, sizeSetting: 'mapSizes.reverseNat' },
+  lb4_affinity: { key: lb4AffinityKeyCodec, value: lb4AffinityValueCodec, sizeSetting: 'mapSizes.affinity' },
   lb4_src_ranges: { key: lb4SrcRangeKeyCodec, value: u8Codec, sizeSetting: 'mapSizes.sourceRanges' },
   lb4_sock_rev: { key: lb4SockKeyCodec, value: lb4SockValueCodec, sizeSetting: 'mapSizes.sockReverse' },
   ct4: { key: ct4KeyCodec, value: ct4EntryCodec, sizeSetting: 'mapSizes.conntrack' },

@@ -19,6 +19,7 @@ export interface MapSizes {
   reverseNat: number;
   sockReverse: number;
   sourceRanges: number;
+  affinity: number;
   conntrack: number;
   nat: number;
 }
@@ -30,6 +31,7 @@ export const DEFAULT_MAP_SIZES: MapSizes = {
   reverseNat: 65_535,
   sockReverse: 65_536,
   sourceRanges: 65_536,
+  affinity: 65_536,
   conntrack: 131_072,
   nat: 131_072,
 };
@@ -61,6 +63,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   lb4_backends: 'backends',
   lb4_reverse_nat: 'reverseNat',
   lb4_src_ranges: 'sourceRanges',
+  lb4_affinity: 'affinity',
   lb4_sock_rev: 'sockReverse',
   ct4: 'conntrack',
   nat4: 'nat',

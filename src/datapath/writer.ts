@@ -20,6 +20,7 @@ interface FrontendState {
   key: Lb4Key; // slot 0
   revNatId: number;
   flags: number;
+  affinityId: number;
   affinityTimeout: number;
   backendIds: number[];
   /** Terminating backends kept for the flows they still serve, in no slot. */
@@ -64,6 +65,8 @@ export function sourceRangeKey(revNatId: number, cidr: string): Lb4SrcRangeKey {
 export class ServiceWriter {
   private readonly backendIds: IdAllocator;
   private readonly revNatIds: IdAllocator;
+  /** One id per Service port with ClientIP affinity, shared by all its frontends. */
+  private readonly affinityIds = new IdAllocator('affinity', 65_535, 'fewer Services with sessionAffinity');
   private readonly backends = new Map<number, Lb4Backend>();
   private readonly frontends = new Map<string, FrontendState>();
   /** Addresses with a wildcard entry. */
@@ -95,8 +98,9 @@ export class ServiceWriter {
           this.wildcards.add(k.address);
           continue;
         }
-        this.frontends.set(fid, { key: k, revNatId: v.revNatId, flags: v.flags, affinityTimeout: v.affinityTimeout, backendIds: [], drainingIds: [] });
+        this.frontends.set(fid, { key: k, revNatId: v.revNatId, flags: v.flags, affinityId: v.affinityId, affinityTimeout: v.affinityTimeout, backendIds: [], drainingIds: [] });
         this.revNatIds.restore(fid, v.revNatId);
+        if (v.affinityId && this.affinityIds.get(`restored:${v.affinityId}`) === undefined) this.affinityIds.restore(`restored:${v.affinityId}`, v.affinityId);
       } else {
         if (!slots.has(fid)) slots.set(fid, new Map());
         slots.get(fid)!.set(k.slot, v.backendId);
@@ -108,6 +112,24 @@ export class ServiceWriter {
       const count = master?.count ?? 0;
       st.backendIds = Array.from({ length: count }, (_, i) => s.get(i + 1) ?? 0);
     }
+  }
+
+  /**
+   * The Service port's affinity id: every frontend of a port shares it. After a restart
+   * the id a frontend already carries is claimed for its Service port, so clients keep
+   * their backends.
+   */
+  private affinityIdFor(f: FrontendSpec, fid: string): number {
+    const owner = f.service ?? frontendId(f);
+    const have = this.affinityIds.get(owner);
+    if (have !== undefined) return have;
+    const restored = this.frontends.get(fid)?.affinityId;
+    if (restored && this.affinityIds.get(`restored:${restored}`) !== undefined) {
+      this.affinityIds.release(`restored:${restored}`);
+      this.affinityIds.restore(owner, restored);
+      return restored;
+    }
+    return this.affinityIds.allocate(owner);
   }
 
   /** Frontend keys currently programmed (for tests and the CLI). */
@@ -137,6 +159,7 @@ export class ServiceWriter {
     this.ranges.clear();
     this.backendIds.clear();
     this.revNatIds.clear();
+    this.affinityIds.clear();
     this.restore();
   }
 
@@ -216,19 +239,20 @@ export class ServiceWriter {
       const ranged = scope === LbScope.LB_SCOPE_EXTERNAL && (f.sourceRanges?.length ?? 0) > 0;
       const flags = kindFlag[f.kind] | (f.nodePortAny ? LbFlags.LB_F_NODE_PORT_ANY : 0) | (dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0) | (ranged ? LbFlags.LB_F_SOURCE_RANGES : 0);
       const affinityTimeout = f.affinityTimeout ?? 0;
+      const affinityId = affinityTimeout > 0 ? this.affinityIdFor(f, fid) : 0;
       const have = this.frontends.get(fid);
       const revNatId = this.revNatIds.allocate(fid);
       if (scope === LbScope.LB_SCOPE_EXTERNAL) for (const c of f.sourceRanges ?? []) wantRanges.add(rangeId(sourceRangeKey(revNatId, c)));
       if (!have) this.maps.lb4_reverse_nat.update(revNatId, { address: f.address, port: f.port });
       const oldIds = have?.backendIds ?? [];
       ids.forEach((id, i) => {
-        if (oldIds[i] !== id) slotWrites.push([{ ...key, slot: i + 1 }, { backendId: id, count: 0, revNatId: 0, flags: 0, affinityTimeout: 0 }]);
+        if (oldIds[i] !== id) slotWrites.push([{ ...key, slot: i + 1 }, { backendId: id, count: 0, revNatId: 0, flags: 0, affinityId: 0, affinityTimeout: 0 }]);
       });
       for (let s = ids.length + 1; s <= oldIds.length; s++) staleSlots.push({ ...key, slot: s });
-      const changed = !have || have.backendIds.length !== ids.length || have.flags !== flags || have.affinityTimeout !== affinityTimeout || have.revNatId !== revNatId;
-      const state: FrontendState = { key, revNatId, flags, affinityTimeout, backendIds: ids, drainingIds: frontendDraining.get(fid) ?? [] };
+      const changed = !have || have.backendIds.length !== ids.length || have.flags !== flags || have.affinityTimeout !== affinityTimeout || have.affinityId !== affinityId || have.revNatId !== revNatId;
+      const state: FrontendState = { key, revNatId, flags, affinityId, affinityTimeout, backendIds: ids, drainingIds: frontendDraining.get(fid) ?? [] };
       if (changed) {
-        masterWrites.push([key, { backendId: 0, count: ids.length, revNatId, flags, affinityTimeout }, fid, state]);
+        masterWrites.push([key, { backendId: 0, count: ids.length, revNatId, flags, affinityId, affinityTimeout }, fid, state]);
       } else {
         this.frontends.set(fid, state);
       }
@@ -255,7 +279,7 @@ export class ServiceWriter {
     const newWildcards = [...wantWildcards].filter((a) => !this.wildcards.has(a));
     if (newWildcards.length > 0) {
       this.maps.lb4_services.updateBatch(
-        newWildcards.map((a) => [{ address: a, port: 0, proto: 0, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 }, { backendId: 0, count: 0, revNatId: 0, flags: LbFlags.LB_F_WILDCARD, affinityTimeout: 0 }]),
+        newWildcards.map((a) => [{ address: a, port: 0, proto: 0, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 }, { backendId: 0, count: 0, revNatId: 0, flags: LbFlags.LB_F_WILDCARD, affinityId: 0, affinityTimeout: 0 }]),
       );
       for (const a of newWildcards) this.wildcards.add(a);
       stats.entriesWritten += newWildcards.length;
@@ -296,6 +320,12 @@ export class ServiceWriter {
         this.backendIds.release(backendId(b, protoName(b.proto)));
       }
       stats.backendsRemoved += staleBackends.length;
+    }
+
+    // 7. Affinity ids no frontend carries any more.
+    const usedAffinity = new Set([...this.frontends.values()].map((st) => st.affinityId).filter(Boolean));
+    for (const owner of [...this.affinityIds.keys()]) {
+      if (!usedAffinity.has(this.affinityIds.get(owner)!)) this.affinityIds.release(owner);
     }
     return stats;
   }

@@ -6,6 +6,7 @@ import { DropReason, Stat } from '../../src/datapath/layouts.js';
 import type { FrontendSpec } from '../../src/datapath/spec.js';
 import { buildPacket, eth, icmp, ipv4, payload, tcp, udp, type Layer } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
+import { flowHash4 } from '../../src/datapath/reference/hash.js';
 import { diffPackets } from '../../src/packet/diff.js';
 import { TcVerdict } from '../harness/fixture.js';
 import {
@@ -157,6 +158,28 @@ describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
     expect(node.run('tc_ingress', denied).retval).toBe(TcVerdict.OK);
     expect(node.dp.maps.lb4_src_ranges.keys().next().value).toMatchObject({ prefixlen: 56, source: '10.0.10.0' });
     node.writer.apply(services);
+  });
+
+  it('sessionAffinity ClientIP: a client keeps its backend across flows until the timeout', async () => {
+    const pods = ['10.244.1.31', '10.244.1.32', '10.244.1.33', '10.244.1.34'];
+    const sticky: FrontendSpec = { address: '10.0.100.30', port: 80, proto: 'TCP', kind: 'LoadBalancer', service: 'default/sticky:http', affinityTimeout: 1, backends: pods.map((a) => ({ address: a, port: 8080, local: true })) };
+    node.writer.apply([...services, sticky]);
+    try {
+      const to = (src: string, sport: number) => String(decodePacket(node.run('tc_ingress', buildPacket(syn('10.0.100.30', 80, { src, sport }))).data).find((l) => l.name === 'ipv4')!.fields.dst);
+      const first = to(CLIENT_IP, 20000);
+      for (let p = 20001; p < 20030; p++) expect(to(CLIENT_IP, p)).toBe(first);
+      // Other clients are spread as usual.
+      const others = new Set(Array.from({ length: 40 }, (_, i) => to(`10.0.10.${100 + i}`, 20000)));
+      expect(others.size).toBeGreaterThan(1);
+      // After the timeout the flow hash decides again: find a flow whose hash points elsewhere.
+      await new Promise((r) => setTimeout(r, 1100));
+      const slotOf = (sport: number) => pods[flowHash4(CLIENT_IP, '10.0.100.30', sport, 80, 6, 0x5eed) % pods.length]!;
+      let sport = 21000;
+      while (slotOf(sport) === first) sport++;
+      expect(to(CLIENT_IP, sport)).toBe(slotOf(sport));
+    } finally {
+      node.writer.apply(services);
+    }
   });
 
   it('traffic that is not for a Service passes untouched', () => {

@@ -260,6 +260,35 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'upstream Service e2e scenar
     await del('Service', 'ranged');
   });
 
+  it('session affinity ClientIP holds for 15 requests (ClusterIP and NodePort) and breaks after its timeout', async () => {
+    await put('Pod', pod('web-c', { app: 'web' }, 'node-2'));
+    const spec = (affinity: boolean) => ({
+      type: 'NodePort', selector: { app: 'web' }, ports: [{ port: 80, targetPort: 8080, nodePort: 30320 }],
+      ...(affinity ? { sessionAffinity: 'ClientIP', sessionAffinityConfig: { clientIP: { timeoutSeconds: 2 } } } : { sessionAffinity: 'None' }),
+    });
+    await put('Service', svc('sticky', spec(true)));
+    const ip = await clusterIPOf('sticky');
+    const tool = podHost('default', 'tool-1');
+    await eventually(() => curl(tool, `http://${ip}/`), (r) => r.code === 0);
+    for (const [from, url] of [[tool, `http://${ip}/`], [sb.net.client, 'http://10.0.30.21:30320/']] as const) {
+      const first = (await curl(from, url)).hostname;
+      for (let i = 0; i < 15; i++) expect((await curl(from, url)).hostname).toBe(first);
+    }
+    // After the timeout the choice is free again: over a few expiries more than one backend shows up.
+    const seen = new Set<string>();
+    for (let round = 0; round < 8 && seen.size < 2; round++) {
+      await new Promise((r) => setTimeout(r, 2200));
+      seen.add((await curl(tool, `http://${ip}/`)).hostname);
+    }
+    expect(seen.size).toBeGreaterThan(1);
+    // Switching affinity off spreads at once.
+    await put('Service', svc('sticky', { ...spec(false), clusterIP: ip }));
+    const spread = new Set<string>();
+    for (let i = 0; i < 30 && spread.size < 2; i++) spread.add((await curl(tool, `http://${ip}/`)).hostname);
+    expect(spread.size).toBeGreaterThan(1);
+    await del('Service', 'sticky');
+  });
+
   it('keeps working across an agent restart', async () => {
     const node1 = sb.net.node(1);
     await sb.stopAgent(node1);
