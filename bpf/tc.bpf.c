@@ -18,6 +18,7 @@
 #include "lib/ct.h"
 #include "lib/fib.h"
 #include "lib/icmp.h"
+#include "lib/dsr.h"
 
 /* Load-time settings (set by the agent between open and load). */
 const volatile __be32 snat_ipv4 = 0;        /* the node address remote flows leave from */
@@ -25,6 +26,19 @@ const volatile __u16 snat_port_min = 61000; /* SNAT source ports, host order; ke
 const volatile __u16 snat_port_max = 65535; /* out of ip_local_port_range */
 const volatile __u32 snat_retries = 16;     /* random tries when the client's port is taken */
 const volatile __u32 hash_seed = 0;         /* backend-selection hash seed, cluster-wide */
+const volatile __u8 forwarding_mode = FWD_MODE_SNAT; /* enum fwd_mode: remote backends */
+
+/* DSR or SNAT for a remote backend: the Service's override, else the node's mode. */
+static __always_inline int use_dsr(const struct lb4_service *svc, __u8 proto)
+{
+	if (svc->flags & LB_F_FWD_SNAT)
+		return 0;
+	if (svc->flags & LB_F_FWD_DSR)
+		return 1;
+	if (forwarding_mode == FWD_MODE_DSR)
+		return 1;
+	return forwarding_mode == FWD_MODE_HYBRID && proto == IPPROTO_TCP;
+}
 
 /* Reserve the reply tuple (backend → node:port) for a new SNAT binding: the client's own
  * port if free, else random ports in range. Returns the port (network order) or 0. */
@@ -120,6 +134,55 @@ static __always_inline int nodeport_reply_remote(struct __sk_buff *skb, const st
 	return fib_redirect4(skb, nat->frontend_addr, nat->client_addr);
 }
 
+/* DSR to a remote backend: DNAT, the frontend in an IPv4 option (TCP: on the SYN, which
+ * is all the backend's node needs; UDP: on every datagram), routed on. No reply comes
+ * back through this node. If the option would not fit the path MTU, the client is told
+ * (fragmentation needed, an MTU 8 bytes smaller) instead of the packet being lost. */
+static __always_inline int nodeport_dsr(struct __sk_buff *skb, const struct pkt4 *p, const struct lb4_backend *b)
+{
+	int with_opt = p->proto == IPPROTO_UDP || (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+	__be32 vip = p->daddr;
+	__be16 vport = p->dport;
+
+	if (with_opt) {
+		__u32 mtu = fib_mtu_exceeded4(skb, p->saddr, b->address, p->ip_len + DSR_OPT_LEN);
+
+		if (mtu)
+			return icmp4_send_unreach(skb, p, ICMP_FRAG_NEEDED, mtu - DSR_OPT_LEN);
+	}
+	if (nat4_rewrite_addr(skb, p, 0, p->daddr, b->address) < 0 ||
+	    nat4_rewrite_port(skb, p, 0, p->dport, b->port) < 0 ||
+	    ipv4_dec_ttl(skb, p) < 0)
+		return count_drop(DROP_CSUM_FAILED, p->len);
+	if (with_opt && dsr4_push(skb, p, vip, vport) < 0)
+		return count_drop(DROP_DSR_OPTION, p->len);
+	count_stat(STAT_FWD_DSR, p->len);
+	return fib_redirect4(skb, p->saddr, b->address);
+}
+
+/* A DSR packet for a backend on this node: remember its frontend for the replies (tc
+ * egress rewrites their source), remove the option, and hand it to the stack. */
+static __always_inline int dsr_receive(struct __sk_buff *skb, const struct pkt4 *p)
+{
+	struct ct4_key reply = { .saddr = p->daddr, .daddr = p->saddr, .sport = p->dport, .dport = p->sport, .proto = p->proto };
+	__u8 flags = ct_flags_after(p, CT_F_LOCAL | CT_F_DSR);
+	struct nat4_entry n = {
+		.expires_ns = bpf_ktime_get_ns() + ct_lifetime_ns(p->proto, flags),
+		.client_addr = p->saddr,
+		.client_port = p->sport,
+		.frontend_addr = p->dsr_addr,
+		.frontend_port = p->dsr_port,
+		.flags = flags,
+	};
+
+	if (bpf_map_update_elem(&nat4, &reply, &n, BPF_ANY) < 0)
+		return count_drop(DROP_CT_MAP_FULL, p->len);
+	if (dsr4_pop(skb, p) < 0)
+		return count_drop(DROP_DSR_OPTION, p->len);
+	count_stat(STAT_DSR_RECEIVED, p->len);
+	return TC_ACT_OK;
+}
+
 /* Keep a flow's reply binding alive, or restore it after LRU eviction. */
 static __always_inline int nat4_keep(const struct pkt4 *p, const struct ct4_key *reply, const struct ct4_entry *ct, __u8 flags)
 {
@@ -181,7 +244,7 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 		fresh.created_ns = now;
 		fresh.backend_id = id;
 		fresh.rev_nat_id = svc->rev_nat_id;
-		fresh.flags = (b->flags & LB_BACKEND_F_LOCAL) ? CT_F_LOCAL : CT_F_SNAT;
+		fresh.flags = (b->flags & LB_BACKEND_F_LOCAL) ? CT_F_LOCAL : use_dsr(svc, p->proto) ? CT_F_DSR : CT_F_SNAT;
 		if (fresh.flags & CT_F_SNAT) {
 			fresh.nat_addr = snat_ipv4;
 			fresh.nat_port = snat4_reserve(p, b, &fe, svc->rev_nat_id, now);
@@ -201,6 +264,8 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 	ct->packets++;
 	ct->bytes += p->len;
 
+	if (flags & CT_F_DSR)
+		return nodeport_dsr(skb, p, b);
 	{
 		/* Where replies arrive: backend → client (local: tc egress restores the
 		 * frontend) or backend → node:nat_port (remote: tc ingress does). */
@@ -314,6 +379,8 @@ int tc_ingress(struct __sk_buff *skb)
 	}
 	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
 		return TC_ACT_OK;
+	if (p.dsr_opt && !p.fragment)
+		return dsr_receive(skb, &p);
 	if (p.fragment)
 		return lb4_lookup_master(p.daddr, 0, 0, LB_SCOPE_EXTERNAL) ? count_drop(DROP_FRAGMENT, p.len) : TC_ACT_OK;
 

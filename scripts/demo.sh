@@ -34,8 +34,11 @@ echo "  ETP=Cluster, client → LB 10.0.100.10:                       $(fetch cl
 echo "  ETP=Local,   client → LB 10.0.100.11 (routed to node-1 only): $(fetch client http://10.0.100.11/)"
 echo "  ETP=Local,   client → node-2:30091 (no local endpoint: dropped): $(fetch client http://10.0.30.22:30091/)"
 
-step "5. SNAT against DSR"
-echo "  DSR and hybrid forwarding are not built yet (issue 6): every remote backend is reached with SNAT."
+step "5. SNAT against DSR: the same remote backend (solo, on node-1) through node-2"
+echo "  SNAT, client → node-2:30090: $(fetch client http://10.0.30.22:30090/)"
+echo "  DSR,  client → node-2:30092: $(fetch client http://10.0.30.22:30092/)"
+echo "  (DSR keeps the client address, and node-1 answers the client directly: node-2 sees no reply."
+echo "   The whole sandbox runs DSR with: ferry sandbox up --mode dsr, or --mode hybrid for DSR on TCP only.)"
 
 step "What node-1's datapath holds (ferry service list --pin-dir /sys/fs/bpf/fys-$NAME-node-1)"
 ferry service list --pin-dir "/sys/fs/bpf/fys-$NAME-node-1"

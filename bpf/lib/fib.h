@@ -30,4 +30,20 @@ static __always_inline int fib_redirect4(struct __sk_buff *skb, __be32 saddr, __
 	return count_drop(DROP_FIB_FAILED, skb->len);
 }
 
+/* Would a packet of `tot_len` bytes to `daddr` fit the route's MTU? 0 if so (or unknown),
+ * else the MTU. */
+static __always_inline __u32 fib_mtu_exceeded4(struct __sk_buff *skb, __be32 saddr, __be32 daddr, __u16 tot_len)
+{
+	struct bpf_fib_lookup fib = {};
+
+	fib.family = AF_INET;
+	fib.ifindex = skb->ingress_ifindex ? skb->ingress_ifindex : skb->ifindex;
+	fib.ipv4_src = saddr;
+	fib.ipv4_dst = daddr;
+	fib.tot_len = tot_len;
+	if (bpf_fib_lookup(skb, &fib, sizeof(fib), 0) == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return fib.mtu_result ? fib.mtu_result : 1500;
+	return 0;
+}
+
 #endif

@@ -22,9 +22,10 @@ static __always_inline __u16 csum_fold32(__u32 csum)
 	return (__u16)~csum;
 }
 
-/* Turn the packet into ICMP port unreachable from the Service address back to the
- * client, and send it out the interface it came in on. */
-static __always_inline int icmp4_reject(struct __sk_buff *skb, const struct pkt4 *p)
+/* Turn the packet into an ICMP destination-unreachable error (port unreachable, or
+ * fragmentation needed with a next-hop MTU) from the address it was sent to back to the
+ * sender, and send it out the interface it came in on. */
+static __always_inline int icmp4_send_unreach(struct __sk_buff *skb, const struct pkt4 *p, __u8 code, __u16 mtu)
 {
 	struct icmp4_reject_pkt r = {};
 	__u8 macs[2 * ETH_ALEN];
@@ -55,7 +56,9 @@ static __always_inline int icmp4_reject(struct __sk_buff *skb, const struct pkt4
 	r.ip.check = csum_fold32((__u32)sum);
 
 	r.icmp.type = ICMP_DEST_UNREACH;
-	r.icmp.code = ICMP_PORT_UNREACH;
+	r.icmp.code = code;
+	if (code == ICMP_FRAG_NEEDED)
+		r.icmp.un.frag.mtu = bpf_htons(mtu);
 	sum = bpf_csum_diff(NULL, 0, (__be32 *)&r.icmp, sizeof(r.icmp) + ICMP_REJECT_QUOTE, 0);
 	if (sum < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
@@ -65,8 +68,14 @@ static __always_inline int icmp4_reject(struct __sk_buff *skb, const struct pkt4
 	    bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0) < 0 ||
 	    bpf_skb_store_bytes(skb, ETH_HLEN, &r, sizeof(r), 0) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
-	count_stat(STAT_ICMP_REJECT, len);
+	count_stat(code == ICMP_FRAG_NEEDED ? STAT_ICMP_FRAG_NEEDED : STAT_ICMP_REJECT, len);
 	return bpf_redirect(skb->ifindex, 0);
+}
+
+/* kube-proxy's REJECT: port unreachable, so a TCP client sees ECONNREFUSED. */
+static __always_inline int icmp4_reject(struct __sk_buff *skb, const struct pkt4 *p)
+{
+	return icmp4_send_unreach(skb, p, ICMP_PORT_UNREACH, 0);
 }
 
 /* The inner (quoted) packet of an ICMP error. */

@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "shared/metrics.h"
+#include "shared/lb.h"
 
 #define TCP_FIN 0x01
 #define TCP_SYN 0x02
@@ -27,6 +28,11 @@ struct pkt4 {
 	__u32 l3_off;
 	__u32 l4_off;
 	__u32 len;         /* skb length, for byte counters */
+	__u16 ip_len;      /* IPv4 total length */
+	__u8 dsr_opt;      /* the header carries ferry's DSR option (ihl 7) */
+	__u8 pad2;
+	__be16 dsr_port;   /* ... with this frontend */
+	__be32 dsr_addr;
 };
 
 enum parse_result {
@@ -57,6 +63,17 @@ static __always_inline int parse_ipv4(struct __sk_buff *skb, struct pkt4 *p)
 	p->l3_off = ETH_HLEN;
 	p->l4_off = ETH_HLEN + ip.ihl * 4;
 	p->len = skb->len;
+	p->ip_len = bpf_ntohs(ip.tot_len);
+	p->dsr_opt = 0;
+	if (ip.ihl == 7) {
+		__u8 opt[8];
+
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + sizeof(ip), opt, sizeof(opt)) == 0 && opt[0] == DSR_OPT_TYPE && opt[1] == DSR_OPT_LEN) {
+			p->dsr_opt = 1;
+			__builtin_memcpy(&p->dsr_port, &opt[2], 2);
+			__builtin_memcpy(&p->dsr_addr, &opt[4], 4);
+		}
+	}
 	p->sport = 0;
 	p->dport = 0;
 	p->tcp_flags = 0;

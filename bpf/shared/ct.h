@@ -27,6 +27,7 @@ enum ct_flags {
 	CT_F_SNAT = 1 << 1,       /* remote backend: DNAT + SNAT to the node address */
 	CT_F_SEEN_REPLY = 1 << 2, /* a reply has been seen */
 	CT_F_CLOSING = 1 << 3,    /* FIN or RST seen: short lifetime */
+	CT_F_DSR = 1 << 4,        /* remote backend by DSR: DNAT, the frontend in an IP option */
 };
 
 /* Lifetimes, in seconds. Configurable at load time through .rodata (see tc.bpf.c). */

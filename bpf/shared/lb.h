@@ -30,6 +30,24 @@ enum lb_flags {
 	LB_F_DROP_WHEN_EMPTY = 1 << 6,
 	/* loadBalancerSourceRanges apply: only sources in lb4_src_ranges may use it. */
 	LB_F_SOURCE_RANGES = 1 << 7,
+	/* Per-Service forwarding override (annotation ferry.dev/forwarding): remote backends
+	 * through DSR, or through SNAT, whatever the node's mode. */
+	LB_F_FWD_DSR = 1 << 8,
+	LB_F_FWD_SNAT = 1 << 9,
+};
+
+/* The node's forwarding mode for remote backends (a load-time setting). */
+enum fwd_mode {
+	FWD_MODE_SNAT = 0,
+	FWD_MODE_DSR = 1,
+	FWD_MODE_HYBRID = 2, /* DSR for TCP, SNAT for UDP */
+};
+
+/* DSR carries the frontend to the backend's node in an IPv4 option (an experimental
+ * number, RFC 4727, copied on fragmentation): type, length, port, address. */
+enum dsr_option {
+	DSR_OPT_TYPE = 0x9e,
+	DSR_OPT_LEN = 8,
 };
 
 /* Key of the services map: one master entry (slot 0) per frontend, then one per backend

@@ -16,6 +16,9 @@ enum ferry_stat {
 	STAT_SOCK_XLATE = 6,     /* connect()/sendmsg() rewritten to a backend */
 	STAT_SOCK_REJECT = 7,    /* connect()/sendmsg() refused: no backend or unknown port */
 	STAT_CT_REBALANCED = 8,  /* an established flow whose backend vanished got a new one */
+	STAT_FWD_DSR = 9,        /* north-south to another node by DSR (no replies come back here) */
+	STAT_DSR_RECEIVED = 10,  /* a DSR packet for a local backend: frontend recorded, option removed */
+	STAT_ICMP_FRAG_NEEDED = 11, /* DSR's option would not fit the MTU: told the client */
 	STAT_MAX = 16,
 };
 
@@ -32,6 +35,7 @@ enum ferry_drop_reason {
 	DROP_CSUM_FAILED = 9,      /* a checksum or packet rewrite helper failed */
 	DROP_NO_LOCAL_BACKEND = 10, /* traffic policy Local and no local endpoint */
 	DROP_SOURCE_RANGE = 11,    /* source not in the LoadBalancer's loadBalancerSourceRanges */
+	DROP_DSR_OPTION = 12,      /* a DSR option that could not be added or removed */
 	DROP_REASON_MAX = 32,
 };
 

@@ -9,6 +9,8 @@
 struct ferry_enum_witness {
 	enum lb_scope scope;
 	enum lb_flags lb_flags;
+	enum fwd_mode fwd_mode;
+	enum dsr_option dsr_option;
 	enum lb_backend_flags backend_flags;
 	enum ct_flags ct_flags;
 	enum ct_lifetime ct_lifetime;

@@ -77,6 +77,7 @@ export class Agent {
       snatPortMin: cfg.snatPortMin,
       snatPortMax: cfg.snatPortMax,
       hashSeed: cfg.hashSeed,
+      forwardingMode: cfg.forwardingMode,
       mapSizes: cfg.mapSizes,
     });
     try {
@@ -86,7 +87,7 @@ export class Agent {
       datapath.release();
       throw e;
     }
-    log.info({ pinDir: cfg.pinDir, devices: cfg.devices, cgroup: cfg.cgroupRoot, snatIPv4, adopted: datapath.tc.pinReport.adopted.length }, 'datapath loaded');
+    log.info({ pinDir: cfg.pinDir, devices: cfg.devices, cgroup: cfg.cgroupRoot, snatIPv4, forwarding: cfg.forwardingMode, adopted: datapath.tc.pinReport.adopted.length }, 'datapath loaded');
 
     const metrics = new AgentMetrics();
     const health = new ProxyHealth(2 * cfg.syncPeriodSeconds * 1000);

@@ -29,6 +29,8 @@ export interface AgentConfig {
   minSyncPeriodMs: number;
   ctGcIntervalSeconds: number;
   hashSeed: number;
+  /** Remote backends through snat, dsr, or hybrid (DSR for TCP, SNAT for UDP). */
+  forwardingMode: 'snat' | 'dsr' | 'hybrid';
   snatPortMin: number;
   snatPortMax: number;
   mapSizes: MapSizes;
@@ -52,6 +54,7 @@ export const DEFAULT_CONFIG: AgentConfig = {
   minSyncPeriodMs: 100,
   ctGcIntervalSeconds: 30,
   hashSeed: 0,
+  forwardingMode: 'snat',
   snatPortMin: DEFAULT_SNAT_PORTS.min,
   snatPortMax: DEFAULT_SNAT_PORTS.max,
   mapSizes: DEFAULT_MAP_SIZES,
@@ -128,6 +131,10 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
         }
         break;
       }
+      case 'forwardingMode':
+        if (!['snat', 'dsr', 'hybrid'].includes(value as string)) throw bad(where, `is ${JSON.stringify(value)}`, 'snat, dsr or hybrid');
+        out.forwardingMode = value as AgentConfig['forwardingMode'];
+        break;
       case 'logLevel':
         if (!['trace', 'debug', 'info', 'warn', 'error'].includes(value as string)) throw bad(where, `is ${JSON.stringify(value)}`, 'trace, debug, info, warn or error');
         out.logLevel = value as AgentConfig['logLevel'];

@@ -14,11 +14,16 @@ export const LbFlags = {
   LB_F_NODE_PORT_ANY: 1 << 5,
   LB_F_DROP_WHEN_EMPTY: 1 << 6,
   LB_F_SOURCE_RANGES: 1 << 7,
+  LB_F_FWD_DSR: 1 << 8,
+  LB_F_FWD_SNAT: 1 << 9,
 } as const;
+
+export const FwdMode = { FWD_MODE_SNAT: 0, FWD_MODE_DSR: 1, FWD_MODE_HYBRID: 2 } as const;
+export const DsrOption = { DSR_OPT_TYPE: 0x9e, DSR_OPT_LEN: 8 } as const;
 
 export const BackendFlags = { LB_BACKEND_F_LOCAL: 1 << 0, LB_BACKEND_F_TERMINATING: 1 << 1 } as const;
 
-export const CtFlags = { CT_F_LOCAL: 1 << 0, CT_F_SNAT: 1 << 1, CT_F_SEEN_REPLY: 1 << 2, CT_F_CLOSING: 1 << 3 } as const;
+export const CtFlags = { CT_F_LOCAL: 1 << 0, CT_F_SNAT: 1 << 1, CT_F_SEEN_REPLY: 1 << 2, CT_F_CLOSING: 1 << 3, CT_F_DSR: 1 << 4 } as const;
 
 export const CtLifetime = {
   CT_LIFETIME_TCP_SYN: 60,
@@ -37,6 +42,9 @@ export const Stat = {
   STAT_SOCK_XLATE: 6,
   STAT_SOCK_REJECT: 7,
   STAT_CT_REBALANCED: 8,
+  STAT_FWD_DSR: 9,
+  STAT_DSR_RECEIVED: 10,
+  STAT_ICMP_FRAG_NEEDED: 11,
   STAT_MAX: 16,
 } as const;
 
@@ -53,6 +61,7 @@ export const DropReason = {
   DROP_CSUM_FAILED: 9,
   DROP_NO_LOCAL_BACKEND: 10,
   DROP_SOURCE_RANGE: 11,
+  DROP_DSR_OPTION: 12,
   DROP_REASON_MAX: 32,
 } as const;
 
@@ -60,6 +69,8 @@ export const DropReason = {
 export const sharedEnums: Record<string, Record<string, number>> = {
   lb_scope: LbScope,
   lb_flags: LbFlags,
+  fwd_mode: FwdMode,
+  dsr_option: DsrOption,
   lb_backend_flags: BackendFlags,
   ct_flags: CtFlags,
   ct_lifetime: CtLifetime,

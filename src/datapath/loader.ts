@@ -10,7 +10,7 @@ import type { Link } from '../ebpf/link.js';
 import { assertBpffs } from '../ebpf/pinned.js';
 import { ipv4FromString } from '../ebpf/codec.js';
 import { ErrorCode, FerryError } from '../ebpf/errors.js';
-import { mapSpecs, type MapName } from './layouts.js';
+import { FwdMode, mapSpecs, type MapName } from './layouts.js';
 import type { Codec } from '../ebpf/codec.js';
 
 export interface MapSizes {
@@ -52,6 +52,8 @@ export interface DatapathConfig {
   snatIPv4: string;
   snatPortMin?: number;
   snatPortMax?: number;
+  /** How remote backends are reached: snat (default), dsr, or hybrid (DSR for TCP, SNAT for UDP). */
+  forwardingMode?: 'snat' | 'dsr' | 'hybrid';
   /** Backend-selection hash seed; the same on every node of a cluster. */
   hashSeed?: number;
   mapSizes?: Partial<MapSizes>;
@@ -113,6 +115,7 @@ export class Datapath {
       configure(tc);
       // The constant holds the address in network byte order, as the packet does.
       tc.setConstant('snat_ipv4', Buffer.from([snat >>> 24, (snat >>> 16) & 255, (snat >>> 8) & 255, snat & 255]).readUInt32LE(0));
+      tc.setConstant('forwarding_mode', { snat: FwdMode.FWD_MODE_SNAT, dsr: FwdMode.FWD_MODE_DSR, hybrid: FwdMode.FWD_MODE_HYBRID }[cfg.forwardingMode ?? 'snat']);
       tc.setConstant('snat_port_min', cfg.snatPortMin ?? DEFAULT_SNAT_PORTS.min);
       tc.setConstant('snat_port_max', cfg.snatPortMax ?? DEFAULT_SNAT_PORTS.max);
       const lt = cfg.ctLifetimes ?? {};

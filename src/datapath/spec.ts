@@ -32,6 +32,8 @@ export interface FrontendSpec {
    * exist): kept in the backends map so established flows to them go on until they go.
    */
   drainingBackends?: BackendSpec[];
+  /** Per-Service forwarding override for remote backends (else the node's mode). */
+  forwarding?: 'snat' | 'dsr';
   /** loadBalancerSourceRanges (IPv4 CIDRs): only these sources may use the frontend. */
   sourceRanges?: string[];
   /** With no backend, drop (traffic policy Local) rather than reject. */

@@ -237,7 +237,7 @@ export class ServiceWriter {
       const key: Lb4Key = { address: f.address, port: f.port, proto: Proto[f.proto], scope, slot: 0 };
       const ids = frontendBackends.get(fid)!;
       const ranged = scope === LbScope.LB_SCOPE_EXTERNAL && (f.sourceRanges?.length ?? 0) > 0;
-      const flags = kindFlag[f.kind] | (f.nodePortAny ? LbFlags.LB_F_NODE_PORT_ANY : 0) | (dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0) | (ranged ? LbFlags.LB_F_SOURCE_RANGES : 0);
+      const flags = kindFlag[f.kind] | (f.nodePortAny ? LbFlags.LB_F_NODE_PORT_ANY : 0) | (dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0) | (ranged ? LbFlags.LB_F_SOURCE_RANGES : 0) | (f.forwarding === 'dsr' ? LbFlags.LB_F_FWD_DSR : f.forwarding === 'snat' ? LbFlags.LB_F_FWD_SNAT : 0);
       const affinityTimeout = f.affinityTimeout ?? 0;
       const affinityId = affinityTimeout > 0 ? this.affinityIdFor(f, fid) : 0;
       const have = this.frontends.get(fid);

@@ -10,6 +10,8 @@ export const LABEL_SERVICE_PROXY_NAME = 'service.kubernetes.io/service-proxy-nam
 export const LABEL_HEADLESS = 'service.kubernetes.io/headless';
 export const LABEL_SERVICE_NAME = 'kubernetes.io/service-name';
 export const DEFAULT_AFFINITY_TIMEOUT = 10800;
+/** Per-Service override of the node's forwarding mode for remote backends: snat or dsr. */
+export const ANNOTATION_FORWARDING = 'ferry.dev/forwarding';
 
 export interface NodeView extends NodeContext {
   /** This node's IPv4 addresses that serve NodePorts. */
@@ -113,6 +115,9 @@ export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node
   const externalIPs = (spec.externalIPs ?? []).filter((ip) => isIPv4(ip));
 
   const sourceRanges = lbSourceRanges(svc, lbIPs, node);
+  const fwdAnnotation = svc.metadata?.annotations?.[ANNOTATION_FORWARDING];
+  const forwarding: 'dsr' | 'snat' | undefined = fwdAnnotation === 'dsr' || fwdAnnotation === 'snat' ? fwdAnnotation : undefined;
+  if (fwdAnnotation !== undefined && !forwarding) out.ignored.push(`annotation ${ANNOTATION_FORWARDING}="${fwdAnnotation}" (use snat or dsr)`);
   const allLocalReady = new Set<string>();
   for (const p of spec.ports ?? []) {
     const proto = (p.protocol ?? 'TCP').toUpperCase() as ProtoName;
@@ -127,7 +132,7 @@ export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node
     if (itpLocal && local.length === 0) out.noLocalEndpoints.push('internal');
     if (etpLocal && local.length === 0 && (isNodePortType || lbIPs.length > 0 || externalIPs.length > 0)) out.noLocalEndpoints.push('external');
     const svcPort = `${name}:${p.name ?? ''}`;
-    const base = { proto, affinityTimeout: affinity, service: svcPort };
+    const base = { proto, affinityTimeout: affinity, service: svcPort, ...(forwarding ? { forwarding } : {}) };
     // kube-proxy drops (not rejects) when a Local policy leaves no endpoint on this node
     // while the Service has endpoints elsewhere.
     // ETP=Local restricts only truly external traffic: this node's pods and host reach the

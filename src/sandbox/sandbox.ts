@@ -85,7 +85,7 @@ export class Sandbox {
 
   static async up(opts: SandboxOptions): Promise<Sandbox> {
     validateSandboxName(opts.name);
-    if (opts.mode !== 'snat') throw new Error(`--mode ${opts.mode}: DSR and hybrid forwarding are not built yet (issue 6); use --mode snat`);
+    if (!['snat', 'dsr', 'hybrid'].includes(opts.mode)) throw new Error(`--mode ${opts.mode}: use snat, dsr or hybrid`);
     const prefix = prefixFor(opts.name);
     // Leftovers of a sandbox of this name whose owner died: remove them first.
     for (const r of readRecords()) if (r.prefix === prefix && !pidAlive(r.ownerPid)) await destroyResources(r);
@@ -138,7 +138,7 @@ export class Sandbox {
     this.tb.ownPath(pinDir);
     const p = node.host.spawn(
       [process.execPath, FERRY_BIN, 'agent', '--node-name', node.name, '--kubeconfig', this.agentKubeconfig, '--devices', node.device, '--pin-dir', pinDir, '--cgroup-root', node.host.cgroup],
-      { ...process.env, FERRY_CGROUP_MUST_BE_ROOT: 'false', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:10249', ...this.opts.agentEnv },
+      { ...process.env, FERRY_CGROUP_MUST_BE_ROOT: 'false', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:10249', FERRY_FORWARDING_MODE: this.opts.mode, ...this.opts.agentEnv },
     );
     this.agents.set(node.name, p);
     for (let i = 0; i < 1200; i++) {

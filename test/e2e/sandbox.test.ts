@@ -44,6 +44,8 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'sandbox lifecycle', () => {
     expect(out).toMatch(/ETP=Cluster, client → node-2:30090 \(remote backend, SNAT\): +Hostname: solo RemoteAddr: 10\.0\.30\.22:/);
     expect(out).toMatch(/ETP=Local, +client → LB 10\.0\.100\.11 \(routed to node-1 only\): Hostname: solo RemoteAddr: 10\.0\.10\.2:/);
     expect(out).toMatch(/ETP=Local, +client → node-2:30091 \(no local endpoint: dropped\): curl: \(28\)/);
+    expect(out).toMatch(/SNAT, client → node-2:30090: Hostname: solo RemoteAddr: 10\.0\.30\.22:/);
+    expect(out).toMatch(/DSR, +client → node-2:30092: Hostname: solo RemoteAddr: 10\.0\.10\.2:/);
     expect(out).toMatch(/10\.96\.0\.100:80\/tcp +ClusterIP/);
     expect(Number(/demo took (\d+) s/.exec(out)![1])).toBeLessThan(120);
   });
