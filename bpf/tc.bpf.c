@@ -27,6 +27,26 @@ const volatile __u16 snat_port_max = 65535; /* out of ip_local_port_range */
 const volatile __u32 snat_retries = 16;     /* random tries when the client's port is taken */
 const volatile __u32 hash_seed = 0;         /* backend-selection hash seed, cluster-wide */
 const volatile __u8 forwarding_mode = FWD_MODE_SNAT; /* enum fwd_mode: remote backends */
+const volatile __u32 maglev_table_size = 0;          /* 0: Maglev off; else a prime, e.g. 16381 */
+
+/* Maglev: the backend at the flow hash's position in the frontend's table, so every node
+ * with the same backends picks the same one, and a change of backends moves few flows. */
+static __always_inline __u32 maglev_select(const struct lb4_service *svc, __u32 hash)
+{
+	__u32 table = svc->backend_id;
+	__u32 pos;
+	void *inner;
+	__u32 *id;
+
+	if (!maglev_table_size || !table)
+		return 0;
+	inner = bpf_map_lookup_elem(&lb4_maglev, &table);
+	if (!inner)
+		return 0;
+	pos = hash % maglev_table_size;
+	id = bpf_map_lookup_elem(inner, &pos);
+	return id ? *id : 0;
+}
 
 /* DSR or SNAT for a remote backend: the Service's override, else the node's mode. */
 static __always_inline int use_dsr(const struct lb4_service *svc, __u8 proto)
@@ -233,7 +253,9 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 		if (!id) {
 			__u32 hash = flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed);
 
-			id = lb4_select_slot(fe.address, fe.port, fe.proto, fe.scope, svc, hash);
+			id = maglev_select(svc, hash);
+			if (!id)
+				id = lb4_select_slot(fe.address, fe.port, fe.proto, fe.scope, svc, hash);
 			lb4_affinity_set(&ak, svc, id, now);
 		}
 		b = lb4_backend(id);

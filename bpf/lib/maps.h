@@ -33,6 +33,23 @@ struct {
 	__type(value, struct lb4_reverse_nat);
 } lb4_reverse_nat SEC(".maps");
 
+/* Maglev lookup tables: table id (slot 0's backend_id) → an array of backend ids, one
+ * per table position. The inner maps are created by the agent, sized by maglev_table_size. */
+struct maglev_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_INNER_MAP);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__array(values, struct maglev_inner);
+} lb4_maglev SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);

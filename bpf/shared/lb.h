@@ -62,7 +62,7 @@ struct lb4_key {
 };
 
 struct lb4_service {
-	__u32 backend_id;       /* slot > 0: the backend in this slot */
+	__u32 backend_id;       /* slot > 0: the backend in this slot; slot 0: the Maglev table id (0: none) */
 	__u16 count;            /* slot 0: number of backend slots */
 	__u16 rev_nat_id;       /* slot 0: how replies are rewritten back to this frontend */
 	__u16 flags;            /* slot 0: enum lb_flags */

@@ -78,6 +78,7 @@ export class Agent {
       snatPortMax: cfg.snatPortMax,
       hashSeed: cfg.hashSeed,
       forwardingMode: cfg.forwardingMode,
+      maglevTableSize: cfg.maglevTableSize,
       mapSizes: cfg.mapSizes,
     });
     try {
@@ -93,7 +94,7 @@ export class Agent {
     const health = new ProxyHealth(2 * cfg.syncPeriodSeconds * 1000);
     health.syncNode(node);
     const serviceHealth = new ServiceHealthServers(health, cfg.healthCheckBindAddress, (svc, e) => log.error({ service: svc, err: e.message }, 'cannot serve the health check node port'));
-    const writer = new ServiceWriter(datapath.maps);
+    const writer = new ServiceWriter(datapath.maps, { maglevTableSize: datapath.maglevTableSize });
 
     let reconciler: Reconciler | undefined;
     const onError = (what: string) => (err: unknown, retryInMs: number) => log.warn({ watch: what, err: (err as Error)?.message ?? String(err), retryInMs }, 'watch failed; the datapath keeps its state');

@@ -5,6 +5,7 @@ import { isIPv4 } from 'node:net';
 import { parse as parseYaml } from 'yaml';
 import { ErrorCode, FerryError } from '../ebpf/errors.js';
 import { DEFAULT_MAP_SIZES, DEFAULT_SNAT_PORTS, type MapSizes } from '../datapath/loader.js';
+import { isPrime } from '../datapath/maglev.js';
 
 export interface AgentConfig {
   nodeName: string;
@@ -31,6 +32,8 @@ export interface AgentConfig {
   hashSeed: number;
   /** Remote backends through snat, dsr, or hybrid (DSR for TCP, SNAT for UDP). */
   forwardingMode: 'snat' | 'dsr' | 'hybrid';
+  /** Maglev for external frontends: the table size (a prime, e.g. 16381); 0 keeps the flow hash. */
+  maglevTableSize: number;
   snatPortMin: number;
   snatPortMax: number;
   mapSizes: MapSizes;
@@ -55,6 +58,7 @@ export const DEFAULT_CONFIG: AgentConfig = {
   ctGcIntervalSeconds: 30,
   hashSeed: 0,
   forwardingMode: 'snat',
+  maglevTableSize: 0,
   snatPortMin: DEFAULT_SNAT_PORTS.min,
   snatPortMax: DEFAULT_SNAT_PORTS.max,
   mapSizes: DEFAULT_MAP_SIZES,
@@ -107,6 +111,12 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
         if (typeof value !== 'string' || (value !== '' && !isHostPort(value))) throw bad(where, `is ${JSON.stringify(value)}`, 'HOST:PORT, e.g. 0.0.0.0:10256, or "" to disable');
         out[key] = value;
         break;
+      case 'maglevTableSize': {
+        const n = typeof value === 'string' ? Number(value) : value;
+        if (typeof n !== 'number' || !(n === 0 || (isPrime(n) && n >= 101 && n <= 131071))) throw bad(where, `is ${JSON.stringify(value)}`, '0 (off) or a prime in 101..131071, e.g. 16381');
+        out.maglevTableSize = n;
+        break;
+      }
       case 'syncPeriodSeconds':
       case 'minSyncPeriodMs':
       case 'ctGcIntervalSeconds':

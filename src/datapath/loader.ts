@@ -11,6 +11,7 @@ import { assertBpffs } from '../ebpf/pinned.js';
 import { ipv4FromString } from '../ebpf/codec.js';
 import { ErrorCode, FerryError } from '../ebpf/errors.js';
 import { FwdMode, mapSpecs, type MapName } from './layouts.js';
+import { isPrime } from './maglev.js';
 import type { Codec } from '../ebpf/codec.js';
 
 export interface MapSizes {
@@ -20,6 +21,7 @@ export interface MapSizes {
   sockReverse: number;
   sourceRanges: number;
   affinity: number;
+  maglevTables: number;
   conntrack: number;
   nat: number;
 }
@@ -32,6 +34,7 @@ export const DEFAULT_MAP_SIZES: MapSizes = {
   sockReverse: 65_536,
   sourceRanges: 65_536,
   affinity: 65_536,
+  maglevTables: 16_384,
   conntrack: 131_072,
   nat: 131_072,
 };
@@ -54,6 +57,8 @@ export interface DatapathConfig {
   snatPortMax?: number;
   /** How remote backends are reached: snat (default), dsr, or hybrid (DSR for TCP, SNAT for UDP). */
   forwardingMode?: 'snat' | 'dsr' | 'hybrid';
+  /** Maglev table size (a prime such as 16381) for external frontends; 0: off. */
+  maglevTableSize?: number;
   /** Backend-selection hash seed; the same on every node of a cluster. */
   hashSeed?: number;
   mapSizes?: Partial<MapSizes>;
@@ -66,6 +71,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   lb4_reverse_nat: 'reverseNat',
   lb4_src_ranges: 'sourceRanges',
   lb4_affinity: 'affinity',
+  lb4_maglev: 'maglevTables',
   lb4_sock_rev: 'sockReverse',
   ct4: 'conntrack',
   nat4: 'nat',
@@ -84,6 +90,8 @@ export class Datapath {
   readonly maps: DatapathMaps;
   readonly sizes: MapSizes;
   readonly links: Link[] = [];
+  /** Maglev table size the tc program was loaded with (0: off). */
+  maglevTableSize = 0;
 
   private constructor(tc: BpfObject, sock: BpfObject, sizes: MapSizes, readonly pinDir: string) {
     this.tc = tc;
@@ -104,6 +112,9 @@ export class Datapath {
       throw new FerryError({ code: ErrorCode.Config, op: 'load datapath', cause: `mapSizes.reverseNat is ${sizes.reverseNat}`, hint: 'reverse-NAT ids are 16-bit: at most 65535' });
     }
     const snat = ipv4FromString(cfg.snatIPv4);
+    if (cfg.maglevTableSize && !isPrime(cfg.maglevTableSize)) {
+      throw new FerryError({ code: ErrorCode.Config, op: 'load datapath', cause: `maglevTableSize ${cfg.maglevTableSize} is not prime`, hint: 'use a prime such as 16381, 4093 or 1021' });
+    }
     const configure = (obj: BpfObject) => {
       for (const [name, setting] of Object.entries(sizeOf)) if (setting) obj.setMaxEntries(name, sizes[setting]);
       obj.setConstant('hash_seed', cfg.hashSeed ?? 0);
@@ -116,6 +127,7 @@ export class Datapath {
       // The constant holds the address in network byte order, as the packet does.
       tc.setConstant('snat_ipv4', Buffer.from([snat >>> 24, (snat >>> 16) & 255, (snat >>> 8) & 255, snat & 255]).readUInt32LE(0));
       tc.setConstant('forwarding_mode', { snat: FwdMode.FWD_MODE_SNAT, dsr: FwdMode.FWD_MODE_DSR, hybrid: FwdMode.FWD_MODE_HYBRID }[cfg.forwardingMode ?? 'snat']);
+      tc.setConstant('maglev_table_size', cfg.maglevTableSize ?? 0);
       tc.setConstant('snat_port_min', cfg.snatPortMin ?? DEFAULT_SNAT_PORTS.min);
       tc.setConstant('snat_port_max', cfg.snatPortMax ?? DEFAULT_SNAT_PORTS.max);
       const lt = cfg.ctLifetimes ?? {};
@@ -127,7 +139,9 @@ export class Datapath {
       sock = BpfObject.open(join(cfg.objectsDir, 'sock.bpf.o'));
       configure(sock);
       sock.load(); // adopts the maps tc just pinned
-      return new Datapath(tc, sock, sizes, cfg.pinDir);
+      const dp = new Datapath(tc, sock, sizes, cfg.pinDir);
+      dp.maglevTableSize = cfg.maglevTableSize ?? 0;
+      return dp;
     } catch (e) {
       sock?.close();
       tc.close();

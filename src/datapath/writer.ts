@@ -3,7 +3,9 @@
 // frontend's slots, then its master entry (which makes the new slots visible at once),
 // then wildcard entries; stale slots, frontends, wildcards and backends are removed last.
 // IDs are restored from the maps, so an agent restart keeps conntrack entries valid.
-import { ipv4FromString, ipv4ToString } from '../ebpf/codec.js';
+import { ipv4FromString, ipv4ToString, u32Codec } from '../ebpf/codec.js';
+import { BPF_F_INNER_MAP, MapType, createMap } from '../ebpf/map.js';
+import { maglevTable } from './maglev.js';
 import { BackendFlags, LbFlags, LbScope, Proto, protoName, type Lb4Backend, type Lb4Key, type Lb4Service, type Lb4SrcRangeKey, type ProtoName } from './layouts.js';
 import { IdAllocator } from './ids.js';
 import type { DatapathMaps } from './loader.js';
@@ -22,6 +24,8 @@ interface FrontendState {
   flags: number;
   affinityId: number;
   affinityTimeout: number;
+  /** Maglev table id (0: none). */
+  tableId: number;
   backendIds: number[];
   /** Terminating backends kept for the flows they still serve, in no slot. */
   drainingIds: number[];
@@ -51,7 +55,7 @@ interface ScopedFrontend {
   dropWhenEmpty: boolean;
 }
 
-export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_reverse_nat' | 'lb4_src_ranges'>;
+export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_reverse_nat' | 'lb4_src_ranges' | 'lb4_maglev'>;
 
 /** `10.0.0.0/8` → its LPM key for a frontend. */
 export function sourceRangeKey(revNatId: number, cidr: string): Lb4SrcRangeKey {
@@ -77,7 +81,15 @@ export class ServiceWriter {
   /** loadBalancerSourceRanges entries, as `revNatId|prefixlen|source`. */
   private readonly ranges = new Set<string>();
 
-  constructor(private readonly maps: ServiceMaps) {
+  /** Maglev tables by owner (Service port): their id and the backend ids they were built from. */
+  private readonly tables = new Map<string, { id: number; signature: string }>();
+  private readonly tableIds: IdAllocator;
+
+  constructor(
+    private readonly maps: ServiceMaps,
+    private readonly opts: { maglevTableSize?: number } = {},
+  ) {
+    this.tableIds = new IdAllocator('Maglev table', maps.lb4_maglev.maxEntries, 'mapSizes.maglevTables');
     this.backendIds = new IdAllocator('backend', maps.lb4_backends.maxEntries, 'mapSizes.backends');
     this.revNatIds = new IdAllocator('reverse-NAT', Math.min(65_535, maps.lb4_reverse_nat.maxEntries), 'mapSizes.reverseNat');
     this.restore();
@@ -86,6 +98,8 @@ export class ServiceWriter {
   /** Rebuild the in-memory view (and the IDs) from what the maps hold. */
   private restore(): void {
     for (const k of this.maps.lb4_src_ranges.keys()) this.ranges.add(rangeId(k));
+    // Tables a previous writer built are claimed again by their frontends on first apply.
+    for (const id of this.maps.lb4_maglev.keys()) this.tableIds.restore(`restored:${id}`, id);
     for (const [id, b] of this.maps.lb4_backends.entries()) {
       this.backends.set(id, b);
       this.backendIds.restore(backendId(b, protoName(b.proto)), id);
@@ -98,7 +112,7 @@ export class ServiceWriter {
           this.wildcards.add(k.address);
           continue;
         }
-        this.frontends.set(fid, { key: k, revNatId: v.revNatId, flags: v.flags, affinityId: v.affinityId, affinityTimeout: v.affinityTimeout, backendIds: [], drainingIds: [] });
+        this.frontends.set(fid, { key: k, revNatId: v.revNatId, flags: v.flags, affinityId: v.affinityId, affinityTimeout: v.affinityTimeout, tableId: v.backendId, backendIds: [], drainingIds: [] });
         this.revNatIds.restore(fid, v.revNatId);
         if (v.affinityId && this.affinityIds.get(`restored:${v.affinityId}`) === undefined) this.affinityIds.restore(`restored:${v.affinityId}`, v.affinityId);
       } else {
@@ -132,6 +146,49 @@ export class ServiceWriter {
     return this.affinityIds.allocate(owner);
   }
 
+  /**
+   * The Maglev table for an external frontend (0 when Maglev is off or it has no backend).
+   * Frontends of one Service port share it; a new backend set builds a new inner map and
+   * swaps it in atomically.
+   */
+  private maglevTableFor(f: FrontendSpec, fid: string, ids: number[], stats: ApplyStats): number {
+    const m = this.opts.maglevTableSize ?? 0;
+    if (!m || ids.length === 0) return 0;
+    const owner = `${f.service ?? frontendId(f)}#maglev`;
+    const signature = ids.join(',');
+    let t = this.tables.get(owner);
+    if (t?.signature === signature) return t.id;
+    if (!t) {
+      const restored = this.frontends.get(fid)?.tableId;
+      let id: number;
+      if (restored && this.tableIds.get(`restored:${restored}`) !== undefined) {
+        this.tableIds.release(`restored:${restored}`);
+        this.tableIds.restore(owner, restored);
+        id = restored;
+      } else {
+        id = this.tableIds.allocate(owner);
+      }
+      t = { id, signature: '' };
+      this.tables.set(owner, t);
+    }
+    // Positions name backends by address, so every node builds the same table.
+    const names = ids.map((id) => {
+      const b = this.backends.get(id)!;
+      return `${b.address}:${b.port}/${b.proto}`;
+    });
+    const order = maglevTable(names, m);
+    const inner = createMap({ type: MapType.Array, name: 'lb4_maglev_in', key: u32Codec, value: u32Codec, maxEntries: m, flags: BPF_F_INNER_MAP });
+    try {
+      inner.updateBatch(Array.from(order, (i, pos) => [pos, ids[i]!] as [number, number]));
+      this.maps.lb4_maglev.update(t.id, inner.fd);
+    } finally {
+      inner.close(); // the outer map holds it now
+    }
+    t.signature = signature;
+    stats.entriesWritten += 1;
+    return t.id;
+  }
+
   /** Frontend keys currently programmed (for tests and the CLI). */
   frontendKeys(): string[] {
     return [...this.frontends.keys()];
@@ -160,6 +217,8 @@ export class ServiceWriter {
     this.backendIds.clear();
     this.revNatIds.clear();
     this.affinityIds.clear();
+    this.tables.clear();
+    this.tableIds.clear();
     this.restore();
   }
 
@@ -249,10 +308,11 @@ export class ServiceWriter {
         if (oldIds[i] !== id) slotWrites.push([{ ...key, slot: i + 1 }, { backendId: id, count: 0, revNatId: 0, flags: 0, affinityId: 0, affinityTimeout: 0 }]);
       });
       for (let s = ids.length + 1; s <= oldIds.length; s++) staleSlots.push({ ...key, slot: s });
-      const changed = !have || have.backendIds.length !== ids.length || have.flags !== flags || have.affinityTimeout !== affinityTimeout || have.affinityId !== affinityId || have.revNatId !== revNatId;
-      const state: FrontendState = { key, revNatId, flags, affinityId, affinityTimeout, backendIds: ids, drainingIds: frontendDraining.get(fid) ?? [] };
+      const tableId = scope === LbScope.LB_SCOPE_EXTERNAL && f.kind !== 'ClusterIP' ? this.maglevTableFor(f, fid, ids, stats) : 0;
+      const changed = !have || have.backendIds.length !== ids.length || have.flags !== flags || have.affinityTimeout !== affinityTimeout || have.affinityId !== affinityId || have.revNatId !== revNatId || have.tableId !== tableId;
+      const state: FrontendState = { key, revNatId, flags, affinityId, affinityTimeout, tableId, backendIds: ids, drainingIds: frontendDraining.get(fid) ?? [] };
       if (changed) {
-        masterWrites.push([key, { backendId: 0, count: ids.length, revNatId, flags, affinityId, affinityTimeout }, fid, state]);
+        masterWrites.push([key, { backendId: tableId, count: ids.length, revNatId, flags, affinityId, affinityTimeout }, fid, state]);
       } else {
         this.frontends.set(fid, state);
       }
@@ -322,7 +382,21 @@ export class ServiceWriter {
       stats.backendsRemoved += staleBackends.length;
     }
 
-    // 7. Affinity ids no frontend carries any more.
+    // 7. Maglev tables and affinity ids no frontend carries any more.
+    const usedTables = new Set([...this.frontends.values()].map((st) => st.tableId).filter(Boolean));
+    for (const [owner, t] of [...this.tables]) {
+      if (usedTables.has(t.id)) continue;
+      this.maps.lb4_maglev.delete(t.id);
+      this.tables.delete(owner);
+      this.tableIds.release(owner);
+    }
+    for (const owner of [...this.tableIds.keys()]) {
+      const id = this.tableIds.get(owner)!;
+      if (owner.startsWith('restored:') && !usedTables.has(id)) {
+        this.maps.lb4_maglev.delete(id);
+        this.tableIds.release(owner);
+      }
+    }
     const usedAffinity = new Set([...this.frontends.values()].map((st) => st.affinityId).filter(Boolean));
     for (const owner of [...this.affinityIds.keys()]) {
       if (!usedAffinity.has(this.affinityIds.get(owner)!)) this.affinityIds.release(owner);

@@ -19,6 +19,7 @@ function koffi(): Koffi {
 
 /** libbpf opts struct layouts this file builds by hand; a unit test checks them against bpf/bpf.h. */
 export const BATCH_OPTS = { size: 24, sz: 0, elem_flags: 8, flags: 16 } as const;
+export const MAP_CREATE_OPTS = { size: 48, sz: 0, map_flags: 28 } as const;
 export const TC_HOOK_SIZE = 24;
 export const TC_OPTS_SIZE = 32;
 
@@ -89,6 +90,7 @@ export interface Libbpf {
   mapUpdateBatch(fd: number, keys: Buffer, values: Buffer, count: Buffer, flags: number): number;
   mapDeleteBatch(fd: number, keys: Buffer, count: Buffer): number;
   objPin(fd: number, path: string): number;
+  mapCreate(type: number, name: string, keySize: number, valueSize: number, maxEntries: number, flags: number): number;
   objGet(path: string): number;
   objGetInfoByFd(fd: number, info: Buffer): number;
   progTestRun(fd: number, opts: Buffer): number;
@@ -222,6 +224,7 @@ function bind(): Libbpf {
   const updateBatch = f('int bpf_map_update_batch(int fd, void *keys, void *values, void *count, void *opts)');
   const deleteBatch = f('int bpf_map_delete_batch(int fd, void *keys, void *count, void *opts)');
   const objPin = f('int bpf_obj_pin(int fd, const char *path)');
+  const mapCreate = f('int bpf_map_create(int type, const char *name, uint32_t key_size, uint32_t value_size, uint32_t max_entries, void *opts)');
   const objGet = f('int bpf_obj_get(const char *path)');
   const objInfo = f('int bpf_obj_get_info_by_fd(int fd, void *info, _Inout_ uint32_t *len)');
   const testRun = f('int bpf_prog_test_run_opts(int fd, void *opts)');
@@ -294,6 +297,12 @@ function bind(): Libbpf {
     mapUpdateBatch: (fd, keys, values, count, flags) => updateBatch(fd, keys, values, count, batchOpts(flags)),
     mapDeleteBatch: (fd, keys, count) => deleteBatch(fd, keys, count, batchOpts(0)),
     objPin: (fd, path) => objPin(fd, path),
+    mapCreate: (type, name, keySize, valueSize, maxEntries, flags) => {
+      const opts = Buffer.alloc(MAP_CREATE_OPTS.size);
+      opts.writeBigUInt64LE(BigInt(MAP_CREATE_OPTS.size), MAP_CREATE_OPTS.sz);
+      opts.writeUInt32LE(flags, MAP_CREATE_OPTS.map_flags);
+      return mapCreate(type, name, keySize, valueSize, maxEntries, opts);
+    },
     objGet: (path) => objGet(path),
     objGetInfoByFd: (fd, info) => objInfo(fd, info, [info.length]),
     progTestRun: (fd, opts) => testRun(fd, opts),

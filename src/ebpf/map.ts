@@ -291,6 +291,16 @@ export class BpfMap<K, V> implements Resource {
   }
 }
 
+/** BPF_F_INNER_MAP: an inner map of a map-in-map whose size may differ from the template's. */
+export const BPF_F_INNER_MAP = 1 << 12;
+
+/** A new map not declared in any object (e.g. the inner maps of a map-in-map), owned by the caller. */
+export function createMap<K, V>(o: { type: number; name: string; key: Codec<K>; value: Codec<V>; maxEntries: number; flags?: number }): BpfMap<K, V> {
+  const fd = libbpf().mapCreate(o.type, o.name, o.key.size, o.value.size, o.maxEntries, o.flags ?? 0);
+  if (fd < 0) throw errnoError(`create map ${o.name}`, fd, ErrorCode.MapOp);
+  return new BpfMap(fd, o.key, o.value, { ownsFd: true });
+}
+
 export function bpffsHint(rc: number): string | undefined {
   const n = errnoName(rc);
   if (n === 'ENOENT' || n === 'EPERM' || n === 'EINVAL') {

@@ -53,7 +53,7 @@ function recording(n: DatapathNode): { maps: ServiceMaps; log: string[] } {
         };
       },
     });
-  return { maps: { lb4_services: wrap('services', n.dp.maps.lb4_services), lb4_backends: wrap('backend', n.dp.maps.lb4_backends), lb4_reverse_nat: wrap('revnat', n.dp.maps.lb4_reverse_nat), lb4_src_ranges: wrap('ranges', n.dp.maps.lb4_src_ranges) }, log };
+  return { maps: { lb4_services: wrap('services', n.dp.maps.lb4_services), lb4_backends: wrap('backend', n.dp.maps.lb4_backends), lb4_reverse_nat: wrap('revnat', n.dp.maps.lb4_reverse_nat), lb4_src_ranges: wrap('ranges', n.dp.maps.lb4_src_ranges), lb4_maglev: wrap('maglev', n.dp.maps.lb4_maglev) }, log };
 }
 
 describeWith(['root', 'bpffs', 'netns'], 'service writer', () => {

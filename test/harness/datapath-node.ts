@@ -55,7 +55,7 @@ export async function datapathNode(cfg: Partial<DatapathConfig> = {}): Promise<D
     mkdirSync(pinDir);
     dp = Datapath.load({ objectsDir: join(REPO_ROOT, 'build', 'bpf'), pinDir, snatIPv4: NODE_IP, hashSeed: 0x5eed, ...cfg });
     const d = dp;
-    const writer = new ServiceWriter(d.maps);
+    const writer = new ServiceWriter(d.maps, { maglevTableSize: d.maglevTableSize });
     const ifindex = inNetns(host.netns, () => ifindexOf('eth0'));
     const ctx = skbContext({ ifindex });
     return {

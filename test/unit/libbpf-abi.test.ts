@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { BATCH_OPTS, TC_HOOK_SIZE, TC_OPTS_SIZE } from '../../src/ebpf/libbpf.js';
+import { BATCH_OPTS, MAP_CREATE_OPTS, TC_HOOK_SIZE, TC_OPTS_SIZE } from '../../src/ebpf/libbpf.js';
 import { TEST_RUN_OPTS } from '../../src/ebpf/test-run.js';
 
 const probe = `#include <stdio.h>
@@ -23,6 +23,7 @@ int main(void) {
   F(bpf_test_run_opts, retval); F(bpf_test_run_opts, repeat); F(bpf_test_run_opts, duration);
   S(bpf_map_batch_opts); F(bpf_map_batch_opts, sz); F(bpf_map_batch_opts, elem_flags); F(bpf_map_batch_opts, flags);
   S(bpf_tc_hook); S(bpf_tc_opts);
+  S(bpf_map_create_opts); F(bpf_map_create_opts, sz); F(bpf_map_create_opts, map_flags);
   return 0;
 }
 `;
@@ -42,6 +43,8 @@ describe('libbpf ABI as declared in the FFI layer', () => {
       const want: Record<string, number> = { bpf_test_run_opts: TEST_RUN_OPTS.size, bpf_map_batch_opts: BATCH_OPTS.size, bpf_tc_hook: TC_HOOK_SIZE, bpf_tc_opts: TC_OPTS_SIZE };
       for (const [f, off] of Object.entries(TEST_RUN_OPTS)) if (f !== 'size') want[`bpf_test_run_opts.${f}`] = off;
       for (const [f, off] of Object.entries(BATCH_OPTS)) if (f !== 'size') want[`bpf_map_batch_opts.${f}`] = off;
+      want.bpf_map_create_opts = MAP_CREATE_OPTS.size;
+      for (const [f, off] of Object.entries(MAP_CREATE_OPTS)) if (f !== 'size') want[`bpf_map_create_opts.${f}`] = off;
       expect(got).toEqual(want);
     } finally {
       rmSync(dir, { recursive: true, force: true });
