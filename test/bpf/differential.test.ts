@@ -15,6 +15,7 @@ import { describeWith } from '../harness/requirements.js';
 const PACKETS = Number(process.env.FERRY_DIFF_PACKETS ?? 100_000);
 const ROUNDS = 10;
 const SEED = Number(process.env.FERRY_DIFF_SEED ?? Date.now() % 2 ** 31);
+const MAGLEV = 1021;
 const SNAT_MIN = DEFAULT_SNAT_PORTS.min;
 const SNAT_MAX = DEFAULT_SNAT_PORTS.max;
 
@@ -50,8 +51,12 @@ function randomTable(r: () => number): FrontendSpec[] {
     });
     // A backend address:port appears once per frontend.
     const uniq = [...new Map(backends.map((b) => [`${b.address}:${b.port}`, b])).values()];
-    out.push({ address, port, proto, kind, backends: uniq, dropWhenEmpty: uniq.length === 0 && r() < 0.5 });
+    const sourceRanges = kind === 'LoadBalancer' && r() < 0.3 ? [`10.0.10.${int(8) * 2}/${31 - int(3)}`] : undefined;
+    out.push({ address, port, proto, kind, backends: uniq, dropWhenEmpty: uniq.length === 0 && r() < 0.5, service: `default/s${i}:p`, ...(sourceRanges ? { sourceRanges } : {}) });
   }
+  // Always one LoadBalancer frontend with source ranges, so that path is always exercised.
+  const n = 1 + int(4);
+  out.push({ address: '10.0.100.5', port: 81, proto: 'TCP', kind: 'LoadBalancer', service: 'default/ranged:p', sourceRanges: ['10.0.10.0/30'], backends: Array.from({ length: n }, (_, i) => ({ address: `10.244.${1 + (i % 2)}.${40 + i}`, port: 8080, local: i % 2 === 0 })) });
   return out;
 }
 
@@ -59,7 +64,9 @@ function randomTable(r: () => number): FrontendSpec[] {
 function snapshot(node: DatapathNode): ServiceTables {
   const services = new Map(node.dp.maps.lb4_services.entries().map(([k, v]) => [serviceKey(k.address, k.port, k.proto, k.scope, k.slot), v]));
   const backends = new Map(node.dp.maps.lb4_backends.entries());
-  return { services, backends };
+  const sourceRanges = new Map<number, string[]>();
+  for (const k of node.dp.maps.lb4_src_ranges.keys()) sourceRanges.set(k.revNatId, [...(sourceRanges.get(k.revNatId) ?? []), `${k.source}/${k.prefixlen - 32}`]);
+  return { services, backends, sourceRanges };
 }
 
 function randomPacket(r: () => number, table: FrontendSpec[]): Tuple {
@@ -79,7 +86,7 @@ function packetOf(t: Tuple): Buffer {
 
 let node: DatapathNode;
 beforeAll(async () => {
-  node = await datapathNode({ hashSeed: SEED & 0xffff });
+  node = await datapathNode({ hashSeed: SEED & 0xffff, maglevTableSize: MAGLEV });
 });
 afterAll(async () => {
   await node?.close();
@@ -96,12 +103,13 @@ describeWith(['root', 'bpffs', 'netns'], 'tc_ingress against the reference model
       const table = randomTable(r);
       node.writer.apply(table);
       node.flushState();
-      const model = new ReferenceModel(snapshot(node), { seed: SEED & 0xffff, snatIPv4: NODE_IP, snatPortMin: SNAT_MIN, snatPortMax: SNAT_MAX });
+      const model = new ReferenceModel(snapshot(node), { seed: SEED & 0xffff, maglevTableSize: MAGLEV, snatIPv4: NODE_IP, snatPortMin: SNAT_MIN, snatPortMax: SNAT_MAX });
       let unknownPortDrops = 0;
       for (let i = 0; i < perRound && problems.length < 5; i++, n++) {
         const t = randomPacket(r, table);
         const want = model.decide(t);
         verdicts.set(want.verdict, (verdicts.get(want.verdict) ?? 0) + 1);
+        if (want.verdict === 'drop') verdicts.set(`drop:${want.reason}`, (verdicts.get(`drop:${want.reason}`) ?? 0) + 1);
         const got = node.run('tc_ingress', packetOf(t));
         const why = compare(t, want, got.retval, got.data, model);
         if (why) problems.push(`packet ${n} ${t.saddr}:${t.sport} → ${t.daddr}:${t.dport}/${t.proto}: ${why}`);
@@ -115,7 +123,7 @@ describeWith(['root', 'bpffs', 'netns'], 'tc_ingress against the reference model
     expect(problems, `seed ${SEED} (rerun with FERRY_DIFF_SEED=${SEED})`).toEqual([]);
     expect(n).toBeGreaterThanOrEqual(PACKETS);
     // The random tables must exercise every path, or the comparison proves little.
-    for (const v of ['pass', 'drop', 'reject', 'local', 'remote']) expect(verdicts.get(v) ?? 0, `packets the model sent down the ${v} path`).toBeGreaterThan(100);
+    for (const v of ['pass', 'drop', 'reject', 'local', 'remote', 'drop:source-range', 'drop:unknown-port']) expect(verdicts.get(v) ?? 0, `packets the model sent down the ${v} path`).toBeGreaterThan(100);
   });
 });
 

@@ -3,7 +3,16 @@
 // SNAT port choice. The differential tests run random packets through both and demand the
 // same answer.
 import { BackendFlags, LbFlags, type Lb4Backend, type Lb4Service } from '../layouts.js';
+import { maglevTable } from '../maglev.js';
 import { flowHash4 } from './hash.js';
+
+function inCidr(ip: string, cidr: string): boolean {
+  const [net, bits] = cidr.split('/');
+  const n = Number(bits);
+  const toInt = (a: string) => a.split('.').reduce((acc, x) => acc * 256 + Number(x), 0);
+  const mask = n === 0 ? 0 : (0xffffffff << (32 - n)) >>> 0;
+  return ((toInt(ip) & mask) >>> 0) === ((toInt(net!) & mask) >>> 0);
+}
 
 export interface Tuple {
   saddr: string;
@@ -15,7 +24,7 @@ export interface Tuple {
 
 export type Decision =
   | { verdict: 'pass' }
-  | { verdict: 'drop'; reason: 'unknown-port' | 'backend-missing' | 'nat-exhausted' | 'no-local-backend' }
+  | { verdict: 'drop'; reason: 'unknown-port' | 'backend-missing' | 'nat-exhausted' | 'no-local-backend' | 'source-range' }
   | { verdict: 'reject' }
   | { verdict: 'local'; backendId: number; backend: Lb4Backend }
   | { verdict: 'remote'; backendId: number; backend: Lb4Backend; snatAddr: string; snatPort: number; snatPortCandidates: 'client' | 'any' }
@@ -25,6 +34,8 @@ export interface ServiceTables {
   /** lb4_services, keyed by serviceKey(). */
   services: Map<string, Lb4Service>;
   backends: Map<number, Lb4Backend>;
+  /** loadBalancerSourceRanges: CIDRs allowed, by rev-NAT id. */
+  sourceRanges?: Map<number, string[]>;
 }
 
 export function serviceKey(address: string, port: number, proto: number, scope: number, slot: number): string {
@@ -33,6 +44,8 @@ export function serviceKey(address: string, port: number, proto: number, scope: 
 
 export interface ModelConfig {
   seed: number;
+  /** Maglev table size the datapath runs with (0: off). */
+  maglevTableSize?: number;
   snatIPv4: string;
   snatPortMin: number;
   snatPortMax: number;
@@ -47,6 +60,7 @@ const SCOPE = 0;
 
 export class ReferenceModel {
   private readonly ct = new Map<string, CtState>();
+  private readonly maglev = new Map<string, Uint32Array>();
   /** nat4 reply keys of SNATed flows: backend|bport|natport|proto → client and frontend. */
   private readonly nat = new Map<string, { client: { addr: string; port: number }; frontend: { addr: string; port: number } }>();
 
@@ -75,6 +89,9 @@ export class ReferenceModel {
       if (n) return { verdict: 'reply-remote', client: n.client, frontend: n.frontend };
     }
     const svc = this.master(t.daddr, t.dport, t.proto);
+    if (svc && svc.flags & LbFlags.LB_F_SOURCE_RANGES && !(this.tables.sourceRanges?.get(svc.revNatId) ?? []).some((c) => inCidr(t.saddr, c))) {
+      return { verdict: 'drop', reason: 'source-range' };
+    }
     if (!svc) {
       const wild = this.master(t.daddr, 0, 0);
       return wild && wild.flags & LbFlags.LB_F_WILDCARD ? { verdict: 'drop', reason: 'unknown-port' } : { verdict: 'pass' };
@@ -88,8 +105,7 @@ export class ReferenceModel {
       return { verdict: 'remote', backendId: known.backendId, backend, snatAddr: this.cfg.snatIPv4, snatPort: known.snatPort, snatPortCandidates: 'client' };
     }
     const hash = flowHash4(t.saddr, t.daddr, t.sport, t.dport, t.proto, this.cfg.seed);
-    const slot = (hash % svc.count) + 1;
-    const id = this.tables.services.get(serviceKey(t.daddr, t.dport, t.proto, SCOPE, slot))?.backendId ?? 0;
+    const id = this.maglevChoice(t, svc, hash) || (this.tables.services.get(serviceKey(t.daddr, t.dport, t.proto, SCOPE, (hash % svc.count) + 1))?.backendId ?? 0);
     const backend = this.tables.backends.get(id);
     if (!backend) return { verdict: 'drop', reason: 'backend-missing' };
     if (backend.flags & BackendFlags.LB_BACKEND_F_LOCAL) {
@@ -106,6 +122,20 @@ export class ReferenceModel {
       snatPort: clientPortFree ? t.sport : 0,
       snatPortCandidates: clientPortFree ? 'client' : 'any',
     };
+  }
+
+  /** Maglev: the table built from the frontend's slots, as the writer builds it. */
+  private maglevChoice(t: Tuple, svc: Lb4Service, hash: number): number {
+    const m = this.cfg.maglevTableSize ?? 0;
+    if (!m || !svc.backendId) return 0;
+    const ids = Array.from({ length: svc.count }, (_, i) => this.tables.services.get(serviceKey(t.daddr, t.dport, t.proto, SCOPE, i + 1))?.backendId ?? 0);
+    const key = ids.join(',');
+    let table = this.maglev.get(key);
+    if (!table) {
+      table = maglevTable(ids.map((id) => { const b = this.tables.backends.get(id)!; return `${b.address}:${b.port}/${b.proto}`; }), m);
+      this.maglev.set(key, table);
+    }
+    return ids[table[hash % m]!]!;
   }
 
   /** Is `port` an acceptable SNAT port for a new binding to this backend? */
