@@ -55,9 +55,9 @@ const http = async (from: Host, url: string) => {
 
 describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
   it('programs a Service on every node', async () => {
-    expect(await hostname(c.net.client, 'http://10.0.30.21:30080/')).toBe('web-1');
-    expect(await hostname(c.net.client, 'http://10.0.30.22:30080/')).toBe('web-1');
-    expect(await hostname(client1.host, 'http://10.96.0.10/')).toBe('web-1');
+    expect(await eventually(() => hostname(c.net.client, 'http://10.0.30.21:30080/'), (h) => h === 'web-1')).toBe('web-1');
+    expect(await eventually(() => hostname(c.net.client, 'http://10.0.30.22:30080/'), (h) => h === 'web-1')).toBe('web-1');
+    expect(await eventually(() => hostname(client1.host, 'http://10.96.0.10/'), (h) => h === 'web-1')).toBe('web-1');
   });
 
   it('follows EndpointSlice changes, and a deleted Service stops working', async () => {

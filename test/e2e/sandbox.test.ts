@@ -119,7 +119,8 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'upstream Service e2e scenar
   it('reaches itself through its own Service (hairpin)', async () => {
     await put('Service', svc('self', { selector: { app: 'web' }, ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
     await put('Service', svc('only-a', { selector: { app: 'web' }, ports: [{ port: 80, targetPort: 8080 }] }));
-    const r = await curl(podHost('default', 'web-a'), `http://${await clusterIPOf('self')}/`);
+    const ip = await clusterIPOf('self');
+    const r = await eventually(() => curl(podHost('default', 'web-a'), `http://${ip}/`), (x) => x.code === 0);
     expect(['web-a', 'web-b']).toContain(r.hostname);
     await del('Service', 'self');
     await del('Service', 'only-a');
