@@ -20,6 +20,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# kubectl for the sandbox tests: Debian's, unless the machine already has one.
+if ! command -v kubectl >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+  echo "setup: installing kubectl (kubernetes-client)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null
+fi
+
 # npm ci when node_modules is missing or older than the lock file.
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   echo "setup: npm ci"

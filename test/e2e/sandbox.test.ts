@@ -292,6 +292,20 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'upstream Service e2e scenar
     await del('Service', 'sticky');
   });
 
+  it('works with kubectl and the printed kubeconfig: apply, get, delete', async () => {
+    const kubectl = (...args: string[]) => exec('kubectl', ['--kubeconfig', sb.kubeconfig, ...args], { timeoutMs: 30_000 });
+    const applied = await kubectl('apply', '--validate=false', '-f', join(REPO_ROOT, 'demo', 'whoami.yaml'));
+    expect(applied.stdout, applied.stderr).toMatch(/deployment.apps\/whoami created/);
+    await sb.settle();
+    const pods = await eventually(() => kubectl('get', 'pods', '-l', 'app=whoami', '-o', 'json'), (r) => ((JSON.parse(r.stdout || '{}') as { items?: unknown[] }).items ?? []).length === 2);
+    expect((JSON.parse(pods.stdout) as { items: unknown[] }).items).toHaveLength(2);
+    expect((await kubectl('get', 'svc', 'whoami')).stdout).toMatch(/whoami/);
+    expect((await eventually(() => curl(podHost('default', 'tool-1'), 'http://10.96.0.100/'), (r) => r.code === 0)).hostname).toMatch(/^whoami-/);
+    const deleted = await kubectl('delete', '-f', join(REPO_ROOT, 'demo', 'whoami.yaml'));
+    expect(deleted.stdout).toMatch(/service "whoami" deleted/);
+    await sb.settle();
+  });
+
   it('keeps working across an agent restart', async () => {
     const node1 = sb.net.node(1);
     await sb.stopAgent(node1);
