@@ -7,6 +7,7 @@ import { registerAgent } from './agent-command.js';
 import { registerTestApiServer } from './test-apiserver-command.js';
 import { registerSandbox } from './sandbox-command.js';
 import { registerService } from './service-command.js';
+import { registerInspect } from './inspect-commands.js';
 
 export async function main(argv: string[]): Promise<void> {
   const program = new Command('ferry')
@@ -19,6 +20,7 @@ export async function main(argv: string[]): Promise<void> {
   registerTestApiServer(program);
   registerSandbox(program);
   registerService(program);
+  registerInspect(program);
   try {
     await program.parseAsync(argv);
   } catch (e) {

@@ -47,3 +47,8 @@ export function flushFlowsTo(maps: Pick<DatapathMaps, 'ct4' | 'nat4'>, backends:
   const ctKeys = maps.ct4.entries().filter(([k, v]) => backendIds.has(v.backendId) || clients.has(`${k.saddr}:${k.sport}>${k.daddr}:${k.dport}/${k.proto}`)).map(([k]) => k);
   return { ct: ctKeys.length ? maps.ct4.deleteBatch(ctKeys) : 0, nat: natKeys.length ? maps.nat4.deleteBatch(natKeys) : 0 };
 }
+
+/** Empty conntrack and NAT (an operator's `ferry ct flush`): every flow is balanced anew. */
+export function clearConntrack(maps: Pick<DatapathMaps, 'ct4' | 'nat4'>): { ct: number; nat: number } {
+  return { ct: maps.ct4.deleteBatch([...maps.ct4.keys()]), nat: maps.nat4.deleteBatch([...maps.nat4.keys()]) };
+}

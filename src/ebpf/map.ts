@@ -7,7 +7,7 @@ import { track, untrack, type Resource } from './resources.js';
 
 export const MapType = {
   Hash: 1, Array: 2, ProgArray: 3, PerfEventArray: 4, PercpuHash: 5, PercpuArray: 6,
-  LruHash: 9, LruPercpuHash: 10, LpmTrie: 11, HashOfMaps: 13, Ringbuf: 27,
+  LruHash: 9, LruPercpuHash: 10, LpmTrie: 11, ArrayOfMaps: 12, HashOfMaps: 13, Ringbuf: 27,
 } as const;
 
 const perCpuTypes = new Set<number>([MapType.PercpuHash, MapType.PercpuArray, MapType.LruPercpuHash]);

@@ -4,7 +4,7 @@ import { dirname } from 'node:path';
 import { Codec, assertLayout } from './codec.js';
 import { ErrorCode, FerryError, errnoError } from './errors.js';
 import { libbpf } from './libbpf.js';
-import { BpfMap, bpffsHint, mapInfoByFd } from './map.js';
+import { BpfMap, MapType, bpffsHint, mapInfoByFd } from './map.js';
 import { kernelBtf } from './object.js';
 
 const BPF_FS_MAGIC = 0xcafe4a11;
@@ -38,6 +38,10 @@ export function openPinnedMap<K, V>(path: string, key: Codec<K>, value: Codec<V>
   if (fd < 0) throw errnoError(op, fd, ErrorCode.MapOp, bpffsHint(fd) ?? 'is the agent running, or has it ever run on this node?');
   try {
     const info = mapInfoByFd(fd);
+    // Maps of maps carry no value BTF (their values are map references): sizes only.
+    if (info.btfId === 0 && (info.type === MapType.HashOfMaps || info.type === MapType.ArrayOfMaps)) {
+      return new BpfMap(fd, key, value, { ownsFd: true, sizeSetting });
+    }
     if (info.btfId === 0) {
       throw new FerryError({ code: ErrorCode.Layout, op, cause: 'the map carries no BTF, so its layout cannot be checked', hint: 'it was not created by ferry' });
     }

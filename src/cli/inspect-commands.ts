@@ -1,0 +1,126 @@
+// `ferry map`, `ferry ct`, `ferry nat`, `ferry status`: the datapath as its pinned maps hold it.
+import { execFileSync } from 'node:child_process';
+import { Command } from 'commander';
+import { mapSpecs, type MapName } from '../datapath/layouts.js';
+import { dumpRows, flushConntrack, listFlows, listMaps, withMap } from './inspect.js';
+import { readFrontends } from './service-command.js';
+import { table } from './table.js';
+
+const PIN_DIR = '/sys/fs/bpf/ferry';
+const MAP_TYPES: Record<number, string> = { 1: 'hash', 2: 'array', 6: 'percpu_array', 9: 'lru_hash', 11: 'lpm_trie', 13: 'hash_of_maps' };
+
+function out(format: string, rows: Array<Record<string, unknown>>, columns?: string[]): void {
+  if (format === 'json') {
+    process.stdout.write(`${JSON.stringify(rows, (_k, v) => (typeof v === 'bigint' ? Number(v) : v), 2)}\n`);
+    return;
+  }
+  if (rows.length === 0) {
+    process.stdout.write('(none)\n');
+    return;
+  }
+  const cols = columns ?? Object.keys(rows[0]!);
+  process.stdout.write(table(cols.map((c) => c.toUpperCase()), rows.map((r) => cols.map((c) => String(r[c] ?? '')))));
+}
+
+export function registerInspect(program: Command): void {
+  const map = program.command('map').description('the datapath maps, decoded from their pins');
+  map.command('list')
+    .description('every pinned map with entries against capacity')
+    .option('--pin-dir <dir>', 'the agent\'s pin directory', PIN_DIR)
+    .option('-o, --output <format>', 'table or json', 'table')
+    .action((o: { pinDir: string; output: string }) => {
+      out(o.output, listMaps(o.pinDir).map((m) => ({ name: m.name, type: MAP_TYPES[m.type] ?? String(m.type), entries: m.entries, capacity: m.capacity, fill: `${((100 * m.entries) / m.capacity).toFixed(1)}%` })));
+    });
+  map.command('dump <map>')
+    .description(`one map decoded (${Object.keys(mapSpecs).join(', ')}); -o hex for raw bytes`)
+    .option('--pin-dir <dir>', 'the agent\'s pin directory', PIN_DIR)
+    .option('-o, --output <format>', 'table, json or hex', 'table')
+    .action((name: string, o: { pinDir: string; output: string }) => {
+      if (!(name in mapSpecs)) throw new Error(`no map "${name}" (maps: ${Object.keys(mapSpecs).join(', ')})`);
+      if (o.output === 'hex') {
+        withMap(o.pinDir, name as MapName, (m) => {
+          const spec = mapSpecs[name as MapName];
+          for (const k of m.keys()) process.stdout.write(`${(spec.key as { encode(v: unknown): Buffer }).encode(k).toString('hex')}\n`);
+        });
+        return;
+      }
+      out(o.output, dumpRows(o.pinDir, name as MapName));
+    });
+
+  const ct = program.command('ct').description('conntrack of north-south flows');
+  ct.command('list')
+    .description('flows with their backend, NAT and expiry')
+    .option('--pin-dir <dir>', 'the agent\'s pin directory', PIN_DIR)
+    .option('--service <ip:port>', 'only flows to this frontend')
+    .option('--backend <ip[:port]>', 'only flows to this backend')
+    .option('-o, --output <format>', 'table or json', 'table')
+    .action((o: { pinDir: string; service?: string; backend?: string; output: string }) => {
+      out(o.output, listFlows(o.pinDir, { service: o.service, backend: o.backend }) as unknown as Array<Record<string, unknown>>);
+    });
+  ct.command('flush')
+    .description('delete every conntrack and NAT entry (established flows are balanced anew)')
+    .option('--pin-dir <dir>', 'the agent\'s pin directory', PIN_DIR)
+    .option('--yes', 'really do it')
+    .action((o: { pinDir: string; yes?: boolean }) => {
+      if (!o.yes) throw new Error('ct flush: this resets every north-south flow; add --yes to confirm');
+      const r = flushConntrack(o.pinDir);
+      process.stdout.write(`deleted ${r.ct} conntrack and ${r.nat} NAT entries\n`);
+    });
+
+  program.command('nat')
+    .description('reply bindings (SNAT ports, DSR frontends, local replies)')
+    .command('list')
+    .option('--pin-dir <dir>', 'the agent\'s pin directory', PIN_DIR)
+    .option('-o, --output <format>', 'table or json', 'table')
+    .action((o: { pinDir: string; output: string }) => {
+      out(o.output, dumpRows(o.pinDir, 'nat4'), ['saddr', 'sport', 'daddr', 'dport', 'proto', 'clientAddr', 'clientPort', 'frontendAddr', 'frontendPort', 'flags', 'expires']);
+    });
+
+  program.command('status')
+    .description('what the datapath holds and how it is doing')
+    .option('--pin-dir <dir>', 'the agent\'s pin directory', PIN_DIR)
+    .option('--metrics <url>', 'the agent\'s metrics address, to tell whether it is up', 'http://127.0.0.1:10249')
+    .option('-o, --output <format>', 'table or json', 'table')
+    .action(async (o: { pinDir: string; metrics: string; output: string }) => {
+      let agent = 'not reachable';
+      let mode = '?';
+      try {
+        const r = await fetch(`${o.metrics}/metrics`, { signal: AbortSignal.timeout(1000) });
+        const text = await r.text();
+        const last = /kubeproxy_sync_proxy_rules_last_timestamp_seconds (\S+)/.exec(text)?.[1];
+        agent = last ? `up, last sync ${new Date(Number(last) * 1000).toISOString()}` : 'up';
+        mode = (await (await fetch(`${o.metrics}/proxyMode`, { signal: AbortSignal.timeout(1000) })).text()).trim();
+      } catch {
+        // the datapath runs without its agent too
+      }
+      const maps = listMaps(o.pinDir);
+      const frontends = readFrontends(o.pinDir);
+      const drops = dumpRows(o.pinDir, 'ferry_drops').filter((r) => Number(r.packets) > 0);
+      const stats = dumpRows(o.pinDir, 'ferry_stats').filter((r) => Number(r.packets) > 0);
+      let links = '';
+      try {
+        links = execFileSync('bpftool', ['link', 'show'], { encoding: 'utf8' }).split('\n').filter((l) => /sock4_|tc_/.test(l)).join('\n');
+      } catch {
+        links = '(bpftool not available)';
+      }
+      const status = {
+        agent, mode, pinDir: o.pinDir,
+        frontends: frontends.length,
+        backends: maps.find((m) => m.name === 'lb4_backends')?.entries ?? 0,
+        flows: maps.find((m) => m.name === 'ct4')?.entries ?? 0,
+        maps: maps.map((m) => ({ name: m.name, entries: m.entries, capacity: m.capacity })),
+        forwarded: stats, drops, links,
+      };
+      if (o.output === 'json') {
+        process.stdout.write(`${JSON.stringify(status, null, 2)}\n`);
+        return;
+      }
+      process.stdout.write(`agent:     ${agent}\nmode:      ${mode}\npins:      ${o.pinDir}\nfrontends: ${status.frontends}   backends: ${status.backends}   flows: ${status.flows}\n\n`);
+      process.stdout.write(table(['MAP', 'ENTRIES', 'CAPACITY'], status.maps.map((m) => [m.name, m.entries, m.capacity])));
+      process.stdout.write('\nforwarded:\n');
+      process.stdout.write(stats.length ? table(['PATH', 'PACKETS', 'BYTES'], stats.map((r) => [String(r.key).replace(/^STAT_/, '').toLowerCase(), r.packets!, r.bytes!])) : '(none)\n');
+      process.stdout.write('\ndrops:\n');
+      process.stdout.write(drops.length ? table(['REASON', 'PACKETS', 'BYTES'], drops.map((r) => [String(r.key).replace(/^DROP_/, '').toLowerCase(), r.packets!, r.bytes!])) : '(none)\n');
+      if (links) process.stdout.write(`\nattached (bpftool link show):\n${links}\n`);
+    });
+}

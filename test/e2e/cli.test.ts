@@ -1,0 +1,83 @@
+// The debugging CLI against real maps populated by real traffic: every command as a table
+// and as JSON, working from the pins alone (no agent here).
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { PodInfo } from '../../src/sandbox/network.js';
+import { MiniCluster } from '../harness/mini-cluster.js';
+import { REPO_ROOT } from '../harness/paths.js';
+import { describeWith } from '../harness/requirements.js';
+
+let c: MiniCluster;
+let web: PodInfo;
+let pins = '';
+const ferry = (...args: string[]) => spawnSync(process.execPath, [join(REPO_ROOT, 'bin', 'ferry.js'), ...args], { encoding: 'utf8' });
+
+beforeAll(async () => {
+  c = await MiniCluster.create({ nodes: 2 });
+  web = await c.pod('web', 1, { whoami: 8080 });
+  c.apply([{ clusterIP: '10.96.0.30', ports: [{ port: 80, proto: 'TCP', targetPort: 8080, nodePort: 30700 }], endpoints: [web] }]);
+  pins = c.nodes[1]!.pinDir; // node-2: its NodePort flows are SNATed to node-1's pod
+  for (let i = 0; i < 3; i++) await c.client.execOk(['curl', '-sS', '--max-time', '3', '-o', '/dev/null', 'http://10.0.30.22:30700/']);
+});
+afterAll(async () => {
+  await c?.close();
+});
+
+describeWith(['root', 'netns', 'bpffs'], 'ferry CLI on live pins', () => {
+  it('service list: one row per frontend with its backends, as a table and as JSON', () => {
+    const t = ferry('service', 'list', '--pin-dir', pins);
+    expect(t.status, t.stderr).toBe(0);
+    expect(t.stdout).toMatch(/^ID +FRONTEND +TYPE +FLAGS +BACKENDS$/m);
+    expect(t.stdout).toMatch(/10\.0\.30\.22:30700\/tcp +NodePort +- +\d+ 10\.244\.1\.11:8080 \(active\)/);
+    const j = JSON.parse(ferry('service', 'list', '--pin-dir', pins, '-o', 'json').stdout) as Array<{ frontend: string; type: string; backends: { address: string }[] }>;
+    expect(j.find((r) => r.frontend === '10.96.0.30:80/tcp')).toMatchObject({ type: 'ClusterIP', backends: [{ address: '10.244.1.11:8080' }] });
+  });
+
+  it('map list and map dump decode every map', () => {
+    const list = JSON.parse(ferry('map', 'list', '--pin-dir', pins, '-o', 'json').stdout) as Array<{ name: string; entries: number; capacity: number }>;
+    expect(list.map((m) => m.name)).toContain('lb4_services');
+    expect(list.find((m) => m.name === 'ct4')!.entries).toBe(3);
+    const backends = ferry('map', 'dump', 'lb4_backends', '--pin-dir', pins);
+    expect(backends.stdout).toMatch(/^ID +ADDRESS +PORT +PROTO +FLAGS$/m);
+    expect(backends.stdout).toMatch(/10\.244\.1\.11 +8080 +tcp/);
+    const stats = JSON.parse(ferry('map', 'dump', 'ferry_stats', '--pin-dir', pins, '-o', 'json').stdout) as Array<{ key: string; packets: number }>;
+    expect(stats.find((s) => s.key === 'STAT_FWD_REMOTE')!.packets).toBeGreaterThan(0);
+    expect(ferry('map', 'dump', 'lb4_services', '--pin-dir', pins, '-o', 'hex').stdout.trim().split('\n').every((l) => /^[0-9a-f]{24}$/.test(l))).toBe(true);
+    expect(ferry('map', 'dump', 'nope', '--pin-dir', pins).stderr).toMatch(/no map "nope" \(maps: lb4_services/);
+  });
+
+  it('ct list, filtered by Service and backend; nat list shows the SNAT ports', () => {
+    const all = JSON.parse(ferry('ct', 'list', '--pin-dir', pins, '-o', 'json').stdout) as Array<{ flow: string; backend: string; nat: string; flags: string }>;
+    expect(all).toHaveLength(3);
+    for (const f of all) expect(f).toMatchObject({ backend: '10.244.1.11:8080', nat: expect.stringMatching(/^10\.0\.30\.22:\d+$/), flags: expect.stringContaining('snat') });
+    expect(JSON.parse(ferry('ct', 'list', '--pin-dir', pins, '--service', '10.0.30.22:30700', '-o', 'json').stdout)).toHaveLength(3);
+    expect(JSON.parse(ferry('ct', 'list', '--pin-dir', pins, '--backend', '10.244.9.9', '-o', 'json').stdout)).toHaveLength(0);
+    expect(ferry('ct', 'list', '--pin-dir', pins).stdout).toMatch(/10\.0\.10\.2:\d+ → 10\.0\.30\.22:30700\/tcp +10\.244\.1\.11:8080/);
+    expect(ferry('nat', 'list', '--pin-dir', pins).stdout).toMatch(/10\.244\.1\.11 +8080 +10\.0\.30\.22 +\d+ +tcp +10\.0\.10\.2 +\d+ +10\.0\.30\.22 +30700 +snat/);
+  });
+
+  it('status summarises maps, counters and drops', () => {
+    const s = JSON.parse(ferry('status', '--pin-dir', pins, '-o', 'json').stdout) as { agent: string; frontends: number; flows: number; forwarded: Array<{ key: string }> };
+    expect(s).toMatchObject({ agent: 'not reachable', flows: 3 });
+    expect(s.frontends).toBeGreaterThan(2);
+    expect(s.forwarded.map((f) => f.key)).toContain('STAT_FWD_REMOTE');
+    expect(ferry('status', '--pin-dir', pins).stdout).toMatch(/^frontends: \d+ +backends: 1 +flows: 3$/m);
+  });
+
+  it('ct flush asks for --yes, then empties conntrack and NAT', () => {
+    const refused = ferry('ct', 'flush', '--pin-dir', pins);
+    expect(refused.status).not.toBe(0);
+    expect(refused.stderr).toMatch(/add --yes to confirm/);
+    expect(ferry('ct', 'flush', '--pin-dir', pins, '--yes').stdout).toBe('deleted 3 conntrack and 3 NAT entries\n');
+    expect(JSON.parse(ferry('ct', 'list', '--pin-dir', pins, '-o', 'json').stdout)).toEqual([]);
+  });
+
+  it('says clearly when the pins are not there', () => {
+    const r = ferry('service', 'list', '--pin-dir', '/sys/fs/bpf/nope-ferry');
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toMatch(/no such file or directory/);
+    const notBpffs = ferry('map', 'list', '--pin-dir', '/tmp');
+    expect(notBpffs.stderr).toMatch(/not on a bpf filesystem \(mount -t bpf bpf \/sys\/fs\/bpf/);
+  });
+});
