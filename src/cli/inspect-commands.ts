@@ -4,6 +4,8 @@ import { Command } from 'commander';
 import { mapSpecs, type MapName } from '../datapath/layouts.js';
 import { dumpRows, flushConntrack, listFlows, listMaps, withMap } from './inspect.js';
 import { readFrontends } from './service-command.js';
+import { explain, parseEndpoint } from './explain.js';
+import { defaultObjectsDir } from '../agent/agent.js';
 import { table } from './table.js';
 
 const PIN_DIR = '/sys/fs/bpf/ferry';
@@ -74,6 +76,21 @@ export function registerInspect(program: Command): void {
     .option('-o, --output <format>', 'table or json', 'table')
     .action((o: { pinDir: string; output: string }) => {
       out(o.output, dumpRows(o.pinDir, 'nat4'), ['saddr', 'sport', 'daddr', 'dport', 'proto', 'clientAddr', 'clientPort', 'frontendAddr', 'frontendPort', 'flags', 'expires']);
+    });
+
+  program.command('explain <source> <destination>')
+    .description('what the datapath does with one packet, and why: SRC-IP:PORT DST-IP:PORT/tcp|udp')
+    .option('--from <where>', 'external (tc, run through a twin of the program), pod or host (socket hooks)', 'external')
+    .option('--pin-dir <dir>', 'the agent\'s pin directory', PIN_DIR)
+    .option('--device <ifname>', 'the device the packet arrives on', 'eth0')
+    .option('--netns <name>', 'run in this network namespace (a sandbox node)')
+    .option('-o, --output <format>', 'text or json', 'text')
+    .action((source: string, destination: string, o: { from: string; pinDir: string; device: string; netns?: string; output: string }) => {
+      const s = parseEndpoint(source, 'source');
+      const d = parseEndpoint(destination, 'destination');
+      if (!['external', 'pod', 'host'].includes(o.from)) throw new Error(`--from ${o.from}: use external, pod or host`);
+      const e = explain({ src: s.ip, sport: s.port, dst: d.ip, dport: d.port, proto: d.proto ?? 'tcp', from: o.from as 'external', pinDir: o.pinDir, objectsDir: defaultObjectsDir(), device: o.device, netns: o.netns });
+      process.stdout.write(o.output === 'json' ? `${JSON.stringify(e, null, 2)}\n` : `${e.lines.join('\n')}\n`);
     });
 
   program.command('status')

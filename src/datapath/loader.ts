@@ -46,6 +46,9 @@ export const DEFAULT_MAP_SIZES: MapSizes = {
  */
 export const DEFAULT_SNAT_PORTS = { min: 61000, max: 65535 } as const;
 
+/** Where the tc program's .rodata (the node's datapath settings) is pinned. */
+export const RODATA_PIN = 'tc_rodata';
+
 export interface DatapathConfig {
   /** Directory with tc.bpf.o and sock.bpf.o. */
   objectsDir: string;
@@ -136,6 +139,9 @@ export class Datapath {
       if (lt.tcpClosing !== undefined) tc.setConstant('ct_lifetime_tcp_closing', lt.tcpClosing);
       if (lt.nonTcp !== undefined) tc.setConstant('ct_lifetime_nontcp', lt.nonTcp);
       tc.load();
+      // The node's settings, for tools that load a twin of this program (ferry explain).
+      rmSync(join(cfg.pinDir, RODATA_PIN), { force: true });
+      tc.pinRodata(join(cfg.pinDir, RODATA_PIN));
       sock = BpfObject.open(join(cfg.objectsDir, 'sock.bpf.o'));
       configure(sock);
       sock.load(); // adopts the maps tc just pinned

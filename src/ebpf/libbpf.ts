@@ -92,6 +92,7 @@ export interface Libbpf {
   objPin(fd: number, path: string): number;
   mapCreate(type: number, name: string, keySize: number, valueSize: number, maxEntries: number, flags: number): number;
   objGet(path: string): number;
+  mapGetFdById(id: number): number;
   objGetInfoByFd(fd: number, info: Buffer): number;
   progTestRun(fd: number, opts: Buffer): number;
   /** Copy `len` bytes of native memory at `ptr` into a Buffer. */
@@ -226,6 +227,7 @@ function bind(): Libbpf {
   const objPin = f('int bpf_obj_pin(int fd, const char *path)');
   const mapCreate = f('int bpf_map_create(int type, const char *name, uint32_t key_size, uint32_t value_size, uint32_t max_entries, void *opts)');
   const objGet = f('int bpf_obj_get(const char *path)');
+  const mapFdById = f('int bpf_map_get_fd_by_id(uint32_t id)');
   const objInfo = f('int bpf_obj_get_info_by_fd(int fd, void *info, _Inout_ uint32_t *len)');
   const testRun = f('int bpf_prog_test_run_opts(int fd, void *opts)');
   const closeFd = libc.func('int close(int fd)');
@@ -304,6 +306,7 @@ function bind(): Libbpf {
       return mapCreate(type, name, keySize, valueSize, maxEntries, opts);
     },
     objGet: (path) => objGet(path),
+    mapGetFdById: (id) => mapFdById(id),
     objGetInfoByFd: (fd, info) => objInfo(fd, info, [info.length]),
     progTestRun: (fd, opts) => testRun(fd, opts),
     readMemory: (ptr, len) => {

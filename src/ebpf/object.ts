@@ -157,6 +157,29 @@ export class BpfObject implements Resource {
     }
   }
 
+  /** The `.rodata` bytes as configured (what the loaded programs see). */
+  rodataBytes(): Buffer | undefined {
+    return this.rodata ? Buffer.from(this.rodata.data) : undefined;
+  }
+
+  /** Take every `.rodata` constant at once from a loaded twin of this object (same build). */
+  setRodataBytes(bytes: Buffer): void {
+    const op = `copy .rodata into ${this.path}`;
+    this.requireOpenPhase(op);
+    if (!this.rodata || bytes.length !== this.rodata.data.length) {
+      throw new FerryError({ code: ErrorCode.Rodata, op, cause: `got ${bytes.length} bytes, the object has ${this.rodata?.data.length ?? 0}`, hint: 'the running datapath comes from another ferry build' });
+    }
+    bytes.copy(this.rodata.data);
+  }
+
+  /** Pin the loaded `.rodata` map (the node's settings), so tools can load a twin. */
+  pinRodata(path: string): void {
+    const m = [...this.mapHandles.values()].find((x) => x.internal && x.name.endsWith('.rodata'));
+    if (!m || !this.loaded) throw new FerryError({ code: ErrorCode.Rodata, op: `pin .rodata of ${this.path}`, cause: 'no loaded .rodata map' });
+    const rc = libbpf().objPin(libbpf().mapFd(m.handle), path);
+    if (rc < 0) throw errnoError(`pin .rodata at ${path}`, rc, ErrorCode.MapOp, bpffsHint(rc));
+  }
+
   /** Resize a map before load (the load-time sizing settings). */
   setMaxEntries(mapName: string, n: number): void {
     const op = `resize map ${mapName}`;

@@ -29,6 +29,23 @@ export function assertBpffs(dir: string): void {
   }
 }
 
+/** The single value of a pinned one-entry array (a pinned .rodata, say), as raw bytes. */
+export function readPinnedArrayValue(path: string): Buffer {
+  const op = `read pinned ${path}`;
+  const lb = libbpf();
+  const fd = lb.objGet(path);
+  if (fd < 0) throw errnoError(op, fd, ErrorCode.MapOp, bpffsHint(fd) ?? 'is the agent running, or has it ever run on this node?');
+  try {
+    const info = mapInfoByFd(fd);
+    const value = Buffer.alloc(info.valueSize);
+    const rc = lb.mapLookupElem(fd, Buffer.alloc(4), value);
+    if (rc < 0) throw errnoError(op, rc, ErrorCode.MapOp);
+    return value;
+  } finally {
+    lb.close(fd);
+  }
+}
+
 /** Open a pinned map and check both codecs against the BTF the kernel keeps for it. */
 export function openPinnedMap<K, V>(path: string, key: Codec<K>, value: Codec<V>, sizeSetting?: string): BpfMap<K, V> {
   const op = `open pinned map ${path}`;

@@ -16,7 +16,12 @@ const ferry = (...args: string[]) => spawnSync(process.execPath, [join(REPO_ROOT
 beforeAll(async () => {
   c = await MiniCluster.create({ nodes: 2 });
   web = await c.pod('web', 1, { whoami: 8080 });
-  c.apply([{ clusterIP: '10.96.0.30', ports: [{ port: 80, proto: 'TCP', targetPort: 8080, nodePort: 30700 }], endpoints: [web] }]);
+  c.apply([
+    { clusterIP: '10.96.0.30', ports: [{ port: 80, proto: 'TCP', targetPort: 8080, nodePort: 30700 }], endpoints: [web] },
+    { clusterIP: '10.96.0.31', ports: [{ port: 80, proto: 'TCP', targetPort: 8080, nodePort: 30701 }], endpoints: [web], forwarding: 'dsr' },
+    { clusterIP: '10.96.0.32', ports: [{ port: 80, proto: 'TCP', targetPort: 8080, nodePort: 30702 }], loadBalancerIPs: ['10.0.100.70'], endpoints: [] },
+  ]);
+  await c.net.routeLoadBalancerIP('10.0.100.70', [c.net.node(2)]);
   pins = c.nodes[1]!.pinDir; // node-2: its NodePort flows are SNATed to node-1's pod
   for (let i = 0; i < 3; i++) await c.client.execOk(['curl', '-sS', '--max-time', '3', '-o', '/dev/null', 'http://10.0.30.22:30700/']);
 });
@@ -71,6 +76,40 @@ describeWith(['root', 'netns', 'bpffs'], 'ferry CLI on live pins', () => {
     expect(refused.stderr).toMatch(/add --yes to confirm/);
     expect(ferry('ct', 'flush', '--pin-dir', pins, '--yes').stdout).toBe('deleted 3 conntrack and 3 NAT entries\n');
     expect(JSON.parse(ferry('ct', 'list', '--pin-dir', pins, '-o', 'json').stdout)).toEqual([]);
+  });
+
+  it('explain agrees with real traffic: local, remote (SNAT), DSR, no endpoints, unknown port', async () => {
+    const ex = (dst: string, node: number, from = 'external') => {
+      const r = ferry('explain', '10.0.10.2:45000', dst, '--from', from, '--pin-dir', c.nodes[node - 1]!.pinDir, '--netns', c.nodes[node - 1]!.host.netns, '-o', 'json');
+      if (r.status !== 0) throw new Error(r.stderr);
+      return JSON.parse(r.stdout) as { lines: string[]; verdict: string; backend?: string };
+    };
+    const real = async (url: string) => {
+      const r = await c.client.exec(['curl', '-sS', '--max-time', '2', url]);
+      return { code: r.code, remote: /RemoteAddr: ([\d.]+)/.exec(r.stdout)?.[1], host: /Hostname: (\S+)/.exec(r.stdout)?.[1] };
+    };
+    const local = ex('10.0.30.21:30700/tcp', 1);
+    expect(local.lines.join('\n')).toMatch(/backend on this node \(DNAT only/);
+    expect(local.backend).toBe(`${web.ip}:8080`);
+    expect(await real('http://10.0.30.21:30700/')).toMatchObject({ code: 0, host: 'web', remote: '10.0.10.2' });
+    const remote = ex('10.0.30.22:30700/tcp', 2);
+    expect(remote.lines.join('\n')).toMatch(/another node with SNAT/);
+    expect(remote.lines.join('\n')).toMatch(/packet out: 10\.0\.30\.22:\d+ → 10\.244\.1\.11:8080/);
+    expect(await real('http://10.0.30.22:30700/')).toMatchObject({ code: 0, host: 'web', remote: '10.0.30.22' });
+    const dsr = ex('10.0.30.22:30701/tcp', 2);
+    expect(dsr.lines.join('\n')).toMatch(/by DSR/);
+    expect(dsr.lines.join('\n')).toMatch(/IPv4 option 9e08/);
+    expect(await real('http://10.0.30.22:30701/')).toMatchObject({ code: 0, host: 'web', remote: '10.0.10.2' });
+    const none = ex('10.0.30.22:30702/tcp', 2);
+    expect(none.lines.join('\n')).toMatch(/ICMP port unreachable/);
+    expect((await real('http://10.0.30.22:30702/')).code).toBe(7);
+    const unknown = ex('10.0.100.70:81/tcp', 2);
+    expect(unknown.lines.join('\n')).toMatch(/dropped, reason unknown_port/);
+    expect((await real('http://10.0.100.70:81/')).code).toBe(28);
+    // From a pod: the socket hooks' decision.
+    expect(ex('10.96.0.30:80/tcp', 2, 'pod').lines.join('\n')).toMatch(/backends: 10\.244\.1\.11:8080/);
+    // And the live maps were only read: no flow from the synthetic packets.
+    expect(JSON.parse(ferry('ct', 'list', '--pin-dir', pins, '-o', 'json').stdout).filter((f: { flow: string }) => f.flow.includes(':45000 '))).toEqual([]);
   });
 
   it('says clearly when the pins are not there', () => {

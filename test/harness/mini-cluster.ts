@@ -21,6 +21,7 @@ export interface TestService {
   loadBalancerIPs?: string[];
   externalIPs?: string[];
   endpoints: PodInfo[];
+  forwarding?: 'snat' | 'dsr';
 }
 
 export interface ClusterNode extends NodeInfo {
@@ -90,12 +91,13 @@ function frontendsFor(s: TestService, node: NodeInfo): FrontendSpec[] {
   const out: FrontendSpec[] = [];
   for (const p of s.ports) {
     const backends = s.endpoints.map((e) => ({ address: e.ip, port: p.targetPort, local: e.node.name === node.name }));
+    const extra = s.forwarding ? { forwarding: s.forwarding } : {};
     out.push({ address: s.clusterIP, port: p.port, proto: p.proto, kind: 'ClusterIP', backends });
     if (p.nodePort) {
-      out.push({ address: node.ip, port: p.nodePort, proto: p.proto, kind: 'NodePort', backends });
+      out.push({ address: node.ip, port: p.nodePort, proto: p.proto, kind: 'NodePort', backends, ...extra });
       out.push({ address: '0.0.0.0', port: p.nodePort, proto: p.proto, kind: 'NodePort', nodePortAny: true, backends });
     }
-    for (const ip of s.loadBalancerIPs ?? []) out.push({ address: ip, port: p.port, proto: p.proto, kind: 'LoadBalancer', backends });
+    for (const ip of s.loadBalancerIPs ?? []) out.push({ address: ip, port: p.port, proto: p.proto, kind: 'LoadBalancer', backends, ...extra });
     for (const ip of s.externalIPs ?? []) out.push({ address: ip, port: p.port, proto: p.proto, kind: 'ExternalIP', backends });
   }
   return out;

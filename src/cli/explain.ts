@@ -1,0 +1,205 @@
+// `ferry explain`: what the datapath would do with one packet, and why. For traffic from
+// outside the node, the packet runs through a twin of the loaded tc program (same build,
+// same node settings from the pinned .rodata) whose maps hold copies of the live ones, so
+// the live datapath is only read. For traffic from pods or the host, the socket hooks'
+// decision is worked out from the live maps (cgroup programs cannot be test-run).
+import { join } from 'node:path';
+import { BackendFlags, LbFlags, LbScope, Stat, DropReason, mapSpecs, protoName, type MapName } from '../datapath/layouts.js';
+import type { Codec } from '../ebpf/codec.js';
+import { ErrorCode, FerryError, errnoError } from '../ebpf/errors.js';
+import { libbpf } from '../ebpf/libbpf.js';
+import { ifindexOf } from '../ebpf/link-tc.js';
+import type { BpfMap } from '../ebpf/map.js';
+import { BpfObject } from '../ebpf/object.js';
+import { readPinnedArrayValue } from '../ebpf/pinned.js';
+import { testRun } from '../ebpf/test-run.js';
+import { skbContext } from '../ebpf/skb-context.js';
+import { buildPacket, eth, ipv4, tcp, udp } from '../packet/build.js';
+import { decodePacket } from '../packet/decode.js';
+import { inNetns } from '../sys/netns.js';
+import { RODATA_PIN } from '../datapath/loader.js';
+import { openMap, withMap } from './inspect.js';
+
+export interface ExplainRequest {
+  src: string;
+  sport: number;
+  dst: string;
+  dport: number;
+  proto: 'tcp' | 'udp';
+  from: 'external' | 'pod' | 'host';
+  pinDir: string;
+  objectsDir: string;
+  /** The device the packet arrives on (external). */
+  device: string;
+  /** Run inside this network namespace (a sandbox node). */
+  netns?: string;
+}
+
+export interface Explanation {
+  lines: string[];
+  verdict: string;
+  backend?: string;
+}
+
+const TC_VERDICTS: Record<number, string> = { 0: 'TC_ACT_OK (on to the stack)', 2: 'TC_ACT_SHOT (dropped)', 7: 'TC_ACT_REDIRECT (sent out by the program)' };
+const STAT_TEXT: Record<string, string> = {
+  STAT_FWD_LOCAL: 'forwarded to a backend on this node (DNAT only; the client address is kept)',
+  STAT_FWD_REMOTE: 'forwarded to a backend on another node with SNAT to this node',
+  STAT_FWD_DSR: 'forwarded to a backend on another node by DSR (the frontend rides in an IPv4 option)',
+  STAT_REPLY_REMOTE: 'a reply to an SNATed flow, restored and sent back to its client',
+  STAT_ICMP_REJECT: 'no backend: answered ICMP port unreachable (the client sees ECONNREFUSED)',
+  STAT_ICMP_FRAG_NEEDED: 'the DSR option would exceed the path MTU: answered fragmentation-needed',
+  STAT_DSR_RECEIVED: 'a DSR packet for a local backend: frontend recorded, option removed',
+  STAT_ICMP_RELATED: 'an ICMP error of a translated flow, translated',
+};
+
+type AnyMap = BpfMap<unknown, unknown>;
+
+function copyAll(from: AnyMap, to: AnyMap): number {
+  const entries = from.entries();
+  if (entries.length) to.updateBatch(entries as Array<[unknown, unknown]>);
+  return entries.length;
+}
+
+function masterOf(services: AnyMap, address: string, port: number, proto: number, scope: number) {
+  return services.lookup({ address, port, proto, scope, slot: 0 }) as { count: number; revNatId: number; flags: number; backendId: number; affinityTimeout: number } | undefined;
+}
+
+function flagText(flags: number): string {
+  return Object.entries(LbFlags).filter(([, v]) => flags & v).map(([k]) => k.slice(5).toLowerCase()).join(',') || '-';
+}
+
+function backendList(pinDir: string, address: string, port: number, proto: number, scope: number, count: number): string[] {
+  return withMap(pinDir, 'lb4_services', (svcs) => withMap(pinDir, 'lb4_backends', (bes) =>
+    Array.from({ length: count }, (_, i) => {
+      const id = (svcs.lookup({ address, port, proto, scope, slot: i + 1 }) as { backendId: number } | undefined)?.backendId ?? 0;
+      const b = bes.lookup(id) as { address: string; port: number; flags: number } | undefined;
+      return b ? `${b.address}:${b.port}${b.flags & BackendFlags.LB_BACKEND_F_LOCAL ? ' (local)' : ''}${b.flags & BackendFlags.LB_BACKEND_F_TERMINATING ? ' (terminating)' : ''}` : `(missing backend ${id})`;
+    })));
+}
+
+/** The socket hooks' decision, worked out from the live maps as sock.bpf.c makes it. */
+function explainSocket(r: ExplainRequest): Explanation {
+  const proto = r.proto === 'tcp' ? 6 : 17;
+  const lines = [`connect()/sendmsg() from a ${r.from === 'pod' ? 'pod' : 'host process'} to ${r.dst}:${r.dport}/${r.proto} (cgroup socket hooks)`];
+  return withMap(r.pinDir, 'lb4_services', (svcs) => {
+    let addr = r.dst;
+    let scope: number = LbScope.LB_SCOPE_INTERNAL;
+    let svc = masterOf(svcs, addr, r.dport, proto, scope);
+    if (!svc) {
+      scope = LbScope.LB_SCOPE_EXTERNAL;
+      svc = masterOf(svcs, addr, r.dport, proto, scope);
+    }
+    if (!svc && Number(r.dst.split('.')[0]) === 127) {
+      addr = '0.0.0.0';
+      svc = masterOf(svcs, addr, r.dport, proto, LbScope.LB_SCOPE_INTERNAL) ?? masterOf(svcs, addr, r.dport, proto, LbScope.LB_SCOPE_EXTERNAL);
+      if (svc) lines.push('loopback: the NodePort on any local address (0.0.0.0) applies');
+    }
+    if (!svc) {
+      const wild = masterOf(svcs, r.dst, 0, 0, LbScope.LB_SCOPE_EXTERNAL);
+      if (wild && wild.flags & LbFlags.LB_F_WILDCARD) {
+        lines.push(`${r.dst} is a Service address, but no Service has port ${r.dport}/${r.proto}: the call fails with ECONNREFUSED`);
+        return { lines, verdict: 'refused' };
+      }
+      lines.push('not a Service address: the socket connects unchanged');
+      return { lines, verdict: 'unchanged' };
+    }
+    lines.push(`frontend ${addr}:${r.dport}/${r.proto}, ${scope === LbScope.LB_SCOPE_INTERNAL ? 'internal scope (this node\'s pods and host: the cluster endpoints)' : 'scope external'}, flags ${flagText(svc.flags)}, rev-NAT ${svc.revNatId}`);
+    if (svc.count === 0) {
+      lines.push('no backend: the call fails with ECONNREFUSED');
+      return { lines, verdict: 'refused' };
+    }
+    const backends = backendList(r.pinDir, addr, r.dport, proto, scope, svc.count);
+    lines.push(`backends: ${backends.join(', ')}`);
+    lines.push(svc.affinityTimeout
+      ? `sessionAffinity ClientIP (${svc.affinityTimeout}s): this network namespace keeps the backend it got first`
+      : 'the socket cookie picks one of them, once per connect() (per datagram for unconnected UDP); replies are mapped back to the frontend');
+    return { lines, verdict: 'rewritten to a backend' };
+  });
+}
+
+export function explain(r: ExplainRequest): Explanation {
+  if (r.from !== 'external') return explainSocket(r);
+  const lb = libbpf();
+  const rodata = readPinnedArrayValue(join(r.pinDir, RODATA_PIN));
+  const twin = BpfObject.open(join(r.objectsDir, 'tc.bpf.o'));
+  const opened: AnyMap[] = [];
+  try {
+    twin.setRodataBytes(rodata);
+    // The twin's maps as large as the live ones.
+    const live = Object.fromEntries((Object.keys(mapSpecs) as MapName[]).map((n) => {
+      const m = openMap(r.pinDir, n);
+      opened.push(m);
+      return [n, m];
+    })) as Record<MapName, AnyMap>;
+    for (const n of Object.keys(mapSpecs) as MapName[]) twin.setMaxEntries(n, live[n].maxEntries);
+    twin.load();
+    const copy = (n: MapName) => twin.map(n, mapSpecs[n].key as Codec<unknown>, mapSpecs[n].value as Codec<unknown>);
+    for (const n of ['lb4_services', 'lb4_backends', 'lb4_reverse_nat', 'lb4_src_ranges'] as const) copyAll(live[n], copy(n));
+    // Maglev tables: the twin points at the live inner maps (read only).
+    for (const [id, innerId] of live.lb4_maglev.entries() as Array<[number, number]>) {
+      const fd = lb.mapGetFdById(innerId);
+      if (fd < 0) throw errnoError(`open Maglev table ${id}`, fd, ErrorCode.MapOp);
+      try {
+        copy('lb4_maglev').update(id, fd);
+      } finally {
+        lb.close(fd);
+      }
+    }
+    const proto = r.proto === 'tcp' ? 6 : 17;
+    const tuple = { saddr: r.src, daddr: r.dst, sport: r.sport, dport: r.dport, proto };
+    const ct = live.ct4.lookup(tuple);
+    if (ct) copy('ct4').update(tuple, ct);
+    const nat = live.nat4.lookup(tuple);
+    if (nat) copy('nat4').update(tuple, nat);
+    for (const [k, v] of live.lb4_affinity.entries() as Array<[{ client: string }, unknown]>) if (k.client === r.src) copy('lb4_affinity').update(k, v);
+
+    const lines = [`packet ${r.src}:${r.sport} → ${r.dst}:${r.dport}/${r.proto} arriving from outside on ${r.device}${r.netns ? ` (netns ${r.netns})` : ''}`];
+    if (ct) lines.push(`conntrack: an established flow (backend id ${(ct as { backendId: number }).backendId}): it keeps its backend`);
+    if (nat) lines.push('this is a reply of a translated flow');
+    const svcs = live.lb4_services;
+    const svc = masterOf(svcs, r.dst, r.dport, proto, LbScope.LB_SCOPE_EXTERNAL);
+    if (svc) {
+      lines.push(`frontend ${r.dst}:${r.dport}/${r.proto}, flags ${flagText(svc.flags)}, rev-NAT ${svc.revNatId}, ${svc.count} backend(s)${svc.backendId ? `, Maglev table ${svc.backendId}` : ''}${svc.affinityTimeout ? `, ClientIP affinity ${svc.affinityTimeout}s` : ''}`);
+      if (svc.count) lines.push(`backends: ${backendList(r.pinDir, r.dst, r.dport, proto, LbScope.LB_SCOPE_EXTERNAL, svc.count).join(', ')}`);
+    }
+
+    const run = () => {
+      const ifindex = ifindexOf(r.device);
+      const l4 = proto === 6 ? tcp({ sport: r.sport, dport: r.dport, flags: ct ? 'A' : 'S' }) : udp({ sport: r.sport, dport: r.dport });
+      const data = buildPacket([eth(), ipv4({ src: r.src, dst: r.dst, ttl: 64 }), l4]);
+      return testRun(twin.program('tc_ingress'), { data, ctx: skbContext({ ifindex }) });
+    };
+    const res = r.netns ? inNetns(r.netns, run) : run();
+    const counters = (n: 'ferry_stats' | 'ferry_drops', names: Record<string, number>) =>
+      Object.entries(names).filter(([, i]) => (copy(n).lookupPerCpu(i) ?? []).some((v) => (v as { packets: bigint }).packets > 0n)).map(([k]) => k);
+    const stats = counters('ferry_stats', Stat);
+    const drops = counters('ferry_drops', DropReason);
+    for (const s of stats) lines.push(`decision: ${STAT_TEXT[s] ?? s}`);
+    for (const d of drops) lines.push(`decision: dropped, reason ${d.slice(5).toLowerCase()}`);
+    if (!stats.length && !drops.length) lines.push(svc ? 'decision: nothing to do' : 'decision: not a Service address: passed on untouched');
+    let backend: string | undefined;
+    const made = copy('ct4').lookup(tuple) as { backendId: number; natAddr: string; natPort: number; flags: number } | undefined;
+    if (made) {
+      const b = copy('lb4_backends').lookup(made.backendId) as { address: string; port: number } | undefined;
+      backend = b ? `${b.address}:${b.port}` : undefined;
+      lines.push(`backend: ${backend ?? '(gone)'} (id ${made.backendId})`);
+    }
+    const out = decodePacket(res.data);
+    const ip = out.find((l) => l.name === 'ipv4')?.fields;
+    const l4out = out.find((l) => l.name === 'tcp' || l.name === 'udp' || l.name === 'icmp')?.fields;
+    if (ip) lines.push(`packet out: ${ip.src}${l4out?.sport !== undefined ? `:${l4out.sport}` : ''} → ${ip.dst}${l4out?.dport !== undefined ? `:${l4out.dport}` : ''}, ttl ${ip.ttl}${ip.options ? `, IPv4 option ${ip.options}` : ''}${out.some((l) => l.name === 'icmp') ? ` (ICMP type ${l4out?.type} code ${l4out?.code})` : ''}`);
+    const verdict = TC_VERDICTS[res.retval] ?? String(res.retval);
+    lines.push(`verdict: ${verdict}`);
+    return { lines, verdict, backend };
+  } finally {
+    for (const m of opened) m.close();
+    twin.close();
+  }
+}
+
+export function parseEndpoint(s: string, what: string): { ip: string; port: number; proto?: 'tcp' | 'udp' } {
+  const m = /^(\d+\.\d+\.\d+\.\d+):(\d+)(?:\/(tcp|udp))?$/i.exec(s);
+  if (!m) throw new FerryError({ code: ErrorCode.Config, op: `explain ${what}`, cause: `"${s}" is not IP:PORT${what === 'destination' ? '[/tcp|udp]' : ''}` });
+  return { ip: m[1]!, port: Number(m[2]), proto: m[3]?.toLowerCase() as 'tcp' | 'udp' | undefined };
+}
