@@ -382,8 +382,7 @@ static __always_inline int icmp_related_ingress(struct __sk_buff *skb, const str
 	}
 }
 
-SEC("tc")
-int tc_ingress(struct __sk_buff *skb)
+static __always_inline int tc_ingress_packet(struct __sk_buff *skb)
 {
 	struct pkt4 p;
 	struct lb4_service *svc;
@@ -435,8 +434,7 @@ int tc_ingress(struct __sk_buff *skb)
 	}
 }
 
-SEC("tc")
-int tc_egress(struct __sk_buff *skb)
+static __always_inline int tc_egress_packet(struct __sk_buff *skb)
 {
 	struct pkt4 p;
 	struct ct4_key k;
@@ -478,6 +476,89 @@ int tc_egress(struct __sk_buff *skb)
 		return count_drop(DROP_CSUM_FAILED, p.len);
 	count_stat(STAT_REPLY_LOCAL, p.len);
 	return TC_ACT_OK;
+}
+
+/* ferry monitor: while it asks, report drops with their reason and traces of
+ * translations (the packet before and after). Costs one array lookup per packet else. */
+static __always_inline __u32 monitor_flags(void)
+{
+	__u32 zero = 0;
+	struct ferry_monitor *m = bpf_map_lookup_elem(&ferry_monitor, &zero);
+
+	return m ? m->flags : 0;
+}
+
+static __always_inline void monitor_event(struct __sk_buff *skb, const struct pkt4 *in, __u32 flags, int verdict, __u8 hook)
+{
+	struct ferry_scratch *s = scratch();
+	struct ferry_event *e;
+	struct pkt4 out;
+	__u32 type;
+
+	if (!s)
+		return;
+	if (verdict == TC_ACT_SHOT && (flags & MONITOR_DROPS) && s->last_drop)
+		type = EVENT_DROP;
+	else if (verdict != TC_ACT_SHOT && (flags & MONITOR_TRACES) && s->last_stat)
+		type = EVENT_TRACE;
+	else
+		return;
+	e = bpf_ringbuf_reserve(&ferry_events, sizeof(*e), 0);
+	if (!e)
+		return;
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts_ns = bpf_ktime_get_ns();
+	e->type = type;
+	e->reason = type == EVENT_DROP ? s->last_drop : s->last_stat - 1;
+	e->saddr = in->saddr;
+	e->daddr = in->daddr;
+	e->sport = in->sport;
+	e->dport = in->dport;
+	e->proto = in->proto;
+	e->hook = hook;
+	e->ifindex = skb->ifindex;
+	e->verdict = verdict;
+	if (type == EVENT_TRACE && parse_ipv4(skb, &out) == PARSE_OK) {
+		e->out_saddr = out.saddr;
+		e->out_daddr = out.daddr;
+		e->out_sport = out.sport;
+		e->out_dport = out.dport;
+	}
+	bpf_ringbuf_submit(e, 0);
+}
+
+static __always_inline int monitored(struct __sk_buff *skb, __u8 hook)
+{
+	__u32 flags = monitor_flags();
+	struct ferry_scratch *s;
+	struct pkt4 in;
+	int have = 0;
+	int verdict;
+
+	if (flags) {
+		s = scratch();
+		if (s) {
+			s->last_drop = 0;
+			s->last_stat = 0;
+		}
+		have = parse_ipv4(skb, &in) == PARSE_OK;
+	}
+	verdict = hook == HOOK_TC_INGRESS ? tc_ingress_packet(skb) : tc_egress_packet(skb);
+	if (have)
+		monitor_event(skb, &in, flags, verdict, hook);
+	return verdict;
+}
+
+SEC("tc")
+int tc_ingress(struct __sk_buff *skb)
+{
+	return monitored(skb, HOOK_TC_INGRESS);
+}
+
+SEC("tc")
+int tc_egress(struct __sk_buff *skb)
+{
+	return monitored(skb, HOOK_TC_EGRESS);
 }
 
 char LICENSE[] SEC("license") = "GPL";

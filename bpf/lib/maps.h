@@ -8,6 +8,7 @@
 #include "shared/lb.h"
 #include "shared/ct.h"
 #include "shared/metrics.h"
+#include "shared/events.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -100,9 +101,39 @@ struct {
 	__type(value, struct ferry_counter);
 } ferry_drops SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} ferry_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ferry_monitor);
+} ferry_monitor SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ferry_scratch);
+} ferry_scratch SEC(".maps");
+
+static __always_inline struct ferry_scratch *scratch(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&ferry_scratch, &zero);
+}
+
 static __always_inline void count_stat(__u32 stat, __u64 bytes)
 {
 	struct ferry_counter *c = bpf_map_lookup_elem(&ferry_stats, &stat);
+	struct ferry_scratch *s = scratch();
+
+	if (s)
+		s->last_stat = stat + 1; /* 0: none */
 
 	if (c) {
 		c->packets++;
@@ -113,6 +144,10 @@ static __always_inline void count_stat(__u32 stat, __u64 bytes)
 static __always_inline int count_drop(__u32 reason, __u64 bytes)
 {
 	struct ferry_counter *c = bpf_map_lookup_elem(&ferry_drops, &reason);
+	struct ferry_scratch *s = scratch();
+
+	if (s)
+		s->last_drop = reason;
 
 	if (c) {
 		c->packets++;

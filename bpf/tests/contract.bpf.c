@@ -5,6 +5,7 @@
 #include "shared/lb.h"
 #include "shared/ct.h"
 #include "shared/metrics.h"
+#include "shared/events.h"
 
 struct ferry_enum_witness {
 	enum lb_scope scope;
@@ -16,6 +17,9 @@ struct ferry_enum_witness {
 	enum ct_lifetime ct_lifetime;
 	enum ferry_stat stat;
 	enum ferry_drop_reason drop_reason;
+	enum ferry_event_type event_type;
+	enum ferry_monitor_flags monitor_flags;
+	enum ferry_hook hook;
 };
 
 const volatile struct ferry_enum_witness ferry_enum_witness = {};

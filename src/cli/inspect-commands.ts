@@ -5,6 +5,7 @@ import { mapSpecs, type MapName } from '../datapath/layouts.js';
 import { dumpRows, flushConntrack, listFlows, listMaps, withMap } from './inspect.js';
 import { readFrontends } from './service-command.js';
 import { explain, parseEndpoint } from './explain.js';
+import { monitor } from './monitor.js';
 import { defaultObjectsDir } from '../agent/agent.js';
 import { table } from './table.js';
 
@@ -91,6 +92,22 @@ export function registerInspect(program: Command): void {
       if (!['external', 'pod', 'host'].includes(o.from)) throw new Error(`--from ${o.from}: use external, pod or host`);
       const e = explain({ src: s.ip, sport: s.port, dst: d.ip, dport: d.port, proto: d.proto ?? 'tcp', from: o.from as 'external', pinDir: o.pinDir, objectsDir: defaultObjectsDir(), device: o.device, netns: o.netns });
       process.stdout.write(o.output === 'json' ? `${JSON.stringify(e, null, 2)}\n` : `${e.lines.join('\n')}\n`);
+    });
+
+  program.command('monitor')
+    .description('live datapath events: drops with their reason, and traces of translations (Ctrl-C stops)')
+    .option('--type <types>', 'drop, trace, or drop,trace', 'drop')
+    .option('--pin-dir <dir>', 'the agent\'s pin directory', PIN_DIR)
+    .option('--count <n>', 'stop after this many events', '0')
+    .option('-o, --output <format>', 'text or json (one object a line)', 'text')
+    .action(async (o: { type: string; pinDir: string; count: string; output: string }) => {
+      const types = o.type.split(',').map((t) => t.trim());
+      if (types.some((t) => t !== 'drop' && t !== 'trace')) throw new Error(`--type ${o.type}: use drop, trace or drop,trace`);
+      const stop = new AbortController();
+      process.once('SIGINT', () => stop.abort());
+      process.once('SIGTERM', () => stop.abort());
+      if (o.output !== 'json') process.stderr.write(`watching ${types.join(' and ')} events in ${o.pinDir} (Ctrl-C stops)\n`);
+      await monitor({ pinDir: o.pinDir, types: types as Array<'drop' | 'trace'>, json: o.output === 'json', count: Number(o.count), write: (l) => process.stdout.write(`${l}\n`) }, stop.signal);
     });
 
   program.command('status')

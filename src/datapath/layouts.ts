@@ -65,6 +65,10 @@ export const DropReason = {
   DROP_REASON_MAX: 32,
 } as const;
 
+export const EventType = { EVENT_DROP: 1, EVENT_TRACE: 2 } as const;
+export const MonitorFlags = { MONITOR_DROPS: 1 << 0, MONITOR_TRACES: 1 << 1 } as const;
+export const Hook = { HOOK_TC_INGRESS: 0, HOOK_TC_EGRESS: 1 } as const;
+
 /** Every mirrored enum, by its C name. */
 export const sharedEnums: Record<string, Record<string, number>> = {
   lb_scope: LbScope,
@@ -76,6 +80,9 @@ export const sharedEnums: Record<string, Record<string, number>> = {
   ct_lifetime: CtLifetime,
   ferry_stat: Stat,
   ferry_drop_reason: DropReason,
+  ferry_event_type: EventType,
+  ferry_monitor_flags: MonitorFlags,
+  ferry_hook: Hook,
 };
 
 export const lb4KeyCodec = structCodec('lb4_key', {
@@ -184,6 +191,29 @@ export const nat4EntryCodec = structCodec('nat4_entry', {
 });
 export type Nat4Entry = ReturnType<typeof nat4EntryCodec.decode>;
 
+export const monitorCodec = structCodec('ferry_monitor', { flags: { type: 'u32' }, pad: { type: 'pad', length: 4 } });
+export const scratchCodec = structCodec('ferry_scratch', { lastDrop: { type: 'u32' }, lastStat: { type: 'u32' } });
+export const eventCodec = structCodec('ferry_event', {
+  tsNs: { type: 'u64' },
+  type: { type: 'u32' },
+  reason: { type: 'u32' },
+  saddr: { type: 'ipv4' },
+  daddr: { type: 'ipv4' },
+  sport: { type: 'be16' },
+  dport: { type: 'be16' },
+  proto: { type: 'u8' },
+  hook: { type: 'u8' },
+  pad: { type: 'pad', length: 2 },
+  outSaddr: { type: 'ipv4' },
+  outDaddr: { type: 'ipv4' },
+  outSport: { type: 'be16' },
+  outDport: { type: 'be16' },
+  ifindex: { type: 'u32' },
+  verdict: { type: 'u32' },
+  pad2: { type: 'pad', length: 4 },
+});
+export type FerryEvent = ReturnType<typeof eventCodec.decode>;
+
 export const counterCodec = structCodec('ferry_counter', { packets: { type: 'u64' }, bytes: { type: 'u64' } });
 
 /** Every datapath map: its codecs and the setting that resizes it. */
@@ -200,6 +230,8 @@ export const mapSpecs = {
   nat4: { key: ct4KeyCodec, value: nat4EntryCodec, sizeSetting: 'mapSizes.nat' },
   ferry_stats: { key: u32Codec, value: counterCodec, sizeSetting: undefined },
   ferry_drops: { key: u32Codec, value: counterCodec, sizeSetting: undefined },
+  ferry_monitor: { key: u32Codec, value: monitorCodec, sizeSetting: undefined },
+  ferry_scratch: { key: u32Codec, value: scratchCodec, sizeSetting: undefined },
 } as const;
 export type MapName = keyof typeof mapSpecs;
 

@@ -80,6 +80,8 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   nat4: 'nat',
   ferry_stats: undefined,
   ferry_drops: undefined,
+  ferry_monitor: undefined,
+  ferry_scratch: undefined,
 };
 
 type SpecOf<N extends MapName> = (typeof mapSpecs)[N];

@@ -93,6 +93,9 @@ export interface Libbpf {
   mapCreate(type: number, name: string, keySize: number, valueSize: number, maxEntries: number, flags: number): number;
   objGet(path: string): number;
   mapGetFdById(id: number): number;
+  ringBufferNew(mapFd: number, onSample: (data: Buffer) => void): Pointer | null;
+  ringBufferPoll(rb: Pointer, timeoutMs: number): number;
+  ringBufferFree(rb: Pointer): void;
   objGetInfoByFd(fd: number, info: Buffer): number;
   progTestRun(fd: number, opts: Buffer): number;
   /** Copy `len` bytes of native memory at `ptr` into a Buffer. */
@@ -228,6 +231,12 @@ function bind(): Libbpf {
   const mapCreate = f('int bpf_map_create(int type, const char *name, uint32_t key_size, uint32_t value_size, uint32_t max_entries, void *opts)');
   const objGet = f('int bpf_obj_get(const char *path)');
   const mapFdById = f('int bpf_map_get_fd_by_id(uint32_t id)');
+  k.opaque('ring_buffer');
+  const sampleProto = k.proto('int ferry_rb_sample(void *ctx, void *data, size_t size)');
+  const rbNew = f('ring_buffer *ring_buffer__new(int map_fd, ferry_rb_sample *cb, void *ctx, void *opts)');
+  const rbPoll = f('int ring_buffer__poll(ring_buffer *rb, int timeout_ms)');
+  const rbFree = f('void ring_buffer__free(ring_buffer *rb)');
+  const rbCallbacks = new Map<unknown, unknown>();
   const objInfo = f('int bpf_obj_get_info_by_fd(int fd, void *info, _Inout_ uint32_t *len)');
   const testRun = f('int bpf_prog_test_run_opts(int fd, void *opts)');
   const closeFd = libc.func('int close(int fd)');
@@ -307,6 +316,28 @@ function bind(): Libbpf {
     },
     objGet: (path) => objGet(path),
     mapGetFdById: (id) => mapFdById(id),
+    ringBufferNew: (mapFd, onSample) => {
+      const cb = k.register((_ctx: unknown, data: unknown, size: number) => {
+        const out = Buffer.alloc(Number(size));
+        memcpyOut(out, data, Number(size));
+        onSample(out);
+        return 0;
+      }, k.pointer(sampleProto));
+      const rb = rbNew(mapFd, cb, null, null);
+      if (!rb) {
+        k.unregister(cb);
+        return null;
+      }
+      rbCallbacks.set(rb, cb);
+      return rb;
+    },
+    ringBufferPoll: (rb, timeoutMs) => rbPoll(rb, timeoutMs),
+    ringBufferFree: (rb) => {
+      rbFree(rb);
+      const cb = rbCallbacks.get(rb);
+      if (cb) k.unregister(cb);
+      rbCallbacks.delete(rb);
+    },
     objGetInfoByFd: (fd, info) => objInfo(fd, info, [info.length]),
     progTestRun: (fd, opts) => testRun(fd, opts),
     readMemory: (ptr, len) => {

@@ -1,6 +1,6 @@
 // The debugging CLI against real maps populated by real traffic: every command as a table
 // and as JSON, working from the pins alone (no agent here).
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { PodInfo } from '../../src/sandbox/network.js';
@@ -110,6 +110,23 @@ describeWith(['root', 'netns', 'bpffs'], 'ferry CLI on live pins', () => {
     expect(ex('10.96.0.30:80/tcp', 2, 'pod').lines.join('\n')).toMatch(/backends: 10\.244\.1\.11:8080/);
     // And the live maps were only read: no flow from the synthetic packets.
     expect(JSON.parse(ferry('ct', 'list', '--pin-dir', pins, '-o', 'json').stdout).filter((f: { flow: string }) => f.flow.includes(':45000 '))).toEqual([]);
+  });
+
+  it('monitor shows drops with their reason and traces of translations, and stops on Ctrl-C', async () => {
+    const child = spawn(process.execPath, [join(REPO_ROOT, 'bin', 'ferry.js'), 'monitor', '--type', 'drop,trace', '--pin-dir', pins, '-o', 'json'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const flagsOn = () => JSON.parse(ferry('map', 'dump', 'ferry_monitor', '--pin-dir', pins, '-o', 'json').stdout)[0].flags as number;
+    for (let i = 0; i < 100 && flagsOn() !== 3; i++) await new Promise((r) => setTimeout(r, 50));
+    await c.client.exec(['curl', '-sS', '--max-time', '1', 'http://10.0.100.70:81/']); // unknown port: dropped
+    await c.client.exec(['curl', '-sS', '--max-time', '2', '-o', '/dev/null', 'http://10.0.30.22:30700/']); // SNAT: traced
+    for (let i = 0; i < 40 && !(out.includes('"drop"') && out.includes('"trace"')); i++) await new Promise((r) => setTimeout(r, 50));
+    process.kill(child.pid!, 'SIGINT');
+    await new Promise((r) => child.once('exit', r));
+    const events = out.trim().split('\n').map((l) => JSON.parse(l) as { type: string; reason: number; saddr: string; daddr: string; dport: number; outDaddr: string; outDport: number });
+    expect(events.find((e) => e.type === 'drop')).toMatchObject({ saddr: '10.0.10.2', daddr: '10.0.100.70', dport: 81, reason: 1 });
+    expect(events.find((e) => e.type === 'trace' && e.dport === 30700)).toMatchObject({ daddr: '10.0.30.22', outDaddr: '10.244.1.11', outDport: 8080 });
+    expect(flagsOn()).toBe(0); // events off again once the monitor is gone
   });
 
   it('says clearly when the pins are not there', () => {

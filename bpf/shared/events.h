@@ -1,0 +1,55 @@
+/* Events for `ferry monitor`: drops (with their reason) and traces of translations, sent
+ * through a ring buffer only while a monitor asks for them (ferry_monitor flags). */
+#ifndef FERRY_SHARED_EVENTS_H
+#define FERRY_SHARED_EVENTS_H
+
+#include "types.h"
+
+enum ferry_event_type {
+	EVENT_DROP = 1,
+	EVENT_TRACE = 2,
+};
+
+/* ferry_monitor.flags: which events to send. */
+enum ferry_monitor_flags {
+	MONITOR_DROPS = 1 << 0,
+	MONITOR_TRACES = 1 << 1,
+};
+
+enum ferry_hook {
+	HOOK_TC_INGRESS = 0,
+	HOOK_TC_EGRESS = 1,
+};
+
+struct ferry_monitor {
+	__u32 flags; /* enum ferry_monitor_flags */
+	__u32 pad;
+};
+
+struct ferry_event {
+	__u64 ts_ns;
+	__u32 type;     /* enum ferry_event_type */
+	__u32 reason;   /* drop: enum ferry_drop_reason; trace: enum ferry_stat (the path taken) */
+	__be32 saddr;   /* the packet as it arrived */
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 hook;      /* enum ferry_hook */
+	__u8 pad[2];
+	__be32 out_saddr; /* trace: the packet as it left */
+	__be32 out_daddr;
+	__be16 out_sport;
+	__be16 out_dport;
+	__u32 ifindex;
+	__u32 verdict;
+	__u32 pad2;
+};
+
+/* What count_drop/count_stat last recorded on this CPU, for the event of this packet. */
+struct ferry_scratch {
+	__u32 last_drop;
+	__u32 last_stat;
+};
+
+#endif
