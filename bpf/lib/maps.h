@@ -67,6 +67,14 @@ struct {
 } lb4_src_ranges SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65535);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u16);
+	__type(value, struct lb4_frontend_name);
+} lb4_names SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct lb4_sock_key);

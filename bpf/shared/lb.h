@@ -100,6 +100,12 @@ struct lb4_backend {
 	__u8 flags; /* enum lb_backend_flags */
 };
 
+/* rev_nat_id → the Service port a frontend belongs to ("namespace/name:port"), for the
+ * CLI; the programs never read it. */
+struct lb4_frontend_name {
+	char name[96];
+};
+
 /* rev_nat_id → the frontend address replies must appear to come from. */
 struct lb4_reverse_nat {
 	__be32 address;

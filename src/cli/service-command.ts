@@ -2,13 +2,14 @@
 // (works without the agent running).
 import { join } from 'node:path';
 import { Command } from 'commander';
-import { BackendFlags, LbFlags, lb4BackendCodec, lb4KeyCodec, lb4ServiceCodec, protoName, type Lb4Backend, type Lb4Key, type Lb4Service } from '../datapath/layouts.js';
+import { BackendFlags, LbFlags, lb4BackendCodec, lb4FrontendNameCodec, lb4KeyCodec, lb4ServiceCodec, protoName, type Lb4Backend, type Lb4Key, type Lb4Service } from '../datapath/layouts.js';
 import { openPinnedMap } from '../ebpf/pinned.js';
-import { u32Codec } from '../ebpf/codec.js';
+import { u16Codec, u32Codec } from '../ebpf/codec.js';
 import { table } from './table.js';
 
 export interface FrontendRow {
   id: number; // reverse-NAT id
+  service: string; // namespace/name:port, as the agent published it
   frontend: string;
   type: string;
   flags: string[];
@@ -26,7 +27,9 @@ function kind(flags: number): string {
 export function readFrontends(pinDir: string): FrontendRow[] {
   const services = openPinnedMap(join(pinDir, 'lb4_services'), lb4KeyCodec, lb4ServiceCodec);
   const backends = openPinnedMap(join(pinDir, 'lb4_backends'), u32Codec, lb4BackendCodec);
+  const namesMap = openPinnedMap(join(pinDir, 'lb4_names'), u16Codec, lb4FrontendNameCodec);
   try {
+    const names = new Map(namesMap.entries().map(([id, v]) => [id, v.name.toString('utf8').replace(/\0.*$/s, '')]));
     const all = services.entries();
     const bmap = new Map<number, Lb4Backend>(backends.entries());
     const slots = new Map<string, Map<number, number>>();
@@ -41,6 +44,7 @@ export function readFrontends(pinDir: string): FrontendRow[] {
       if (v.flags & LbFlags.LB_F_NODE_PORT_ANY) flags.push('any-address');
       rows.push({
         id: v.revNatId,
+        service: names.get(v.revNatId) ?? '-',
         frontend: `${k.address}:${k.port}/${protoName(k.proto)}`,
         type: kind(v.flags),
         flags,
@@ -55,6 +59,7 @@ export function readFrontends(pinDir: string): FrontendRow[] {
   } finally {
     services.close();
     backends.close();
+    namesMap.close();
   }
 }
 
@@ -71,8 +76,8 @@ export function registerService(program: Command): void {
         return;
       }
       process.stdout.write(table(
-        ['ID', 'FRONTEND', 'TYPE', 'FLAGS', 'BACKENDS'],
-        rows.map((r) => [r.id, r.frontend, r.type, r.flags.join(',') || '-', r.backends.map((b) => `${b.id} ${b.address} (${b.state}${b.local ? ', local' : ''})`).join('\n') || '(none: rejected)']),
+        ['ID', 'SERVICE', 'FRONTEND', 'TYPE', 'FLAGS', 'BACKENDS'],
+        rows.map((r) => [r.id, r.service, r.frontend, r.type, r.flags.join(',') || '-', r.backends.map((b) => `${b.id} ${b.address} (${b.state}${b.local ? ', local' : ''})`).join('\n') || '(none: rejected)']),
       ));
     });
 }

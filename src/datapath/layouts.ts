@@ -140,6 +140,8 @@ export const lb4SrcRangeKeyCodec = structCodec('lb4_src_range_key', {
 });
 export type Lb4SrcRangeKey = ReturnType<typeof lb4SrcRangeKeyCodec.decode>;
 
+export const lb4FrontendNameCodec = structCodec('lb4_frontend_name', { name: { type: 'bytes', length: 96 } });
+
 export const lb4SockKeyCodec = structCodec('lb4_sock_key', {
   cookie: { type: 'u64' },
   address: { type: 'ipv4' },
@@ -224,6 +226,7 @@ export const mapSpecs = {
   // Outer map of the Maglev tables: written with inner map FDs, read back as map ids.
   lb4_maglev: { key: u32Codec, value: u32Codec, sizeSetting: 'mapSizes.maglevTables' },
   lb4_affinity: { key: lb4AffinityKeyCodec, value: lb4AffinityValueCodec, sizeSetting: 'mapSizes.affinity' },
+  lb4_names: { key: u16Codec, value: lb4FrontendNameCodec, sizeSetting: 'mapSizes.reverseNat' },
   lb4_src_ranges: { key: lb4SrcRangeKeyCodec, value: u8Codec, sizeSetting: 'mapSizes.sourceRanges' },
   lb4_sock_rev: { key: lb4SockKeyCodec, value: lb4SockValueCodec, sizeSetting: 'mapSizes.sockReverse' },
   ct4: { key: ct4KeyCodec, value: ct4EntryCodec, sizeSetting: 'mapSizes.conntrack' },

@@ -55,7 +55,7 @@ interface ScopedFrontend {
   dropWhenEmpty: boolean;
 }
 
-export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_reverse_nat' | 'lb4_src_ranges' | 'lb4_maglev'>;
+export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_reverse_nat' | 'lb4_src_ranges' | 'lb4_maglev' | 'lb4_names'>;
 
 /** `10.0.0.0/8` → its LPM key for a frontend. */
 export function sourceRangeKey(revNatId: number, cidr: string): Lb4SrcRangeKey {
@@ -303,6 +303,7 @@ export class ServiceWriter {
       const revNatId = this.revNatIds.allocate(fid);
       if (scope === LbScope.LB_SCOPE_EXTERNAL) for (const c of f.sourceRanges ?? []) wantRanges.add(rangeId(sourceRangeKey(revNatId, c)));
       if (!have) this.maps.lb4_reverse_nat.update(revNatId, { address: f.address, port: f.port });
+      if (f.service && (!have || this.lastSpecs.get(fid)?.service !== f.service)) this.maps.lb4_names.update(revNatId, { name: Buffer.from(f.service.slice(0, 95)) });
       const oldIds = have?.backendIds ?? [];
       ids.forEach((id, i) => {
         if (oldIds[i] !== id) slotWrites.push([{ ...key, slot: i + 1 }, { backendId: id, count: 0, revNatId: 0, flags: 0, affinityId: 0, affinityTimeout: 0 }]);
@@ -353,6 +354,7 @@ export class ServiceWriter {
       this.frontends.delete(fid);
       this.lastSpecs.delete(fid);
       this.maps.lb4_reverse_nat.delete(st.revNatId);
+      this.maps.lb4_names.delete(st.revNatId);
       this.revNatIds.release(fid);
       stats.frontendsRemoved++;
     }

@@ -33,7 +33,7 @@ describeWith(['root', 'netns', 'bpffs'], 'ferry CLI on live pins', () => {
   it('service list: one row per frontend with its backends, as a table and as JSON', () => {
     const t = ferry('service', 'list', '--pin-dir', pins);
     expect(t.status, t.stderr).toBe(0);
-    expect(t.stdout).toMatch(/^ID +FRONTEND +TYPE +FLAGS +BACKENDS$/m);
+    expect(t.stdout).toMatch(/^ID +SERVICE +FRONTEND +TYPE +FLAGS +BACKENDS$/m);
     expect(t.stdout).toMatch(/10\.0\.30\.22:30700\/tcp +NodePort +- +\d+ 10\.244\.1\.11:8080 \(active\)/);
     const j = JSON.parse(ferry('service', 'list', '--pin-dir', pins, '-o', 'json').stdout) as Array<{ frontend: string; type: string; backends: { address: string }[] }>;
     expect(j.find((r) => r.frontend === '10.96.0.30:80/tcp')).toMatchObject({ type: 'ClusterIP', backends: [{ address: '10.244.1.11:8080' }] });
