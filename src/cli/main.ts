@@ -10,6 +10,11 @@ import { registerService } from './service-command.js';
 import { registerInspect } from './inspect-commands.js';
 
 export async function main(argv: string[]): Promise<void> {
+  // `ferry … | head` closes the pipe early: that is not an error.
+  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EPIPE') process.exit(0);
+    throw e;
+  });
   const program = new Command('ferry')
     .description('eBPF kube-proxy replacement: agent, datapath tools and sandbox')
     .option('-v, --verbose', 'show full diagnostics (verifier logs, compiler output)')

@@ -34,6 +34,7 @@ export async function monitor(o: MonitorOptions, signal: AbortSignal): Promise<n
   if (fd < 0) throw errnoError(`open ${join(o.pinDir, 'ferry_events')}`, fd, ErrorCode.MapOp, 'is the agent running, or has it ever run on this node?');
   let seen = 0;
   const reader = new RingBufferReader('ferry_events', fd, (data) => {
+    if (o.count > 0 && seen >= o.count) return;
     const e = eventCodec.decode(data);
     seen++;
     o.write(o.json ? JSON.stringify({ ...e, tsNs: Number(e.tsNs), type: e.type === EventType.EVENT_DROP ? 'drop' : 'trace' }) : formatEvent(e));

@@ -2,7 +2,7 @@
 // (works without the agent running).
 import { join } from 'node:path';
 import { Command } from 'commander';
-import { BackendFlags, LbFlags, lb4BackendCodec, lb4FrontendNameCodec, lb4KeyCodec, lb4ServiceCodec, protoName, type Lb4Backend, type Lb4Key, type Lb4Service } from '../datapath/layouts.js';
+import { BackendFlags, LbFlags, LbScope, lb4BackendCodec, lb4FrontendNameCodec, lb4KeyCodec, lb4ServiceCodec, protoName, type Lb4Backend, type Lb4Key, type Lb4Service } from '../datapath/layouts.js';
 import { openPinnedMap } from '../ebpf/pinned.js';
 import { u16Codec, u32Codec } from '../ebpf/codec.js';
 import { table } from './table.js';
@@ -40,8 +40,14 @@ export function readFrontends(pinDir: string): FrontendRow[] {
       if (k.slot !== 0 || v.flags & LbFlags.LB_F_WILDCARD) continue;
       const s = slots.get(keyOf(k)) ?? new Map<number, number>();
       const flags: string[] = [];
+      if (k.scope === LbScope.LB_SCOPE_INTERNAL) flags.push('internal');
       if (v.affinityTimeout) flags.push(`affinity=${v.affinityTimeout}s`);
       if (v.flags & LbFlags.LB_F_NODE_PORT_ANY) flags.push('any-address');
+      if (v.flags & LbFlags.LB_F_DROP_WHEN_EMPTY) flags.push('local-policy');
+      if (v.flags & LbFlags.LB_F_SOURCE_RANGES) flags.push('source-ranges');
+      if (v.flags & LbFlags.LB_F_FWD_DSR) flags.push('dsr');
+      if (v.flags & LbFlags.LB_F_FWD_SNAT) flags.push('snat');
+      if (v.backendId) flags.push(`maglev=${v.backendId}`);
       rows.push({
         id: v.revNatId,
         service: names.get(v.revNatId) ?? '-',
@@ -77,7 +83,7 @@ export function registerService(program: Command): void {
       }
       process.stdout.write(table(
         ['ID', 'SERVICE', 'FRONTEND', 'TYPE', 'FLAGS', 'BACKENDS'],
-        rows.map((r) => [r.id, r.service, r.frontend, r.type, r.flags.join(',') || '-', r.backends.map((b) => `${b.id} ${b.address} (${b.state}${b.local ? ', local' : ''})`).join('\n') || '(none: rejected)']),
+        rows.map((r) => [r.id, r.service, r.frontend, r.type, r.flags.join(',') || '-', r.backends.map((b) => `${b.id} ${b.address} (${b.state}${b.local ? ', local' : ''})`).join('\n') || (r.flags.includes('local-policy') ? '(none: dropped)' : '(none: rejected)')]),
       ));
     });
 }
