@@ -25,6 +25,40 @@ function out(format: string, rows: Array<Record<string, unknown>>, columns?: str
   process.stdout.write(table(cols.map((c) => c.toUpperCase()), rows.map((r) => cols.map((c) => String(r[c] ?? '')))));
 }
 
+interface Attachment {
+  where: string;
+  program: string;
+  id: number;
+  loaded: string;
+}
+
+function bpftool(args: string[], netns?: string): unknown {
+  const argv = netns ? ['nsenter', `--net=/run/netns/${netns}`, '--', 'bpftool', '-j', ...args] : ['bpftool', '-j', ...args];
+  return JSON.parse(execFileSync(argv[0]!, argv.slice(1), { encoding: 'utf8' }));
+}
+
+/** ferry's programs attached: tc filters (in `netns`) and cgroup links, with load times. */
+export function attachedPrograms(netns?: string): Attachment[] {
+  try {
+    const progs = new Map((bpftool(['prog', 'show']) as Array<{ id: number; name?: string; loaded_at?: number }>).map((p) => [p.id, p]));
+    const loaded = (id: number) => {
+      const t = progs.get(id)?.loaded_at;
+      return t ? new Date(t * 1000).toISOString() : '?';
+    };
+    const out: Attachment[] = [];
+    for (const dev of bpftool(['net', 'show'], netns) as Array<{ tc?: Array<{ devname: string; kind: string; name?: string; id: number }> }>) {
+      for (const t of dev.tc ?? []) if (t.name?.startsWith('tc_')) out.push({ where: `tc ${t.kind.replace('clsact/', '')} ${t.devname}`, program: t.name.replace(/:\[\d+\]$/, ''), id: t.id, loaded: loaded(t.id) });
+    }
+    for (const l of bpftool(['link', 'show']) as Array<{ type: string; prog_id: number; attach_type?: string; cgroup_id?: number }>) {
+      const name = progs.get(l.prog_id)?.name ?? '';
+      if (l.type === 'cgroup' && name.startsWith('sock4_')) out.push({ where: `cgroup ${l.attach_type ?? ''} (cgroup id ${l.cgroup_id ?? '?'})`, program: name, id: l.prog_id, loaded: loaded(l.prog_id) });
+    }
+    return out;
+  } catch {
+    return []; // no bpftool, or not allowed: status still reports the maps
+  }
+}
+
 export function registerInspect(program: Command): void {
   const map = program.command('map').description('the datapath maps, decoded from their pins');
   map.command('list')
@@ -114,8 +148,9 @@ export function registerInspect(program: Command): void {
     .description('what the datapath holds and how it is doing')
     .option('--pin-dir <dir>', 'the agent\'s pin directory', PIN_DIR)
     .option('--metrics <url>', 'the agent\'s metrics address, to tell whether it is up', 'http://127.0.0.1:10249')
+    .option('--netns <name>', 'look for tc attachments in this network namespace (a sandbox node)')
     .option('-o, --output <format>', 'table or json', 'table')
-    .action(async (o: { pinDir: string; metrics: string; output: string }) => {
+    .action(async (o: { pinDir: string; metrics: string; output: string; netns?: string }) => {
       let agent = 'not reachable';
       let mode = '?';
       try {
@@ -131,12 +166,7 @@ export function registerInspect(program: Command): void {
       const frontends = readFrontends(o.pinDir);
       const drops = dumpRows(o.pinDir, 'ferry_drops').filter((r) => Number(r.packets) > 0);
       const stats = dumpRows(o.pinDir, 'ferry_stats').filter((r) => Number(r.packets) > 0);
-      let links = '';
-      try {
-        links = execFileSync('bpftool', ['link', 'show'], { encoding: 'utf8' }).split('\n').filter((l) => /sock4_|tc_/.test(l)).join('\n');
-      } catch {
-        links = '(bpftool not available)';
-      }
+      const links = attachedPrograms(o.netns);
       const status = {
         agent, mode, pinDir: o.pinDir,
         frontends: frontends.length,
@@ -155,6 +185,7 @@ export function registerInspect(program: Command): void {
       process.stdout.write(stats.length ? table(['PATH', 'PACKETS', 'BYTES'], stats.map((r) => [String(r.key).replace(/^STAT_/, '').toLowerCase(), r.packets!, r.bytes!])) : '(none)\n');
       process.stdout.write('\ndrops:\n');
       process.stdout.write(drops.length ? table(['REASON', 'PACKETS', 'BYTES'], drops.map((r) => [String(r.key).replace(/^DROP_/, '').toLowerCase(), r.packets!, r.bytes!])) : '(none)\n');
-      if (links) process.stdout.write(`\nattached (bpftool link show):\n${links}\n`);
+      process.stdout.write('\nattached:\n');
+      process.stdout.write(links.length ? table(['WHERE', 'PROGRAM', 'ID', 'LOADED'], links.map((l) => [l.where, l.program, l.id, l.loaded])) : '(nothing found: is the agent running here?)\n');
     });
 }
