@@ -3,6 +3,7 @@
 import { isIPv4 } from 'node:net';
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import type { BackendSpec, FrontendSpec } from '../datapath/spec.js';
+import { ipv4InCidr } from '../packet/addr.js';
 import type { ProtoName } from '../datapath/layouts.js';
 import { clusterEndpoints, localEndpoints, mergeSlices, portKey, type Endpoint, type NodeContext } from './endpoints.js';
 
@@ -64,13 +65,6 @@ function backends(eps: Endpoint[], node: NodeContext): BackendSpec[] {
   return eps.map((e) => ({ address: e.ip, port: e.port, local: e.nodeName === node.name, terminating: !e.ready }));
 }
 
-function inCidr(ip: string, cidr: string): boolean {
-  const [net, bits] = cidr.split('/');
-  const n = Number(bits);
-  const toInt = (a: string) => a.split('.').reduce((acc, x) => acc * 256 + Number(x), 0);
-  const mask = n === 0 ? 0 : (0xffffffff << (32 - n)) >>> 0;
-  return ((toInt(ip) & mask) >>> 0) === ((toInt(net!) & mask) >>> 0);
-}
 
 /**
  * loadBalancerSourceRanges per LB IP (IPv4 ranges, trimmed). If a node address is in a
@@ -80,7 +74,7 @@ function lbSourceRanges(svc: V1Service, lbIPs: string[], node: NodeView): Map<st
   const ranges = (svc.spec?.loadBalancerSourceRanges ?? []).map((r) => r.trim()).filter((r) => isIPv4(r.split('/')[0] ?? ''));
   const out = new Map<string, string[]>();
   if (ranges.length === 0) return out;
-  const nodeInRange = node.addresses.some((a) => ranges.some((r) => inCidr(a, r)));
+  const nodeInRange = node.addresses.some((a) => ranges.some((r) => ipv4InCidr(a, r)));
   for (const ip of lbIPs) out.set(ip, nodeInRange ? [...ranges, `${ip}/32`] : ranges);
   return out;
 }

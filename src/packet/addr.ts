@@ -53,3 +53,12 @@ export function ipv6Text(b: Uint8Array): string {
   if (best < 0) return groups.join(':');
   return `${groups.slice(0, best).join(':')}::${groups.slice(best + bestLen).join(':')}`;
 }
+
+/** Is an IPv4 address inside an IPv4 CIDR (`10.0.0.0/8`)? */
+export function ipv4InCidr(ip: string, cidr: string): boolean {
+  const [net, bits] = cidr.split('/');
+  const n = Number(bits ?? 32);
+  const toInt = (a: string) => a.split('.').reduce((acc, x) => acc * 256 + Number(x), 0);
+  const mask = n === 0 ? 0 : (0xffffffff << (32 - n)) >>> 0;
+  return ((toInt(ip) & mask) >>> 0) === ((toInt(net!) & mask) >>> 0);
+}

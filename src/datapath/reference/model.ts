@@ -3,16 +3,10 @@
 // SNAT port choice. The differential tests run random packets through both and demand the
 // same answer.
 import { BackendFlags, LbFlags, type Lb4Backend, type Lb4Service } from '../layouts.js';
+import { ipv4InCidr } from '../../packet/addr.js';
 import { maglevTable } from '../maglev.js';
 import { flowHash4 } from './hash.js';
 
-function inCidr(ip: string, cidr: string): boolean {
-  const [net, bits] = cidr.split('/');
-  const n = Number(bits);
-  const toInt = (a: string) => a.split('.').reduce((acc, x) => acc * 256 + Number(x), 0);
-  const mask = n === 0 ? 0 : (0xffffffff << (32 - n)) >>> 0;
-  return ((toInt(ip) & mask) >>> 0) === ((toInt(net!) & mask) >>> 0);
-}
 
 export interface Tuple {
   saddr: string;
@@ -89,7 +83,7 @@ export class ReferenceModel {
       if (n) return { verdict: 'reply-remote', client: n.client, frontend: n.frontend };
     }
     const svc = this.master(t.daddr, t.dport, t.proto);
-    if (svc && svc.flags & LbFlags.LB_F_SOURCE_RANGES && !(this.tables.sourceRanges?.get(svc.revNatId) ?? []).some((c) => inCidr(t.saddr, c))) {
+    if (svc && svc.flags & LbFlags.LB_F_SOURCE_RANGES && !(this.tables.sourceRanges?.get(svc.revNatId) ?? []).some((c) => ipv4InCidr(t.saddr, c))) {
       return { verdict: 'drop', reason: 'source-range' };
     }
     if (!svc) {
