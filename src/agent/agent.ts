@@ -88,7 +88,7 @@ export class Agent {
       datapath.release();
       throw e;
     }
-    log.info({ pinDir: cfg.pinDir, devices: cfg.devices, cgroup: cfg.cgroupRoot, snatIPv4, forwarding: cfg.forwardingMode, adopted: datapath.tc.pinReport.adopted.length }, 'datapath loaded');
+    log.info({ pinDir: cfg.pinDir, devices: cfg.devices, cgroup: cfg.cgroupRoot, snatIPv4, forwarding: cfg.forwardingMode, adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length }, 'datapath loaded');
 
     const metrics = new AgentMetrics();
     const health = new ProxyHealth(2 * cfg.syncPeriodSeconds * 1000);

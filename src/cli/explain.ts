@@ -19,6 +19,7 @@ import { decodePacket } from '../packet/decode.js';
 import { inNetns } from '../sys/netns.js';
 import { RODATA_PIN } from '../datapath/loader.js';
 import { openMap, withMap } from './inspect.js';
+import { flowHash4 } from '../datapath/reference/hash.js';
 
 export interface ExplainRequest {
   src: string;
@@ -160,8 +161,21 @@ export function explain(r: ExplainRequest): Explanation {
     const svcs = live.lb4_services;
     const svc = masterOf(svcs, r.dst, r.dport, proto, LbScope.LB_SCOPE_EXTERNAL);
     if (svc) {
-      lines.push(`frontend ${r.dst}:${r.dport}/${r.proto}, flags ${flagText(svc.flags)}, rev-NAT ${svc.revNatId}, ${svc.count} backend(s)${svc.backendId ? `, Maglev table ${svc.backendId}` : ''}${svc.affinityTimeout ? `, ClientIP affinity ${svc.affinityTimeout}s` : ''}`);
+      const name = (live.lb4_names.lookup(svc.revNatId) as { name: Buffer } | undefined)?.name.toString('utf8').replace(/\0.*$/s, '');
+      lines.push(`frontend ${r.dst}:${r.dport}/${r.proto}${name ? ` of ${name}` : ''}, flags ${flagText(svc.flags)}, rev-NAT ${svc.revNatId}, ${svc.count} backend(s)`);
       if (svc.count) lines.push(`backends: ${backendList(r.pinDir, r.dst, r.dport, proto, LbScope.LB_SCOPE_EXTERNAL, svc.count).join(', ')}`);
+      if (svc.flags & LbFlags.LB_F_DROP_WHEN_EMPTY) lines.push('policy: externalTrafficPolicy=Local (only this node\'s endpoints; none means drop)');
+      if (svc.flags & LbFlags.LB_F_SOURCE_RANGES) lines.push('policy: loadBalancerSourceRanges apply');
+      // Why this backend: affinity first, then Maglev or the flow hash.
+      const seed = rodataNumber(twin, rodata, 'hash_seed');
+      const hash = flowHash4(r.src, r.dst, r.sport, r.dport, proto, seed);
+      const aff = [...live.lb4_affinity.entries()].find(([k]) => (k as { client: string; affinityId: number }).client === r.src && (k as { affinityId: number }).affinityId === (svc as unknown as { affinityId: number }).affinityId);
+      if (svc.affinityTimeout) {
+        lines.push(aff ? `selection: ClientIP affinity (${svc.affinityTimeout}s): this client used backend id ${(aff[1] as { backendId: number }).backendId} before` : `selection: ClientIP affinity (${svc.affinityTimeout}s), no entry for this client yet`);
+      }
+      const maglevSize = rodataNumber(twin, rodata, 'maglev_table_size');
+      if (!ct && svc.backendId && maglevSize) lines.push(`selection: Maglev table ${svc.backendId}, position ${hash % maglevSize} of ${maglevSize} (flow hash ${hash})`);
+      else if (!ct && svc.count) lines.push(`selection: flow hash ${hash} → slot ${(hash % svc.count) + 1} of ${svc.count}`);
     }
 
     const run = () => {
@@ -196,6 +210,13 @@ export function explain(r: ExplainRequest): Explanation {
     for (const m of opened) m.close();
     twin.close();
   }
+}
+
+/** A `.rodata` constant of the live program, read from its pinned bytes by the object's BTF. */
+function rodataNumber(obj: BpfObject, bytes: Buffer, name: string): number {
+  const v = obj.rodataVariables().get(name);
+  if (!v) return 0;
+  return v.size === 1 ? bytes.readUInt8(v.offset) : v.size === 2 ? bytes.readUInt16LE(v.offset) : bytes.readUInt32LE(v.offset);
 }
 
 export function parseEndpoint(s: string, what: string): { ip: string; port: number; proto?: 'tcp' | 'udp' } {
