@@ -44,6 +44,12 @@ test-e2e: build
 demo: build
 	@bash scripts/demo.sh
 
+## bench: the benchmarks with quick settings (results in bench/results/); see bench/README.md
+bench: build
+	@$(NPX) tsx bench/connect-latency.ts --services 10000 --count 1000 --repeat 3
+	@$(NPX) tsx bench/agent-sync.ts --services 1000,10000 --changes 50
+	@$(NPX) tsx bench/forwarding.ts --seconds 4 --count 1000 --repeat 3
+
 ## cleanup: remove testbeds and sandboxes left by crashed runs
 cleanup: build-ts
 	@node bin/ferry.js testbed cleanup
