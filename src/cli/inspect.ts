@@ -6,15 +6,16 @@ import { CtFlags, DropReason, Stat, mapSpecs, protoName, type MapName } from '..
 import { clearConntrack, monotonicNs } from '../datapath/ct-gc.js';
 import type { Codec } from '../ebpf/codec.js';
 import { ErrorCode, FerryError } from '../ebpf/errors.js';
-import type { BpfMap } from '../ebpf/map.js';
 import { assertBpffs, openPinnedMap } from '../ebpf/pinned.js';
+import type { DatapathMaps } from '../datapath/loader.js';
 
-export function openMap(pinDir: string, name: MapName): BpfMap<unknown, unknown> {
+/** A pinned datapath map, typed by its spec and checked against its BTF. */
+export function openMap<N extends MapName>(pinDir: string, name: N): DatapathMaps[N] {
   const spec = mapSpecs[name];
-  return openPinnedMap(join(pinDir, name), spec.key as Codec<unknown>, spec.value as Codec<unknown>);
+  return openPinnedMap(join(pinDir, name), spec.key as Codec<unknown>, spec.value as Codec<unknown>) as unknown as DatapathMaps[N];
 }
 
-export function withMap<T>(pinDir: string, name: MapName, fn: (m: BpfMap<unknown, unknown>) => T): T {
+export function withMap<N extends MapName, T>(pinDir: string, name: N, fn: (m: DatapathMaps[N]) => T): T {
   const m = openMap(pinDir, name);
   try {
     return fn(m);
@@ -120,5 +121,5 @@ export function listFlows(pinDir: string, filter: { service?: string; backend?: 
 
 /** Delete every conntrack and NAT entry (what `ferry ct flush --yes` does), through the datapath layer. */
 export function flushConntrack(pinDir: string): { ct: number; nat: number } {
-  return withMap(pinDir, 'ct4', (ct4) => withMap(pinDir, 'nat4', (nat4) => clearConntrack({ ct4, nat4 } as never)));
+  return withMap(pinDir, 'ct4', (ct4) => withMap(pinDir, 'nat4', (nat4) => clearConntrack({ ct4, nat4 })));
 }
