@@ -217,7 +217,11 @@ static __always_inline int nat4_keep(const struct pkt4 *p, const struct ct4_key 
 		.flags = flags,
 	};
 
-	if (nat) {
+	/* The same reply tuple may still hold an older flow's binding: a client reusing its
+	 * port towards another frontend of the same backend. The newest flow owns it, or its
+	 * replies would leave with the old frontend's address and be reset. */
+	if (nat && nat->client_addr == n.client_addr && nat->client_port == n.client_port &&
+	    nat->frontend_addr == n.frontend_addr && nat->frontend_port == n.frontend_port) {
 		nat->expires_ns = ct->expires_ns;
 		nat->flags |= flags & CT_F_CLOSING;
 		return 0;

@@ -13,6 +13,7 @@ beforeAll(async () => {
   node = await datapathNode({ ctLifetimes: LIFETIMES });
   node.writer.apply([
     { address: NODE_IP, port: 30080, proto: 'TCP', kind: 'NodePort', backends: [{ address: '10.244.1.5', port: 8080, local: true }] },
+    { address: NODE_IP, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: '10.244.1.5', port: 8080, local: true }] },
     { address: NODE_IP, port: 30053, proto: 'UDP', kind: 'NodePort', backends: [{ address: '10.244.2.5', port: 53, local: false }] },
   ]);
 });
@@ -70,6 +71,16 @@ describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
     const r = node.run('tc_egress', synAck);
     expect(r.data.equals(synAck)).toBe(true);
     expect(node.dp.maps.nat4.entries()).toEqual([]);
+  });
+
+  it('a client port reused towards another frontend of the same backend gets that frontend in replies', () => {
+    node.run('tc_ingress', toNodePort(62006, 'S'));
+    node.run('tc_egress', replyFromPod(62006, 'SA'));
+    node.run('tc_ingress', toNodePort(62006, 'FA'));
+    // Same client port, NodePort 30081, same pod: the pod sees the same tuple as before.
+    node.run('tc_ingress', buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), tcp({ sport: 62006, dport: 30081, flags: 'S' })]));
+    const out = node.run('tc_egress', replyFromPod(62006, 'SA'));
+    expect(out.data.readUInt16BE(14 + 20)).toBe(30081);
   });
 
   it('a new SYN on a closing tuple starts a fresh flow', () => {
