@@ -50,6 +50,7 @@ bench: build
 	@$(NPX) tsx bench/agent-sync.ts --services 1000,10000 --changes 50
 	@$(NPX) tsx bench/forwarding.ts --seconds 4 --count 1000 --repeat 3
 	@$(NPX) tsx bench/packet-cost.ts --services 60000 --repeat 20000
+	@$(NPX) tsx bench/rules-scaling.ts --services 1,1000,10000 --count 1000 --repeat 3
 
 ## cleanup: remove testbeds and sandboxes left by crashed runs
 cleanup: build-ts

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(clang llvm libbpf-dev libbpf1 bpftool iproute2 iputils-ping iperf3 util-linux procps gcc libc6-dev linux-libc-dev)
+PACKAGES=(clang llvm libbpf-dev libbpf1 bpftool iproute2 iputils-ping iperf3 iptables nftables util-linux procps gcc libc6-dev linux-libc-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
