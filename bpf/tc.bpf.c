@@ -144,10 +144,8 @@ static __always_inline int nodeport_reply_remote(struct __sk_buff *skb, const st
 		ct->flags |= flags & (CT_F_SEEN_REPLY | CT_F_CLOSING);
 		ct->expires_ns = nat->expires_ns;
 	}
-	if (nat4_rewrite_addr(skb, p, 0, p->daddr, nat->client_addr) < 0 ||
-	    nat4_rewrite_port(skb, p, 0, p->dport, nat->client_port) < 0 ||
-	    nat4_rewrite_addr(skb, p, 1, p->saddr, nat->frontend_addr) < 0 ||
-	    nat4_rewrite_port(skb, p, 1, p->sport, nat->frontend_port) < 0 ||
+	if (nat4_rewrite_endpoint(skb, p, 0, nat->client_addr, nat->client_port) < 0 ||
+	    nat4_rewrite_endpoint(skb, p, 1, nat->frontend_addr, nat->frontend_port) < 0 ||
 	    ipv4_dec_ttl(skb, p) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	count_stat(STAT_REPLY_REMOTE, p->len);
@@ -170,8 +168,7 @@ static __always_inline int nodeport_dsr(struct __sk_buff *skb, const struct pkt4
 		if (mtu)
 			return icmp4_send_unreach(skb, p, ICMP_FRAG_NEEDED, mtu - DSR_OPT_LEN);
 	}
-	if (nat4_rewrite_addr(skb, p, 0, p->daddr, b->address) < 0 ||
-	    nat4_rewrite_port(skb, p, 0, p->dport, b->port) < 0 ||
+	if (nat4_rewrite_endpoint(skb, p, 0, b->address, b->port) < 0 ||
 	    ipv4_dec_ttl(skb, p) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	if (with_opt && dsr4_push(skb, p, vip, vport) < 0)
@@ -307,16 +304,13 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 			return count_drop(DROP_CT_MAP_FULL, p->len);
 	}
 	if (flags & CT_F_LOCAL) {
-		if (nat4_rewrite_addr(skb, p, 0, p->daddr, b->address) < 0 ||
-		    nat4_rewrite_port(skb, p, 0, p->dport, b->port) < 0)
+		if (nat4_rewrite_endpoint(skb, p, 0, b->address, b->port) < 0)
 			return count_drop(DROP_CSUM_FAILED, p->len);
 		count_stat(STAT_FWD_LOCAL, p->len);
 		return TC_ACT_OK; /* the stack routes it to the pod */
 	}
-	if (nat4_rewrite_addr(skb, p, 0, p->daddr, b->address) < 0 ||
-	    nat4_rewrite_port(skb, p, 0, p->dport, b->port) < 0 ||
-	    nat4_rewrite_addr(skb, p, 1, p->saddr, ct->nat_addr) < 0 ||
-	    nat4_rewrite_port(skb, p, 1, p->sport, ct->nat_port) < 0 ||
+	if (nat4_rewrite_endpoint(skb, p, 0, b->address, b->port) < 0 ||
+	    nat4_rewrite_endpoint(skb, p, 1, ct->nat_addr, ct->nat_port) < 0 ||
 	    ipv4_dec_ttl(skb, p) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	count_stat(STAT_FWD_REMOTE, p->len);
@@ -475,8 +469,7 @@ static __always_inline int tc_egress_packet(struct __sk_buff *skb)
 			ct->expires_ns = nat->expires_ns;
 		}
 	}
-	if (nat4_rewrite_addr(skb, &p, 1, p.saddr, nat->frontend_addr) < 0 ||
-	    nat4_rewrite_port(skb, &p, 1, p.sport, nat->frontend_port) < 0)
+	if (nat4_rewrite_endpoint(skb, &p, 1, nat->frontend_addr, nat->frontend_port) < 0)
 		return count_drop(DROP_CSUM_FAILED, p.len);
 	count_stat(STAT_REPLY_LOCAL, p.len);
 	return TC_ACT_OK;

@@ -53,6 +53,14 @@ static __always_inline int nat4_rewrite_port(struct __sk_buff *skb, const struct
 	return bpf_skb_store_bytes(skb, p->l4_off + (is_src ? 0 : 2), &to, sizeof(to), 0);
 }
 
+/* A packet's destination (is_src = 0) or source endpoint, address and port together. */
+static __always_inline int nat4_rewrite_endpoint(struct __sk_buff *skb, const struct pkt4 *p, int is_src, __be32 addr, __be16 port)
+{
+	if (nat4_rewrite_addr(skb, p, is_src, is_src ? p->saddr : p->daddr, addr) < 0)
+		return -1;
+	return nat4_rewrite_port(skb, p, is_src, is_src ? p->sport : p->dport, port);
+}
+
 /* Forwarding to another host is routing: the TTL goes down by one. */
 static __always_inline int ipv4_dec_ttl(struct __sk_buff *skb, const struct pkt4 *p)
 {
