@@ -1,8 +1,7 @@
 // Control plane: initial sync time and agent RSS with N Services (10 endpoints each), and
 // one-change propagation (the API server's write → the map updated), p50/p99.
 // Run as root: npx tsx bench/agent-sync.ts [--services 1000,10000] [--changes 50]
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { cpus, release } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { lb4KeyCodec, lb4ServiceCodec } from '../src/datapath/layouts.js';
@@ -10,7 +9,7 @@ import { openPinnedMap } from '../src/ebpf/pinned.js';
 import type { KObject } from '../src/sandbox/apiserver/store.js';
 import { pino } from 'pino';
 import { Sandbox } from '../src/sandbox/sandbox.js';
-import { REPO_ROOT } from '../test/harness/paths.js';
+import { machine as machineName, writeResult } from './report.js';
 
 const { values } = parseArgs({ options: { services: { type: 'string' }, changes: { type: 'string' } } });
 const SIZES = (values.services ?? '1000,10000').split(',').map(Number);
@@ -96,16 +95,14 @@ async function main(): Promise<void> {
     rows.push(await run(n));
     process.stderr.write('done\n');
   }
-  const machine = `${cpus().length} cores, kernel ${release()}`;
+  const machine = machineName();
   const table = [
     '| Services (10 endpoints each) | initial sync | agent RSS | one change p50 | one change p99 |',
     '|---|---|---|---|---|',
     ...rows.map((r) => `| ${r.services} | ${(r.initialSyncMs / 1000).toFixed(2)} s | ${r.rssMiB} MiB | ${r.propagationMs.p50.toFixed(1)} ms | ${r.propagationMs.p99.toFixed(1)} ms |`),
   ].join('\n');
   process.stdout.write(`${table}\n\nmachine: ${machine}; ${CHANGES} changes per size; minSyncPeriod 50 ms\ncommand: npx tsx bench/agent-sync.ts --services ${SIZES.join(',')} --changes ${CHANGES}\n`);
-  const dir = join(REPO_ROOT, 'bench', 'results');
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'agent-sync.json'), JSON.stringify({ machine, rows }, null, 2));
+  writeResult('agent-sync', { machine, rows });
 }
 
 main().catch((e: Error) => {

@@ -2,12 +2,9 @@
 // loaded: client → NodePort (local backend, remote backend) and client → pod directly.
 // Run as root: npx tsx bench/connect-latency.ts [--services 10000] [--count 2000] [--repeat 3]
 // Prints a Markdown table and writes bench/results/connect-latency.json.
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { cpus, release } from 'node:os';
-import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { MiniCluster, WORKLOADS, type TestService } from '../test/harness/mini-cluster.js';
-import { REPO_ROOT } from '../test/harness/paths.js';
+import { machine as machineName, median, writeResult } from './report.js';
 
 const { values } = parseArgs({ options: { services: { type: 'string' }, count: { type: 'string' }, repeat: { type: 'string' } } });
 const MANY = Number(values.services ?? 10_000);
@@ -16,7 +13,6 @@ const REPEAT = Number(values.repeat ?? 3);
 
 interface Sample { p50: number; p90: number; p99: number; failures: number }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 async function main(): Promise<void> {
   const c = await MiniCluster.create({ nodes: 2 });
@@ -67,11 +63,9 @@ async function main(): Promise<void> {
       '|---|---|---|---|---|---|---|',
       ...rows.map((r) => `| ${r.path} | ${f(r.p50_1)} | ${f(r.p99_1)} | ${f(r.p50_many)} | ${f(r.p99_many)} | ${r.ratio_1.toFixed(2)} | ${r.ratio_many.toFixed(2)} |`),
     ].join('\n');
-    const machine = `${cpus().length} cores (${cpus()[0]?.model ?? '?'}), kernel ${release()}`;
+    const machine = machineName();
     process.stdout.write(`${table}\n\nmachine: ${machine}; ${COUNT} connects × ${REPEAT} runs per cell, median of runs; ${MANY} Services loaded in ${loadMs} ms\ncommand: npx tsx bench/connect-latency.ts --services ${MANY} --count ${COUNT} --repeat ${REPEAT}\n`);
-    const dir = join(REPO_ROOT, 'bench', 'results');
-    mkdirSync(dir, { recursive: true });
-    writeFileSync(join(dir, 'connect-latency.json'), JSON.stringify({ machine, services: MANY, count: COUNT, repeat: REPEAT, loadMs, rows }, null, 2));
+    writeResult('connect-latency', { machine, services: MANY, count: COUNT, repeat: REPEAT, loadMs, rows });
   } finally {
     await c.close();
   }

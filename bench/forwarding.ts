@@ -1,21 +1,17 @@
 // SNAT against DSR against direct-to-pod: client → NodePort on node-2 → backend on node-1.
 // iperf3 throughput (1 and 4 streams) and TCP connect latency, one sandbox, one run.
 // Run as root: npx tsx bench/forwarding.ts [--seconds 5] [--count 2000] [--repeat 3]
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { cpus, release } from 'node:os';
-import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { SandboxApi } from '../src/cli/sandbox-command.js';
 import { Sandbox } from '../src/sandbox/sandbox.js';
 import { WORKLOADS_BIN } from '../src/sandbox/workloads/spawn.js';
-import { REPO_ROOT } from '../test/harness/paths.js';
+import { machine as machineName, median, writeResult } from './report.js';
 
 const { values } = parseArgs({ options: { seconds: { type: 'string' }, count: { type: 'string' }, repeat: { type: 'string' } } });
 const SECONDS = Number(values.seconds ?? 5);
 const COUNT = Number(values.count ?? 2000);
 const REPEAT = Number(values.repeat ?? 3);
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 async function main(): Promise<void> {
   const sb = await Sandbox.up({ name: 'fwdbench', nodes: 2, mode: 'snat', log: pino({ level: 'silent' }) });
@@ -71,11 +67,9 @@ async function main(): Promise<void> {
     ].join('\n');
     const dsr = rows[2]!;
     const ratios = `DSR/SNAT: connect p50 ${(dsr.connectP50us / snat.connectP50us).toFixed(2)}, throughput 1 stream ${(dsr.gbps1 / snat.gbps1).toFixed(2)}, 4 streams ${(dsr.gbps4 / snat.gbps4).toFixed(2)}`;
-    const machine = `${cpus().length} cores, kernel ${release()}`;
+    const machine = machineName();
     process.stdout.write(`${table}\n\n${ratios}\nmachine: ${machine}; veth pairs through a router namespace; median of ${REPEAT} runs; ${COUNT} connects, ${SECONDS} s iperf3 per run\ncommand: npx tsx bench/forwarding.ts --seconds ${SECONDS} --count ${COUNT} --repeat ${REPEAT}\n`);
-    const dir = join(REPO_ROOT, 'bench', 'results');
-    mkdirSync(dir, { recursive: true });
-    writeFileSync(join(dir, 'forwarding.json'), JSON.stringify({ machine, rows, ratios }, null, 2));
+    writeResult('forwarding', { machine, rows, ratios });
   } finally {
     await sb.down();
   }

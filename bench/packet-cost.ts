@@ -2,9 +2,6 @@
 // an established flow, a reply to an SNATed flow and a DSR packet (the option added), with
 // 1 and with N Services loaded, against an empty tc program.
 // Run as root: npx tsx bench/packet-cost.ts [--services 60000] [--repeat 20000]
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { cpus, release } from 'node:os';
-import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { FrontendSpec } from '../src/datapath/spec.js';
 import { BpfObject } from '../src/ebpf/object.js';
@@ -12,13 +9,13 @@ import { testRun } from '../src/ebpf/test-run.js';
 import { buildPacket, eth, ipv4, tcp } from '../src/packet/build.js';
 import { inNetns } from '../src/sys/netns.js';
 import { NODE_IP, NODE_MAC, OTHER_NODE_MAC, ROUTER_MAC, datapathNode, type DatapathNode } from '../test/harness/datapath-node.js';
-import { REPO_ROOT, bpfObject } from '../test/harness/paths.js';
+import { bpfObject } from '../test/harness/paths.js';
 import { skbContext } from '../src/ebpf/skb-context.js';
+import { machine as machineName, median, writeResult } from './report.js';
 
 const { values } = parseArgs({ options: { services: { type: 'string' }, repeat: { type: 'string' } } });
 const MANY = Number(values.services ?? 60_000);
 const REPEAT = Number(values.repeat ?? 20_000);
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 const target: FrontendSpec[] = [
   { address: NODE_IP, port: 30080, proto: 'TCP', kind: 'NodePort', backends: [{ address: '10.244.1.5', port: 8080, local: true }] },
@@ -83,11 +80,9 @@ async function main(): Promise<void> {
         return `| ${r.case} | ${r.ns1} | ${r.nsMany} | ${(r.ns1 / base).toFixed(2)} | ${(r.nsMany / base).toFixed(2)} |`;
       }),
     ].join('\n');
-    const machine = `${cpus().length} cores, kernel ${release()}`;
+    const machine = machineName();
     process.stdout.write(`${table}\n\nmachine: ${machine}; BPF_PROG_TEST_RUN kernel timing, median of 3 runs × ${REPEAT} repeats (new flow: median of 2000 single runs, against the empty program's single run); ${MANY} Services loaded in ${loadMs} ms\ncommand: npx tsx bench/packet-cost.ts --services ${MANY} --repeat ${REPEAT}\n`);
-    const dir = join(REPO_ROOT, 'bench', 'results');
-    mkdirSync(dir, { recursive: true });
-    writeFileSync(join(dir, 'packet-cost.json'), JSON.stringify({ machine, baselineNs: baseline, baselineSingleRunNs: baselineSingle, services: MANY, rows }, null, 2));
+    writeResult('packet-cost', { machine, baselineNs: baseline, baselineSingleRunNs: baselineSingle, services: MANY, rows });
   } finally {
     empty.close();
     await node.close();

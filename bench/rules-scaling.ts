@@ -4,18 +4,14 @@
 // (nft -f), plus the time each needs to load them. The rule structure is stated in
 // bench/README.md; the generators are below.
 // Run as root: npx tsx bench/rules-scaling.ts [--services 1,1000,10000] [--count 1000] [--repeat 3]
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { cpus, release } from 'node:os';
-import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { MiniCluster, WORKLOADS, type TestService } from '../test/harness/mini-cluster.js';
-import { REPO_ROOT } from '../test/harness/paths.js';
+import { machine as machineName, median, writeResult } from './report.js';
 
 const { values } = parseArgs({ options: { services: { type: 'string' }, count: { type: 'string' }, repeat: { type: 'string' } } });
 const COUNTS = (values.services ?? '1,1000,10000').split(',').map(Number);
 const COUNT = Number(values.count ?? 1000);
 const REPEAT = Number(values.repeat ?? 3);
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 const NODE_PORT = 30080; // the first cell's; each cell uses the next one
 const NODE_IP = '10.0.30.21';
@@ -159,11 +155,9 @@ async function main(): Promise<void> {
       '|---|---|---|---|---|---|---|---|---|',
       ...rows.map((r) => `| ${r.dataplane} | ${r.services} | ${r.loadMs.toFixed(0)} | ${f(r.p50)} | ${f(r.p90)} | ${f(r.p99)} | ${(r.p50 / direct.p50).toFixed(2)} | ${r.services ? (r.p50 / ferryAt(r.services).p50).toFixed(2) : '-'} | ${r.failures} |`),
     ].join('\n');
-    const machine = `${cpus().length} cores (${cpus()[0]?.model ?? '?'}), kernel ${release()}`;
+    const machine = machineName();
     process.stdout.write(`${table}\n\nmachine: ${machine}; client → NodePort on the backend's node; ${COUNT} connects × ${REPEAT} runs per cell, median of runs\ncommand: npx tsx bench/rules-scaling.ts --services ${COUNTS.join(',')} --count ${COUNT} --repeat ${REPEAT}\n`);
-    const dir = join(REPO_ROOT, 'bench', 'results');
-    mkdirSync(dir, { recursive: true });
-    writeFileSync(join(dir, 'rules-scaling.json'), JSON.stringify({ machine, count: COUNT, repeat: REPEAT, rows }, null, 2));
+    writeResult('rules-scaling', { machine, count: COUNT, repeat: REPEAT, rows });
   } finally {
     await c.close();
   }
