@@ -63,7 +63,7 @@ static __always_inline int use_dsr(const struct lb4_service *svc, __u8 proto)
 /* Reserve the reply tuple (backend → node:port) for a new SNAT binding: the client's own
  * port if free, else random ports in range. Returns the port (network order) or 0. */
 static __always_inline __be16 snat4_reserve(const struct pkt4 *p, const struct lb4_backend *b,
-					    const struct lb4_key *fe, __u16 rev_nat_id, __u64 now)
+					    const struct lb4_key *fe, __u32 rev_nat_id, __u64 now)
 {
 	struct nat4_entry nat = {
 		.expires_ns = now + ct_lifetime_ns(p->proto, CT_F_SNAT),

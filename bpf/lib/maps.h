@@ -28,9 +28,9 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 131072);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, __u16);
+	__type(key, __u32);
 	__type(value, struct lb4_reverse_nat);
 } lb4_reverse_nat SEC(".maps");
 
@@ -68,9 +68,9 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65535);
+	__uint(max_entries, 131072);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, __u16);
+	__type(key, __u32);
 	__type(value, struct lb4_frontend_name);
 } lb4_names SEC(".maps");
 

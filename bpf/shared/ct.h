@@ -42,12 +42,11 @@ struct ct4_entry {
 	__u64 expires_ns;
 	__u64 created_ns;
 	__u32 backend_id;
-	__u16 rev_nat_id;
-	__u8 flags;       /* enum ct_flags */
-	__u8 tcp_flags;   /* union of TCP flags seen from the client */
+	__u32 rev_nat_id;
 	__be32 nat_addr;  /* CT_F_SNAT: the node address the flow leaves from */
 	__be16 nat_port;  /* CT_F_SNAT: the source port it leaves from */
-	__u8 pad[2];
+	__u8 flags;       /* enum ct_flags */
+	__u8 tcp_flags;   /* union of TCP flags seen from the client */
 	__u64 packets;
 	__u64 bytes;
 };
@@ -58,9 +57,9 @@ struct nat4_entry {
 	__be16 client_port;
 	__be16 frontend_port; /* ... from this frontend */
 	__be32 frontend_addr;
-	__u16 rev_nat_id;
+	__u32 rev_nat_id;
 	__u8 flags;           /* enum ct_flags */
-	__u8 pad;
+	__u8 pad[7];
 	__u64 packets;
 	__u64 bytes;
 };

@@ -63,11 +63,12 @@ struct lb4_key {
 
 struct lb4_service {
 	__u32 backend_id;       /* slot > 0: the backend in this slot; slot 0: the Maglev table id (0: none) */
+	__u32 rev_nat_id;       /* slot 0: how replies are rewritten back to this frontend */
+	__u32 affinity_timeout; /* slot 0: seconds of ClientIP affinity; 0 = none */
 	__u16 count;            /* slot 0: number of backend slots */
-	__u16 rev_nat_id;       /* slot 0: how replies are rewritten back to this frontend */
 	__u16 flags;            /* slot 0: enum lb_flags */
 	__u16 affinity_id;      /* slot 0: the Service port's affinity id, shared by its frontends */
-	__u32 affinity_timeout; /* slot 0: seconds of ClientIP affinity; 0 = none */
+	__u8 pad[2];
 };
 
 /* sessionAffinity: ClientIP. A client is its address on the tc path, its network
@@ -117,8 +118,7 @@ struct lb4_reverse_nat {
  * prefix. prefixlen counts the id and its padding (32 bits) plus the prefix length. */
 struct lb4_src_range_key {
 	__u32 prefixlen;
-	__u16 rev_nat_id;
-	__u8 pad[2];
+	__u32 rev_nat_id;
 	__be32 source;
 };
 
@@ -134,7 +134,8 @@ struct lb4_sock_key {
 struct lb4_sock_value {
 	__be32 address;
 	__be16 port;
-	__u16 rev_nat_id;
+	__u8 pad[2];
+	__u32 rev_nat_id;
 };
 
 #endif

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { Command } from 'commander';
 import { BackendFlags, LbFlags, LbScope, lb4BackendCodec, lb4FrontendNameCodec, lb4KeyCodec, lb4ServiceCodec, protoName, type Lb4Backend, type Lb4Key, type Lb4Service } from '../datapath/layouts.js';
 import { openPinnedMap } from '../ebpf/pinned.js';
-import { u16Codec, u32Codec } from '../ebpf/codec.js';
+import { u32Codec } from '../ebpf/codec.js';
 import { table } from './table.js';
 
 export interface FrontendRow {
@@ -27,7 +27,7 @@ function kind(flags: number): string {
 export function readFrontends(pinDir: string): FrontendRow[] {
   const services = openPinnedMap(join(pinDir, 'lb4_services'), lb4KeyCodec, lb4ServiceCodec);
   const backends = openPinnedMap(join(pinDir, 'lb4_backends'), u32Codec, lb4BackendCodec);
-  const namesMap = openPinnedMap(join(pinDir, 'lb4_names'), u16Codec, lb4FrontendNameCodec);
+  const namesMap = openPinnedMap(join(pinDir, 'lb4_names'), u32Codec, lb4FrontendNameCodec);
   try {
     const names = new Map(namesMap.entries().map(([id, v]) => [id, v.name.toString('utf8').replace(/\0.*$/s, '')]));
     const all = services.entries();

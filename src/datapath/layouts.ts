@@ -1,7 +1,7 @@
 // The TypeScript side of bpf/shared: one codec per shared struct and one mirror per shared
 // enum. Codecs are checked against the objects' BTF whenever a map is opened or adopted;
 // the enum mirrors by a test against bpf/tests/contract.bpf.c.
-import { structCodec, u16Codec, u32Codec, u8Codec } from '../ebpf/codec.js';
+import { structCodec, u32Codec, u8Codec } from '../ebpf/codec.js';
 
 export const LbScope = { LB_SCOPE_EXTERNAL: 0, LB_SCOPE_INTERNAL: 1 } as const;
 
@@ -97,11 +97,12 @@ export type Lb4Key = ReturnType<typeof lb4KeyCodec.decode>;
 
 export const lb4ServiceCodec = structCodec('lb4_service', {
   backendId: { type: 'u32' },
+  revNatId: { type: 'u32' },
+  affinityTimeout: { type: 'u32' },
   count: { type: 'u16' },
-  revNatId: { type: 'u16' },
   flags: { type: 'u16' },
   affinityId: { type: 'u16' },
-  affinityTimeout: { type: 'u32' },
+  pad: { type: 'pad', length: 2 },
 });
 export type Lb4Service = ReturnType<typeof lb4ServiceCodec.decode>;
 
@@ -134,8 +135,7 @@ export const lb4AffinityValueCodec = structCodec('lb4_affinity_value', {
 
 export const lb4SrcRangeKeyCodec = structCodec('lb4_src_range_key', {
   prefixlen: { type: 'u32' },
-  revNatId: { type: 'u16' },
-  pad: { type: 'pad', length: 2 },
+  revNatId: { type: 'u32' },
   source: { type: 'ipv4' },
 });
 export type Lb4SrcRangeKey = ReturnType<typeof lb4SrcRangeKeyCodec.decode>;
@@ -151,7 +151,8 @@ export const lb4SockKeyCodec = structCodec('lb4_sock_key', {
 export const lb4SockValueCodec = structCodec('lb4_sock_value', {
   address: { type: 'ipv4' },
   port: { type: 'be16' },
-  revNatId: { type: 'u16' },
+  pad: { type: 'pad', length: 2 },
+  revNatId: { type: 'u32' },
 });
 
 export const ct4KeyCodec = structCodec('ct4_key', {
@@ -168,12 +169,11 @@ export const ct4EntryCodec = structCodec('ct4_entry', {
   expiresNs: { type: 'u64' },
   createdNs: { type: 'u64' },
   backendId: { type: 'u32' },
-  revNatId: { type: 'u16' },
-  flags: { type: 'u8' },
-  tcpFlags: { type: 'u8' },
+  revNatId: { type: 'u32' },
   natAddr: { type: 'ipv4' },
   natPort: { type: 'be16' },
-  pad: { type: 'pad', length: 2 },
+  flags: { type: 'u8' },
+  tcpFlags: { type: 'u8' },
   packets: { type: 'u64' },
   bytes: { type: 'u64' },
 });
@@ -185,9 +185,9 @@ export const nat4EntryCodec = structCodec('nat4_entry', {
   clientPort: { type: 'be16' },
   frontendPort: { type: 'be16' },
   frontendAddr: { type: 'ipv4' },
-  revNatId: { type: 'u16' },
+  revNatId: { type: 'u32' },
   flags: { type: 'u8' },
-  pad: { type: 'pad', length: 1 },
+  pad: { type: 'pad', length: 7 },
   packets: { type: 'u64' },
   bytes: { type: 'u64' },
 });
@@ -222,11 +222,11 @@ export const counterCodec = structCodec('ferry_counter', { packets: { type: 'u64
 export const mapSpecs = {
   lb4_services: { key: lb4KeyCodec, value: lb4ServiceCodec, sizeSetting: 'mapSizes.services' },
   lb4_backends: { key: u32Codec, value: lb4BackendCodec, sizeSetting: 'mapSizes.backends' },
-  lb4_reverse_nat: { key: u16Codec, value: lb4ReverseNatCodec, sizeSetting: 'mapSizes.reverseNat' },
+  lb4_reverse_nat: { key: u32Codec, value: lb4ReverseNatCodec, sizeSetting: 'mapSizes.reverseNat' },
   // Outer map of the Maglev tables: written with inner map FDs, read back as map ids.
   lb4_maglev: { key: u32Codec, value: u32Codec, sizeSetting: 'mapSizes.maglevTables' },
   lb4_affinity: { key: lb4AffinityKeyCodec, value: lb4AffinityValueCodec, sizeSetting: 'mapSizes.affinity' },
-  lb4_names: { key: u16Codec, value: lb4FrontendNameCodec, sizeSetting: 'mapSizes.reverseNat' },
+  lb4_names: { key: u32Codec, value: lb4FrontendNameCodec, sizeSetting: 'mapSizes.reverseNat' },
   lb4_src_ranges: { key: lb4SrcRangeKeyCodec, value: u8Codec, sizeSetting: 'mapSizes.sourceRanges' },
   lb4_sock_rev: { key: lb4SockKeyCodec, value: lb4SockValueCodec, sizeSetting: 'mapSizes.sockReverse' },
   ct4: { key: ct4KeyCodec, value: ct4EntryCodec, sizeSetting: 'mapSizes.conntrack' },

@@ -30,7 +30,7 @@ export interface MapSizes {
 export const DEFAULT_MAP_SIZES: MapSizes = {
   services: 262_144,
   backends: 65_536,
-  reverseNat: 65_535,
+  reverseNat: 131_072,
   sockReverse: 65_536,
   sourceRanges: 65_536,
   affinity: 65_536,
@@ -114,9 +114,6 @@ export class Datapath {
   static load(cfg: DatapathConfig): Datapath {
     assertBpffs(cfg.pinDir);
     const sizes: MapSizes = { ...DEFAULT_MAP_SIZES, ...cfg.mapSizes };
-    if (sizes.reverseNat > 65_535) {
-      throw new FerryError({ code: ErrorCode.Config, op: 'load datapath', cause: `mapSizes.reverseNat is ${sizes.reverseNat}`, hint: 'reverse-NAT ids are 16-bit: at most 65535' });
-    }
     const snat = ipv4FromString(cfg.snatIPv4);
     if (cfg.maglevTableSize && !isPrime(cfg.maglevTableSize)) {
       throw new FerryError({ code: ErrorCode.Config, op: 'load datapath', cause: `maglevTableSize ${cfg.maglevTableSize} is not prime`, hint: 'use a prime such as 16381, 4093 or 1021' });

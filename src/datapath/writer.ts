@@ -91,7 +91,7 @@ export class ServiceWriter {
   ) {
     this.tableIds = new IdAllocator('Maglev table', maps.lb4_maglev.maxEntries, 'mapSizes.maglevTables');
     this.backendIds = new IdAllocator('backend', maps.lb4_backends.maxEntries, 'mapSizes.backends');
-    this.revNatIds = new IdAllocator('reverse-NAT', Math.min(65_535, maps.lb4_reverse_nat.maxEntries), 'mapSizes.reverseNat');
+    this.revNatIds = new IdAllocator('reverse-NAT', maps.lb4_reverse_nat.maxEntries, 'mapSizes.reverseNat');
     this.restore();
   }
 

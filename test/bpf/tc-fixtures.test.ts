@@ -233,4 +233,23 @@ describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
     const wantQuote = buildPacket([ipv4({ src: CLIENT_IP, dst: NODE_IP, ttl: 62, id: 0x1234 }), tcp({ sport: 62000, dport: 30081, flags: 'A', seq: 1000 })]).subarray(0, 28);
     expectPacket(r.data, buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: '10.0.30.22', dst: CLIENT_IP, ttl: 63, id: 6 }), icmp({ type: 3, code: 4, rest: 1400 }), payload(wantQuote)]));
   });
+  it('more frontends than 16 bits can number: replies of the last one come back from it', () => {
+    // ClusterIP fillers take the reverse-NAT ids up to 70000; the NodePort added after
+    // them gets an id above 65535, which must survive conntrack, NAT and the reply path.
+    const fillers: FrontendSpec[] = Array.from({ length: 70_000 }, (_, i) => ({
+      address: `10.${97 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}`, port: 80, proto: 'TCP' as const, kind: 'ClusterIP' as const, backends: [{ address: LOCAL_POD, port: 8080, local: true }],
+    }));
+    try {
+      node.writer.apply([...fillers, { address: NODE_IP, port: 30099, proto: 'TCP', kind: 'NodePort', backends: [{ address: REMOTE_POD, port: 8080, local: false }] }]);
+      const [, master] = node.dp.maps.lb4_services.entries().find(([k]) => k.port === 30099 && k.slot === 0)!;
+      expect(master.revNatId).toBeGreaterThan(65_535);
+      node.run('tc_ingress', buildPacket(syn(NODE_IP, 30099)));
+      const reply = buildPacket([eth({ src: OTHER_NODE_MAC, dst: NODE_MAC }), ipv4({ src: REMOTE_POD, dst: NODE_IP, ttl: 63, id: 7 }), tcp({ sport: 8080, dport: 62000, flags: 'SA', seq: 5000, ack: 1001 })]);
+      const r = node.run('tc_ingress', reply);
+      expect(r.retval).toBe(TcVerdict.REDIRECT);
+      expectPacket(r.data, buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: NODE_IP, dst: CLIENT_IP, ttl: 62, id: 7 }), tcp({ sport: 30099, dport: 62000, flags: 'SA', seq: 5000, ack: 1001 })]));
+    } finally {
+      node.writer.apply(services);
+    }
+  });
 });
