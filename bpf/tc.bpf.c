@@ -62,6 +62,23 @@ static __always_inline int use_dsr(const struct lb4_service *svc, __u8 proto)
 
 /* Reserve the reply tuple (backend → node:port) for a new SNAT binding: the client's own
  * port if free, else random ports in range. Returns the port (network order) or 0. */
+/* A binding is being taken over: the old flow's conntrack entry must not keep sending
+ * through the port (unless the client reopened that tuple and it now uses another). */
+static __always_inline void snat4_forget_flow(const struct nat4_entry *old, const struct ct4_key *reply)
+{
+	struct ct4_key fwd = {
+		.saddr = old->client_addr,
+		.daddr = old->frontend_addr,
+		.sport = old->client_port,
+		.dport = old->frontend_port,
+		.proto = reply->proto,
+	};
+	struct ct4_entry *ct = bpf_map_lookup_elem(&ct4, &fwd);
+
+	if (ct && (ct->flags & CT_F_SNAT) && ct->nat_port == reply->dport)
+		bpf_map_delete_elem(&ct4, &fwd);
+}
+
 static __always_inline __be16 snat4_reserve(const struct pkt4 *p, const struct lb4_backend *b,
 					    const struct lb4_key *fe, __u32 rev_nat_id, __u64 now)
 {
@@ -94,11 +111,16 @@ static __always_inline __be16 snat4_reserve(const struct pkt4 *p, const struct l
 		reply.dport = bpf_htons(port);
 		if (bpf_map_update_elem(&nat4, &reply, &nat, BPF_NOEXIST) == 0)
 			return reply.dport;
-		/* Taken: by a live flow, or by one that expired and awaits collection. */
+		/* Taken: by a live flow, or by one that expired and awaits collection, or by
+		 * one that was reset. A reset flow is over at both ends, yet its binding would
+		 * hold the port for the closing lifetime: clients that close with a reset at a
+		 * high rate would exhaust the range. */
 		old = bpf_map_lookup_elem(&nat4, &reply);
-		if (old && ct_expired(old->expires_ns, now) &&
-		    bpf_map_update_elem(&nat4, &reply, &nat, BPF_EXIST) == 0)
-			return reply.dport;
+		if (old && (ct_expired(old->expires_ns, now) || (old->flags & CT_F_RESET))) {
+			snat4_forget_flow(old, &reply);
+			if (bpf_map_update_elem(&nat4, &reply, &nat, BPF_EXIST) == 0)
+				return reply.dport;
+		}
 	}
 	return 0;
 }
@@ -219,8 +241,11 @@ static __always_inline int nat4_keep(const struct pkt4 *p, const struct ct4_key 
 	 * replies would leave with the old frontend's address and be reset. */
 	if (nat && nat->client_addr == n.client_addr && nat->client_port == n.client_port &&
 	    nat->frontend_addr == n.frontend_addr && nat->frontend_port == n.frontend_port) {
+		/* The flow's flags, not an accumulation: a client reopening its port towards
+		 * the same frontend starts a flow that is not closing, and a binding left
+		 * closing would take the new SYN-ACK for another connection's. */
 		nat->expires_ns = ct->expires_ns;
-		nat->flags |= flags & CT_F_CLOSING;
+		nat->flags = flags;
 		return 0;
 	}
 	return bpf_map_update_elem(&nat4, reply, &n, BPF_ANY) < 0 ? -1 : 0;

@@ -50,6 +50,8 @@ static __always_inline __u8 ct_flags_after(const struct pkt4 *p, __u8 flags)
 {
 	if (p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_FIN | TCP_RST)))
 		flags |= CT_F_CLOSING;
+	if (p->proto == IPPROTO_TCP && (p->tcp_flags & TCP_RST))
+		flags |= CT_F_RESET;
 	return flags;
 }
 

@@ -28,6 +28,7 @@ enum ct_flags {
 	CT_F_SEEN_REPLY = 1 << 2, /* a reply has been seen */
 	CT_F_CLOSING = 1 << 3,    /* FIN or RST seen: short lifetime */
 	CT_F_DSR = 1 << 4,        /* remote backend by DSR: DNAT, the frontend in an IP option */
+	CT_F_RESET = 1 << 5,      /* RST seen: the flow is over, its SNAT port may serve a new one */
 };
 
 /* Lifetimes, in seconds. Configurable at load time through .rodata (see tc.bpf.c). */

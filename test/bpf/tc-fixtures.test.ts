@@ -103,6 +103,16 @@ describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
     expectPacket(r.data, buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: NODE_IP, dst: CLIENT_IP, ttl: 63, id: 9 }), tcp({ sport: 30080, dport: 62000, flags: 'SA', seq: 1, ack: 1001 })]));
   });
 
+  it('a client reopening its port after a reset: the new SYN-ACK from the local backend still leaves as the NodePort', () => {
+    const fromPod = (flags: string) => buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: LOCAL_POD, dst: CLIENT_IP, ttl: 63, id: 9 }), tcp({ sport: 8080, dport: 62000, flags, seq: 1, ack: 1001 })]);
+    node.run('tc_ingress', buildPacket(syn(NODE_IP, 30080)));
+    node.run('tc_egress', fromPod('SA'));
+    node.run('tc_ingress', buildPacket([fromRouter, ipv4({ src: CLIENT_IP, dst: NODE_IP, ttl: 63, id: 0x1234 }), tcp({ sport: 62000, dport: 30080, flags: 'R', seq: 1001 })]));
+    node.run('tc_ingress', buildPacket(syn(NODE_IP, 30080)));
+    const r = node.run('tc_egress', fromPod('SA'));
+    expectPacket(r.data, buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: NODE_IP, dst: CLIENT_IP, ttl: 63, id: 9 }), tcp({ sport: 30080, dport: 62000, flags: 'SA', seq: 1, ack: 1001 })]));
+  });
+
   it('LoadBalancer IP with a remote backend, and externalIP with a local one', () => {
     const lb = node.run('tc_ingress', buildPacket(syn(LB_IP, 80)));
     expect(lb.retval).toBe(TcVerdict.REDIRECT);

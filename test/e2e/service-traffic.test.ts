@@ -5,6 +5,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
 import type { PodInfo } from '../../src/sandbox/network.js';
+import { startWorkloads } from '../../src/sandbox/workloads/spawn.js';
 import { MiniCluster, WORKLOADS, type TestService } from '../harness/mini-cluster.js';
 import { describeWith } from '../harness/requirements.js';
 
@@ -168,5 +169,18 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'Service traffic through the
     for (const [from, base] of paths) {
       expect(await download(from, `${base}/bytes?n=${MB}`), `${from.name} → ${base}`).toBe(MB);
     }
+  });
+  it("the benchmarks' request/response workload: TCP, a new connection per request, UDP", async () => {
+    await startWorkloads(web2.host, [{ kind: 'tcp-echo', port: 7000 }]);
+    const rr = async (to: string, ...extra: string[]) =>
+      JSON.parse(await client1.host.execOk([process.execPath, WORKLOADS, 'rr', '--to', to, '--seconds', '0.3', '--size', '100', ...extra])) as { count: number; failures: number; p50: number; p99: number };
+    for (const r of [await rr(`${web2.ip}:7000`), await rr(`${web2.ip}:7000`, '--new-connection'), await rr(`${web2.ip}:5353`, '--udp')]) {
+      expect(r.failures).toBe(0);
+      expect(r.count).toBeGreaterThan(10);
+      expect(r.p50).toBeGreaterThan(0);
+      expect(r.p99).toBeGreaterThanOrEqual(r.p50);
+    }
+    // Nothing listens there: every request fails, and the run says so.
+    expect((await rr(`${web2.ip}:7001`, '--new-connection')).count).toBe(0);
   });
 });

@@ -8,9 +8,13 @@
 //   tcp-peer --to IP:PORT          connect, print the peer address getpeername() reports
 //   connect-latency --to IP:PORT --count N
 //                                  connect/close N times, print p50/p90/p99 in microseconds
+//   tcp-echo --port P              TCP echo server
+//   rr --to IP:PORT --seconds S [--udp] [--new-connection] [--size N]
+//                                  request/response for S seconds (netperf's TCP_RR,
+//                                  TCP_CRR, UDP_RR): print the count and p50/p90/p99 in µs
 import { createSocket } from 'node:dgram';
 import { createServer } from 'node:http';
-import { connect } from 'node:net';
+import { connect, createServer as createTcpServer, type Socket } from 'node:net';
 import { hostname, networkInterfaces } from 'node:os';
 import { parseArgs } from 'node:util';
 
@@ -122,13 +126,110 @@ async function connectLatency(to: { host: string; port: number }, count: number)
   process.stdout.write(`${JSON.stringify({ count: samples.length, failures, p50: q(0.5), p90: q(0.9), p99: q(0.99) })}\n`);
 }
 
+function tcpEcho(port: number): void {
+  const server = createTcpServer((c) => {
+    c.setNoDelay(true);
+    c.on('data', (d) => c.write(d));
+    c.on('error', () => c.destroy());
+  });
+  server.listen(port, '0.0.0.0', () => process.stdout.write(`tcp-echo listening on ${port}\n`));
+}
+
+/** A TCP connection that answers one request at a time. */
+class Exchange {
+  private want = 0;
+  private got = 0;
+  private done?: (ok: boolean) => void;
+  constructor(readonly socket: Socket) {
+    socket.setNoDelay(true);
+    socket.on('data', (d: Buffer) => {
+      this.got += d.length;
+      if (this.done && this.got >= this.want) this.finish(true);
+    });
+    socket.on('error', () => this.finish(false));
+    socket.on('close', () => this.finish(false));
+  }
+  static open(to: { host: string; port: number }): Promise<Exchange | undefined> {
+    return new Promise((resolve) => {
+      const s = connect(to.port, to.host, () => resolve(new Exchange(s)));
+      s.once('error', () => resolve(undefined));
+    });
+  }
+  private finish(ok: boolean): void {
+    const d = this.done;
+    this.done = undefined;
+    d?.(ok);
+  }
+  request(payload: Buffer): Promise<boolean> {
+    this.want = payload.length;
+    this.got = 0;
+    return new Promise((resolve) => {
+      this.done = resolve;
+      this.socket.write(payload);
+    });
+  }
+}
+
+/** Request/response until the time is up; a request unanswered within 3 s fails. */
+async function requestResponse(to: { host: string; port: number }, seconds: number, size: number, mode: 'tcp' | 'tcp-new' | 'udp'): Promise<void> {
+  const samples: number[] = [];
+  let failures = 0;
+  const payload = Buffer.alloc(size, 0x61);
+  const withTimeout = (p: Promise<boolean>) => Promise.race([p, new Promise<boolean>((r) => setTimeout(() => r(false), 3000).unref())]);
+  const end = process.hrtime.bigint() + BigInt(Math.round(seconds * 1e9));
+  let persistent: Exchange | undefined;
+  let udp: ReturnType<typeof createSocket> | undefined;
+  if (mode === 'tcp') persistent = await Exchange.open(to);
+  if (mode === 'udp') {
+    udp = createSocket('udp4');
+    const u = udp;
+    await new Promise<void>((resolve, reject) => u.connect(to.port, to.host, (e?: Error) => (e ? reject(e) : resolve())));
+  }
+  while (process.hrtime.bigint() < end && failures < 100) {
+    const t0 = process.hrtime.bigint();
+    let ok: boolean;
+    if (mode === 'udp') {
+      const u = udp!;
+      ok = await withTimeout(new Promise((resolve) => {
+        u.once('message', (m) => resolve(m.length === size));
+        u.send(payload);
+      }));
+      if (!ok) u.removeAllListeners('message');
+    } else if (mode === 'tcp') {
+      ok = persistent ? await withTimeout(persistent.request(payload)) : false;
+      if (!ok) {
+        persistent?.socket.destroy();
+        persistent = await Exchange.open(to);
+      }
+    } else {
+      // A new connection per request, closed with a reset so that no TIME_WAIT socket
+      // is left to fill the port range.
+      const x = await withTimeout(Exchange.open(to).then(async (e) => {
+        if (!e) return false;
+        const r = await e.request(payload);
+        e.socket.resetAndDestroy();
+        return r;
+      }));
+      ok = x;
+    }
+    if (ok) samples.push(Number(process.hrtime.bigint() - t0) / 1000);
+    else failures++;
+  }
+  persistent?.socket.destroy();
+  udp?.close();
+  samples.sort((a, b) => a - b);
+  const q = (p: number) => samples[Math.min(samples.length - 1, Math.floor(p * samples.length))] ?? NaN;
+  process.stdout.write(`${JSON.stringify({ count: samples.length, failures, seconds, p50: q(0.5), p90: q(0.9), p99: q(0.99), max: samples[samples.length - 1] ?? NaN, over100ms: samples.filter((x) => x > 100_000).length })}\n`);
+}
+
 async function main(): Promise<void> {
   const [cmd, ...rest] = process.argv.slice(2);
   const { values } = parseArgs({
     args: rest,
     options: {
       port: { type: 'string' }, name: { type: 'string' }, to: { type: 'string' }, connected: { type: 'boolean' },
-      size: { type: 'string' }, count: { type: 'string' },
+      size: { type: 'string' }, count: { type: 'string' }, seconds: { type: 'string' }, udp: { type: 'boolean' },
+      'new-connection': { type: 'boolean' },
     },
   });
   switch (cmd) {
@@ -142,6 +243,10 @@ async function main(): Promise<void> {
       return tcpPeer(target(values.to));
     case 'connect-latency':
       return connectLatency(target(values.to), Number(values.count ?? 100));
+    case 'tcp-echo':
+      return tcpEcho(Number(values.port ?? 7));
+    case 'rr':
+      return requestResponse(target(values.to), Number(values.seconds ?? 2), Number(values.size ?? 64), values.udp ? 'udp' : values['new-connection'] ? 'tcp-new' : 'tcp');
     default:
       throw new Error(`unknown workload ${cmd}`);
   }
