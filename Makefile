@@ -1,9 +1,9 @@
-# ferry: make setup | build | test | demo | bench | clean
+# ferry: make setup | build | test | demo | bench | bench-full | clean
 SHELL := /bin/bash
 NPX := npx --no-install
 
 
-.PHONY: all setup build build-ts build-bpf typecheck test test-unit test-bpf test-e2e demo bench cleanup clean
+.PHONY: all setup build build-ts build-bpf typecheck test test-unit test-bpf test-e2e demo bench bench-full cleanup clean
 
 all: build
 
@@ -44,13 +44,24 @@ test-e2e: build
 demo: build
 	@bash scripts/demo.sh
 
-## bench: the benchmarks with quick settings (results in bench/results/); see bench/README.md
+## bench: the benchmarks with quick settings, < 10 min (bench/results/quick/); see bench/README.md
+BENCH_REPORTS := forwarding rules-scaling agent-sync packet-cost
 bench: build
-	@$(NPX) tsx bench/connect-latency.ts --services 10000 --count 1000 --repeat 3
-	@$(NPX) tsx bench/agent-sync.ts --services 1000,10000 --changes 50
-	@$(NPX) tsx bench/forwarding.ts --seconds 4 --count 1000 --repeat 3
-	@$(NPX) tsx bench/packet-cost.ts --services 60000 --repeat 20000
-	@$(NPX) tsx bench/rules-scaling.ts --services 1,1000,10000 --count 1000 --repeat 3
+	@rm -rf bench/results/quick
+	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/forwarding.ts --seconds 3 --rr-seconds 1 --repeat 3
+	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/rules-scaling.ts --services 1,1000,10000,30000 --count 500 --repeat 3 --nft-max 10000
+	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/agent-sync.ts --services 1000,10000 --changes 50
+	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/packet-cost.ts --services 100000 --repeat 20000
+	@cat $(BENCH_REPORTS:%=bench/results/quick/%.md) > bench/results/quick/README.md
+
+## bench-full: the full run committed under bench/results/full/ (about 40 min)
+bench-full: build
+	@rm -rf bench/results/full
+	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/forwarding.ts --seconds 10 --rr-seconds 5 --repeat 5
+	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/rules-scaling.ts --services 1,1000,10000,30000,100000 --count 1000 --repeat 5 --nft-max 30000
+	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/agent-sync.ts --services 1000,10000,50000 --changes 100
+	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/packet-cost.ts --services 100000 --repeat 100000
+	@cat $(BENCH_REPORTS:%=bench/results/full/%.md) > bench/results/full/README.md
 
 ## cleanup: remove testbeds and sandboxes left by crashed runs
 cleanup: build-ts

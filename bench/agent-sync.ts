@@ -1,6 +1,8 @@
 // Control plane: initial sync time and agent RSS with N Services (10 endpoints each), and
 // one-change propagation (the API server's write → the map updated), p50/p99.
 // Run as root: npx tsx bench/agent-sync.ts [--services 1000,10000] [--changes 50]
+// The initial sync is one agent start per size (a start from empty maps needs a fresh
+// sandbox); the propagation figures are percentiles of --changes samples.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -9,7 +11,8 @@ import { openPinnedMap } from '../src/ebpf/pinned.js';
 import type { KObject } from '../src/sandbox/apiserver/store.js';
 import { pino } from 'pino';
 import { Sandbox } from '../src/sandbox/sandbox.js';
-import { machine as machineName, writeResult } from './report.js';
+import { lineChart } from './plot.js';
+import { markdownTable, progress, publish } from './report.js';
 
 const { values } = parseArgs({ options: { services: { type: 'string' }, changes: { type: 'string' } } });
 const SIZES = (values.services ?? '1000,10000').split(',').map(Number);
@@ -30,7 +33,8 @@ async function run(n: number) {
     nodes: 1,
     mode: 'snat',
     log: pino({ level: 'silent' }),
-    agentEnv: { FERRY_MIN_SYNC_PERIOD_MS: '50', FERRY_MAP_SIZES: JSON.stringify({ backends: 262144, services: 524288 }) },
+    // Every Service takes a master entry and 10 slots in lb4_services.
+    agentEnv: { FERRY_MIN_SYNC_PERIOD_MS: '50', FERRY_MAP_SIZES: JSON.stringify({ backends: 262144, services: Math.max(524288, 2 ** Math.ceil(Math.log2(n * (ENDPOINTS + 1) + 1024))) }) },
   });
   try {
     const node = c.net.node(1);
@@ -91,18 +95,31 @@ async function run(n: number) {
 async function main(): Promise<void> {
   const rows = [];
   for (const n of SIZES) {
-    process.stderr.write(`${n} Services… `);
+    progress(`agent-sync: ${n} Services… `);
     rows.push(await run(n));
-    process.stderr.write('done\n');
+    progress('done\n');
   }
-  const machine = machineName();
-  const table = [
-    '| Services (10 endpoints each) | initial sync | agent RSS | one change p50 | one change p99 |',
-    '|---|---|---|---|---|',
-    ...rows.map((r) => `| ${r.services} | ${(r.initialSyncMs / 1000).toFixed(2)} s | ${r.rssMiB} MiB | ${r.propagationMs.p50.toFixed(1)} ms | ${r.propagationMs.p99.toFixed(1)} ms |`),
-  ].join('\n');
-  process.stdout.write(`${table}\n\nmachine: ${machine}; ${CHANGES} changes per size; minSyncPeriod 50 ms\ncommand: npx tsx bench/agent-sync.ts --services ${SIZES.join(',')} --changes ${CHANGES}\n`);
-  writeResult('agent-sync', { machine, rows });
+  const table = markdownTable(
+    ['Services (10 endpoints each)', 'initial sync s', 'agent RSS MiB', 'one change p50 ms', 'one change p99 ms', 'sync ms per 1k Services'],
+    rows.map((r) => [r.services, (r.initialSyncMs / 1000).toFixed(2), r.rssMiB, r.propagationMs.p50.toFixed(1), r.propagationMs.p99.toFixed(1), ((r.initialSyncMs / r.services) * 1000).toFixed(0)]),
+  );
+  const first = rows[0]!;
+  const last = rows[rows.length - 1]!;
+  publish({
+    name: 'agent-sync',
+    title: 'Control plane: initial sync, RSS, one-change propagation',
+    command: `npx tsx bench/agent-sync.ts --services ${SIZES.join(',')} --changes ${CHANGES}`,
+    method: `a 1-node sandbox with the test API server holding N Services × ${ENDPOINTS} endpoints; the agent is stopped, then started with everything in the store (initial sync: its own "initial sync done" log, one start per size); RSS of the agent process after the sync and after the changes (the larger); propagation: ${CHANGES} writes of a probe EndpointSlice (1 ↔ 2 endpoints), each timed from the API server's write to the pinned map holding the new count, 120 ms apart (minSyncPeriod 50 ms).`,
+    tables: [table],
+    ratios: [
+      `${last.services}/${first.services} Services: initial sync ×${(last.initialSyncMs / first.initialSyncMs).toFixed(1)}, RSS ×${(last.rssMiB / first.rssMiB).toFixed(1)}, one change p50 ×${(last.propagationMs.p50 / first.propagationMs.p50).toFixed(1)} (Services ×${(last.services / first.services).toFixed(0)})`,
+    ],
+    plots: [
+      { file: 'agent-sync.svg', caption: 'initial sync time against the Service count', svg: lineChart({ title: 'Agent initial sync (s)', xLabel: 'Services (10 endpoints each)', yLabel: 's', series: [{ name: 'initial sync', points: rows.map((r) => ({ x: r.services, y: r.initialSyncMs / 1000 })) }] }) },
+      { file: 'agent-propagation.svg', caption: 'one-change propagation against the Service count', svg: lineChart({ title: 'One change: API write → map (ms)', xLabel: 'Services (10 endpoints each)', yLabel: 'ms', series: [{ name: 'p50', points: rows.map((r) => ({ x: r.services, y: r.propagationMs.p50 })) }, { name: 'p99', points: rows.map((r) => ({ x: r.services, y: r.propagationMs.p99 })) }] }) },
+    ],
+    data: { changes: CHANGES, rows },
+  });
 }
 
 main().catch((e: Error) => {

@@ -1,7 +1,7 @@
 // The cost of a packet in the tc program, from PROG_TEST_RUN's kernel timing: a new flow,
 // an established flow, a reply to an SNATed flow and a DSR packet (the option added), with
 // 1 and with N Services loaded, against an empty tc program.
-// Run as root: npx tsx bench/packet-cost.ts [--services 60000] [--repeat 20000]
+// Run as root: npx tsx bench/packet-cost.ts [--services 100000] [--repeat 20000]
 import { parseArgs } from 'node:util';
 import type { FrontendSpec } from '../src/datapath/spec.js';
 import { BpfObject } from '../src/ebpf/object.js';
@@ -11,10 +11,12 @@ import { inNetns } from '../src/sys/netns.js';
 import { NODE_IP, NODE_MAC, OTHER_NODE_MAC, ROUTER_MAC, datapathNode, type DatapathNode } from '../test/harness/datapath-node.js';
 import { bpfObject } from '../test/harness/paths.js';
 import { skbContext } from '../src/ebpf/skb-context.js';
-import { machine as machineName, median, writeResult } from './report.js';
+import { barChart } from './plot.js';
+import { fmtStat, markdownTable, median, progress, publish, ratio, stat, type Stat } from './report.js';
 
 const { values } = parseArgs({ options: { services: { type: 'string' }, repeat: { type: 'string' } } });
-const MANY = Number(values.services ?? 60_000);
+const MANY = Number(values.services ?? 100_000);
+const RUNS = 5; // repeated runs per case: the median and the spread come from these
 const REPEAT = Number(values.repeat ?? 20_000);
 
 const target: FrontendSpec[] = [
@@ -28,27 +30,30 @@ const filler = (n: number): FrontendSpec[] =>
 const syn = (dport: number, sport = 40000) => buildPacket([eth({ src: ROUTER_MAC, dst: NODE_MAC }), ipv4({ src: '10.0.10.2', dst: NODE_IP }), tcp({ sport, dport, flags: 'S' })]);
 const ack = (dport: number) => buildPacket([eth({ src: ROUTER_MAC, dst: NODE_MAC }), ipv4({ src: '10.0.10.2', dst: NODE_IP }), tcp({ sport: 40000, dport, flags: 'A' })]);
 
-function measure(node: DatapathNode, services: number): Record<string, number> {
+/** New flows: single runs with conntrack emptied before each, in RUNS batches of 400. */
+function singleRuns(run: () => number): Stat {
+  return stat(Array.from({ length: RUNS }, () => median(Array.from({ length: 400 }, run))));
+}
+
+function measure(node: DatapathNode, services: number): Record<string, Stat> {
   const run = (data: Buffer, repeat: number) => node.run('tc_ingress', data, repeat).durationNs;
-  const out: Record<string, number> = {};
-  // New flow: conntrack emptied before each single run.
-  const fresh: number[] = [];
-  for (let i = 0; i < 2000; i++) {
+  const repeated = (data: Buffer) => stat(Array.from({ length: RUNS }, () => run(data, REPEAT)));
+  const out: Record<string, Stat> = {};
+  out['new flow, local backend'] = singleRuns(() => {
     node.dp.maps.ct4.delete({ saddr: '10.0.10.2', daddr: NODE_IP, sport: 40000, dport: 30080, proto: 6 });
-    fresh.push(run(syn(30080), 1));
-  }
-  out['new flow, local backend'] = median(fresh);
+    return run(syn(30080), 1);
+  });
   node.flushState();
   run(syn(30080), 1);
-  out['established flow, local backend'] = median([run(ack(30080), REPEAT), run(ack(30080), REPEAT), run(ack(30080), REPEAT)]);
+  out['established flow, local backend'] = repeated(ack(30080));
   node.flushState();
   const first = node.run('tc_ingress', syn(30081), 1);
   const natPort = first.data.readUInt16BE(14 + 20); // the SNAT source port chosen
   const reply = buildPacket([eth({ src: OTHER_NODE_MAC, dst: NODE_MAC }), ipv4({ src: '10.244.2.7', dst: NODE_IP }), tcp({ sport: 8080, dport: natPort, flags: 'A' })]);
-  out['established flow, remote backend (SNAT)'] = median([run(ack(30081), REPEAT), run(ack(30081), REPEAT), run(ack(30081), REPEAT)]);
-  out['reply to an SNATed flow'] = median([run(reply, REPEAT), run(reply, REPEAT), run(reply, REPEAT)]);
-  out['DSR SYN, flow in conntrack (IPv4 option added)'] = median([run(syn(30082), REPEAT), run(syn(30082), REPEAT), run(syn(30082), REPEAT)]);
-  process.stderr.write(`${services} Services measured\n`);
+  out['established flow, remote backend (SNAT)'] = repeated(ack(30081));
+  out['reply to an SNATed flow'] = repeated(reply);
+  out['DSR SYN, flow in conntrack (IPv4 option added)'] = repeated(syn(30082));
+  progress(`${services} Services measured\n`);
   return out;
 }
 
@@ -59,30 +64,45 @@ async function main(): Promise<void> {
     empty.load();
     const ctx = skbContext({ ifindex: node.ifindex });
     const emptyRun = (repeat: number) => inNetns(node.host.netns, () => testRun(empty.program('pass'), { data: syn(30080), ctx, repeat }).durationNs);
-    const baseline = median([0, 1, 2].map(() => emptyRun(REPEAT)));
+    const baseline = stat(Array.from({ length: RUNS }, () => emptyRun(REPEAT)));
     // Single runs carry a fixed cost (cold cache, timer granularity): the new-flow row is
     // compared against the empty program measured the same way.
-    const baselineSingle = median(Array.from({ length: 2000 }, () => emptyRun(1)));
+    const baselineSingle = singleRuns(() => emptyRun(1));
     node.writer.apply(target);
     const one = measure(node, 1);
     const t0 = Date.now();
     node.writer.apply([...filler(MANY), ...target]);
     const loadMs = Date.now() - t0;
     const many = measure(node, MANY);
-    const rows = Object.keys(one).map((k) => ({ case: k, ns1: one[k]!, nsMany: many[k]! }));
-    const table = [
-      `| case | ns/packet (1 Service) | ns/packet (${MANY} Services) | × empty program (1) | × empty (${MANY}) |`,
-      '|---|---|---|---|---|',
-      `| empty tc program, single run | ${baselineSingle} | ${baselineSingle} | 1.00 | 1.00 |`,
-      `| empty tc program, repeated | ${baseline} | ${baseline} | 1.00 | 1.00 |`,
-      ...rows.map((r) => {
-        const base = r.case.startsWith('new flow') ? baselineSingle : baseline;
-        return `| ${r.case} | ${r.ns1} | ${r.nsMany} | ${(r.ns1 / base).toFixed(2)} | ${(r.nsMany / base).toFixed(2)} |`;
-      }),
-    ].join('\n');
-    const machine = machineName();
-    process.stdout.write(`${table}\n\nmachine: ${machine}; BPF_PROG_TEST_RUN kernel timing, median of 3 runs × ${REPEAT} repeats (new flow: median of 2000 single runs, against the empty program's single run); ${MANY} Services loaded in ${loadMs} ms\ncommand: npx tsx bench/packet-cost.ts --services ${MANY} --repeat ${REPEAT}\n`);
-    writeResult('packet-cost', { machine, baselineNs: baseline, baselineSingleRunNs: baselineSingle, services: MANY, rows });
+    const rows = Object.keys(one).map((k) => ({ case: k, one: one[k]!, many: many[k]!, base: k.startsWith('new flow') ? baselineSingle : baseline }));
+    const table = markdownTable(
+      ['case', 'ns/packet, 1 Service', `ns/packet, ${MANY} Services`, '× empty (1)', `× empty (${MANY})`, `${MANY} / 1`],
+      [
+        ['empty tc program, single run', fmtStat(baselineSingle, 0), '', '1.00', '', ''],
+        ['empty tc program, repeated', fmtStat(baseline, 0), '', '1.00', '', ''],
+        ...rows.map((r) => [r.case, fmtStat(r.one, 0), fmtStat(r.many, 0), ratio(r.one.median, r.base.median), ratio(r.many.median, r.base.median), ratio(r.many.median, r.one.median)]),
+      ],
+    );
+    publish({
+      name: 'packet-cost',
+      title: 'Per-packet cost of the tc program (BPF_PROG_TEST_RUN)',
+      command: `npx tsx bench/packet-cost.ts --services ${MANY} --repeat ${REPEAT}`,
+      method: `the tc_ingress program run by BPF_PROG_TEST_RUN in a testbed node's namespace, the kernel's own timing; repeated cases: ${RUNS} runs × ${REPEAT} repeats (the same packet, so the flow is established after the first); a new flow: ${RUNS} batches of 400 single runs with the conntrack entry deleted before each, compared with the empty program's single run (a single run carries a fixed cost). ${MANY} Services (ExternalIP frontends, remote backends) loaded in ${loadMs} ms. Median of the runs, spread min–max in brackets.`,
+      tables: [table],
+      ratios: rows.map((r) => `${r.case}: ${ratio(r.one.median, r.base.median)}× the empty program with 1 Service, ${ratio(r.many.median, r.base.median)}× with ${MANY}`),
+      plots: [{
+        file: 'packet-cost.svg', caption: 'ns per packet by case, 1 and N Services',
+        svg: barChart({
+          title: 'tc program: ns per packet (lower is better)', yLabel: 'ns',
+          groups: ['empty', 'new flow', 'est. local', 'est. SNAT', 'SNAT reply', 'DSR SYN'],
+          series: [
+            { name: '1 Service', values: [baseline.median, ...rows.map((r) => r.one.median)], spread: [{ lo: baseline.min, hi: baseline.max }, ...rows.map((r) => ({ lo: r.one.min, hi: r.one.max }))] },
+            { name: `${MANY} Services`, values: [null, ...rows.map((r) => r.many.median)], spread: [null, ...rows.map((r) => ({ lo: r.many.min, hi: r.many.max }))] },
+          ],
+        }),
+      }],
+      data: { services: MANY, repeat: REPEAT, loadMs, baselineNs: baseline, baselineSingleRunNs: baselineSingle, rows },
+    });
   } finally {
     empty.close();
     await node.close();
