@@ -54,10 +54,10 @@ bench: build
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/packet-cost.ts --services 100000 --repeat 20000
 	@cat $(BENCH_REPORTS:%=bench/results/quick/%.md) > bench/results/quick/README.md
 
-## bench-full: the full run committed under bench/results/full/ (about 40 min)
+## bench-full: the full run committed under bench/results/full/ (about 35 min)
 bench-full: build
 	@rm -rf bench/results/full
-	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/forwarding.ts --seconds 10 --rr-seconds 5 --repeat 5
+	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/forwarding.ts --seconds 8 --rr-seconds 3 --repeat 5
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/rules-scaling.ts --services 1,1000,10000,30000,100000 --count 1000 --repeat 5 --nft-max 30000
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/agent-sync.ts --services 1000,10000,50000 --changes 100
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/packet-cost.ts --services 100000 --repeat 100000

@@ -87,8 +87,8 @@ async function main(): Promise<void> {
     await new Promise((r) => setTimeout(r, 500));
 
     const client = sb.net.client;
-    const rr = async (to: string, extra: string[]): Promise<RrSample> => {
-      const out = JSON.parse(await client.execOk(['taskset', '-c', RR_CPU, process.execPath, WORKLOADS_BIN, 'rr', '--to', to, '--seconds', String(RR_SECONDS), ...extra], { timeoutMs: (RR_SECONDS + 60) * 1000 })) as RrSample;
+    const rr = async (to: string, extra: string[], seconds = RR_SECONDS): Promise<RrSample> => {
+      const out = JSON.parse(await client.execOk(['taskset', '-c', RR_CPU, process.execPath, WORKLOADS_BIN, 'rr', '--to', to, '--seconds', String(seconds), ...extra], { timeoutMs: (seconds + 60) * 1000 })) as RrSample;
       if (out.failures) throw new Error(`rr to ${to} ${extra.join(' ')}: ${out.failures} failed requests`);
       return out;
     };
@@ -102,6 +102,9 @@ async function main(): Promise<void> {
       progress(`\n${p.name} `);
       const acc: Record<string, number[]> = {};
       const add = (k: string, v: number) => void (acc[k] ??= []).push(v);
+      // Warm-up, not counted: neighbour entries, the first flows, the CPUs' frequency.
+      await rr(`${p.ip}:${p.ports.echo}`, [], 0.5);
+      await rr(`${p.ip}:${p.ports.echo}`, ['--new-connection'], 0.5);
       for (let r = 0; r < REPEAT; r++) {
         const pk0 = p.lbNode ? await devicePackets(p.lbNode) : 0;
         const cpu0 = busyCpuUs();
@@ -156,7 +159,7 @@ async function main(): Promise<void> {
       name: 'forwarding',
       title: 'Forwarding modes: direct, SNAT, DSR, hybrid, externalTrafficPolicy: Local',
       command: COMMAND,
-      method: `a 2-node sandbox in hybrid mode; the client (outside the cluster, behind a router namespace) reaches a pod on node-1 directly, through a NodePort on node-2 (snat and dsr by annotation, hybrid by the node's mode) and through a NodePort on node-1 with externalTrafficPolicy: Local. RR: 64-byte request/response for ${RR_SECONDS} s (one connection; or a new connection per request, closed with a reset), client and echo server pinned to CPU ${RR_CPU}; iperf3 for ${SECONDS} s. LB-node packets: the LB node's eth0 rx+tx packet counters over the TCP RR run divided by the requests (a request and its reply cross the LB node's device twice each under SNAT, only the request under DSR). CPU: busy time of the whole machine (/proc/stat, all namespaces: client, router, nodes, pod) per request, in 10 ms ticks. Median of ${REPEAT} runs, spread min–max in brackets.`,
+      method: `a 2-node sandbox in hybrid mode; the client (outside the cluster, behind a router namespace) reaches a pod on node-1 directly, through a NodePort on node-2 (snat and dsr by annotation, hybrid by the node's mode) and through a NodePort on node-1 with externalTrafficPolicy: Local. RR: 64-byte request/response for ${RR_SECONDS} s (one connection; or a new connection per request, closed with a reset), client and echo server pinned to CPU ${RR_CPU}; iperf3 for ${SECONDS} s. LB-node packets: the LB node's eth0 rx+tx packet counters over the TCP RR run divided by the requests (a request and its reply cross the LB node's device twice each under SNAT, only the request under DSR). CPU: busy time of the whole machine (/proc/stat, all namespaces: client, router, nodes, pod) per request, in 10 ms ticks. Each path is warmed up first (1 s, not counted). Median of ${REPEAT} runs, spread min–max in brackets.`,
       tables: [latency, volume],
       ratios,
       plots: [

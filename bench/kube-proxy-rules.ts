@@ -30,7 +30,9 @@ export function iptablesRules(fillers: number, podIP: string, targetPort: number
   };
   for (let i = 0; i < fillers; i++) service(`F${i}`, clusterIP(i), 80);
   service('TARGET', TARGET_IP, targetPort, targetPort);
-  out.push(
+  // Concatenated, not pushed: 100k Services are more arguments than a call can take.
+  return [
+    ...out,
     ...rules,
     '-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS',
     '-A PREROUTING -j KUBE-SERVICES',
@@ -42,8 +44,7 @@ export function iptablesRules(fillers: number, podIP: string, targetPort: number
     '-A KUBE-POSTROUTING -j MASQUERADE --random-fully',
     'COMMIT',
     '',
-  );
-  return out.join('\n');
+  ].join('\n');
 }
 
 /**

@@ -20,7 +20,7 @@ const PW = W - M.left - M.right;
 const PH = H - M.top - M.bottom;
 
 const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
-const num = (v: number) => (Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toPrecision(2));
+const num = (v: number) => (Number.isInteger(v) || Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : String(Number(v.toPrecision(2))));
 
 /** Round tick values covering [0, max]. */
 function linearTicks(max: number): number[] {

@@ -63,6 +63,8 @@ async function main(): Promise<void> {
       rows.push({ dataplane, services, loadMs, from: 'pod', latency: await connect(clientPod.host, `${TARGET_IP}:${p}`) });
     };
     progress('rules-scaling: direct ');
+    // Warm-up, not counted: neighbour entries, the first flows, the CPUs' frequency.
+    for (const from of [c.client, clientPod.host]) await from.execOk([process.execPath, WORKLOADS, 'connect-latency', '--to', `${web.ip}:8080`, '--count', '300']);
     rows.push({ dataplane: 'direct', services: 0, loadMs: 0, from: 'external client', latency: await connect(c.client, `${web.ip}:8080`) });
     rows.push({ dataplane: 'direct', services: 0, loadMs: 0, from: 'pod', latency: await connect(clientPod.host, `${web.ip}:8080`) });
     const skipped: number[] = [];
@@ -116,7 +118,7 @@ async function main(): Promise<void> {
       name: 'rules-scaling',
       title: 'Service-count scaling: ferry against kube-proxy-shaped iptables and nftables rules',
       command: COMMAND,
-      method: `a 1-node testbed; each dataplane in turn on the same node (ferry's programs pass what they do not know, so with no Services they leave the packets to netfilter). The measured Service is added last, after N−1 ClusterIP-only fillers; from the external client to its NodePort, from a pod on the node to its ClusterIP (ferry: the connect() hook; iptables/nftables: DNAT in PREROUTING); the backend is a pod on the node. ${COUNT} connects per run, ${REPEAT} runs per cell: the median of the runs' percentiles, spread min–max in brackets. Every cell uses its own port.${skipped.length ? ` nftables not run at ${skipped.join(', ')} Services (--nft-max ${NFT_MAX}): nft -f grows with the square of the Service count (see its load column).` : ''}`,
+      method: `a 1-node testbed; each dataplane in turn on the same node (ferry's programs pass what they do not know, so with no Services they leave the packets to netfilter). The measured Service is added last, after N−1 ClusterIP-only fillers; from the external client to its NodePort, from a pod on the node to its ClusterIP (ferry: the connect() hook; iptables/nftables: DNAT in PREROUTING); the backend is a pod on the node. ${COUNT} connects per run, ${REPEAT} runs per cell: the median of the runs' percentiles, spread min–max in brackets. Every cell uses its own port; both clients are warmed up first (300 connects, not counted).${skipped.length ? ` nftables not run at ${skipped.join(', ')} Services (--nft-max ${NFT_MAX}): nft -f grows with the square of the Service count (see its load column).` : ''}`,
       tables: ['From an external client, to the NodePort:', table('external client'), 'From a pod, to the ClusterIP:', table('pod')],
       ratios,
       plots: [
