@@ -61,7 +61,7 @@ async function run(n: number) {
     store.create('endpointslices', probeSlice(1));
 
     const t0 = Date.now();
-    const agent = await c.startAgent(node);
+    const agent = await c.startAgent(node, 600_000);
     const syncLine = agent.output().split('\n').find((l: string) => l.includes('initial sync done')) ?? '';
     const syncMs = Number(/"ms":(\d+)/.exec(syncLine)?.[1] ?? Date.now() - t0);
     const rss = rssMiB(agent.pid);

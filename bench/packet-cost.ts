@@ -58,7 +58,7 @@ function measure(node: DatapathNode, services: number): Record<string, Stat> {
 }
 
 async function main(): Promise<void> {
-  const node = await datapathNode();
+  const node = await datapathNode({ mapSizes: { services: Math.max(262_144, 2 ** Math.ceil(Math.log2(4 * MANY + 1024))), reverseNat: Math.max(131_072, 2 * MANY) } });
   const empty = BpfObject.open(bpfObject('tests/empty'));
   try {
     empty.load();

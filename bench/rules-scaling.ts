@@ -30,7 +30,9 @@ type From = 'external client' | 'pod';
 interface Row { dataplane: string; services: number; loadMs: number; from: From; latency: Latency }
 
 async function main(): Promise<void> {
-  const c = await MiniCluster.create({ nodes: 1 });
+  // A ClusterIP frontend takes a master entry and a slot in both lookup scopes.
+  const maxServices = Math.max(...COUNTS);
+  const c = await MiniCluster.create({ nodes: 1, mapSizes: { services: Math.max(262_144, 2 ** Math.ceil(Math.log2(4 * maxServices + 1024))), reverseNat: Math.max(131_072, 2 * maxServices) } });
   try {
     const web = await c.pod('web-1', 1, { whoami: 8080 });
     const clientPod = await c.pod('client-1', 1);

@@ -131,8 +131,8 @@ export class Sandbox {
     return join('/sys/fs/bpf', `${this.tb.prefix}-${node.name}`);
   }
 
-  /** Start (or restart) a node's agent; resolves after its first sync. */
-  async startAgent(node: NodeInfo): Promise<Proc> {
+  /** Start (or restart) a node's agent; resolves after its first sync (30 s at most unless told). */
+  async startAgent(node: NodeInfo, timeoutMs = 30_000): Promise<Proc> {
     const pinDir = this.pinDir(node);
     mkdirSync(pinDir, { recursive: true });
     this.tb.ownPath(pinDir);
@@ -141,7 +141,7 @@ export class Sandbox {
       { ...process.env, FERRY_CGROUP_MUST_BE_ROOT: 'false', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:10249', FERRY_FORWARDING_MODE: this.opts.mode, ...this.opts.agentEnv },
     );
     this.agents.set(node.name, p);
-    for (let i = 0; i < 1200; i++) {
+    for (const end = Date.now() + timeoutMs; Date.now() < end; ) {
       if (p.output().includes('initial sync done')) return p;
       if (p.child.exitCode !== null) break;
       await new Promise((r) => setTimeout(r, 25));

@@ -5,7 +5,7 @@
 // real one is the model's job.
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { Datapath } from '../../src/datapath/loader.js';
+import { Datapath, type MapSizes } from '../../src/datapath/loader.js';
 import type { FrontendSpec } from '../../src/datapath/spec.js';
 import { ServiceWriter } from '../../src/datapath/writer.js';
 import type { ProtoName } from '../../src/datapath/layouts.js';
@@ -40,7 +40,7 @@ export class MiniCluster {
     readonly net: ClusterNetwork,
   ) {}
 
-  static async create(opts: { nodes: number }): Promise<MiniCluster> {
+  static async create(opts: { nodes: number; mapSizes?: Partial<MapSizes> }): Promise<MiniCluster> {
     const tb = await Testbed.create();
     try {
       const net = await ClusterNetwork.create(tb, opts);
@@ -48,7 +48,7 @@ export class MiniCluster {
       for (const n of net.nodes) {
         const pinDir = join('/sys/fs/bpf', `${tb.prefix}-${n.name}`);
         mkdirSync(pinDir);
-        const dp = Datapath.load({ objectsDir: join(REPO_ROOT, 'build', 'bpf'), pinDir, snatIPv4: n.ip, hashSeed: 7 });
+        const dp = Datapath.load({ objectsDir: join(REPO_ROOT, 'build', 'bpf'), pinDir, snatIPv4: n.ip, hashSeed: 7, ...(opts.mapSizes ? { mapSizes: opts.mapSizes } : {}) });
         c.nodes.push({ ...n, dp, writer: new ServiceWriter(dp.maps), pinDir });
         inNetns(n.host.netns, () => dp.attachDevice(n.device));
         dp.attachCgroup({ path: n.host.cgroup, expect: 'subtree' });
