@@ -37,14 +37,16 @@ async function main(): Promise<void> {
     const web = await c.pod('web-1', 1, { whoami: 8080 });
     const clientPod = await c.pod('client-1', 1);
     const node = c.nodes[0]!;
-    // Every cell gets its own port: thousands of connects to one address:port leave as
-    // many TIME_WAIT sockets, and once they fill the port range the port search (not the
-    // dataplane) would set the latency.
+    // Connections close with a reset, and every cell gets its own port: thousands of
+    // connects to one address:port would leave as many TIME_WAIT sockets, and once they
+    // fill the port range the port search (not the dataplane) sets the latency. ferry's
+    // connect() hook makes the backend the socket's peer, so without resets the pod's
+    // cells would all share one backend's tuples whatever the Service port.
     let port = FIRST_PORT;
     const connect = async (from: Host, to: string): Promise<Latency> => {
       const runs: Sample[] = [];
       for (let r = 0; r < REPEAT; r++) {
-        runs.push(JSON.parse(await from.execOk([process.execPath, WORKLOADS, 'connect-latency', '--to', to, '--count', String(COUNT)], { timeoutMs: 600_000 })) as Sample);
+        runs.push(JSON.parse(await from.execOk([process.execPath, WORKLOADS, 'connect-latency', '--to', to, '--count', String(COUNT), '--reset'], { timeoutMs: 600_000 })) as Sample);
         progress('.');
       }
       return { p50: stat(runs.map((s) => s.p50)), p90: stat(runs.map((s) => s.p90)), p99: stat(runs.map((s) => s.p99)), failures: runs.reduce((a, s) => a + s.failures, 0) };
@@ -120,7 +122,7 @@ async function main(): Promise<void> {
       name: 'rules-scaling',
       title: 'Service-count scaling: ferry against kube-proxy-shaped iptables and nftables rules',
       command: COMMAND,
-      method: `a 1-node testbed; each dataplane in turn on the same node (ferry's programs pass what they do not know, so with no Services they leave the packets to netfilter). The measured Service is added last, after N−1 ClusterIP-only fillers; from the external client to its NodePort, from a pod on the node to its ClusterIP (ferry: the connect() hook; iptables/nftables: DNAT in PREROUTING); the backend is a pod on the node. ${COUNT} connects per run, ${REPEAT} runs per cell: the median of the runs' percentiles, spread min–max in brackets. Every cell uses its own port; both clients are warmed up first (300 connects, not counted).${skipped.length ? ` nftables not run at ${skipped.join(', ')} Services (--nft-max ${NFT_MAX}): nft -f grows with the square of the Service count (see its load column).` : ''}`,
+      method: `a 1-node testbed; each dataplane in turn on the same node (ferry's programs pass what they do not know, so with no Services they leave the packets to netfilter). The measured Service is added last, after N−1 ClusterIP-only fillers; from the external client to its NodePort, from a pod on the node to its ClusterIP (ferry: the connect() hook; iptables/nftables: DNAT in PREROUTING); the backend is a pod on the node. ${COUNT} connects per run, ${REPEAT} runs per cell: the median of the runs' percentiles, spread min–max in brackets. Connections close with a reset (no TIME_WAIT sockets pile up), every cell uses its own port, and both clients are warmed up first (300 connects, not counted).${skipped.length ? ` nftables not run at ${skipped.join(', ')} Services (--nft-max ${NFT_MAX}): nft -f grows with the square of the Service count (see its load column).` : ''}`,
       tables: ['From an external client, to the NodePort:', table('external client'), 'From a pod, to the ClusterIP:', table('pod')],
       ratios,
       plots: [

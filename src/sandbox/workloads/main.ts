@@ -6,8 +6,9 @@
 //   udp --to IP:PORT [--connected] [--size N] [--count N]
 //                                  send datagrams, print each reply and its source address
 //   tcp-peer --to IP:PORT          connect, print the peer address getpeername() reports
-//   connect-latency --to IP:PORT --count N
-//                                  connect/close N times, print p50/p90/p99 in microseconds
+//   connect-latency --to IP:PORT --count N [--reset]
+//                                  connect/close N times, print p50/p90/p99 in microseconds;
+//                                  --reset closes with a reset (no TIME_WAIT left behind)
 //   tcp-echo --port P              TCP echo server
 //   rr --to IP:PORT --seconds S [--udp] [--new-connection] [--size N]
 //                                  request/response for S seconds (netperf's TCP_RR,
@@ -96,7 +97,7 @@ function tcpPeer(to: { host: string; port: number }): void {
   });
 }
 
-async function connectLatency(to: { host: string; port: number }, count: number): Promise<void> {
+async function connectLatency(to: { host: string; port: number }, count: number, reset: boolean): Promise<void> {
   const samples: number[] = [];
   let failures = 0;
   for (let i = 0; i < count; i++) {
@@ -111,7 +112,8 @@ async function connectLatency(to: { host: string; port: number }, count: number)
       const c = connect(to.port, to.host, () => {
         clearTimeout(timer);
         samples.push(Number(process.hrtime.bigint() - t0) / 1000);
-        c.destroy();
+        if (reset) c.resetAndDestroy();
+        else c.destroy();
         resolve();
       });
       c.on('error', () => {
@@ -229,7 +231,7 @@ async function main(): Promise<void> {
     options: {
       port: { type: 'string' }, name: { type: 'string' }, to: { type: 'string' }, connected: { type: 'boolean' },
       size: { type: 'string' }, count: { type: 'string' }, seconds: { type: 'string' }, udp: { type: 'boolean' },
-      'new-connection': { type: 'boolean' },
+      'new-connection': { type: 'boolean' }, reset: { type: 'boolean' },
     },
   });
   switch (cmd) {
@@ -242,7 +244,7 @@ async function main(): Promise<void> {
     case 'tcp-peer':
       return tcpPeer(target(values.to));
     case 'connect-latency':
-      return connectLatency(target(values.to), Number(values.count ?? 100));
+      return connectLatency(target(values.to), Number(values.count ?? 100), Boolean(values.reset));
     case 'tcp-echo':
       return tcpEcho(Number(values.port ?? 7));
     case 'rr':
