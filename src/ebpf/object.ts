@@ -335,6 +335,9 @@ export function kernelBtf(id: number): Btf {
   }
 }
 
+const EINTR = 4;
+const EAGAIN = 11;
+
 function warnings(messages: LibbpfMessage[]): string[] {
   return messages
     .filter((m) => m.level === 0)
@@ -352,8 +355,21 @@ function firstWarning(messages: LibbpfMessage[]): string | undefined {
   return all.find((t) => !/^Failed to bump RLIMIT_MEMLOCK|^failed to (load|open) object/.test(t)) ?? all.at(-1);
 }
 
-function loadError(path: string, rc: number, messages: LibbpfMessage[]): FerryError {
+/** Exported for tests. */
+export function loadError(path: string, rc: number, messages: LibbpfMessage[]): FerryError {
   const verifier = parseVerifierFailure(messages.map((m) => m.text).join(''));
+  if (verifier && (Math.abs(rc) === EAGAIN || Math.abs(rc) === EINTR)) {
+    // The verifier gives up when a signal is pending, and libbpf's retries met one each
+    // time: not a rejection. A CPU profiler's SIGPROF (node --cpu-prof) does this.
+    return new FerryError({
+      code: ErrorCode.ObjectLoad,
+      op: `load program ${verifier.program} from ${path}`,
+      cause: `the verifier was interrupted by signals on every try (${errnoMessage(rc)}); the program itself was not rejected`,
+      hint: 'load it from a process that does not receive frequent signals (no CPU profiler)',
+      errno: Math.abs(rc),
+      detail: verifier.log,
+    });
+  }
   if (verifier) {
     return new FerryError({
       code: ErrorCode.Verifier,

@@ -1,4 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { ErrorCode } from '../../src/ebpf/errors.js';
+import { loadError } from '../../src/ebpf/object.js';
 import { parseVerifierFailure } from '../../src/ebpf/verifier.js';
 
 const printed = `libbpf: prog 'read_unchecked': BPF program load failed: Permission denied
@@ -29,5 +31,15 @@ describe('verifier log', () => {
 
   it('returns nothing when no log was printed', () => {
     expect(parseVerifierFailure('libbpf: map create failed')).toBeUndefined();
+  });
+
+  it('a load interrupted by signals (EAGAIN) is not reported as a rejection', () => {
+    const messages = printed.split('\n').map((text) => ({ level: 0, text: `${text}\n` }));
+    const interrupted = loadError('tc.bpf.o', -11, messages);
+    expect(interrupted.code).toBe(ErrorCode.ObjectLoad);
+    expect(interrupted.message).toMatch(/interrupted by signals/);
+    const rejected = loadError('tc.bpf.o', -13, messages);
+    expect(rejected.code).toBe(ErrorCode.Verifier);
+    expect(rejected.message).toMatch(/the verifier rejected it/);
   });
 });
