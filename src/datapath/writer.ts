@@ -78,6 +78,9 @@ export class ServiceWriter {
   /** The spec object each frontend was last written from: the same object again means
    * "unchanged", so a sync after one Service changed does not re-diff ten thousand. */
   private readonly lastSpecs = new Map<string, FrontendSpec>();
+  /** Frontend ids by spec object and scope: the model hands the same objects back for
+   * unchanged Services, and at 100k frontends the ids are worth not rebuilding. */
+  private readonly fids = new WeakMap<FrontendSpec, string[]>();
   /** loadBalancerSourceRanges entries, as `revNatId|prefixlen|source`. */
   private readonly ranges = new Set<string>();
 
@@ -222,6 +225,12 @@ export class ServiceWriter {
     this.restore();
   }
 
+  private fidOf(f: FrontendSpec, scope: number): string {
+    let ids = this.fids.get(f);
+    if (!ids) this.fids.set(f, (ids = []));
+    return (ids[scope] ??= `${frontendId(f)}#${scope}`);
+  }
+
   private applyOnce(specs: FrontendSpec[]): ApplyStats {
     const stats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [] };
     // One entry per lookup scope: external always, internal where its backends differ.
@@ -245,15 +254,17 @@ export class ServiceWriter {
       return id;
     };
     for (const { f, scope, backends } of desired) {
-      const fid = `${frontendId(f)}#${scope}`;
+      const fid = this.fidOf(f, scope);
       const known = this.frontends.get(fid);
       if (known && this.lastSpecs.get(fid) === f) {
         unchanged.add(fid);
         frontendBackends.set(fid, known.backendIds);
         frontendDraining.set(fid, known.drainingIds);
-        for (const id of [...known.backendIds, ...known.drainingIds]) {
-          const b = this.backends.get(id);
-          if (b && !wantBackends.has(id)) wantBackends.set(id, b);
+        for (const ids of [known.backendIds, known.drainingIds]) {
+          for (const id of ids) {
+            const b = this.backends.get(id);
+            if (b && !wantBackends.has(id)) wantBackends.set(id, b);
+          }
         }
         continue;
       }
@@ -280,7 +291,7 @@ export class ServiceWriter {
     const staleSlots: Lb4Key[] = [];
     const wantRanges = new Set<string>();
     for (const { f, scope, dropWhenEmpty } of desired) {
-      const fid = `${frontendId(f)}#${scope}`;
+      const fid = this.fidOf(f, scope);
       if (wantFrontends.has(fid)) continue; // duplicates are the model's bug; first wins
       wantFrontends.add(fid);
       // The "known address, unknown port → drop" entry is only for addresses that belong to
@@ -337,7 +348,8 @@ export class ServiceWriter {
     }
 
     // 4. Wildcards for Service addresses.
-    const newWildcards = [...wantWildcards].filter((a) => !this.wildcards.has(a));
+    const newWildcards: string[] = [];
+    for (const a of wantWildcards) if (!this.wildcards.has(a)) newWildcards.push(a);
     if (newWildcards.length > 0) {
       this.maps.lb4_services.updateBatch(
         newWildcards.map((a) => [{ address: a, port: 0, proto: 0, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 }, { backendId: 0, count: 0, revNatId: 0, flags: LbFlags.LB_F_WILDCARD, affinityId: 0, affinityTimeout: 0 }]),
@@ -348,7 +360,7 @@ export class ServiceWriter {
 
     // 5. Removals: stale slots of shrunk frontends, whole frontends (master first).
     const deletes: Lb4Key[] = [...staleSlots];
-    for (const [fid, st] of [...this.frontends]) {
+    for (const [fid, st] of this.frontends) {
       if (wantFrontends.has(fid)) continue;
       deletes.push(st.key, ...st.backendIds.map((_, i) => ({ ...st.key, slot: i + 1 })));
       this.frontends.delete(fid);
@@ -358,7 +370,7 @@ export class ServiceWriter {
       this.revNatIds.release(fid);
       stats.frontendsRemoved++;
     }
-    for (const a of [...this.wildcards]) {
+    for (const a of this.wildcards) {
       if (wantWildcards.has(a)) continue;
       deletes.push({ address: a, port: 0, proto: 0, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 });
       this.wildcards.delete(a);
@@ -372,7 +384,8 @@ export class ServiceWriter {
     }
 
     // 6. Backends nothing points at any more.
-    const staleBackends = [...this.backends.keys()].filter((id) => !wantBackends.has(id));
+    const staleBackends: number[] = [];
+    for (const id of this.backends.keys()) if (!wantBackends.has(id)) staleBackends.push(id);
     if (staleBackends.length > 0) {
       stats.entriesDeleted += this.maps.lb4_backends.deleteBatch(staleBackends);
       for (const id of staleBackends) {
@@ -385,7 +398,12 @@ export class ServiceWriter {
     }
 
     // 7. Maglev tables and affinity ids no frontend carries any more.
-    const usedTables = new Set([...this.frontends.values()].map((st) => st.tableId).filter(Boolean));
+    const usedTables = new Set<number>();
+    const usedAffinity = new Set<number>();
+    for (const st of this.frontends.values()) {
+      if (st.tableId) usedTables.add(st.tableId);
+      if (st.affinityId) usedAffinity.add(st.affinityId);
+    }
     for (const [owner, t] of [...this.tables]) {
       if (usedTables.has(t.id)) continue;
       this.maps.lb4_maglev.delete(t.id);
@@ -399,7 +417,6 @@ export class ServiceWriter {
         this.tableIds.release(owner);
       }
     }
-    const usedAffinity = new Set([...this.frontends.values()].map((st) => st.affinityId).filter(Boolean));
     for (const owner of [...this.affinityIds.keys()]) {
       if (!usedAffinity.has(this.affinityIds.get(owner)!)) this.affinityIds.release(owner);
     }
