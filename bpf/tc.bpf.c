@@ -60,8 +60,6 @@ static __always_inline int use_dsr(const struct lb4_service *svc, __u8 proto)
 	return forwarding_mode == FWD_MODE_HYBRID && proto == IPPROTO_TCP;
 }
 
-/* Reserve the reply tuple (backend → node:port) for a new SNAT binding: the client's own
- * port if free, else random ports in range. Returns the port (network order) or 0. */
 /* A binding is being taken over: the old flow's conntrack entry must not keep sending
  * through the port (unless the client reopened that tuple and it now uses another). */
 static __always_inline void snat4_forget_flow(const struct nat4_entry *old, const struct ct4_key *reply)
@@ -79,6 +77,8 @@ static __always_inline void snat4_forget_flow(const struct nat4_entry *old, cons
 		bpf_map_delete_elem(&ct4, &fwd);
 }
 
+/* Reserve the reply tuple (backend → node:port) for a new SNAT binding: the client's own
+ * port if free, else random ports in range. Returns the port (network order) or 0. */
 static __always_inline __be16 snat4_reserve(const struct pkt4 *p, const struct lb4_backend *b,
 					    const struct lb4_key *fe, __u32 rev_nat_id, __u64 now)
 {

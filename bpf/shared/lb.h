@@ -115,7 +115,7 @@ struct lb4_reverse_nat {
 };
 
 /* loadBalancerSourceRanges as an LPM trie: the frontend's rev-NAT id, then the source
- * prefix. prefixlen counts the id and its padding (32 bits) plus the prefix length. */
+ * prefix. prefixlen counts the id (32 bits) plus the prefix length. */
 struct lb4_src_range_key {
 	__u32 prefixlen;
 	__u32 rev_nat_id;
