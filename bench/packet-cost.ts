@@ -11,6 +11,7 @@ import { inNetns } from '../src/sys/netns.js';
 import { NODE_IP, NODE_MAC, OTHER_NODE_MAC, ROUTER_MAC, datapathNode, type DatapathNode } from '../test/harness/datapath-node.js';
 import { bpfObject } from '../test/harness/paths.js';
 import { skbContext } from '../src/ebpf/skb-context.js';
+import { serviceMapSizes } from './map-sizes.js';
 import { barChart } from './plot.js';
 import { fmtStat, markdownTable, median, progress, publish, ratio, stat, type Stat } from './report.js';
 
@@ -58,7 +59,8 @@ function measure(node: DatapathNode, services: number): Record<string, Stat> {
 }
 
 async function main(): Promise<void> {
-  const node = await datapathNode({ mapSizes: { services: Math.max(262_144, 2 ** Math.ceil(Math.log2(4 * MANY + 1024))), reverseNat: Math.max(131_072, 2 * MANY) } });
+  // An ExternalIP frontend takes a master entry and a slot in each lookup scope.
+  const node = await datapathNode({ mapSizes: serviceMapSizes(4 * MANY, 2 * MANY) });
   const empty = BpfObject.open(bpfObject('tests/empty'));
   try {
     empty.load();

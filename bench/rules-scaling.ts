@@ -9,6 +9,7 @@ import { parseArgs } from 'node:util';
 import { MiniCluster, WORKLOADS, type TestService } from '../test/harness/mini-cluster.js';
 import type { Host } from '../src/sandbox/netns/testbed.js';
 import { TARGET_IP, clusterIP, iptablesRules, nftRules } from './kube-proxy-rules.js';
+import { serviceMapSizes } from './map-sizes.js';
 import { lineChart } from './plot.js';
 import { fmtStat, markdownTable, progress, publish, ratio, stat, type Stat } from './report.js';
 
@@ -32,7 +33,7 @@ interface Row { dataplane: string; services: number; loadMs: number; from: From;
 async function main(): Promise<void> {
   // A ClusterIP frontend takes a master entry and a slot in both lookup scopes.
   const maxServices = Math.max(...COUNTS);
-  const c = await MiniCluster.create({ nodes: 1, mapSizes: { services: Math.max(262_144, 2 ** Math.ceil(Math.log2(4 * maxServices + 1024))), reverseNat: Math.max(131_072, 2 * maxServices) } });
+  const c = await MiniCluster.create({ nodes: 1, mapSizes: serviceMapSizes(4 * maxServices, 2 * maxServices) });
   try {
     const web = await c.pod('web-1', 1, { whoami: 8080 });
     const clientPod = await c.pod('client-1', 1);

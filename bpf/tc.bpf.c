@@ -64,15 +64,11 @@ static __always_inline int use_dsr(const struct lb4_service *svc, __u8 proto)
  * through the port (unless the client reopened that tuple and it now uses another). */
 static __always_inline void snat4_forget_flow(const struct nat4_entry *old, const struct ct4_key *reply)
 {
-	struct ct4_key fwd = {
-		.saddr = old->client_addr,
-		.daddr = old->frontend_addr,
-		.sport = old->client_port,
-		.dport = old->frontend_port,
-		.proto = reply->proto,
-	};
-	struct ct4_entry *ct = bpf_map_lookup_elem(&ct4, &fwd);
+	struct ct4_key fwd;
+	struct ct4_entry *ct;
 
+	ct4_key_of_binding(old, reply->proto, &fwd);
+	ct = bpf_map_lookup_elem(&ct4, &fwd);
 	if (ct && (ct->flags & CT_F_SNAT) && ct->nat_port == reply->dport)
 		bpf_map_delete_elem(&ct4, &fwd);
 }
@@ -148,22 +144,19 @@ static __always_inline void snat4_release(const struct ct4_entry *ct, __u8 proto
 static __always_inline int nodeport_reply_remote(struct __sk_buff *skb, const struct pkt4 *p, struct nat4_entry *nat)
 {
 	__u64 now = bpf_ktime_get_ns();
-	struct ct4_key fwd = {
-		.saddr = nat->client_addr,
-		.daddr = nat->frontend_addr,
-		.sport = nat->client_port,
-		.dport = nat->frontend_port,
-		.proto = p->proto,
-	};
-	struct ct4_entry *ct = bpf_map_lookup_elem(&ct4, &fwd);
+	struct ct4_key fwd;
+	struct ct4_entry *ct;
 	__u8 flags = ct_flags_after(p, nat->flags | CT_F_SEEN_REPLY);
+
+	ct4_key_of_binding(nat, p->proto, &fwd);
+	ct = bpf_map_lookup_elem(&ct4, &fwd);
 
 	nat->flags = flags;
 	nat->expires_ns = now + ct_lifetime_ns(p->proto, flags);
 	nat->packets++;
 	nat->bytes += p->len;
 	if (ct) {
-		ct->flags |= flags & (CT_F_SEEN_REPLY | CT_F_CLOSING);
+		ct->flags |= flags & CT_REPLY_STATE;
 		ct->expires_ns = nat->expires_ns;
 	}
 	if (nat4_rewrite_endpoint(skb, p, 0, nat->client_addr, nat->client_port) < 0 ||
@@ -486,11 +479,14 @@ static __always_inline int tc_egress_packet(struct __sk_buff *skb)
 	nat->packets++;
 	nat->bytes += p.len;
 	{
-		struct ct4_key fwd = { .saddr = nat->client_addr, .daddr = nat->frontend_addr, .sport = nat->client_port, .dport = nat->frontend_port, .proto = p.proto };
-		struct ct4_entry *ct = bpf_map_lookup_elem(&ct4, &fwd);
+		struct ct4_key fwd;
+		struct ct4_entry *ct;
+
+		ct4_key_of_binding(nat, p.proto, &fwd);
+		ct = bpf_map_lookup_elem(&ct4, &fwd);
 
 		if (ct) {
-			ct->flags |= flags & (CT_F_SEEN_REPLY | CT_F_CLOSING);
+			ct->flags |= flags & CT_REPLY_STATE;
 			ct->expires_ns = nat->expires_ns;
 		}
 	}

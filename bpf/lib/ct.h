@@ -46,6 +46,10 @@ static __always_inline int ct_tcp_reply_reopen(const struct pkt4 *p, __u8 flags)
 	return p->proto == IPPROTO_TCP && (flags & CT_F_CLOSING) && (p->tcp_flags & TCP_SYN);
 }
 
+/* What a reply tells the client's conntrack entry. The entry and its reply binding must
+ * agree: the binding takes the entry's flags on the next client packet. */
+#define CT_REPLY_STATE (CT_F_SEEN_REPLY | CT_F_CLOSING | CT_F_RESET)
+
 static __always_inline __u8 ct_flags_after(const struct pkt4 *p, __u8 flags)
 {
 	if (p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_FIN | TCP_RST)))
@@ -62,6 +66,19 @@ static __always_inline void ct4_key_of(const struct pkt4 *p, struct ct4_key *k)
 	k->sport = p->sport;
 	k->dport = p->dport;
 	k->proto = p->proto;
+	k->pad[0] = 0;
+	k->pad[1] = 0;
+	k->pad[2] = 0;
+}
+
+/* The client's flow (client → frontend) a reply binding belongs to. */
+static __always_inline void ct4_key_of_binding(const struct nat4_entry *nat, __u8 proto, struct ct4_key *k)
+{
+	k->saddr = nat->client_addr;
+	k->daddr = nat->frontend_addr;
+	k->sport = nat->client_port;
+	k->dport = nat->frontend_port;
+	k->proto = proto;
 	k->pad[0] = 0;
 	k->pad[1] = 0;
 	k->pad[2] = 0;

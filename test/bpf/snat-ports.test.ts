@@ -48,4 +48,12 @@ describeWith(['root', 'bpffs', 'netns'], 'SNAT port reuse', () => {
     expect(binding.clientPort).toBe(40002);
     expect(node.dp.maps.ct4.entries().map(([k]) => k.sport)).toEqual([40002]);
   });
+
+  it('a flow the backend reset frees its port too, even after another client packet', () => {
+    node.run('tc_ingress', fromClient(40001, 'S'));
+    const rst = buildPacket([eth(), ipv4({ src: REMOTE_POD, dst: NODE_IP }), tcp({ sport: 8080, dport: 61000, flags: 'R' })]);
+    node.run('tc_ingress', rst);
+    node.run('tc_ingress', fromClient(40001, 'A'));
+    expect(node.run('tc_ingress', fromClient(40002, 'S')).retval).toBe(TcVerdict.REDIRECT);
+  });
 });
