@@ -4,7 +4,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(clang llvm libbpf-dev libbpf1 bpftool iproute2 iputils-ping iperf3 iptables nftables util-linux procps gcc libc6-dev linux-libc-dev)
+# Every Debian package the build, the tests, the demo and the benchmarks use:
+#   build:       clang llvm (BPF objects), libbpf-dev linux-libc-dev (the only headers they
+#                see), libbpf1 (loaded through koffi), gcc libc6-dev (the libbpf ABI probe)
+#   tests, demo: iproute2 (ip, tc), iputils-ping, curl, util-linux (nsenter, unshare,
+#                taskset), mount, procps (sysctl), bpftool (ferry status)
+#   benchmarks:  iperf3, iptables, nftables (kube-proxy-shaped rules)
+PACKAGES=(clang llvm libbpf-dev libbpf1 linux-libc-dev gcc libc6-dev
+  iproute2 iputils-ping curl util-linux mount procps bpftool
+  iperf3 iptables nftables)
+# The commands those packages must have put on PATH; checked at the end.
+COMMANDS=(clang cc bpftool ip tc ping curl nsenter unshare taskset mount sysctl iperf3 iptables-restore nft kubectl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -51,4 +61,11 @@ if [ ! -f /sys/fs/cgroup/unified/cgroup.procs ] && [ ! -f /sys/fs/cgroup/cgroup.
     mkdir -p /sys/fs/cgroup/unified
     mount -t cgroup2 none /sys/fs/cgroup/unified
   fi
+fi
+
+missing_cmds=()
+for c in "${COMMANDS[@]}"; do command -v "$c" >/dev/null 2>&1 || missing_cmds+=("$c"); done
+if [ ${#missing_cmds[@]} -gt 0 ]; then
+  echo "setup: commands still missing after setup: ${missing_cmds[*]}" >&2
+  [ "$(id -u)" -ne 0 ] || exit 1
 fi

@@ -1,4 +1,5 @@
-/* Includes and small helpers every datapath program uses. */
+/* Includes and small helpers every datapath program uses. Only kernel UAPI, libbpf and
+ * ferry's own headers: the objects are built with -nostdinc. */
 #ifndef FERRY_LIB_COMMON_H
 #define FERRY_LIB_COMMON_H
 
@@ -6,11 +7,15 @@
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
-#include <linux/icmp.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
-#include <stddef.h>
+#include "wire.h"
+
+/* No C library and no compiler headers (-nostdinc): what they would give, from builtins. */
+#ifndef offsetof
+#define offsetof(type, member) __builtin_offsetof(type, member)
+#endif
 
 #ifndef AF_INET
 #define AF_INET 2

@@ -2,18 +2,68 @@
 // content hash. Nodes never compile: per-node values are .rodata constants set at load.
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, statSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, readlinkSync, renameSync, rmSync, statSync, symlinkSync } from 'node:fs';
+import { arch } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { promisify } from 'node:util';
 import { ErrorCode, FerryError } from '../ebpf/errors.js';
 
 const run = promisify(execFile);
 
+/**
+ * -nostdinc: the objects see no C library and no compiler headers, only the directories
+ * systemIncludeDir() names (kernel UAPI and libbpf) and ferry's own bpf/. A libc include
+ * fails here as it would on a machine without the 32-bit glibc stubs that `-target bpf`
+ * drags in.
+ */
 export const BPF_CFLAGS = [
   '-O2', '-g', '-target', 'bpf', '-mcpu=v3',
   '-Wall', '-Werror', '-Wno-unused-function',
-  '-D__TARGET_ARCH_x86',
+  '-nostdinc',
+  `-D__TARGET_ARCH_${arch() === 'arm64' ? 'arm64' : 'x86'}`,
 ] as const;
+
+/** The multiarch directory that holds the kernel's asm/ headers (linux-libc-dev). */
+function multiarch(): string {
+  return arch() === 'arm64' ? 'aarch64-linux-gnu' : 'x86_64-linux-gnu';
+}
+
+/**
+ * The only system headers the BPF objects may include, as one directory of links:
+ * linux/, asm/, asm-generic/ (linux-libc-dev) and bpf/ (libbpf-dev). Built under the
+ * output directory; glibc's include directories are never on the search path.
+ */
+export function systemIncludeDir(root: string, usr = '/usr/include'): string {
+  const dir = join(root, 'build', 'bpf-include');
+  const links: Record<string, string> = {
+    linux: join(usr, 'linux'),
+    'asm-generic': join(usr, 'asm-generic'),
+    asm: join(usr, multiarch(), 'asm'),
+    bpf: join(usr, 'bpf'),
+  };
+  mkdirSync(dir, { recursive: true });
+  for (const [name, target] of Object.entries(links)) {
+    if (!existsSync(target)) {
+      throw new FerryError({
+        code: ErrorCode.Compile,
+        op: 'compile bpf',
+        cause: `${target} is missing`,
+        hint: 'install linux-libc-dev and libbpf-dev (make setup)',
+      });
+    }
+    const link = join(dir, name);
+    let have: string | undefined;
+    try {
+      have = readlinkSync(link);
+    } catch {
+      have = undefined;
+    }
+    if (have === target) continue;
+    rmSync(link, { force: true, recursive: true });
+    symlinkSync(target, link);
+  }
+  return dir;
+}
 
 export interface CompileOptions {
   /** Repository root holding bpf/. */
@@ -73,8 +123,8 @@ export function objectPath(root: string, source: string, outDir = join(root, 'bu
 export function parseDiagnostics(stderr: string): Diagnostic[] {
   const out: Diagnostic[] = [];
   for (const line of stderr.split('\n')) {
-    const m = /^(.+?):(\d+):(\d+): (error|warning|note): (.*)$/.exec(line);
-    if (m) out.push({ file: m[1]!, line: Number(m[2]), column: Number(m[3]), severity: m[4] as Diagnostic['severity'], message: m[5]! });
+    const m = /^(.+?):(\d+):(\d+): (fatal error|error|warning|note): (.*)$/.exec(line);
+    if (m) out.push({ file: m[1]!, line: Number(m[2]), column: Number(m[3]), severity: (m[4] === 'fatal error' ? 'error' : m[4]) as Diagnostic['severity'], message: m[5]! });
   }
   return out;
 }
@@ -98,6 +148,7 @@ export async function compileAll(o: CompileOptions): Promise<CompiledObject[]> {
   const outDir = o.outDir ?? join(o.root, 'build', 'bpf');
   const cacheDir = o.cacheDir ?? join(o.root, '.cache', 'bpf');
   const version = await clangVersion(clang);
+  const system = systemIncludeDir(o.root);
   const headers: string[] = [];
   walkHeaders(join(o.root, 'bpf'), headers);
   const common = createHash('sha256');
@@ -121,7 +172,7 @@ export async function compileAll(o: CompileOptions): Promise<CompiledObject[]> {
       if (!hit) {
         const tmp = `${cached}.${process.pid}.tmp`;
         try {
-          await run(clang, [...BPF_CFLAGS, '-I', join(o.root, 'bpf'), '-I', join(o.root, 'bpf', 'include'), '-I', '/usr/include/x86_64-linux-gnu', '-c', s, '-o', tmp], { maxBuffer: 16 << 20 });
+          await run(clang, [...BPF_CFLAGS, '-I', join(o.root, 'bpf'), '-isystem', system, '-c', s, '-o', tmp], { maxBuffer: 16 << 20 });
           renameSync(tmp, cached);
         } catch (e) {
           failures.push({ source: s, stderr: String((e as { stderr?: string }).stderr ?? (e as Error).message) });

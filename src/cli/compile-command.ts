@@ -9,10 +9,12 @@ export function registerCompile(program: Command): void {
     .description('compile bpf/*.bpf.c with clang into build/bpf (cached by content hash)')
     .option('--root <dir>', 'repository root', '.')
     .option('--force', 'ignore the cache')
-    .action(async (opts: { root: string; force?: boolean }) => {
+    .option('--out-dir <dir>', 'where the objects go (default <root>/build/bpf)')
+    .option('--cache-dir <dir>', 'where cached objects live (default <root>/.cache/bpf)')
+    .action(async (opts: { root: string; force?: boolean; outDir?: string; cacheDir?: string }) => {
       const root = resolve(opts.root);
       const started = Date.now();
-      const objects = await compileAll({ root, force: Boolean(opts.force) });
+      const objects = await compileAll({ root, force: Boolean(opts.force), outDir: opts.outDir && resolve(opts.outDir), cacheDir: opts.cacheDir && resolve(opts.cacheDir) });
       for (const o of objects) {
         process.stdout.write(`${o.cached ? 'cached ' : 'built  '} ${relative(root, o.object)}\n`);
       }

@@ -57,10 +57,19 @@ describe('ferry compile', () => {
     rmSync(join(root, 'bpf', 'warn.bpf.c'));
   });
 
+  it('refuses C library headers: the flags allow only kernel UAPI, libbpf and bpf/', async () => {
+    source('libc.bpf.c', `#include <stdio.h>\n${ok}`);
+    const err = await compileAll({ root }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(FerryError);
+    expect((err as FerryError).message).toMatch(/libc\.bpf\.c:1:10: 'stdio\.h' file not found/);
+    rmSync(join(root, 'bpf', 'libc.bpf.c'));
+  });
+
   it('parses clang diagnostics', () => {
-    expect(parseDiagnostics('a.c:3:5: error: boom\nnoise\nb.h:1:1: warning: careful')).toEqual([
+    expect(parseDiagnostics('a.c:3:5: error: boom\nnoise\nb.h:1:1: warning: careful\nc.h:7:11: fatal error: gone')).toEqual([
       { file: 'a.c', line: 3, column: 5, severity: 'error', message: 'boom' },
       { file: 'b.h', line: 1, column: 1, severity: 'warning', message: 'careful' },
+      { file: 'c.h', line: 7, column: 11, severity: 'error', message: 'gone' },
     ]);
   });
 
