@@ -10,7 +10,7 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
-import { SandboxApi } from '../src/cli/sandbox-command.js';
+import { SandboxApi } from '../src/sandbox/api-client.js';
 import type { Host } from '../src/sandbox/netns/testbed.js';
 import { Sandbox } from '../src/sandbox/sandbox.js';
 import { WORKLOADS_BIN, startWorkloads } from '../src/sandbox/workloads/spawn.js';

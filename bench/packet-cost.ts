@@ -3,7 +3,7 @@
 // 1 and with N Services loaded, against an empty tc program.
 // Run as root: npx tsx bench/packet-cost.ts [--services 100000] [--repeat 20000]
 import { parseArgs } from 'node:util';
-import type { FrontendSpec } from '../src/datapath/spec.js';
+import type { FrontendSpec } from '../src/model/frontend.js';
 import { BpfObject } from '../src/ebpf/object.js';
 import { testRun } from '../src/ebpf/test-run.js';
 import { buildPacket, eth, ipv4, tcp } from '../src/packet/build.js';

@@ -12,7 +12,7 @@ import { collectConntrack } from '../datapath/ct-gc.js';
 import { DropReason, Stat } from '../datapath/layouts.js';
 import { Datapath } from '../datapath/loader.js';
 import { ServiceWriter } from '../datapath/writer.js';
-import { ErrorCode, FerryError } from '../ebpf/errors.js';
+import { ErrorCode, FerryError } from '../errors.js';
 import { kubeConfig } from '../k8s/client.js';
 import { eventSink } from '../k8s/events.js';
 import { Watcher } from '../k8s/watcher.js';

@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { isIPv4 } from 'node:net';
 import { parse as parseYaml } from 'yaml';
-import { ErrorCode, FerryError } from '../ebpf/errors.js';
+import { ErrorCode, FerryError } from '../errors.js';
 import { DEFAULT_MAP_SIZES, DEFAULT_SNAT_PORTS, type MapSizes } from '../datapath/loader.js';
 import { isPrime } from '../datapath/maglev.js';
 

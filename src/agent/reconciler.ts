@@ -7,7 +7,7 @@ import type { Logger } from 'pino';
 import { flushFlowsTo } from '../datapath/ct-gc.js';
 import type { DatapathMaps } from '../datapath/loader.js';
 import type { ServiceWriter } from '../datapath/writer.js';
-import { FerryError } from '../ebpf/errors.js';
+import { FerryError } from '../errors.js';
 import type { EventSink } from '../k8s/events.js';
 import { combine, nodeView, serviceOutcome, slicesByService, type DesiredState, type ServiceOutcome } from '../model/desired.js';
 import { LABEL_SERVICE_NAME, serviceName } from '../model/service.js';

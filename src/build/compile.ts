@@ -6,7 +6,7 @@ import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, readlin
 import { arch } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { promisify } from 'node:util';
-import { ErrorCode, FerryError } from '../ebpf/errors.js';
+import { ErrorCode, FerryError } from '../errors.js';
 
 const run = promisify(execFile);
 

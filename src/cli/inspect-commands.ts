@@ -1,16 +1,17 @@
-// `ferry map`, `ferry ct`, `ferry nat`, `ferry status`: the datapath as its pinned maps hold it.
-import { execFileSync } from 'node:child_process';
+// `ferry map`, `ferry ct`, `ferry nat`, `ferry explain`, `ferry monitor`, `ferry status`:
+// the datapath as its pinned maps hold it. The reading is datapath/'s; this file formats.
 import { Command } from 'commander';
 import { mapSpecs, type MapName } from '../datapath/layouts.js';
-import { dumpRows, flushConntrack, listFlows, listMaps, withMap } from './inspect.js';
-import { readFrontends } from './service-command.js';
-import { explain, parseEndpoint } from './explain.js';
-import { monitor } from './monitor.js';
+import { dumpKeysHex, dumpMap, flushConntrack, listFlows, listFrontends, listMaps, readCounters } from '../datapath/inspect.js';
+import { explain } from '../datapath/explain.js';
+import { watchEvents, type DatapathEvent, type EventKind } from '../datapath/monitor.js';
+import { attachedPrograms } from '../datapath/attachments.js';
 import { defaultObjectsDir } from '../agent/agent.js';
+import { ErrorCode, FerryError } from '../errors.js';
 import { table } from './table.js';
 
 const PIN_DIR = '/sys/fs/bpf/ferry';
-const MAP_TYPES: Record<number, string> = { 1: 'hash', 2: 'array', 6: 'percpu_array', 9: 'lru_hash', 11: 'lpm_trie', 13: 'hash_of_maps' };
+const MAP_TYPES: Record<number, string> = { 1: 'hash', 2: 'array', 6: 'percpu_array', 9: 'lru_hash', 11: 'lpm_trie', 13: 'hash_of_maps', 27: 'ringbuf' };
 
 function out(format: string, rows: Array<Record<string, unknown>>, columns?: string[]): void {
   if (format === 'json') {
@@ -25,38 +26,15 @@ function out(format: string, rows: Array<Record<string, unknown>>, columns?: str
   process.stdout.write(table(cols.map((c) => c.toUpperCase()), rows.map((r) => cols.map((c) => String(r[c] ?? '')))));
 }
 
-interface Attachment {
-  where: string;
-  program: string;
-  id: number;
-  loaded: string;
+export function parseEndpoint(s: string, what: string): { ip: string; port: number; proto?: 'tcp' | 'udp' } {
+  const m = /^(\d+\.\d+\.\d+\.\d+):(\d+)(?:\/(tcp|udp))?$/i.exec(s);
+  if (!m) throw new FerryError({ code: ErrorCode.Config, op: `explain ${what}`, cause: `"${s}" is not IP:PORT${what === 'destination' ? '[/tcp|udp]' : ''}` });
+  return { ip: m[1]!, port: Number(m[2]), proto: m[3]?.toLowerCase() as 'tcp' | 'udp' | undefined };
 }
 
-function bpftool(args: string[], netns?: string): unknown {
-  const argv = netns ? ['nsenter', `--net=/run/netns/${netns}`, '--', 'bpftool', '-j', ...args] : ['bpftool', '-j', ...args];
-  return JSON.parse(execFileSync(argv[0]!, argv.slice(1), { encoding: 'utf8' }));
-}
-
-/** ferry's programs attached: tc filters (in `netns`) and cgroup links, with load times. */
-export function attachedPrograms(netns?: string): Attachment[] {
-  try {
-    const progs = new Map((bpftool(['prog', 'show']) as Array<{ id: number; name?: string; loaded_at?: number }>).map((p) => [p.id, p]));
-    const loaded = (id: number) => {
-      const t = progs.get(id)?.loaded_at;
-      return t ? new Date(t * 1000).toISOString() : '?';
-    };
-    const out: Attachment[] = [];
-    for (const dev of bpftool(['net', 'show'], netns) as Array<{ tc?: Array<{ devname: string; kind: string; name?: string; id: number }> }>) {
-      for (const t of dev.tc ?? []) if (t.name?.startsWith('tc_')) out.push({ where: `tc ${t.kind.replace('clsact/', '')} ${t.devname}`, program: t.name.replace(/:\[\d+\]$/, ''), id: t.id, loaded: loaded(t.id) });
-    }
-    for (const l of bpftool(['link', 'show']) as Array<{ type: string; prog_id: number; attach_type?: string; cgroup_id?: number }>) {
-      const name = progs.get(l.prog_id)?.name ?? '';
-      if (l.type === 'cgroup' && name.startsWith('sock4_')) out.push({ where: `cgroup ${l.attach_type ?? ''} (cgroup id ${l.cgroup_id ?? '?'})`, program: name, id: l.prog_id, loaded: loaded(l.prog_id) });
-    }
-    return out;
-  } catch {
-    return []; // no bpftool, or not allowed: status still reports the maps
-  }
+export function formatEvent(e: DatapathEvent): string {
+  if (e.kind === 'drop') return `drop   ${e.hook.padEnd(7)} ${e.tuple}  reason ${e.reason}`;
+  return `trace  ${e.hook.padEnd(7)} ${e.tuple}  ${e.reason} → ${e.out}`;
 }
 
 export function registerInspect(program: Command): void {
@@ -75,13 +53,10 @@ export function registerInspect(program: Command): void {
     .action((name: string, o: { pinDir: string; output: string }) => {
       if (!(name in mapSpecs)) throw new Error(`no map "${name}" (maps: ${Object.keys(mapSpecs).join(', ')})`);
       if (o.output === 'hex') {
-        withMap(o.pinDir, name as MapName, (m) => {
-          const spec = mapSpecs[name as MapName];
-          for (const k of m.keys()) process.stdout.write(`${(spec.key as { encode(v: unknown): Buffer }).encode(k).toString('hex')}\n`);
-        });
+        for (const k of dumpKeysHex(o.pinDir, name as MapName)) process.stdout.write(`${k}\n`);
         return;
       }
-      out(o.output, dumpRows(o.pinDir, name as MapName));
+      out(o.output, dumpMap(o.pinDir, name as MapName));
     });
 
   const ct = program.command('ct').description('conntrack of north-south flows');
@@ -110,7 +85,7 @@ export function registerInspect(program: Command): void {
     .option('--pin-dir <dir>', 'the agent\'s pin directory', PIN_DIR)
     .option('-o, --output <format>', 'table or json', 'table')
     .action((o: { pinDir: string; output: string }) => {
-      out(o.output, dumpRows(o.pinDir, 'nat4'), ['saddr', 'sport', 'daddr', 'dport', 'proto', 'clientAddr', 'clientPort', 'frontendAddr', 'frontendPort', 'flags', 'expires']);
+      out(o.output, dumpMap(o.pinDir, 'nat4'), ['saddr', 'sport', 'daddr', 'dport', 'proto', 'clientAddr', 'clientPort', 'frontendAddr', 'frontendPort', 'flags', 'expires']);
     });
 
   program.command('explain <source> <destination>')
@@ -135,13 +110,14 @@ export function registerInspect(program: Command): void {
     .option('--count <n>', 'stop after this many events', '0')
     .option('-o, --output <format>', 'text or json (one object a line)', 'text')
     .action(async (o: { type: string; pinDir: string; count: string; output: string }) => {
-      const types = o.type.split(',').map((t) => t.trim());
-      if (types.some((t) => t !== 'drop' && t !== 'trace')) throw new Error(`--type ${o.type}: use drop, trace or drop,trace`);
+      const kinds = o.type.split(',').map((t) => t.trim());
+      if (kinds.some((t) => t !== 'drop' && t !== 'trace')) throw new Error(`--type ${o.type}: use drop, trace or drop,trace`);
       const stop = new AbortController();
       process.once('SIGINT', () => stop.abort());
       process.once('SIGTERM', () => stop.abort());
-      if (o.output !== 'json') process.stderr.write(`watching ${types.join(' and ')} events in ${o.pinDir} (Ctrl-C stops)\n`);
-      await monitor({ pinDir: o.pinDir, types: types as Array<'drop' | 'trace'>, json: o.output === 'json', count: Number(o.count), write: (l) => process.stdout.write(`${l}\n`) }, stop.signal);
+      if (o.output !== 'json') process.stderr.write(`watching ${kinds.join(' and ')} events in ${o.pinDir} (Ctrl-C stops)\n`);
+      const write = (e: DatapathEvent) => process.stdout.write(`${o.output === 'json' ? JSON.stringify({ ...e.raw, tsNs: e.tsNs, type: e.kind }) : formatEvent(e)}\n`);
+      await watchEvents({ pinDir: o.pinDir, kinds: kinds as EventKind[], count: Number(o.count), onEvent: write }, stop.signal);
     });
 
   program.command('status')
@@ -163,9 +139,8 @@ export function registerInspect(program: Command): void {
         // the datapath runs without its agent too
       }
       const maps = listMaps(o.pinDir);
-      const frontends = readFrontends(o.pinDir);
-      const drops = dumpRows(o.pinDir, 'ferry_drops').filter((r) => Number(r.packets) > 0);
-      const stats = dumpRows(o.pinDir, 'ferry_stats').filter((r) => Number(r.packets) > 0);
+      const frontends = listFrontends(o.pinDir);
+      const { forwarded: stats, drops } = readCounters(o.pinDir);
       const links = attachedPrograms(o.netns);
       const status = {
         agent, mode, pinDir: o.pinDir,
@@ -182,9 +157,9 @@ export function registerInspect(program: Command): void {
       process.stdout.write(`agent:     ${agent}\nmode:      ${mode}\npins:      ${o.pinDir}\nfrontends: ${status.frontends}   backends: ${status.backends}   flows: ${status.flows}\n\n`);
       process.stdout.write(table(['MAP', 'ENTRIES', 'CAPACITY'], status.maps.map((m) => [m.name, m.entries, m.capacity])));
       process.stdout.write('\nforwarded:\n');
-      process.stdout.write(stats.length ? table(['PATH', 'PACKETS', 'BYTES'], stats.map((r) => [String(r.key).replace(/^STAT_/, '').toLowerCase(), r.packets!, r.bytes!])) : '(none)\n');
+      process.stdout.write(stats.length ? table(['PATH', 'PACKETS', 'BYTES'], stats.map((r) => [r.name, r.packets, r.bytes])) : '(none)\n');
       process.stdout.write('\ndrops:\n');
-      process.stdout.write(drops.length ? table(['REASON', 'PACKETS', 'BYTES'], drops.map((r) => [String(r.key).replace(/^DROP_/, '').toLowerCase(), r.packets!, r.bytes!])) : '(none)\n');
+      process.stdout.write(drops.length ? table(['REASON', 'PACKETS', 'BYTES'], drops.map((r) => [r.name, r.packets, r.bytes])) : '(none)\n');
       process.stdout.write('\nattached:\n');
       process.stdout.write(links.length ? table(['WHERE', 'PROGRAM', 'ID', 'LOADED'], links.map((l) => [l.where, l.program, l.id, l.loaded])) : '(nothing found: is the agent running here?)\n');
     });

@@ -1,13 +1,28 @@
 // The `ferry` command: one sub-command per concern, all sharing error output.
 import { Command } from 'commander';
-import { FerryError } from '../ebpf/errors.js';
+import { FerryError } from '../errors.js';
 import { registerCompile } from './compile-command.js';
-import { registerTestbed } from './testbed-command.js';
 import { registerAgent } from './agent-command.js';
-import { registerTestApiServer } from './test-apiserver-command.js';
-import { registerSandbox } from './sandbox-command.js';
 import { registerService } from './service-command.js';
 import { registerInspect } from './inspect-commands.js';
+
+/**
+ * Commands for development machines only (the sandbox, its test API server, testbed
+ * cleanup). They are imported only when asked for, or for the help text, so that
+ * `ferry agent` on a node never loads test code.
+ */
+const DEV_COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {
+  sandbox: async () => (await import('./sandbox-command.js')).registerSandbox,
+  'test-apiserver': async () => (await import('./test-apiserver-command.js')).registerTestApiServer,
+  testbed: async () => (await import('./testbed-command.js')).registerTestbed,
+};
+
+/** The dev commands this command line needs: the one it names, or all for help. */
+export function devCommandsFor(argv: readonly string[]): string[] {
+  const first = argv.slice(2).find((a) => !a.startsWith('-'));
+  if (first === undefined || first === 'help') return Object.keys(DEV_COMMANDS);
+  return first in DEV_COMMANDS ? [first] : [];
+}
 
 export async function main(argv: string[]): Promise<void> {
   // `ferry … | head` closes the pipe early: that is not an error.
@@ -20,13 +35,11 @@ export async function main(argv: string[]): Promise<void> {
     .option('-v, --verbose', 'show full diagnostics (verifier logs, compiler output)')
     .showHelpAfterError();
   registerCompile(program);
-  registerTestbed(program);
   registerAgent(program);
-  registerTestApiServer(program);
-  registerSandbox(program);
   registerService(program);
   registerInspect(program);
   try {
+    for (const name of devCommandsFor(argv)) (await DEV_COMMANDS[name]!())(program);
     await program.parseAsync(argv);
   } catch (e) {
     process.exitCode = reportError(e, Boolean(program.opts().verbose));

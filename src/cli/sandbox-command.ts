@@ -7,6 +7,7 @@ import { parseAllDocuments } from 'yaml';
 import { pino } from 'pino';
 import { pidAlive } from '../sandbox/netns/registry.js';
 import { CGROUP_ANNOTATION, NETNS_ANNOTATION } from '../sandbox/controllers/workloads.js';
+import { SandboxApi } from '../sandbox/api-client.js';
 import { FERRY_BIN, Sandbox, stateDir, validateSandboxName, type ForwardingMode, type SandboxState } from '../sandbox/sandbox.js';
 
 const DEFAULT_NAME = 'ferry';
@@ -21,29 +22,6 @@ function liveState(name: string): SandboxState {
   const s = readState(name);
   if (!s || !pidAlive(s.pid)) throw new Error(`sandbox "${name}" is not running (ferry sandbox up --name ${name})`);
   return s;
-}
-
-const RESOURCES: Record<string, { path: string; namespaced: boolean }> = {
-  Service: { path: '/api/v1', namespaced: true },
-  Pod: { path: '/api/v1', namespaced: true },
-  Deployment: { path: '/apis/apps/v1', namespaced: true },
-  EndpointSlice: { path: '/apis/discovery.k8s.io/v1', namespaced: true },
-  Namespace: { path: '/api/v1', namespaced: false },
-};
-const plural = (kind: string) => (kind === 'EndpointSlice' ? 'endpointslices' : `${kind.toLowerCase()}s`);
-
-/** A tiny API client for the CLI (loopback only: the sandbox's API server listens there). */
-export class SandboxApi {
-  constructor(readonly base: string) {}
-  async call(method: string, path: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-    const r = await fetch(`${this.base}${path}`, { method, headers: { 'content-type': method === 'PATCH' ? 'application/merge-patch+json' : 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
-    return { status: r.status, json: (await r.json()) as Record<string, unknown> };
-  }
-  url(kind: string, ns: string, name?: string): string {
-    const r = RESOURCES[kind];
-    if (!r) throw new Error(`kind ${kind} is not supported by the sandbox (Service, Pod, Deployment, EndpointSlice, Namespace)`);
-    return `${r.path}${r.namespaced ? `/namespaces/${ns}` : ''}/${plural(kind)}${name ? `/${name}` : ''}`;
-  }
 }
 
 function manifests(file: string): Array<Record<string, unknown>> {

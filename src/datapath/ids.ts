@@ -1,10 +1,14 @@
-// Dense numeric IDs (backend IDs, reverse-NAT IDs) keyed by a string, lowest free first.
-// Restored from the maps on start, so flows in conntrack keep pointing at the same IDs.
-import { ErrorCode, FerryError } from '../ebpf/errors.js';
+// Dense numeric IDs (backend, reverse-NAT, affinity, Maglev table IDs) keyed by a string,
+// lowest free first. After a restart the IDs found in the maps are taken back: by their
+// key when the map tells it (restore), or held unclaimed until their owner asks for them
+// again (claim), so flows in conntrack keep pointing at the same IDs.
+import { ErrorCode, FerryError } from '../errors.js';
 
 export class IdAllocator {
   private readonly byKey = new Map<string, number>();
   private readonly used = new Set<number>();
+  /** IDs found in the maps whose owner is not known yet. */
+  private readonly unclaimedIds = new Set<number>();
   private next = 1;
 
   constructor(
@@ -17,10 +21,40 @@ export class IdAllocator {
     return this.byKey.get(key);
   }
 
-  /** Record an ID found in a map (restore). */
+  /** Record an ID found in a map, with its owner. */
   restore(key: string, id: number): void {
     this.byKey.set(key, id);
     this.used.add(id);
+  }
+
+  /** Record an ID found in a map whose owner will claim it later. */
+  restoreUnclaimed(id: number): void {
+    if (this.used.has(id)) return;
+    this.unclaimedIds.add(id);
+    this.used.add(id);
+  }
+
+  /** `key` takes `id` if it is an unclaimed restored one; else it gets its own. */
+  claimOrAllocate(key: string, id: number | undefined): number {
+    const have = this.byKey.get(key);
+    if (have !== undefined) return have;
+    if (id !== undefined && this.unclaimedIds.delete(id)) {
+      this.byKey.set(key, id);
+      return id;
+    }
+    return this.allocate(key);
+  }
+
+  /** Restored IDs nobody claimed. */
+  unclaimed(): number[] {
+    return [...this.unclaimedIds];
+  }
+
+  /** Free an unclaimed restored ID. */
+  releaseUnclaimed(id: number): void {
+    if (!this.unclaimedIds.delete(id)) return;
+    this.used.delete(id);
+    if (id < this.next) this.next = id;
   }
 
   allocate(key: string): number {
@@ -47,9 +81,11 @@ export class IdAllocator {
   clear(): void {
     this.byKey.clear();
     this.used.clear();
+    this.unclaimedIds.clear();
     this.next = 1;
   }
 
+  /** Keys that own an ID. */
   keys(): IterableIterator<string> {
     return this.byKey.keys();
   }

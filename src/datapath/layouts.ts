@@ -1,7 +1,9 @@
 // The TypeScript side of bpf/shared: one codec per shared struct and one mirror per shared
 // enum. Codecs are checked against the objects' BTF whenever a map is opened or adopted;
 // the enum mirrors by a test against bpf/tests/contract.bpf.c.
-import { structCodec, u32Codec, u8Codec } from '../ebpf/codec.js';
+import { structCodec, u32Codec, u8Codec, type Codec } from '../ebpf/codec.js';
+import type { BpfMap } from '../ebpf/map.js';
+import type { ProtoName } from '../model/frontend.js';
 
 export const LbScope = { LB_SCOPE_EXTERNAL: 0, LB_SCOPE_INTERNAL: 1 } as const;
 
@@ -238,9 +240,14 @@ export const mapSpecs = {
 } as const;
 export type MapName = keyof typeof mapSpecs;
 
+type SpecOf<N extends MapName> = (typeof mapSpecs)[N];
+export type MapKey<N extends MapName> = SpecOf<N>['key'] extends Codec<infer K> ? K : never;
+export type MapValue<N extends MapName> = SpecOf<N>['value'] extends Codec<infer V> ? V : never;
+/** Every datapath map, typed by its codecs. */
+export type DatapathMaps = { [N in MapName]: BpfMap<MapKey<N>, MapValue<N>> };
+
 /** Protocol numbers as on the wire. */
-export const Proto = { TCP: 6, UDP: 17, SCTP: 132 } as const;
-export type ProtoName = keyof typeof Proto;
+export const Proto: Readonly<Record<ProtoName, number>> = { TCP: 6, UDP: 17, SCTP: 132 };
 export function protoName(n: number): string {
   return (Object.entries(Proto).find(([, v]) => v === n)?.[0] ?? String(n)).toLowerCase();
 }

@@ -9,8 +9,10 @@ import { attachTc } from '../ebpf/link-tc.js';
 import type { Link } from '../ebpf/link.js';
 import { assertBpffs } from '../ebpf/pinned.js';
 import { ipv4FromString } from '../ebpf/codec.js';
-import { ErrorCode, FerryError } from '../ebpf/errors.js';
-import { FwdMode, mapSpecs, type MapName } from './layouts.js';
+import { ErrorCode, FerryError } from '../errors.js';
+import { FwdMode, mapSpecs, type DatapathMaps, type MapName } from './layouts.js';
+
+export type { DatapathMaps } from './layouts.js';
 import { isPrime } from './maglev.js';
 import type { Codec } from '../ebpf/codec.js';
 
@@ -85,10 +87,6 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   ferry_scratch: undefined,
 };
 
-type SpecOf<N extends MapName> = (typeof mapSpecs)[N];
-type KeyOf<N extends MapName> = SpecOf<N>['key'] extends Codec<infer K> ? K : never;
-type ValueOf<N extends MapName> = SpecOf<N>['value'] extends Codec<infer V> ? V : never;
-export type DatapathMaps = { [N in MapName]: BpfMap<KeyOf<N>, ValueOf<N>> };
 
 export class Datapath {
   readonly tc: BpfObject;

@@ -1,15 +1,18 @@
-// The only writer of the service maps. apply() takes the whole desired set of frontends and
-// changes the maps to match, make-before-break: backends first, then reverse NAT, then each
-// frontend's slots, then its master entry (which makes the new slots visible at once),
-// then wildcard entries; stale slots, frontends, wildcards and backends are removed last.
-// IDs are restored from the maps, so an agent restart keeps conntrack entries valid.
-import { ipv4FromString, ipv4ToString, u32Codec } from '../ebpf/codec.js';
-import { BPF_F_INNER_MAP, MapType, createMap } from '../ebpf/map.js';
-import { maglevTable } from './maglev.js';
-import { BackendFlags, LbFlags, LbScope, Proto, protoName, type Lb4Backend, type Lb4Key, type Lb4Service, type Lb4SrcRangeKey, type ProtoName } from './layouts.js';
+// The only writer of the service maps. A sync is a plan and an apply: plan() compares the
+// desired frontends with what the maps hold (kept in memory, restored from the maps after
+// a restart) and lists every write and delete; apply writes them make-before-break:
+// backends, reverse NAT, each frontend's slots and Maglev table, source ranges, then its
+// master entry (which makes the new slots visible at once), then wildcard entries; stale
+// slots, frontends, wildcards, ranges, backends and tables are removed last.
+import { BackendFlags, LbFlags, LbScope, Proto, protoName, type Lb4Backend, type Lb4Key, type Lb4Service } from './layouts.js';
 import { IdAllocator } from './ids.js';
 import type { DatapathMaps } from './loader.js';
-import { backendId, frontendId, type BackendSpec, type FrontendKind, type FrontendSpec } from './spec.js';
+import { MaglevTables, type MaglevBuild } from './maglev-tables.js';
+import { readServiceTable } from './service-table.js';
+import { SourceRangeSet } from './source-ranges.js';
+import { backendId, frontendId, type BackendSpec, type FrontendKind, type FrontendSpec, type ProtoName } from '../model/frontend.js';
+
+export { sourceRangeKey } from './source-ranges.js';
 
 const kindFlag: Record<FrontendKind, number> = {
   ClusterIP: LbFlags.LB_F_CLUSTER_IP,
@@ -42,12 +45,6 @@ export interface ApplyStats {
   removedBackends: Lb4Backend[];
 }
 
-const rangeId = (k: Lb4SrcRangeKey) => `${k.revNatId}|${k.prefixlen}|${k.source}`;
-const rangeKey = (id: string): Lb4SrcRangeKey => {
-  const [revNatId, prefixlen, source] = id.split('|');
-  return { revNatId: Number(revNatId), prefixlen: Number(prefixlen), source: source! };
-};
-
 interface ScopedFrontend {
   f: FrontendSpec;
   scope: number;
@@ -57,14 +54,29 @@ interface ScopedFrontend {
 
 export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_reverse_nat' | 'lb4_src_ranges' | 'lb4_maglev' | 'lb4_names'>;
 
-/** `10.0.0.0/8` → its LPM key for a frontend. */
-export function sourceRangeKey(revNatId: number, cidr: string): Lb4SrcRangeKey {
-  const [addr, bits = '32'] = cidr.split('/');
-  const n = Number(bits);
-  const ip = ipv4FromString(addr!);
-  const mask = n === 0 ? 0 : (0xffffffff << (32 - n)) >>> 0;
-  return { prefixlen: 32 + n, revNatId, source: ipv4ToString((ip & mask) >>> 0) };
+/** Every write and delete one sync makes, in the order apply() makes them. */
+interface WritePlan {
+  backendWrites: Array<[number, Lb4Backend]>;
+  reverseNat: Array<[number, { address: string; port: number }]>;
+  names: Array<[number, string]>;
+  slotWrites: Array<[Lb4Key, Lb4Service]>;
+  maglevBuilds: Map<string, MaglevBuild>;
+  newRanges: string[];
+  masterWrites: Array<[Lb4Key, Lb4Service, string, FrontendState]>;
+  /** Frontends whose state changed without a new master entry. */
+  states: Array<[string, FrontendState]>;
+  specs: Array<[string, FrontendSpec]>;
+  newWildcards: string[];
+  /** Slots of shrunk frontends, then removed frontends (master first). */
+  serviceDeletes: Lb4Key[];
+  removedFrontends: Array<[string, FrontendState]>;
+  staleWildcards: string[];
+  staleRanges: string[];
+  staleBackends: number[];
 }
+
+const wildcardKey = (address: string): Lb4Key => ({ address, port: 0, proto: 0, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 });
+const emptyService: Lb4Service = { backendId: 0, count: 0, revNatId: 0, flags: 0, affinityId: 0, affinityTimeout: 0 };
 
 export class ServiceWriter {
   private readonly backendIds: IdAllocator;
@@ -81,18 +93,13 @@ export class ServiceWriter {
   /** Frontend ids by spec object and scope: the model hands the same objects back for
    * unchanged Services, and at 100k frontends the ids are worth not rebuilding. */
   private readonly fids = new WeakMap<FrontendSpec, string[]>();
-  /** loadBalancerSourceRanges entries, as `revNatId|prefixlen|source`. */
-  private readonly ranges = new Set<string>();
-
-  /** Maglev tables by owner (Service port): their id and the backend ids they were built from. */
-  private readonly tables = new Map<string, { id: number; signature: string }>();
-  private readonly tableIds: IdAllocator;
+  private ranges!: SourceRangeSet;
+  private maglev!: MaglevTables;
 
   constructor(
     private readonly maps: ServiceMaps,
     private readonly opts: { maglevTableSize?: number } = {},
   ) {
-    this.tableIds = new IdAllocator('Maglev table', maps.lb4_maglev.maxEntries, 'mapSizes.maglevTables');
     this.backendIds = new IdAllocator('backend', maps.lb4_backends.maxEntries, 'mapSizes.backends');
     this.revNatIds = new IdAllocator('reverse-NAT', maps.lb4_reverse_nat.maxEntries, 'mapSizes.reverseNat');
     this.restore();
@@ -100,96 +107,21 @@ export class ServiceWriter {
 
   /** Rebuild the in-memory view (and the IDs) from what the maps hold. */
   private restore(): void {
-    for (const k of this.maps.lb4_src_ranges.keys()) this.ranges.add(rangeId(k));
-    // Tables a previous writer built are claimed again by their frontends on first apply.
-    for (const id of this.maps.lb4_maglev.keys()) this.tableIds.restore(`restored:${id}`, id);
-    for (const [id, b] of this.maps.lb4_backends.entries()) {
+    this.ranges = new SourceRangeSet(this.maps.lb4_src_ranges);
+    this.maglev = new MaglevTables(this.maps.lb4_maglev, this.opts.maglevTableSize ?? 0);
+    const table = readServiceTable(this.maps);
+    for (const [id, b] of table.backends) {
       this.backends.set(id, b);
       this.backendIds.restore(backendId(b, protoName(b.proto)), id);
     }
-    const slots = new Map<string, Map<number, number>>();
-    for (const [k, v] of this.maps.lb4_services.entries()) {
-      const fid = `${frontendId({ address: k.address, port: k.port, proto: protoName(k.proto) })}#${k.scope}`;
-      if (k.slot === 0) {
-        if (v.flags & LbFlags.LB_F_WILDCARD) {
-          this.wildcards.add(k.address);
-          continue;
-        }
-        this.frontends.set(fid, { key: k, revNatId: v.revNatId, flags: v.flags, affinityId: v.affinityId, affinityTimeout: v.affinityTimeout, tableId: v.backendId, backendIds: [], drainingIds: [] });
-        this.revNatIds.restore(fid, v.revNatId);
-        if (v.affinityId && this.affinityIds.get(`restored:${v.affinityId}`) === undefined) this.affinityIds.restore(`restored:${v.affinityId}`, v.affinityId);
-      } else {
-        if (!slots.has(fid)) slots.set(fid, new Map());
-        slots.get(fid)!.set(k.slot, v.backendId);
-      }
+    for (const a of table.wildcards) this.wildcards.add(a);
+    for (const { key, master: v, backendIds } of table.frontends) {
+      const fid = `${frontendId({ address: key.address, port: key.port, proto: protoName(key.proto) })}#${key.scope}`;
+      this.frontends.set(fid, { key, revNatId: v.revNatId, flags: v.flags, affinityId: v.affinityId, affinityTimeout: v.affinityTimeout, tableId: v.backendId, backendIds, drainingIds: [] });
+      this.revNatIds.restore(fid, v.revNatId);
+      // Claimed again by the frontend's Service port on its first sync.
+      if (v.affinityId) this.affinityIds.restoreUnclaimed(v.affinityId);
     }
-    for (const [fid, st] of this.frontends) {
-      const s = slots.get(fid) ?? new Map<number, number>();
-      const master = this.maps.lb4_services.lookup(st.key);
-      const count = master?.count ?? 0;
-      st.backendIds = Array.from({ length: count }, (_, i) => s.get(i + 1) ?? 0);
-    }
-  }
-
-  /**
-   * The Service port's affinity id: every frontend of a port shares it. After a restart
-   * the id a frontend already carries is claimed for its Service port, so clients keep
-   * their backends.
-   */
-  private affinityIdFor(f: FrontendSpec, fid: string): number {
-    const owner = f.service ?? frontendId(f);
-    const have = this.affinityIds.get(owner);
-    if (have !== undefined) return have;
-    const restored = this.frontends.get(fid)?.affinityId;
-    if (restored && this.affinityIds.get(`restored:${restored}`) !== undefined) {
-      this.affinityIds.release(`restored:${restored}`);
-      this.affinityIds.restore(owner, restored);
-      return restored;
-    }
-    return this.affinityIds.allocate(owner);
-  }
-
-  /**
-   * The Maglev table for an external frontend (0 when Maglev is off or it has no backend).
-   * Frontends of one Service port share it; a new backend set builds a new inner map and
-   * swaps it in atomically.
-   */
-  private maglevTableFor(f: FrontendSpec, fid: string, ids: number[], stats: ApplyStats): number {
-    const m = this.opts.maglevTableSize ?? 0;
-    if (!m || ids.length === 0) return 0;
-    const owner = `${f.service ?? frontendId(f)}#maglev`;
-    const signature = ids.join(',');
-    let t = this.tables.get(owner);
-    if (t?.signature === signature) return t.id;
-    if (!t) {
-      const restored = this.frontends.get(fid)?.tableId;
-      let id: number;
-      if (restored && this.tableIds.get(`restored:${restored}`) !== undefined) {
-        this.tableIds.release(`restored:${restored}`);
-        this.tableIds.restore(owner, restored);
-        id = restored;
-      } else {
-        id = this.tableIds.allocate(owner);
-      }
-      t = { id, signature: '' };
-      this.tables.set(owner, t);
-    }
-    // Positions name backends by address, so every node builds the same table.
-    const names = ids.map((id) => {
-      const b = this.backends.get(id)!;
-      return `${b.address}:${b.port}/${b.proto}`;
-    });
-    const order = maglevTable(names, m);
-    const inner = createMap({ type: MapType.Array, name: 'lb4_maglev_in', key: u32Codec, value: u32Codec, maxEntries: m, flags: BPF_F_INNER_MAP });
-    try {
-      inner.updateBatch(Array.from(order, (i, pos) => [pos, ids[i]!] as [number, number]));
-      this.maps.lb4_maglev.update(t.id, inner.fd);
-    } finally {
-      inner.close(); // the outer map holds it now
-    }
-    t.signature = signature;
-    stats.entriesWritten += 1;
-    return t.id;
   }
 
   /** Frontend keys currently programmed (for tests and the CLI). */
@@ -204,7 +136,7 @@ export class ServiceWriter {
    */
   apply(desired: FrontendSpec[]): ApplyStats {
     try {
-      return this.applyOnce(desired);
+      return this.write(this.plan(desired));
     } catch (e) {
       this.resync();
       throw e;
@@ -216,12 +148,9 @@ export class ServiceWriter {
     this.frontends.clear();
     this.wildcards.clear();
     this.lastSpecs.clear();
-    this.ranges.clear();
     this.backendIds.clear();
     this.revNatIds.clear();
     this.affinityIds.clear();
-    this.tables.clear();
-    this.tableIds.clear();
     this.restore();
   }
 
@@ -231,15 +160,25 @@ export class ServiceWriter {
     return (ids[scope] ??= `${frontendId(f)}#${scope}`);
   }
 
-  private applyOnce(specs: FrontendSpec[]): ApplyStats {
-    const stats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [] };
+  /** The Service port's affinity id: every frontend of a port shares it, and keeps the one
+   * its master entry carried before a restart, so clients keep their backends. */
+  private affinityIdFor(f: FrontendSpec, fid: string): number {
+    return this.affinityIds.claimOrAllocate(f.service ?? frontendId(f), this.frontends.get(fid)?.affinityId || undefined);
+  }
+
+  /** Compare `specs` with the maps and list every change; only IDs are allocated here. */
+  private plan(specs: FrontendSpec[]): WritePlan {
+    const plan: WritePlan = {
+      backendWrites: [], reverseNat: [], names: [], slotWrites: [], maglevBuilds: new Map(), newRanges: [], masterWrites: [], states: [], specs: [],
+      newWildcards: [], serviceDeletes: [], removedFrontends: [], staleWildcards: [], staleRanges: [], staleBackends: [],
+    };
     // One entry per lookup scope: external always, internal where its backends differ.
     const desired: ScopedFrontend[] = specs.flatMap((f) => [
       { f, scope: LbScope.LB_SCOPE_EXTERNAL, backends: f.backends, dropWhenEmpty: Boolean(f.dropWhenEmpty) },
       ...(f.internalBackends ? [{ f, scope: LbScope.LB_SCOPE_INTERNAL, backends: f.internalBackends, dropWhenEmpty: false }] : []),
     ]);
 
-    // 1. Backends: allocate IDs, write new or changed ones.
+    // Backends: allocate IDs; write new or changed ones.
     const wantBackends = new Map<number, Lb4Backend>();
     const frontendBackends = new Map<string, number[]>();
     const frontendDraining = new Map<string, number[]>();
@@ -271,24 +210,14 @@ export class ServiceWriter {
       frontendBackends.set(fid, backends.map((b) => want(b, f.proto, Boolean(b.terminating))));
       frontendDraining.set(fid, (f.drainingBackends ?? []).map((b) => want(b, f.proto, true)));
     }
-    const backendWrites: Array<[number, Lb4Backend]> = [];
     for (const [id, b] of wantBackends) {
       const have = this.backends.get(id);
-      if (!have || have.address !== b.address || have.port !== b.port || have.proto !== b.proto || have.flags !== b.flags) backendWrites.push([id, b]);
-    }
-    if (backendWrites.length > 0) {
-      this.maps.lb4_backends.updateBatch(backendWrites);
-      for (const [id, b] of backendWrites) this.backends.set(id, b);
-      stats.backendsWritten += backendWrites.length;
-      stats.entriesWritten += backendWrites.length;
+      if (!have || have.address !== b.address || have.port !== b.port || have.proto !== b.proto || have.flags !== b.flags) plan.backendWrites.push([id, b]);
     }
 
-    // 2-3. Frontends: reverse NAT, slots, then master.
+    // Frontends: reverse NAT, slots, Maglev tables, source ranges, master.
     const wantFrontends = new Set<string>();
     const wantWildcards = new Set<string>();
-    const slotWrites: Array<[Lb4Key, Lb4Service]> = [];
-    const masterWrites: Array<[Lb4Key, Lb4Service, string, FrontendState]> = [];
-    const staleSlots: Lb4Key[] = [];
     const wantRanges = new Set<string>();
     for (const { f, scope, dropWhenEmpty } of desired) {
       const fid = this.fidOf(f, scope);
@@ -299,11 +228,10 @@ export class ServiceWriter {
       // host's own traffic: its other ports must reach the host.
       if (scope === LbScope.LB_SCOPE_EXTERNAL && (f.kind === 'ClusterIP' || f.kind === 'LoadBalancer')) wantWildcards.add(f.address);
       if (unchanged.has(fid)) {
-        const known = this.frontends.get(fid)!;
-        if (scope === LbScope.LB_SCOPE_EXTERNAL) for (const c of f.sourceRanges ?? []) wantRanges.add(rangeId(sourceRangeKey(known.revNatId, c)));
+        if (scope === LbScope.LB_SCOPE_EXTERNAL) for (const r of SourceRangeSet.entries(this.frontends.get(fid)!.revNatId, f.sourceRanges)) wantRanges.add(r);
         continue;
       }
-      this.lastSpecs.set(fid, f);
+      plan.specs.push([fid, f]);
       const key: Lb4Key = { address: f.address, port: f.port, proto: Proto[f.proto], scope, slot: 0 };
       const ids = frontendBackends.get(fid)!;
       const ranged = scope === LbScope.LB_SCOPE_EXTERNAL && (f.sourceRanges?.length ?? 0) > 0;
@@ -312,114 +240,117 @@ export class ServiceWriter {
       const affinityId = affinityTimeout > 0 ? this.affinityIdFor(f, fid) : 0;
       const have = this.frontends.get(fid);
       const revNatId = this.revNatIds.allocate(fid);
-      if (scope === LbScope.LB_SCOPE_EXTERNAL) for (const c of f.sourceRanges ?? []) wantRanges.add(rangeId(sourceRangeKey(revNatId, c)));
-      if (!have) this.maps.lb4_reverse_nat.update(revNatId, { address: f.address, port: f.port });
-      if (f.service && (!have || this.lastSpecs.get(fid)?.service !== f.service)) this.maps.lb4_names.update(revNatId, { name: Buffer.from(f.service.slice(0, 95)) });
+      if (scope === LbScope.LB_SCOPE_EXTERNAL) for (const r of SourceRangeSet.entries(revNatId, f.sourceRanges)) wantRanges.add(r);
+      if (!have) plan.reverseNat.push([revNatId, { address: f.address, port: f.port }]);
+      if (f.service && (!have || this.lastSpecs.get(fid)?.service !== f.service)) plan.names.push([revNatId, f.service]);
       const oldIds = have?.backendIds ?? [];
       ids.forEach((id, i) => {
-        if (oldIds[i] !== id) slotWrites.push([{ ...key, slot: i + 1 }, { backendId: id, count: 0, revNatId: 0, flags: 0, affinityId: 0, affinityTimeout: 0 }]);
+        if (oldIds[i] !== id) plan.slotWrites.push([{ ...key, slot: i + 1 }, { ...emptyService, backendId: id }]);
       });
-      for (let s = ids.length + 1; s <= oldIds.length; s++) staleSlots.push({ ...key, slot: s });
-      const tableId = scope === LbScope.LB_SCOPE_EXTERNAL && f.kind !== 'ClusterIP' ? this.maglevTableFor(f, fid, ids, stats) : 0;
+      for (let s = ids.length + 1; s <= oldIds.length; s++) plan.serviceDeletes.push({ ...key, slot: s });
+      const tableId = scope === LbScope.LB_SCOPE_EXTERNAL && f.kind !== 'ClusterIP'
+        ? this.maglev.plan(`${f.service ?? frontendId(f)}#maglev`, have?.tableId ?? 0, ids, () => ids.map((id) => {
+          // Positions name backends by address, so every node builds the same table.
+          const b = wantBackends.get(id)!;
+          return `${b.address}:${b.port}/${b.proto}`;
+        }), plan.maglevBuilds)
+        : 0;
       const changed = !have || have.backendIds.length !== ids.length || have.flags !== flags || have.affinityTimeout !== affinityTimeout || have.affinityId !== affinityId || have.revNatId !== revNatId || have.tableId !== tableId;
       const state: FrontendState = { key, revNatId, flags, affinityId, affinityTimeout, tableId, backendIds: ids, drainingIds: frontendDraining.get(fid) ?? [] };
-      if (changed) {
-        masterWrites.push([key, { backendId: tableId, count: ids.length, revNatId, flags, affinityId, affinityTimeout }, fid, state]);
-      } else {
-        this.frontends.set(fid, state);
-      }
+      if (changed) plan.masterWrites.push([key, { backendId: tableId, count: ids.length, revNatId, flags, affinityId, affinityTimeout }, fid, state]);
+      else plan.states.push([fid, state]);
     }
-    if (slotWrites.length > 0) {
-      this.maps.lb4_services.updateBatch(slotWrites);
-      stats.entriesWritten += slotWrites.length;
-    }
-    // Source ranges before the master entries that turn them on.
-    const newRanges = [...wantRanges].filter((r) => !this.ranges.has(r));
-    if (newRanges.length > 0) {
-      for (const r of newRanges) this.maps.lb4_src_ranges.update(rangeKey(r), 1);
-      for (const r of newRanges) this.ranges.add(r);
-      stats.entriesWritten += newRanges.length;
-    }
-    if (masterWrites.length > 0) {
-      this.maps.lb4_services.updateBatch(masterWrites.map(([k, v]) => [k, v]));
-      for (const [, , fid, state] of masterWrites) this.frontends.set(fid, state);
-      stats.entriesWritten += masterWrites.length;
-      stats.frontendsWritten += masterWrites.length;
-    }
+    plan.newRanges = this.ranges.added(wantRanges);
+    for (const a of wantWildcards) if (!this.wildcards.has(a)) plan.newWildcards.push(a);
 
-    // 4. Wildcards for Service addresses.
-    const newWildcards: string[] = [];
-    for (const a of wantWildcards) if (!this.wildcards.has(a)) newWildcards.push(a);
-    if (newWildcards.length > 0) {
-      this.maps.lb4_services.updateBatch(
-        newWildcards.map((a) => [{ address: a, port: 0, proto: 0, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 }, { backendId: 0, count: 0, revNatId: 0, flags: LbFlags.LB_F_WILDCARD, affinityId: 0, affinityTimeout: 0 }]),
-      );
-      for (const a of newWildcards) this.wildcards.add(a);
-      stats.entriesWritten += newWildcards.length;
-    }
-
-    // 5. Removals: stale slots of shrunk frontends, whole frontends (master first).
-    const deletes: Lb4Key[] = [...staleSlots];
+    // Removals.
     for (const [fid, st] of this.frontends) {
       if (wantFrontends.has(fid)) continue;
-      deletes.push(st.key, ...st.backendIds.map((_, i) => ({ ...st.key, slot: i + 1 })));
+      plan.serviceDeletes.push(st.key, ...st.backendIds.map((_, i) => ({ ...st.key, slot: i + 1 })));
+      plan.removedFrontends.push([fid, st]);
+    }
+    for (const a of this.wildcards) if (!wantWildcards.has(a)) plan.staleWildcards.push(a);
+    plan.staleRanges = this.ranges.stale(wantRanges);
+    for (const id of this.backends.keys()) if (!wantBackends.has(id)) plan.staleBackends.push(id);
+    return plan;
+  }
+
+  /** Make the plan's writes, in make-before-break order. */
+  private write(plan: WritePlan): ApplyStats {
+    const stats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [] };
+    const m = this.maps;
+    if (plan.backendWrites.length > 0) {
+      m.lb4_backends.updateBatch(plan.backendWrites);
+      for (const [id, b] of plan.backendWrites) this.backends.set(id, b);
+      stats.backendsWritten += plan.backendWrites.length;
+      stats.entriesWritten += plan.backendWrites.length;
+    }
+    for (const [id, v] of plan.reverseNat) m.lb4_reverse_nat.update(id, v);
+    for (const [id, name] of plan.names) m.lb4_names.update(id, { name: Buffer.from(name.slice(0, 95)) });
+    if (plan.slotWrites.length > 0) {
+      m.lb4_services.updateBatch(plan.slotWrites);
+      stats.entriesWritten += plan.slotWrites.length;
+    }
+    for (const [owner, b] of plan.maglevBuilds) {
+      this.maglev.build(owner, b);
+      stats.entriesWritten += 1;
+    }
+    // Source ranges before the master entries that turn them on.
+    stats.entriesWritten += this.ranges.write(plan.newRanges);
+    if (plan.masterWrites.length > 0) {
+      m.lb4_services.updateBatch(plan.masterWrites.map(([k, v]) => [k, v]));
+      for (const [, , fid, state] of plan.masterWrites) this.frontends.set(fid, state);
+      stats.entriesWritten += plan.masterWrites.length;
+      stats.frontendsWritten += plan.masterWrites.length;
+    }
+    for (const [fid, state] of plan.states) this.frontends.set(fid, state);
+    for (const [fid, f] of plan.specs) this.lastSpecs.set(fid, f);
+    if (plan.newWildcards.length > 0) {
+      m.lb4_services.updateBatch(plan.newWildcards.map((a) => [wildcardKey(a), { ...emptyService, flags: LbFlags.LB_F_WILDCARD }]));
+      for (const a of plan.newWildcards) this.wildcards.add(a);
+      stats.entriesWritten += plan.newWildcards.length;
+    }
+
+    // Removals: stale slots, whole frontends, wildcards, ranges, then what nothing uses.
+    const deletes = [...plan.serviceDeletes, ...plan.staleWildcards.map(wildcardKey)];
+    if (deletes.length > 0) stats.entriesDeleted += m.lb4_services.deleteBatch(deletes);
+    for (const a of plan.staleWildcards) this.wildcards.delete(a);
+    // A removed frontend's reverse NAT goes after its entries: replies in flight still map.
+    for (const [fid, st] of plan.removedFrontends) {
       this.frontends.delete(fid);
       this.lastSpecs.delete(fid);
-      this.maps.lb4_reverse_nat.delete(st.revNatId);
-      this.maps.lb4_names.delete(st.revNatId);
+      m.lb4_reverse_nat.delete(st.revNatId);
+      m.lb4_names.delete(st.revNatId);
       this.revNatIds.release(fid);
       stats.frontendsRemoved++;
     }
-    for (const a of this.wildcards) {
-      if (wantWildcards.has(a)) continue;
-      deletes.push({ address: a, port: 0, proto: 0, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 });
-      this.wildcards.delete(a);
-    }
-    if (deletes.length > 0) stats.entriesDeleted += this.maps.lb4_services.deleteBatch(deletes);
-
-    const staleRanges = [...this.ranges].filter((r) => !wantRanges.has(r));
-    for (const r of staleRanges) {
-      if (this.maps.lb4_src_ranges.delete(rangeKey(r))) stats.entriesDeleted++;
-      this.ranges.delete(r);
-    }
-
-    // 6. Backends nothing points at any more.
-    const staleBackends: number[] = [];
-    for (const id of this.backends.keys()) if (!wantBackends.has(id)) staleBackends.push(id);
-    if (staleBackends.length > 0) {
-      stats.entriesDeleted += this.maps.lb4_backends.deleteBatch(staleBackends);
-      for (const id of staleBackends) {
+    stats.entriesDeleted += this.ranges.remove(plan.staleRanges);
+    if (plan.staleBackends.length > 0) {
+      stats.entriesDeleted += m.lb4_backends.deleteBatch(plan.staleBackends);
+      for (const id of plan.staleBackends) {
         const b = this.backends.get(id)!;
         stats.removedBackends.push(b);
         this.backends.delete(id);
         this.backendIds.release(backendId(b, protoName(b.proto)));
       }
-      stats.backendsRemoved += staleBackends.length;
+      stats.backendsRemoved += plan.staleBackends.length;
     }
+    this.collectIds();
+    return stats;
+  }
 
-    // 7. Maglev tables and affinity ids no frontend carries any more.
+  /** Maglev tables and affinity ids no frontend carries any more. */
+  private collectIds(): void {
     const usedTables = new Set<number>();
     const usedAffinity = new Set<number>();
     for (const st of this.frontends.values()) {
       if (st.tableId) usedTables.add(st.tableId);
       if (st.affinityId) usedAffinity.add(st.affinityId);
     }
-    for (const [owner, t] of [...this.tables]) {
-      if (usedTables.has(t.id)) continue;
-      this.maps.lb4_maglev.delete(t.id);
-      this.tables.delete(owner);
-      this.tableIds.release(owner);
-    }
-    for (const owner of [...this.tableIds.keys()]) {
-      const id = this.tableIds.get(owner)!;
-      if (owner.startsWith('restored:') && !usedTables.has(id)) {
-        this.maps.lb4_maglev.delete(id);
-        this.tableIds.release(owner);
-      }
-    }
+    this.maglev.collect(usedTables);
     for (const owner of [...this.affinityIds.keys()]) {
       if (!usedAffinity.has(this.affinityIds.get(owner)!)) this.affinityIds.release(owner);
     }
-    return stats;
+    for (const id of this.affinityIds.unclaimed()) if (!usedAffinity.has(id)) this.affinityIds.releaseUnclaimed(id);
   }
 }

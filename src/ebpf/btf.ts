@@ -1,6 +1,6 @@
 // A reader for BTF, the kernel's type format: the single source of truth for every layout
 // shared between the C datapath and TypeScript. Pure: bytes in, types out.
-import { ErrorCode, FerryError } from './errors.js';
+import { ErrorCode, FerryError } from '../errors.js';
 
 export const BtfKind = {
   Unknown: 0, Int: 1, Ptr: 2, Array: 3, Struct: 4, Union: 5, Enum: 6, Fwd: 7, Typedef: 8,

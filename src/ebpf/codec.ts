@@ -2,7 +2,7 @@
 // the C struct it mirrors. A codec that disagrees with BTF in size, field offset, field
 // size or byte order is refused with a list of every difference.
 import { Btf, BtfKind } from './btf.js';
-import { ErrorCode, FerryError } from './errors.js';
+import { ErrorCode, FerryError } from '../errors.js';
 
 /** Scalar field types. `be*` are network byte order in memory, host numbers in TypeScript. */
 export type ScalarType = 'u8' | 'u16' | 'u32' | 'i32' | 'u64' | 'be16' | 'be32' | 'ipv4';

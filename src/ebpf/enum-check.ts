@@ -1,7 +1,7 @@
 // Check a TypeScript mirror of a C enum against BTF: every name must exist with the same
 // value, and the C enum must have no member the mirror lacks.
 import { Btf } from './btf.js';
-import { ErrorCode, FerryError } from './errors.js';
+import { ErrorCode, FerryError } from '../errors.js';
 
 export function enumDiff(btf: Btf, cEnum: string, mirror: Record<string, number>): string[] {
   const values = btf.enumValues(cEnum);

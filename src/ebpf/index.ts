@@ -1,5 +1,5 @@
 // The BPF layer: libbpf through koffi. Nothing here knows about Kubernetes.
-export * from './errors.js';
+export * from '../errors.js';
 export * from './btf.js';
 export * from './codec.js';
 export * from './map.js';

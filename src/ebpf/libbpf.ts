@@ -2,7 +2,7 @@
 // these typed functions. libbpf >= 1.0 semantics: int results are -errno, pointer results
 // are NULL with errno set.
 import { createRequire } from 'node:module';
-import { ErrorCode, FerryError } from './errors.js';
+import { ErrorCode, FerryError } from '../errors.js';
 
 const require = createRequire(import.meta.url);
 

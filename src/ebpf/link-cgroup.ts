@@ -4,7 +4,7 @@
 // Talos), so the hierarchy root is required unless the caller says otherwise.
 import { closeSync, existsSync, openSync, constants as fsc, statSync, statfsSync } from 'node:fs';
 import { join } from 'node:path';
-import { ErrorCode, FerryError, errnoError } from './errors.js';
+import { ErrorCode, FerryError, errnoError } from '../errors.js';
 import { libbpf } from './libbpf.js';
 import { BpfLink } from './link.js';
 import type { Program } from './object.js';

@@ -3,7 +3,7 @@
 import { closeSync, openSync } from 'node:fs';
 import { libc } from '../sys/libc.js';
 import { inNetns } from '../sys/netns.js';
-import { ErrorCode, FerryError, errnoError, errnoName } from './errors.js';
+import { ErrorCode, FerryError, errnoError, errnoName } from '../errors.js';
 import { BPF_TC_EGRESS, BPF_TC_INGRESS, TC_HOOK_SIZE, TC_OPTS_SIZE, libbpf, type TcHook, type TcOpts } from './libbpf.js';
 import type { Link } from './link.js';
 import type { Program } from './object.js';

@@ -1,5 +1,5 @@
 // XDP attachment as a BPF link (detached when the link closes).
-import { ErrorCode, errnoError } from './errors.js';
+import { ErrorCode, errnoError } from '../errors.js';
 import { libbpf } from './libbpf.js';
 import { ifindexOf } from './link-tc.js';
 import { BpfLink } from './link.js';

@@ -1,6 +1,6 @@
 // Every attachment (tc filter, XDP, cgroup hook) is a Link: it knows where it is and
 // detaches on close. Closing twice is harmless.
-import { ErrorCode, FerryError, errnoError } from './errors.js';
+import { ErrorCode, FerryError, errnoError } from '../errors.js';
 import { libbpf, type Pointer } from './libbpf.js';
 import { track, untrack, type Resource } from './resources.js';
 

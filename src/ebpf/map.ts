@@ -1,7 +1,7 @@
 // Typed access to one BPF map: lookup, update, delete, iterate, and batch operations.
 // Keys and values go through codecs that refuse wrong sizes.
 import { Codec } from './codec.js';
-import { ErrorCode, FerryError, errnoError, errnoName } from './errors.js';
+import { ErrorCode, FerryError, errnoError, errnoName } from '../errors.js';
 import { libbpf } from './libbpf.js';
 import { track, untrack, type Resource } from './resources.js';
 

@@ -4,7 +4,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { Btf, BtfKind } from './btf.js';
 import { Codec, assertLayout } from './codec.js';
-import { ErrorCode, FerryError, codeForErrno, errnoError, errnoHint, errnoMessage, errnoName } from './errors.js';
+import { ErrorCode, FerryError, codeForErrno, errnoError, errnoHint, errnoMessage, errnoName } from '../errors.js';
 import { captureLibbpfMessages, libbpf, type LibbpfMessage, type Pointer } from './libbpf.js';
 import { BpfMap, bpffsHint, mapInfoByFd } from './map.js';
 import { layoutDiff } from './layout-diff.js';

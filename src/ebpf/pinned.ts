@@ -2,7 +2,7 @@
 import { existsSync, statfsSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { Codec, assertLayout } from './codec.js';
-import { ErrorCode, FerryError, errnoError } from './errors.js';
+import { ErrorCode, FerryError, errnoError } from '../errors.js';
 import { libbpf } from './libbpf.js';
 import { BpfMap, MapType, bpffsHint, mapInfoByFd } from './map.js';
 import { kernelBtf } from './object.js';

@@ -1,5 +1,5 @@
 // Reading a BPF ring buffer: poll() hands each record to the callback, synchronously.
-import { ErrorCode, FerryError, errnoError, errnoName } from './errors.js';
+import { ErrorCode, FerryError, errnoError, errnoName } from '../errors.js';
 import { libbpf, type Pointer } from './libbpf.js';
 import { track, untrack, type Resource } from './resources.js';
 

@@ -1,7 +1,7 @@
 // A struct __sk_buff context for tc PROG_TEST_RUN, laid out from the running kernel's BTF.
 import { readFileSync } from 'node:fs';
 import { Btf } from './btf.js';
-import { ErrorCode, FerryError } from './errors.js';
+import { ErrorCode, FerryError } from '../errors.js';
 
 let kernel: Btf | undefined;
 

@@ -1,5 +1,5 @@
 // BPF_PROG_TEST_RUN: run a loaded program on a packet (or context) without a device.
-import { ErrorCode, FerryError, errnoError } from './errors.js';
+import { ErrorCode, FerryError, errnoError } from '../errors.js';
 import { libbpf } from './libbpf.js';
 import type { Program } from './object.js';
 

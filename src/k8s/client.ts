@@ -1,7 +1,7 @@
 // How the agent reaches the API server: a kubeconfig file, or in-cluster credentials (on
 // Talos, KUBERNETES_SERVICE_HOST=localhost and KUBERNETES_SERVICE_PORT=7445 reach KubePrism).
 import { KubeConfig } from '@kubernetes/client-node';
-import { ErrorCode, FerryError } from '../ebpf/errors.js';
+import { ErrorCode, FerryError } from '../errors.js';
 
 export function kubeConfig(path: string): KubeConfig {
   const kc = new KubeConfig();

@@ -2,8 +2,8 @@
 // program, the health-check servers to run, and what was skipped or refused and why.
 import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
 import { isIPv4 } from 'node:net';
-import type { FrontendSpec } from '../datapath/spec.js';
-import { frontendId } from '../datapath/spec.js';
+import type { FrontendSpec } from './frontend.js';
+import { frontendId } from './frontend.js';
 import { LABEL_SERVICE_NAME, serviceFrontends, serviceName, skipReason, type NodeView, type SkipReason } from './service.js';
 import { validateEndpointSlice, validateService } from './validate.js';
 

@@ -2,9 +2,8 @@
 // kube-proxy rule for rule (../shared/reference/kube-proxy-semantics.md). Pure: no I/O.
 import { isIPv4 } from 'node:net';
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
-import type { BackendSpec, FrontendSpec } from '../datapath/spec.js';
+import type { BackendSpec, FrontendSpec, ProtoName } from './frontend.js';
 import { ipv4InCidr } from '../packet/addr.js';
-import type { ProtoName } from '../datapath/layouts.js';
 import { clusterEndpoints, localEndpoints, mergeSlices, portKey, type Endpoint, type NodeContext } from './endpoints.js';
 
 export const LABEL_SERVICE_PROXY_NAME = 'service.kubernetes.io/service-proxy-name';

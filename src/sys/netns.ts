@@ -3,7 +3,7 @@
 // main thread moves; work must not await inside fn.
 import { closeSync, openSync } from 'node:fs';
 import { CLONE_NEWNET, libc } from './libc.js';
-import { ErrorCode, FerryError, errnoMessage } from '../ebpf/errors.js';
+import { ErrorCode, FerryError, errnoMessage } from '../errors.js';
 
 export function netnsPath(name: string): string {
   return name.startsWith('/') ? name : `/run/netns/${name}`;

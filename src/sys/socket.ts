@@ -3,7 +3,7 @@
 // was created in, and Node's server.listen({ fd }) adopts it.
 import { createRequire } from 'node:module';
 import { isIPv4 } from 'node:net';
-import { ErrorCode, FerryError, errnoMessage } from '../ebpf/errors.js';
+import { ErrorCode, FerryError, errnoMessage } from '../errors.js';
 import { inNetns } from './netns.js';
 
 const require = createRequire(import.meta.url);

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { DropReason, Proto } from '../../src/datapath/layouts.js';
 import { DEFAULT_SNAT_PORTS } from '../../src/datapath/loader.js';
 import { ReferenceModel, serviceKey, type Decision, type ServiceTables, type Tuple } from '../../src/datapath/reference/model.js';
-import type { FrontendSpec } from '../../src/datapath/spec.js';
+import type { FrontendSpec } from '../../src/model/frontend.js';
 import { buildPacket, eth, ipv4, tcp, udp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
 import { TcVerdict } from '../harness/fixture.js';

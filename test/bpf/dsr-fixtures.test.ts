@@ -4,7 +4,7 @@
 // option would not fit.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Stat } from '../../src/datapath/layouts.js';
-import type { FrontendSpec } from '../../src/datapath/spec.js';
+import type { FrontendSpec } from '../../src/model/frontend.js';
 import { buildPacket, eth, icmp, ipv4, payload, tcp, udp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
 import { diffPackets } from '../../src/packet/diff.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { structCodec, u32Codec } from '../../src/ebpf/codec.js';
-import { ErrorCode, FerryError } from '../../src/ebpf/errors.js';
+import { ErrorCode, FerryError } from '../../src/errors.js';
 import { BpfObject } from '../../src/ebpf/object.js';
 import { testRun } from '../../src/ebpf/test-run.js';
 import { buildPacket, eth, icmp, ipv4, tcp } from '../../src/packet/build.js';

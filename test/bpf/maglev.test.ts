@@ -1,7 +1,7 @@
 // Maglev on the tc path: two nodes with the same backends agree on every flow's backend,
 // and removing one of N backends remaps at most 1/N + 5% of flows.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import type { FrontendSpec } from '../../src/datapath/spec.js';
+import type { FrontendSpec } from '../../src/model/frontend.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
 import { datapathNode, type DatapathNode } from '../harness/datapath-node.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { structCodec, u32Codec } from '../../src/ebpf/codec.js';
-import { ErrorCode, FerryError } from '../../src/ebpf/errors.js';
+import { ErrorCode, FerryError } from '../../src/errors.js';
 import { MapType, UpdateFlag } from '../../src/ebpf/map.js';
 import { BpfObject } from '../../src/ebpf/object.js';
 import { bpfObject } from '../harness/paths.js';

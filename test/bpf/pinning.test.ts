@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { structCodec } from '../../src/ebpf/codec.js';
-import { ErrorCode, FerryError } from '../../src/ebpf/errors.js';
+import { ErrorCode, FerryError } from '../../src/errors.js';
 import { BpfObject } from '../../src/ebpf/object.js';
 import { openPinnedMap } from '../../src/ebpf/pinned.js';
 import { bpfObject } from '../harness/paths.js';

@@ -2,9 +2,9 @@
 // order, removal of everything stale, IDs restored from the maps, and full maps.
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { LbFlags, BackendFlags } from '../../src/datapath/layouts.js';
-import type { FrontendSpec } from '../../src/datapath/spec.js';
+import type { FrontendSpec } from '../../src/model/frontend.js';
 import { ServiceWriter, type ServiceMaps } from '../../src/datapath/writer.js';
-import { ErrorCode, FerryError } from '../../src/ebpf/errors.js';
+import { ErrorCode, FerryError } from '../../src/errors.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
 import { TcVerdict } from '../harness/fixture.js';

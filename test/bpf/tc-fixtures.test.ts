@@ -3,7 +3,7 @@
 // uses.
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { DropReason, Stat } from '../../src/datapath/layouts.js';
-import type { FrontendSpec } from '../../src/datapath/spec.js';
+import type { FrontendSpec } from '../../src/model/frontend.js';
 import { buildPacket, eth, icmp, ipv4, payload, tcp, udp, type Layer } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
 import { flowHash4 } from '../../src/datapath/reference/hash.js';

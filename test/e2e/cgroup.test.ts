@@ -2,7 +2,7 @@
 // connect() calls of processes in that cgroup, and detached cleanly.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { u64Codec, u32Codec } from '../../src/ebpf/codec.js';
-import { ErrorCode } from '../../src/ebpf/errors.js';
+import { ErrorCode } from '../../src/errors.js';
 import { attachCgroup, checkCgroup } from '../../src/ebpf/link-cgroup.js';
 import { BpfObject } from '../../src/ebpf/object.js';
 import { CGROUP2_MOUNT, Testbed, type Host } from '../../src/sandbox/netns/testbed.js';

@@ -5,7 +5,7 @@
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { SandboxApi } from '../../src/cli/sandbox-command.js';
+import { SandboxApi } from '../../src/sandbox/api-client.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
 import { REPO_ROOT } from '../harness/paths.js';

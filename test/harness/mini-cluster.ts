@@ -6,9 +6,9 @@
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { Datapath, type MapSizes } from '../../src/datapath/loader.js';
-import type { FrontendSpec } from '../../src/datapath/spec.js';
+import type { FrontendSpec } from '../../src/model/frontend.js';
 import { ServiceWriter } from '../../src/datapath/writer.js';
-import type { ProtoName } from '../../src/datapath/layouts.js';
+import type { ProtoName } from '../../src/model/frontend.js';
 import { Testbed } from '../../src/sandbox/netns/testbed.js';
 import { startWorkloads, type Workload } from '../../src/sandbox/workloads/spawn.js';
 import { ClusterNetwork, type NodeInfo, type PodInfo } from '../../src/sandbox/network.js';

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { compileAll, parseDiagnostics } from '../../src/build/compile.js';
-import { FerryError } from '../../src/ebpf/errors.js';
+import { FerryError } from '../../src/errors.js';
 
 const root = mkdtempSync(join(tmpdir(), 'ferry-compile-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));

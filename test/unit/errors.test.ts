@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ErrorCode, FerryError, errnoError } from '../../src/ebpf/errors.js';
+import { ErrorCode, FerryError, errnoError } from '../../src/errors.js';
 
 describe('errors', () => {
   it('read op: cause (hint) with a stable code', () => {

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { desiredState, nodeView } from '../../src/model/desired.js';
 import { clusterEndpoints, localEndpoints, mergeSlices, type Endpoint } from '../../src/model/endpoints.js';
 import { serviceFrontends, skipReason } from '../../src/model/service.js';
-import type { FrontendSpec } from '../../src/datapath/spec.js';
+import type { FrontendSpec } from '../../src/model/frontend.js';
 
 const NODE = { name: 'node-1', zone: 'a', addresses: ['10.0.30.21'] };
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ErrorCode } from '../../src/ebpf/errors.js';
+import { ErrorCode } from '../../src/errors.js';
 import { loadError } from '../../src/ebpf/object.js';
 import { parseVerifierFailure } from '../../src/ebpf/verifier.js';
 

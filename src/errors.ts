@@ -1,4 +1,5 @@
-// Errors of the BPF layer: a stable code, and a message that reads `op: cause (hint)`.
+// Errors of the whole project: a stable code, and a message that reads `op: cause (hint)`.
+// errno helpers turn what libbpf, the kernel and libc return into the same form.
 import { constants as osConstants } from 'node:os';
 
 /** Stable error codes. Retired codes stay reserved; never reuse one with a new meaning. */

@@ -2,11 +2,12 @@
 // outside the node, the packet runs through a twin of the loaded tc program (same build,
 // same node settings from the pinned .rodata) whose maps hold copies of the live ones, so
 // the live datapath is only read. For traffic from pods or the host, the socket hooks'
-// decision is worked out from the live maps (cgroup programs cannot be test-run).
+// decision (reference/sock.ts, held against the real hooks by a differential test) is
+// worked out from the live maps: cgroup programs cannot be test-run.
 import { join } from 'node:path';
-import { BackendFlags, LbFlags, LbScope, Stat, DropReason, mapSpecs, protoName, type MapName } from '../datapath/layouts.js';
+import { BackendFlags, LbFlags, LbScope, Stat, DropReason, mapSpecs, type MapName } from './layouts.js';
 import type { Codec } from '../ebpf/codec.js';
-import { ErrorCode, FerryError, errnoError } from '../ebpf/errors.js';
+import { ErrorCode, errnoError } from '../errors.js';
 import { libbpf } from '../ebpf/libbpf.js';
 import { ifindexOf } from '../ebpf/link-tc.js';
 import type { BpfMap } from '../ebpf/map.js';
@@ -17,9 +18,11 @@ import { skbContext } from '../ebpf/skb-context.js';
 import { buildPacket, eth, ipv4, tcp, udp } from '../packet/build.js';
 import { decodePacket } from '../packet/decode.js';
 import { inNetns } from '../sys/netns.js';
-import { RODATA_PIN } from '../datapath/loader.js';
-import { openMap, withMap } from './inspect.js';
-import { flowHash4 } from '../datapath/reference/hash.js';
+import { RODATA_PIN } from './loader.js';
+import { PinnedDatapath, type DatapathReader } from './pinned-view.js';
+import { decodeName } from './service-table.js';
+import { flowHash4 } from './reference/hash.js';
+import { sockDecision } from './reference/sock.js';
 
 export interface ExplainRequest {
   src: string;
@@ -56,89 +59,75 @@ const STAT_TEXT: Record<string, string> = {
 
 type AnyMap = BpfMap<unknown, unknown>;
 
-function copyAll(from: AnyMap, to: AnyMap): number {
+function copyAll(from: DatapathReader[MapName], to: AnyMap): number {
   const entries = from.entries();
   if (entries.length) to.updateBatch(entries as Array<[unknown, unknown]>);
   return entries.length;
-}
-
-function masterOf(services: AnyMap, address: string, port: number, proto: number, scope: number) {
-  return services.lookup({ address, port, proto, scope, slot: 0 }) as { count: number; revNatId: number; flags: number; backendId: number; affinityTimeout: number } | undefined;
 }
 
 function flagText(flags: number): string {
   return Object.entries(LbFlags).filter(([, v]) => flags & v).map(([k]) => k.slice(5).toLowerCase()).join(',') || '-';
 }
 
-function backendList(pinDir: string, address: string, port: number, proto: number, scope: number, count: number): string[] {
-  return withMap(pinDir, 'lb4_services', (svcs) => withMap(pinDir, 'lb4_backends', (bes) =>
-    Array.from({ length: count }, (_, i) => {
-      const id = (svcs.lookup({ address, port, proto, scope, slot: i + 1 }) as { backendId: number } | undefined)?.backendId ?? 0;
-      const b = bes.lookup(id) as { address: string; port: number; flags: number } | undefined;
-      return b ? `${b.address}:${b.port}${b.flags & BackendFlags.LB_BACKEND_F_LOCAL ? ' (local)' : ''}${b.flags & BackendFlags.LB_BACKEND_F_TERMINATING ? ' (terminating)' : ''}` : `(missing backend ${id})`;
-    })));
-}
-
-/** The socket hooks' decision, worked out from the live maps as sock.bpf.c makes it. */
-function explainSocket(r: ExplainRequest): Explanation {
-  const proto = r.proto === 'tcp' ? 6 : 17;
-  const lines = [`connect()/sendmsg() from a ${r.from === 'pod' ? 'pod' : 'host process'} to ${r.dst}:${r.dport}/${r.proto} (cgroup socket hooks)`];
-  return withMap(r.pinDir, 'lb4_services', (svcs) => {
-    let addr = r.dst;
-    let scope: number = LbScope.LB_SCOPE_INTERNAL;
-    let svc = masterOf(svcs, addr, r.dport, proto, scope);
-    if (!svc) {
-      scope = LbScope.LB_SCOPE_EXTERNAL;
-      svc = masterOf(svcs, addr, r.dport, proto, scope);
-    }
-    if (!svc && Number(r.dst.split('.')[0]) === 127) {
-      addr = '0.0.0.0';
-      svc = masterOf(svcs, addr, r.dport, proto, LbScope.LB_SCOPE_INTERNAL) ?? masterOf(svcs, addr, r.dport, proto, LbScope.LB_SCOPE_EXTERNAL);
-      if (svc) lines.push('loopback: the NodePort on any local address (0.0.0.0) applies');
-    }
-    if (!svc) {
-      const wild = masterOf(svcs, r.dst, 0, 0, LbScope.LB_SCOPE_EXTERNAL);
-      if (wild && wild.flags & LbFlags.LB_F_WILDCARD) {
-        lines.push(`${r.dst} is a Service address, but no Service has port ${r.dport}/${r.proto}: the call fails with ECONNREFUSED`);
-        return { lines, verdict: 'refused' };
-      }
-      lines.push('not a Service address: the socket connects unchanged');
-      return { lines, verdict: 'unchanged' };
-    }
-    lines.push(`frontend ${addr}:${r.dport}/${r.proto}, ${scope === LbScope.LB_SCOPE_INTERNAL ? 'internal scope (this node\'s pods and host: the cluster endpoints)' : 'scope external'}, flags ${flagText(svc.flags)}, rev-NAT ${svc.revNatId}`);
-    if (svc.count === 0) {
-      lines.push('no backend: the call fails with ECONNREFUSED');
-      return { lines, verdict: 'refused' };
-    }
-    const backends = backendList(r.pinDir, addr, r.dport, proto, scope, svc.count);
-    lines.push(`backends: ${backends.join(', ')}`);
-    lines.push(svc.affinityTimeout
-      ? `sessionAffinity ClientIP (${svc.affinityTimeout}s): this network namespace keeps the backend it got first`
-      : 'the socket cookie picks one of them, once per connect() (per datagram for unconnected UDP); replies are mapped back to the frontend');
-    return { lines, verdict: 'rewritten to a backend' };
+/** A frontend's backends as the slots name them. */
+function backendList(maps: DatapathReader, address: string, port: number, proto: number, scope: number, count: number): string[] {
+  return Array.from({ length: count }, (_, i) => {
+    const id = maps.lb4_services.lookup({ address, port, proto, scope, slot: i + 1 })?.backendId ?? 0;
+    const b = maps.lb4_backends.lookup(id);
+    return b ? `${b.address}:${b.port}${b.flags & BackendFlags.LB_BACKEND_F_LOCAL ? ' (local)' : ''}${b.flags & BackendFlags.LB_BACKEND_F_TERMINATING ? ' (terminating)' : ''}` : `(missing backend ${id})`;
   });
 }
 
+/** The socket hooks' decision on the live maps, in words. */
+function explainSocket(r: ExplainRequest, maps: DatapathReader): Explanation {
+  const proto = r.proto === 'tcp' ? 6 : 17;
+  const lines = [`connect()/sendmsg() from a ${r.from === 'pod' ? 'pod' : 'host process'} to ${r.dst}:${r.dport}/${r.proto} (cgroup socket hooks)`];
+  const d = sockDecision({ master: (address, port, p, scope) => maps.lb4_services.lookup({ address, port, proto: p, scope, slot: 0 }) }, { address: r.dst, port: r.dport, proto });
+  if (d.verdict === 'unchanged') {
+    lines.push('not a Service address: the socket connects unchanged');
+    return { lines, verdict: 'unchanged' };
+  }
+  if (d.verdict === 'refused' && d.reason === 'unknown-port') {
+    lines.push(`${r.dst} is a Service address, but no Service has port ${r.dport}/${r.proto}: the call fails with ECONNREFUSED`);
+    return { lines, verdict: 'refused' };
+  }
+  const f = d.frontend!;
+  if (f.loopback) lines.push('loopback: the NodePort on any local address (0.0.0.0) applies');
+  lines.push(`frontend ${f.address}:${r.dport}/${r.proto}, ${f.scope === LbScope.LB_SCOPE_INTERNAL ? 'internal scope (this node\'s pods and host: the cluster endpoints)' : 'scope external'}, flags ${flagText(f.service.flags)}, rev-NAT ${f.service.revNatId}`);
+  if (d.verdict === 'refused') {
+    lines.push('no backend: the call fails with ECONNREFUSED');
+    return { lines, verdict: 'refused' };
+  }
+  lines.push(`backends: ${backendList(maps, f.address, r.dport, proto, f.scope, f.service.count).join(', ')}`);
+  lines.push(f.service.affinityTimeout
+    ? `sessionAffinity ClientIP (${f.service.affinityTimeout}s): this network namespace keeps the backend it got first`
+    : 'the socket cookie picks one of them, once per connect() (per datagram for unconnected UDP); replies are mapped back to the frontend');
+  return { lines, verdict: 'rewritten to a backend' };
+}
+
 export function explain(r: ExplainRequest): Explanation {
-  if (r.from !== 'external') return explainSocket(r);
+  const live = PinnedDatapath.open(r.pinDir);
+  try {
+    return r.from === 'external' ? explainPacket(r, live.maps) : explainSocket(r, live.maps);
+  } finally {
+    live.close();
+  }
+}
+
+/** Run the packet through a twin of the loaded tc program, on copies of the live maps. */
+function explainPacket(r: ExplainRequest, live: DatapathReader): Explanation {
   const lb = libbpf();
   const rodata = readPinnedArrayValue(join(r.pinDir, RODATA_PIN));
   const twin = BpfObject.open(join(r.objectsDir, 'tc.bpf.o'));
-  const opened: AnyMap[] = [];
   try {
     twin.setRodataBytes(rodata);
     // The twin's maps as large as the live ones.
-    const live = Object.fromEntries((Object.keys(mapSpecs) as MapName[]).map((n) => {
-      const m = openMap(r.pinDir, n);
-      opened.push(m);
-      return [n, m];
-    })) as Record<MapName, AnyMap>;
     for (const n of Object.keys(mapSpecs) as MapName[]) twin.setMaxEntries(n, live[n].maxEntries);
     twin.load();
     const copy = (n: MapName) => twin.map(n, mapSpecs[n].key as Codec<unknown>, mapSpecs[n].value as Codec<unknown>);
     for (const n of ['lb4_services', 'lb4_backends', 'lb4_reverse_nat', 'lb4_src_ranges'] as const) copyAll(live[n], copy(n));
     // Maglev tables: the twin points at the live inner maps (read only).
-    for (const [id, innerId] of live.lb4_maglev.entries() as Array<[number, number]>) {
+    for (const [id, innerId] of live.lb4_maglev.entries()) {
       const fd = lb.mapGetFdById(innerId);
       if (fd < 0) throw errnoError(`open Maglev table ${id}`, fd, ErrorCode.MapOp);
       try {
@@ -153,25 +142,25 @@ export function explain(r: ExplainRequest): Explanation {
     if (ct) copy('ct4').update(tuple, ct);
     const nat = live.nat4.lookup(tuple);
     if (nat) copy('nat4').update(tuple, nat);
-    for (const [k, v] of live.lb4_affinity.entries() as Array<[{ client: string }, unknown]>) if (k.client === r.src) copy('lb4_affinity').update(k, v);
+    for (const [k, v] of live.lb4_affinity.entries()) if (k.client === r.src) copy('lb4_affinity').update(k, v);
 
     const lines = [`packet ${r.src}:${r.sport} → ${r.dst}:${r.dport}/${r.proto} arriving from outside on ${r.device}${r.netns ? ` (netns ${r.netns})` : ''}`];
-    if (ct) lines.push(`conntrack: an established flow (backend id ${(ct as { backendId: number }).backendId}): it keeps its backend`);
+    if (ct) lines.push(`conntrack: an established flow (backend id ${ct.backendId}): it keeps its backend`);
     if (nat) lines.push('this is a reply of a translated flow');
-    const svcs = live.lb4_services;
-    const svc = masterOf(svcs, r.dst, r.dport, proto, LbScope.LB_SCOPE_EXTERNAL);
+    const svc = live.lb4_services.lookup({ address: r.dst, port: r.dport, proto, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 });
     if (svc) {
-      const name = (live.lb4_names.lookup(svc.revNatId) as { name: Buffer } | undefined)?.name.toString('utf8').replace(/\0.*$/s, '');
+      const raw = live.lb4_names.lookup(svc.revNatId)?.name;
+      const name = raw ? decodeName(raw) : undefined;
       lines.push(`frontend ${r.dst}:${r.dport}/${r.proto}${name ? ` of ${name}` : ''}, flags ${flagText(svc.flags)}, rev-NAT ${svc.revNatId}, ${svc.count} backend(s)`);
-      if (svc.count) lines.push(`backends: ${backendList(r.pinDir, r.dst, r.dport, proto, LbScope.LB_SCOPE_EXTERNAL, svc.count).join(', ')}`);
+      if (svc.count) lines.push(`backends: ${backendList(live, r.dst, r.dport, proto, LbScope.LB_SCOPE_EXTERNAL, svc.count).join(', ')}`);
       if (svc.flags & LbFlags.LB_F_DROP_WHEN_EMPTY) lines.push('policy: externalTrafficPolicy=Local (only this node\'s endpoints; none means drop)');
       if (svc.flags & LbFlags.LB_F_SOURCE_RANGES) lines.push('policy: loadBalancerSourceRanges apply');
       // Why this backend: affinity first, then Maglev or the flow hash.
       const seed = rodataNumber(twin, rodata, 'hash_seed');
       const hash = flowHash4(r.src, r.dst, r.sport, r.dport, proto, seed);
-      const aff = [...live.lb4_affinity.entries()].find(([k]) => (k as { client: string; affinityId: number }).client === r.src && (k as { affinityId: number }).affinityId === (svc as unknown as { affinityId: number }).affinityId);
       if (svc.affinityTimeout) {
-        lines.push(aff ? `selection: ClientIP affinity (${svc.affinityTimeout}s): this client used backend id ${(aff[1] as { backendId: number }).backendId} before` : `selection: ClientIP affinity (${svc.affinityTimeout}s), no entry for this client yet`);
+        const aff = live.lb4_affinity.entries().find(([k]) => k.client === r.src && k.affinityId === svc.affinityId);
+        lines.push(aff ? `selection: ClientIP affinity (${svc.affinityTimeout}s): this client used backend id ${aff[1].backendId} before` : `selection: ClientIP affinity (${svc.affinityTimeout}s), no entry for this client yet`);
       }
       const maglevSize = rodataNumber(twin, rodata, 'maglev_table_size');
       if (!ct && svc.backendId && maglevSize) lines.push(`selection: Maglev table ${svc.backendId}, position ${hash % maglevSize} of ${maglevSize} (flow hash ${hash})`);
@@ -193,7 +182,7 @@ export function explain(r: ExplainRequest): Explanation {
     for (const d of drops) lines.push(`decision: dropped, reason ${d.slice(5).toLowerCase()}`);
     if (!stats.length && !drops.length) lines.push(svc ? 'decision: nothing to do' : 'decision: not a Service address: passed on untouched');
     let backend: string | undefined;
-    const made = copy('ct4').lookup(tuple) as { backendId: number; natAddr: string; natPort: number; flags: number } | undefined;
+    const made = copy('ct4').lookup(tuple) as { backendId: number } | undefined;
     if (made) {
       const b = copy('lb4_backends').lookup(made.backendId) as { address: string; port: number } | undefined;
       backend = b ? `${b.address}:${b.port}` : undefined;
@@ -207,7 +196,6 @@ export function explain(r: ExplainRequest): Explanation {
     lines.push(`verdict: ${verdict}`);
     return { lines, verdict, backend };
   } finally {
-    for (const m of opened) m.close();
     twin.close();
   }
 }
@@ -217,10 +205,4 @@ function rodataNumber(obj: BpfObject, bytes: Buffer, name: string): number {
   const v = obj.rodataVariables().get(name);
   if (!v) return 0;
   return v.size === 1 ? bytes.readUInt8(v.offset) : v.size === 2 ? bytes.readUInt16LE(v.offset) : bytes.readUInt32LE(v.offset);
-}
-
-export function parseEndpoint(s: string, what: string): { ip: string; port: number; proto?: 'tcp' | 'udp' } {
-  const m = /^(\d+\.\d+\.\d+\.\d+):(\d+)(?:\/(tcp|udp))?$/i.exec(s);
-  if (!m) throw new FerryError({ code: ErrorCode.Config, op: `explain ${what}`, cause: `"${s}" is not IP:PORT${what === 'destination' ? '[/tcp|udp]' : ''}` });
-  return { ip: m[1]!, port: Number(m[2]), proto: m[3]?.toLowerCase() as 'tcp' | 'udp' | undefined };
 }

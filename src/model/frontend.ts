@@ -1,7 +1,8 @@
-// What the datapath should hold, in datapath terms (no Kubernetes here): frontends and
-// the backends each one balances over. The model layer produces these from Services.
+// What the model produces for one node, and what the datapath consumes: frontends and the
+// backends each one balances over, in plain terms (no Kubernetes objects, no map layouts).
 
-import type { ProtoName } from './layouts.js';
+/** The L4 protocols a Service port can have. */
+export type ProtoName = 'TCP' | 'UDP' | 'SCTP';
 
 export type FrontendKind = 'ClusterIP' | 'NodePort' | 'LoadBalancer' | 'ExternalIP';
 

@@ -1,0 +1,37 @@
+// Where ferry's programs are attached, with their load times: tc filters on devices (in a
+// given network namespace) and cgroup links. Read through bpftool, which walks both.
+import { execFileSync } from 'node:child_process';
+
+export interface Attachment {
+  where: string;
+  program: string;
+  id: number;
+  loaded: string;
+}
+
+function bpftool(args: string[], netns?: string): unknown {
+  const argv = netns ? ['nsenter', `--net=/run/netns/${netns}`, '--', 'bpftool', '-j', ...args] : ['bpftool', '-j', ...args];
+  return JSON.parse(execFileSync(argv[0]!, argv.slice(1), { encoding: 'utf8' }));
+}
+
+/** ferry's programs attached: tc filters (in `netns`) and cgroup links; [] without bpftool. */
+export function attachedPrograms(netns?: string): Attachment[] {
+  try {
+    const progs = new Map((bpftool(['prog', 'show']) as Array<{ id: number; name?: string; loaded_at?: number }>).map((p) => [p.id, p]));
+    const loaded = (id: number) => {
+      const t = progs.get(id)?.loaded_at;
+      return t ? new Date(t * 1000).toISOString() : '?';
+    };
+    const out: Attachment[] = [];
+    for (const dev of bpftool(['net', 'show'], netns) as Array<{ tc?: Array<{ devname: string; kind: string; name?: string; id: number }> }>) {
+      for (const t of dev.tc ?? []) if (t.name?.startsWith('tc_')) out.push({ where: `tc ${t.kind.replace('clsact/', '')} ${t.devname}`, program: t.name.replace(/:\[\d+\]$/, ''), id: t.id, loaded: loaded(t.id) });
+    }
+    for (const l of bpftool(['link', 'show']) as Array<{ type: string; prog_id: number; attach_type?: string; cgroup_id?: number }>) {
+      const name = progs.get(l.prog_id)?.name ?? '';
+      if (l.type === 'cgroup' && name.startsWith('sock4_')) out.push({ where: `cgroup ${l.attach_type ?? ''} (cgroup id ${l.cgroup_id ?? '?'})`, program: name, id: l.prog_id, loaded: loaded(l.prog_id) });
+    }
+    return out;
+  } catch {
+    return []; // no bpftool, or not allowed: status still reports the maps
+  }
+}

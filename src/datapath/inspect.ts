@@ -1,0 +1,174 @@
+// The datapath as its pinned maps hold it, decoded into plain records for the CLI: maps
+// and their fill, any map's entries, conntrack flows, frontends with their backends,
+// counters. Works without the agent running. Only ct flush writes, through ct-gc.
+import { BackendFlags, CtFlags, DropReason, LbFlags, LbScope, Stat, mapSpecs, protoName, type MapName } from './layouts.js';
+import { clearConntrack, monotonicNs } from './ct-gc.js';
+import { PinnedDatapath } from './pinned-view.js';
+import { readServiceTable } from './service-table.js';
+
+export interface MapRow {
+  name: string;
+  type: number;
+  entries: number;
+  capacity: number;
+}
+
+/** The pinned maps of a pin directory, with their fill. */
+export function listMaps(pinDir: string): MapRow[] {
+  return PinnedDatapath.with(pinDir, (dp) =>
+    dp.pinned().map((name) => {
+      const m = dp.map(name);
+      return { name, type: m.info.type, entries: m.perCpu ? m.info.maxEntries : [...m.keys()].length, capacity: m.info.maxEntries };
+    }));
+}
+
+export const flagNames = (flags: number, names: Record<string, number>, prefix: string): string =>
+  Object.entries(names).filter(([, v]) => flags & v).map(([k]) => k.slice(prefix.length).toLowerCase()).join(',') || '-';
+
+export function ageText(expiresNs: bigint, now = monotonicNs()): string {
+  const s = Number(expiresNs - now) / 1e9;
+  return s < 0 ? `expired ${(-s).toFixed(0)}s ago` : `${s.toFixed(0)}s`;
+}
+
+export type Row = Record<string, string | number>;
+
+/** Any datapath map decoded into rows: what `ferry map dump` prints. */
+export function dumpMap(pinDir: string, name: MapName): Row[] {
+  return PinnedDatapath.with(pinDir, (dp) => {
+    const m = dp.map(name);
+    if (m.perCpu) {
+      const names = name === 'ferry_drops' ? DropReason : Stat;
+      return (m.entriesPerCpu() as Array<[number, Array<{ packets: bigint; bytes: bigint }>]>).map(([k, perCpu]) => {
+        const total = perCpu.reduce((a, v) => ({ packets: a.packets + v.packets, bytes: a.bytes + v.bytes }), { packets: 0n, bytes: 0n });
+        const label = Object.entries(names).find(([, v]) => v === k)?.[0] ?? String(k);
+        return { key: label, packets: Number(total.packets), bytes: Number(total.bytes) };
+      }).filter((r) => r.packets > 0 || !/^\d+$/.test(r.key));
+    }
+    return m.entries().map(([k, v]) => flatten(name, k as Record<string, unknown> | number, v as Record<string, unknown> | number));
+  });
+}
+
+/** The raw key bytes of every entry (`ferry map dump -o hex`). */
+export function dumpKeysHex(pinDir: string, name: MapName): string[] {
+  return PinnedDatapath.with(pinDir, (dp) => {
+    const m = dp.map(name);
+    const codec = mapSpecs[name].key as { encode(v: unknown): Buffer };
+    return [...m.keys()].map((k) => codec.encode(k).toString('hex'));
+  });
+}
+
+function flatten(name: MapName, k: Record<string, unknown> | number, v: Record<string, unknown> | number): Row {
+  const key = typeof k === 'number' ? { id: k } : k;
+  const val = typeof v === 'number' ? { value: v } : v;
+  const row: Row = {};
+  for (const [f, x] of [...Object.entries(key), ...Object.entries(val)]) {
+    if (f === 'proto') row[f] = protoName(x as number);
+    else if (f === 'expiresNs') row.expires = ageText(x as bigint);
+    else if (typeof x === 'bigint') row[f] = Number(x);
+    else if (Buffer.isBuffer(x)) row[f] = x.toString('utf8').replace(/\0.*$/s, '');
+    else row[f] = x as string | number;
+  }
+  if ((name === 'ct4' || name === 'nat4') && typeof row.flags === 'number') row.flags = flagNames(row.flags, CtFlags, 'CT_F_');
+  return row;
+}
+
+export interface FlowRow {
+  flow: string;
+  backend: string;
+  nat: string;
+  flags: string;
+  expires: string;
+  packets: number;
+  bytes: number;
+}
+
+/** Conntrack flows with their backend, decoded; filter by Service frontend or backend address. */
+export function listFlows(pinDir: string, filter: { service?: string; backend?: string } = {}): FlowRow[] {
+  return PinnedDatapath.with(pinDir, (dp) => {
+    const backends = new Map(dp.map('lb4_backends').entries());
+    return dp.map('ct4').entries()
+      .map(([k, v]) => {
+        const b = backends.get(v.backendId);
+        return {
+          flow: `${k.saddr}:${k.sport} → ${k.daddr}:${k.dport}/${protoName(k.proto)}`,
+          frontend: `${k.daddr}:${k.dport}`,
+          backend: b ? `${b.address}:${b.port}` : `(gone: ${v.backendId})`,
+          nat: v.flags & CtFlags.CT_F_SNAT ? `${v.natAddr}:${v.natPort}` : '-',
+          flags: flagNames(v.flags, CtFlags, 'CT_F_'),
+          expires: ageText(v.expiresNs),
+          packets: Number(v.packets),
+          bytes: Number(v.bytes),
+        };
+      })
+      .filter((r) => (!filter.service || r.frontend === filter.service || r.frontend.startsWith(`${filter.service}:`)) && (!filter.backend || r.backend === filter.backend || r.backend.startsWith(`${filter.backend}:`)))
+      .map(({ frontend: _f, ...r }) => r);
+  });
+}
+
+/** Delete every conntrack and NAT entry (what `ferry ct flush --yes` does). */
+export function flushConntrack(pinDir: string): { ct: number; nat: number } {
+  return PinnedDatapath.with(pinDir, (dp) => clearConntrack({ ct4: dp.writable('ct4'), nat4: dp.writable('nat4') }));
+}
+
+export interface FrontendRow {
+  id: number; // reverse-NAT id
+  service: string; // namespace/name:port, as the agent published it
+  frontend: string;
+  type: string;
+  flags: string[];
+  backends: Array<{ id: number; address: string; state: string; local: boolean }>;
+}
+
+export function frontendKind(flags: number): string {
+  if (flags & LbFlags.LB_F_NODE_PORT) return 'NodePort';
+  if (flags & LbFlags.LB_F_LOAD_BALANCER) return 'LoadBalancer';
+  if (flags & LbFlags.LB_F_EXTERNAL_IP) return 'ExternalIP';
+  if (flags & LbFlags.LB_F_CLUSTER_IP) return 'ClusterIP';
+  return '?';
+}
+
+/** Every frontend the datapath holds, with its backends (`ferry service list`). */
+export function listFrontends(pinDir: string): FrontendRow[] {
+  return PinnedDatapath.with(pinDir, (dp) => {
+    const table = readServiceTable(dp.maps);
+    return table.frontends.map(({ key: k, master: v, backendIds, name }): FrontendRow => {
+      const flags: string[] = [];
+      if (k.scope === LbScope.LB_SCOPE_INTERNAL) flags.push('internal');
+      if (v.affinityTimeout) flags.push(`affinity=${v.affinityTimeout}s`);
+      if (v.flags & LbFlags.LB_F_NODE_PORT_ANY) flags.push('any-address');
+      if (v.flags & LbFlags.LB_F_DROP_WHEN_EMPTY) flags.push('local-policy');
+      if (v.flags & LbFlags.LB_F_SOURCE_RANGES) flags.push('source-ranges');
+      if (v.flags & LbFlags.LB_F_FWD_DSR) flags.push('dsr');
+      if (v.flags & LbFlags.LB_F_FWD_SNAT) flags.push('snat');
+      if (v.backendId) flags.push(`maglev=${v.backendId}`);
+      return {
+        id: v.revNatId,
+        service: name ?? '-',
+        frontend: `${k.address}:${k.port}/${protoName(k.proto)}`,
+        type: frontendKind(v.flags),
+        flags,
+        backends: backendIds.map((id) => {
+          const b = table.backends.get(id);
+          return { id, address: b ? `${b.address}:${b.port}` : '(missing)', state: b && b.flags & BackendFlags.LB_BACKEND_F_TERMINATING ? 'terminating' : 'active', local: Boolean(b && b.flags & BackendFlags.LB_BACKEND_F_LOCAL) };
+        }),
+      };
+    }).sort((a, b) => a.id - b.id);
+  });
+}
+
+export interface CounterRow {
+  /** STAT_… or DROP_…, as in bpf/shared/metrics.h. */
+  key: string;
+  /** The key in lower case without its prefix (fwd_remote, unknown_port…). */
+  name: string;
+  packets: number;
+  bytes: number;
+}
+
+/** Forwarded traffic by path and drops by reason (non-zero only). */
+export function readCounters(pinDir: string): { forwarded: CounterRow[]; drops: CounterRow[] } {
+  const rows = (name: 'ferry_stats' | 'ferry_drops', prefix: string) => dumpMap(pinDir, name)
+    .filter((r) => Number(r.packets) > 0)
+    .map((r) => ({ key: String(r.key), name: String(r.key).startsWith(prefix) ? String(r.key).slice(prefix.length).toLowerCase() : String(r.key), packets: Number(r.packets), bytes: Number(r.bytes) }));
+  return { forwarded: rows('ferry_stats', 'STAT_'), drops: rows('ferry_drops', 'DROP_') };
+}

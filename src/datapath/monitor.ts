@@ -1,0 +1,78 @@
+// Datapath events for `ferry monitor`: drops (with reason and 5-tuple) and traces of
+// translations from the ring buffer. The programs send them only while the switch in
+// ferry_monitor asks; watching turns it on and, on the way out, off again.
+import { join } from 'node:path';
+import { DropReason, EventType, Hook, MonitorFlags, Stat, eventCodec, protoName, type FerryEvent } from './layouts.js';
+import { ErrorCode, errnoError } from '../errors.js';
+import { libbpf } from '../ebpf/libbpf.js';
+import { RingBufferReader } from '../ebpf/ringbuf.js';
+import { PinnedDatapath } from './pinned-view.js';
+
+export type EventKind = 'drop' | 'trace';
+
+/** One event in plain terms. */
+export interface DatapathEvent {
+  kind: EventKind;
+  hook: 'ingress' | 'egress';
+  tsNs: number;
+  tuple: string;
+  /** drop: the reason; trace: the path taken (fwd_remote, reply_local…). */
+  reason: string;
+  /** trace: the packet as it left. */
+  out?: string;
+  raw: FerryEvent;
+}
+
+const nameOf = (names: Record<string, number>, v: number, prefix: string) => (Object.entries(names).find(([, x]) => x === v)?.[0] ?? String(v)).replace(prefix, '').toLowerCase();
+
+export function describeEvent(e: FerryEvent): DatapathEvent {
+  const kind: EventKind = e.type === EventType.EVENT_DROP ? 'drop' : 'trace';
+  return {
+    kind,
+    hook: e.hook === Hook.HOOK_TC_EGRESS ? 'egress' : 'ingress',
+    tsNs: Number(e.tsNs),
+    tuple: `${e.saddr}:${e.sport} → ${e.daddr}:${e.dport}/${protoName(e.proto)}`,
+    reason: kind === 'drop' ? nameOf(DropReason, e.reason, 'DROP_') : nameOf(Stat, e.reason, 'STAT_'),
+    ...(kind === 'trace' ? { out: `${e.outSaddr}:${e.outSport} → ${e.outDaddr}:${e.outDport}` } : {}),
+    raw: e,
+  };
+}
+
+export interface WatchOptions {
+  pinDir: string;
+  kinds: EventKind[];
+  /** Stop after this many events (0: until the signal). */
+  count: number;
+  onEvent: (e: DatapathEvent) => void;
+}
+
+/** Turn events on, hand each to onEvent until the signal (or `count`), turn them off. */
+export async function watchEvents(o: WatchOptions, signal: AbortSignal): Promise<number> {
+  const flags = (o.kinds.includes('drop') ? MonitorFlags.MONITOR_DROPS : 0) | (o.kinds.includes('trace') ? MonitorFlags.MONITOR_TRACES : 0);
+  const dp = PinnedDatapath.open(o.pinDir);
+  try {
+    const path = join(o.pinDir, 'ferry_events');
+    const fd = libbpf().objGet(path);
+    if (fd < 0) throw errnoError(`open ${path}`, fd, ErrorCode.MapOp, 'is the agent running, or has it ever run on this node?');
+    let seen = 0;
+    const reader = new RingBufferReader('ferry_events', fd, (data) => {
+      if (o.count > 0 && seen >= o.count) return;
+      seen++;
+      o.onEvent(describeEvent(eventCodec.decode(data)));
+    });
+    const monitor = dp.writable('ferry_monitor');
+    try {
+      monitor.update(0, { flags });
+      while (!signal.aborted && (o.count === 0 || seen < o.count)) {
+        reader.poll(100);
+        await new Promise((r) => setImmediate(r));
+      }
+    } finally {
+      monitor.update(0, { flags: 0 });
+      reader.close();
+    }
+    return seen;
+  } finally {
+    dp.close();
+  }
+}
