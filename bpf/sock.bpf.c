@@ -4,6 +4,7 @@
  * recvmsg()/getpeername() map the backend back to the Service address, so UDP replies
  * appear to come from the address the client sent to. */
 #include "lib/common.h"
+#include "lib/config.h"
 #include "lib/maps.h"
 #include "lib/hash.h"
 #include "lib/lb.h"
@@ -14,8 +15,6 @@
 #ifndef ECONNREFUSED
 #define ECONNREFUSED 111
 #endif
-
-const volatile __u32 hash_seed = 0;
 
 static __always_inline int is_loopback4(__be32 addr)
 {

@@ -2,14 +2,9 @@
 #ifndef FERRY_LIB_CT_H
 #define FERRY_LIB_CT_H
 
+#include "config.h"
 #include "maps.h"
 #include "parse.h"
-
-/* Load-time settings (seconds); the defaults follow enum ct_lifetime. */
-const volatile __u32 ct_lifetime_tcp_syn = CT_LIFETIME_TCP_SYN;
-const volatile __u32 ct_lifetime_tcp_established = CT_LIFETIME_TCP_ESTABLISHED;
-const volatile __u32 ct_lifetime_tcp_closing = CT_LIFETIME_TCP_CLOSING;
-const volatile __u32 ct_lifetime_nontcp = CT_LIFETIME_NONTCP;
 
 /* How long a flow lives from now, given its flags after this packet. */
 static __always_inline __u64 ct_lifetime_ns(__u8 proto, __u8 flags)

@@ -8,6 +8,8 @@
 #include "maps.h"
 #include "nat.h"
 #include "icmp.h"
+#include "ct.h"
+#include "fib.h"
 
 /* Recompute the IPv4 header checksum of a header of `words` 32-bit words (5 or 7). */
 static __always_inline int ipv4_csum_refresh(struct __sk_buff *skb, const struct pkt4 *p, int words)
@@ -62,6 +64,54 @@ static __always_inline int dsr4_pop(struct __sk_buff *skb, const struct pkt4 *p)
 	if (bpf_skb_adjust_room(skb, -DSR_OPT_LEN, BPF_ADJ_ROOM_NET, 0) < 0)
 		return -1;
 	return ipv4_set_hdr_len(skb, p, 5, p->ip_len - DSR_OPT_LEN);
+}
+
+/* DSR to a remote backend: DNAT, the frontend in an IPv4 option (TCP: on the SYN, which
+ * is all the backend's node needs; UDP: on every datagram), routed on. No reply comes
+ * back through this node. If the option would not fit the path MTU, the client is told
+ * (fragmentation needed, an MTU 8 bytes smaller) instead of the packet being lost. */
+static __always_inline int nodeport_dsr(struct __sk_buff *skb, const struct pkt4 *p, const struct lb4_backend *b)
+{
+	int with_opt = p->proto == IPPROTO_UDP || (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+	__be32 vip = p->daddr;
+	__be16 vport = p->dport;
+
+	if (with_opt) {
+		__u32 mtu = fib_mtu_exceeded4(skb, p->saddr, b->address, p->ip_len + DSR_OPT_LEN);
+
+		if (mtu)
+			return icmp4_send_unreach(skb, p, ICMP_FRAG_NEEDED, mtu - DSR_OPT_LEN);
+	}
+	if (nat4_rewrite_endpoint(skb, p, NAT_DST, b->address, b->port) < 0 ||
+	    ipv4_dec_ttl(skb, p) < 0)
+		return count_drop(DROP_CSUM_FAILED, p->len);
+	if (with_opt && dsr4_push(skb, p, vip, vport) < 0)
+		return count_drop(DROP_DSR_OPTION, p->len);
+	count_stat(STAT_FWD_DSR, p->len);
+	return fib_redirect4(skb, p->saddr, b->address);
+}
+
+/* A DSR packet for a backend on this node: remember its frontend for the replies (tc
+ * egress rewrites their source), remove the option, and hand it to the stack. */
+static __always_inline int dsr_receive(struct __sk_buff *skb, const struct pkt4 *p)
+{
+	struct ct4_key reply = { .saddr = p->daddr, .daddr = p->saddr, .sport = p->dport, .dport = p->sport, .proto = p->proto };
+	__u8 flags = ct_flags_after(p, CT_F_LOCAL | CT_F_DSR);
+	struct nat4_entry n = {
+		.expires_ns = bpf_ktime_get_ns() + ct_lifetime_ns(p->proto, flags),
+		.client_addr = p->saddr,
+		.client_port = p->sport,
+		.frontend_addr = p->dsr_addr,
+		.frontend_port = p->dsr_port,
+		.flags = flags,
+	};
+
+	if (bpf_map_update_elem(&nat4, &reply, &n, BPF_ANY) < 0)
+		return count_drop(DROP_CT_MAP_FULL, p->len);
+	if (dsr4_pop(skb, p) < 0)
+		return count_drop(DROP_DSR_OPTION, p->len);
+	count_stat(STAT_DSR_RECEIVED, p->len);
+	return TC_ACT_OK;
 }
 
 #endif

@@ -120,7 +120,7 @@ static __always_inline int icmp4_parse_inner(struct __sk_buff *skb, const struct
 /* Rewrite a 4-byte address inside the quoted IPv4 header, keeping the inner header
  * checksum and the ICMP checksum (which covers the quote) right. The inner L4 checksum is
  * left alone: receivers match ICMP errors by addresses and ports, never by it. */
-static __always_inline int icmp4_inner_rewrite_addr(struct __sk_buff *skb, const struct icmp4_inner *in, int is_src, __be32 from, __be32 to)
+static __always_inline int icmp4_inner_rewrite_addr(struct __sk_buff *skb, const struct icmp4_inner *in, enum nat_side side, __be32 from, __be32 to)
 {
 	__u32 ip_csum_off = in->ip_off + offsetof(struct iphdr, check);
 	__sum16 old_csum, new_csum;
@@ -136,27 +136,27 @@ static __always_inline int icmp4_inner_rewrite_addr(struct __sk_buff *skb, const
 	if (bpf_l4_csum_replace(skb, in->icmp_csum_off, from, to, sizeof(to)) < 0 ||
 	    bpf_l4_csum_replace(skb, in->icmp_csum_off, old_csum, new_csum, sizeof(new_csum)) < 0)
 		return -1;
-	return bpf_skb_store_bytes(skb, in->ip_off + (is_src ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr)),
+	return bpf_skb_store_bytes(skb, in->ip_off + (side == NAT_SRC ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr)),
 				   &to, sizeof(to), 0);
 }
 
-static __always_inline int icmp4_inner_rewrite_port(struct __sk_buff *skb, const struct icmp4_inner *in, int is_src, __be16 from, __be16 to)
+static __always_inline int icmp4_inner_rewrite_port(struct __sk_buff *skb, const struct icmp4_inner *in, enum nat_side side, __be16 from, __be16 to)
 {
 	if (from == to)
 		return 0;
 	if (bpf_l4_csum_replace(skb, in->icmp_csum_off, from, to, sizeof(to)) < 0)
 		return -1;
-	return bpf_skb_store_bytes(skb, in->l4_off + (is_src ? 0 : 2), &to, sizeof(to), 0);
+	return bpf_skb_store_bytes(skb, in->l4_off + (side == NAT_SRC ? 0 : 2), &to, sizeof(to), 0);
 }
 
 /* Rewrite the outer destination of an ICMP message (no L4 pseudo-header for ICMPv4). */
-static __always_inline int icmp4_outer_rewrite_addr(struct __sk_buff *skb, const struct pkt4 *p, int is_src, __be32 from, __be32 to)
+static __always_inline int icmp4_outer_rewrite_addr(struct __sk_buff *skb, const struct pkt4 *p, enum nat_side side, __be32 from, __be32 to)
 {
 	if (from == to)
 		return 0;
 	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF(p), from, to, sizeof(to)) < 0)
 		return -1;
-	return bpf_skb_store_bytes(skb, is_src ? IP_SADDR_OFF(p) : IP_DADDR_OFF(p), &to, sizeof(to), 0);
+	return bpf_skb_store_bytes(skb, side == NAT_SRC ? IP_SADDR_OFF(p) : IP_DADDR_OFF(p), &to, sizeof(to), 0);
 }
 
 #endif

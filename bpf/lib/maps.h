@@ -1,5 +1,5 @@
 /* Every map of the datapath. Sizes here are defaults; the loader resizes them at load
- * time (the --map-size-* settings). Both entry objects (tc, sock) include this file and
+ * time (the agent's mapSizes setting). Both entry objects (tc, sock) include this file and
  * share the maps through their pins. */
 #ifndef FERRY_LIB_MAPS_H
 #define FERRY_LIB_MAPS_H

@@ -5,6 +5,12 @@
 #include "common.h"
 #include "parse.h"
 
+/* Which end of a packet (or of a quoted packet) a rewrite changes. */
+enum nat_side {
+	NAT_DST = 0,
+	NAT_SRC = 1,
+};
+
 #define IP_CSUM_OFF(p) ((p)->l3_off + offsetof(struct iphdr, check))
 #define IP_SADDR_OFF(p) ((p)->l3_off + offsetof(struct iphdr, saddr))
 #define IP_DADDR_OFF(p) ((p)->l3_off + offsetof(struct iphdr, daddr))
@@ -26,8 +32,8 @@ static __always_inline __u64 l4_csum_flags(const struct pkt4 *p)
 	return p->proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
 }
 
-/* Rewrite the source (is_src) or destination address. Returns <0 on helper failure. */
-static __always_inline int nat4_rewrite_addr(struct __sk_buff *skb, const struct pkt4 *p, int is_src, __be32 from, __be32 to)
+/* Rewrite the source or destination address. Returns <0 on helper failure. */
+static __always_inline int nat4_rewrite_addr(struct __sk_buff *skb, const struct pkt4 *p, enum nat_side side, __be32 from, __be32 to)
 {
 	__u32 csum = l4_csum_off(p);
 
@@ -38,11 +44,11 @@ static __always_inline int nat4_rewrite_addr(struct __sk_buff *skb, const struct
 		return -1;
 	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF(p), from, to, sizeof(to)) < 0)
 		return -1;
-	return bpf_skb_store_bytes(skb, is_src ? IP_SADDR_OFF(p) : IP_DADDR_OFF(p), &to, sizeof(to), 0);
+	return bpf_skb_store_bytes(skb, side == NAT_SRC ? IP_SADDR_OFF(p) : IP_DADDR_OFF(p), &to, sizeof(to), 0);
 }
 
-/* Rewrite the source (is_src) or destination port of TCP/UDP. */
-static __always_inline int nat4_rewrite_port(struct __sk_buff *skb, const struct pkt4 *p, int is_src, __be16 from, __be16 to)
+/* Rewrite the source or destination port of TCP/UDP. */
+static __always_inline int nat4_rewrite_port(struct __sk_buff *skb, const struct pkt4 *p, enum nat_side side, __be16 from, __be16 to)
 {
 	__u32 csum = l4_csum_off(p);
 
@@ -50,15 +56,15 @@ static __always_inline int nat4_rewrite_port(struct __sk_buff *skb, const struct
 		return 0;
 	if (csum && bpf_l4_csum_replace(skb, csum, from, to, sizeof(to) | l4_csum_flags(p)) < 0)
 		return -1;
-	return bpf_skb_store_bytes(skb, p->l4_off + (is_src ? 0 : 2), &to, sizeof(to), 0);
+	return bpf_skb_store_bytes(skb, p->l4_off + (side == NAT_SRC ? 0 : 2), &to, sizeof(to), 0);
 }
 
-/* A packet's destination (is_src = 0) or source endpoint, address and port together. */
-static __always_inline int nat4_rewrite_endpoint(struct __sk_buff *skb, const struct pkt4 *p, int is_src, __be32 addr, __be16 port)
+/* A packet's destination or source endpoint, address and port together. */
+static __always_inline int nat4_rewrite_endpoint(struct __sk_buff *skb, const struct pkt4 *p, enum nat_side side, __be32 addr, __be16 port)
 {
-	if (nat4_rewrite_addr(skb, p, is_src, is_src ? p->saddr : p->daddr, addr) < 0)
+	if (nat4_rewrite_addr(skb, p, side, side == NAT_SRC ? p->saddr : p->daddr, addr) < 0)
 		return -1;
-	return nat4_rewrite_port(skb, p, is_src, is_src ? p->sport : p->dport, port);
+	return nat4_rewrite_port(skb, p, side, side == NAT_SRC ? p->sport : p->dport, port);
 }
 
 /* Forwarding to another host is routing: the TTL goes down by one. */

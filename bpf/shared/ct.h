@@ -31,7 +31,7 @@ enum ct_flags {
 	CT_F_RESET = 1 << 5,      /* RST seen: the flow is over, its SNAT port may serve a new one */
 };
 
-/* Lifetimes, in seconds. Configurable at load time through .rodata (see tc.bpf.c). */
+/* Lifetimes, in seconds: the defaults of the load-time settings in lib/config.h. */
 enum ct_lifetime {
 	CT_LIFETIME_TCP_SYN = 60,
 	CT_LIFETIME_TCP_ESTABLISHED = 21600,

@@ -1,0 +1,89 @@
+/* ferry monitor: while it asks (the ferry_monitor switch), report drops with their reason
+ * and traces of translations (the packet before and after) through the ring buffer. Costs
+ * one array lookup per packet otherwise. */
+#ifndef FERRY_LIB_MONITOR_H
+#define FERRY_LIB_MONITOR_H
+
+#include "maps.h"
+#include "parse.h"
+
+static __always_inline __u32 monitor_flags(void)
+{
+	__u32 zero = 0;
+	struct ferry_monitor *m = bpf_map_lookup_elem(&ferry_monitor, &zero);
+
+	return m ? m->flags : 0;
+}
+
+static __always_inline void monitor_event(struct __sk_buff *skb, const struct pkt4 *in, __u32 flags, int verdict, __u8 hook)
+{
+	struct ferry_scratch *s = scratch();
+	struct ferry_event *e;
+	struct pkt4 out;
+	__u32 type;
+
+	if (!s)
+		return;
+	if (verdict == TC_ACT_SHOT && (flags & MONITOR_DROPS) && s->last_drop)
+		type = EVENT_DROP;
+	else if (verdict != TC_ACT_SHOT && (flags & MONITOR_TRACES) && s->last_stat)
+		type = EVENT_TRACE;
+	else
+		return;
+	e = bpf_ringbuf_reserve(&ferry_events, sizeof(*e), 0);
+	if (!e)
+		return;
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts_ns = bpf_ktime_get_ns();
+	e->type = type;
+	e->reason = type == EVENT_DROP ? s->last_drop : s->last_stat - 1;
+	e->saddr = in->saddr;
+	e->daddr = in->daddr;
+	e->sport = in->sport;
+	e->dport = in->dport;
+	e->proto = in->proto;
+	e->hook = hook;
+	e->ifindex = skb->ifindex;
+	e->verdict = verdict;
+	if (type == EVENT_TRACE && parse_ipv4(skb, &out) == PARSE_OK) {
+		e->out_saddr = out.saddr;
+		e->out_daddr = out.daddr;
+		e->out_sport = out.sport;
+		e->out_dport = out.dport;
+	}
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* What a monitored packet looked like on arrival, while a monitor asks. */
+struct monitor_ctx {
+	__u32 flags;
+	int have;
+	struct pkt4 in;
+};
+
+/* Before the program decides: note the packet, clear the last recorded stat and drop. */
+static __always_inline void monitor_begin(struct __sk_buff *skb, struct monitor_ctx *m)
+{
+	struct ferry_scratch *s;
+
+	m->flags = monitor_flags();
+	m->have = 0;
+	if (!m->flags)
+		return;
+	s = scratch();
+	if (s) {
+		s->last_drop = 0;
+		s->last_stat = 0;
+	}
+	m->have = parse_ipv4(skb, &m->in) == PARSE_OK;
+}
+
+/* After: report the verdict, if a monitor asks for this kind of event. */
+static __always_inline int monitor_end(struct __sk_buff *skb, const struct monitor_ctx *m, int verdict, __u8 hook)
+{
+	if (m->have)
+		monitor_event(skb, &m->in, m->flags, verdict, hook);
+	return verdict;
+}
+
+#endif

@@ -1,0 +1,196 @@
+/* North-south forwarding: a packet for a frontend with backends (NodePort, LoadBalancer
+ * IP, externalIP) is balanced once per flow (conntrack keeps the choice) and sent to a
+ * local backend (DNAT), a remote one (DNAT + SNAT, or DSR), and its replies restored. */
+#ifndef FERRY_LIB_NODEPORT_H
+#define FERRY_LIB_NODEPORT_H
+
+#include "config.h"
+#include "maps.h"
+#include "parse.h"
+#include "hash.h"
+#include "lb.h"
+#include "nat.h"
+#include "ct.h"
+#include "fib.h"
+#include "snat.h"
+#include "dsr.h"
+
+/* Maglev: the backend at the flow hash's position in the frontend's table, so every node
+ * with the same backends picks the same one, and a change of backends moves few flows. */
+static __always_inline __u32 maglev_select(const struct lb4_service *svc, __u32 hash)
+{
+	__u32 table = svc->backend_id;
+	__u32 pos;
+	void *inner;
+	__u32 *id;
+
+	if (!maglev_table_size || !table)
+		return 0;
+	inner = bpf_map_lookup_elem(&lb4_maglev, &table);
+	if (!inner)
+		return 0;
+	pos = hash % maglev_table_size;
+	id = bpf_map_lookup_elem(inner, &pos);
+	return id ? *id : 0;
+}
+
+/* DSR or SNAT for a remote backend: the Service's override, else the node's mode. */
+static __always_inline int use_dsr(const struct lb4_service *svc, __u8 proto)
+{
+	if (svc->flags & LB_F_FWD_SNAT)
+		return 0;
+	if (svc->flags & LB_F_FWD_DSR)
+		return 1;
+	if (forwarding_mode == FWD_MODE_DSR)
+		return 1;
+	return forwarding_mode == FWD_MODE_HYBRID && proto == IPPROTO_TCP;
+}
+
+/* A reply from a remote backend to an SNATed flow: restore client and frontend. */
+static __always_inline int nodeport_reply_remote(struct __sk_buff *skb, const struct pkt4 *p, struct nat4_entry *nat)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct ct4_key fwd;
+	struct ct4_entry *ct;
+	__u8 flags = ct_flags_after(p, nat->flags | CT_F_SEEN_REPLY);
+
+	ct4_key_of_binding(nat, p->proto, &fwd);
+	ct = bpf_map_lookup_elem(&ct4, &fwd);
+
+	nat->flags = flags;
+	nat->expires_ns = now + ct_lifetime_ns(p->proto, flags);
+	nat->packets++;
+	nat->bytes += p->len;
+	if (ct) {
+		ct->flags |= flags & CT_REPLY_STATE;
+		ct->expires_ns = nat->expires_ns;
+	}
+	if (nat4_rewrite_endpoint(skb, p, NAT_DST, nat->client_addr, nat->client_port) < 0 ||
+	    nat4_rewrite_endpoint(skb, p, NAT_SRC, nat->frontend_addr, nat->frontend_port) < 0 ||
+	    ipv4_dec_ttl(skb, p) < 0)
+		return count_drop(DROP_CSUM_FAILED, p->len);
+	count_stat(STAT_REPLY_REMOTE, p->len);
+	return fib_redirect4(skb, nat->frontend_addr, nat->client_addr);
+}
+
+/* Keep a flow's reply binding alive, or restore it after LRU eviction. */
+static __always_inline int nat4_keep(const struct pkt4 *p, const struct ct4_key *reply, const struct ct4_entry *ct, __u8 flags)
+{
+	struct nat4_entry *nat = bpf_map_lookup_elem(&nat4, reply);
+	struct nat4_entry n = {
+		.expires_ns = ct->expires_ns,
+		.client_addr = p->saddr,
+		.client_port = p->sport,
+		.frontend_addr = p->daddr,
+		.frontend_port = p->dport,
+		.rev_nat_id = ct->rev_nat_id,
+		.flags = flags,
+	};
+
+	/* The same reply tuple may still hold an older flow's binding: a client reusing its
+	 * port towards another frontend of the same backend. The newest flow owns it, or its
+	 * replies would leave with the old frontend's address and be reset. */
+	if (nat && nat->client_addr == n.client_addr && nat->client_port == n.client_port &&
+	    nat->frontend_addr == n.frontend_addr && nat->frontend_port == n.frontend_port) {
+		/* The flow's flags, not an accumulation: a client reopening its port towards
+		 * the same frontend starts a flow that is not closing, and a binding left
+		 * closing would take the new SYN-ACK for another connection's. */
+		nat->expires_ns = ct->expires_ns;
+		nat->flags = flags;
+		return 0;
+	}
+	return bpf_map_update_elem(&nat4, reply, &n, BPF_ANY) < 0 ? -1 : 0;
+}
+
+/* A packet for a frontend with backends: conntrack, then translate. */
+static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct pkt4 *p, struct lb4_service *svc)
+{
+	struct lb4_key fe = { .address = p->daddr, .port = p->dport, .proto = p->proto, .scope = LB_SCOPE_EXTERNAL };
+	__u64 now = bpf_ktime_get_ns();
+	struct ct4_key key;
+	struct ct4_entry *ct;
+	struct ct4_entry fresh = {};
+	struct lb4_backend *b = NULL;
+	__u8 flags;
+
+	ct4_key_of(p, &key);
+	ct = bpf_map_lookup_elem(&ct4, &key);
+	if (ct && (ct_expired(ct->expires_ns, now) || ct_tcp_reopen(p, ct->flags))) {
+		/* A new flow on an old tuple: drop the old binding, balance it afresh. */
+		snat4_release(ct, p->proto);
+		ct = NULL;
+	}
+	if (ct)
+		b = lb4_backend(ct->backend_id);
+	if (!ct || !b) {
+		/* New flow, or its backend was removed: (re)balance, honouring ClientIP affinity. */
+		struct lb4_affinity_key ak = { .client = p->saddr, .affinity_id = svc->affinity_id };
+		__u32 id = lb4_affinity_get(&ak, fe.address, fe.port, fe.proto, fe.scope, svc, now);
+
+		if (!id) {
+			__u32 hash = flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed);
+
+			id = maglev_select(svc, hash);
+			if (!id)
+				id = lb4_select_slot(fe.address, fe.port, fe.proto, fe.scope, svc, hash);
+			lb4_affinity_set(&ak, svc, id, now);
+		}
+		b = lb4_backend(id);
+		if (!b)
+			return count_drop(DROP_BACKEND_MISSING, p->len);
+		if (ct)
+			count_stat(STAT_CT_REBALANCED, p->len);
+		fresh.created_ns = now;
+		fresh.backend_id = id;
+		fresh.rev_nat_id = svc->rev_nat_id;
+		fresh.flags = (b->flags & LB_BACKEND_F_LOCAL) ? CT_F_LOCAL : use_dsr(svc, p->proto) ? CT_F_DSR : CT_F_SNAT;
+		if (fresh.flags & CT_F_SNAT) {
+			fresh.nat_addr = snat_ipv4;
+			fresh.nat_port = snat4_reserve(p, b, &fe, svc->rev_nat_id, now);
+			if (!fresh.nat_port)
+				return count_drop(DROP_NAT_EXHAUSTED, p->len);
+		}
+		if (bpf_map_update_elem(&ct4, &key, &fresh, BPF_ANY) < 0)
+			return count_drop(DROP_CT_MAP_FULL, p->len);
+		ct = bpf_map_lookup_elem(&ct4, &key);
+		if (!ct)
+			return count_drop(DROP_CT_MAP_FULL, p->len);
+	}
+	flags = ct_flags_after(p, ct->flags);
+	ct->flags = flags;
+	ct->tcp_flags |= p->tcp_flags;
+	ct->expires_ns = now + ct_lifetime_ns(p->proto, flags);
+	ct->packets++;
+	ct->bytes += p->len;
+
+	if (flags & CT_F_DSR)
+		return nodeport_dsr(skb, p, b);
+	{
+		/* Where replies arrive: backend → client (local: tc egress restores the
+		 * frontend) or backend → node:nat_port (remote: tc ingress does). */
+		struct ct4_key reply = {
+			.saddr = b->address,
+			.daddr = (flags & CT_F_LOCAL) ? p->saddr : ct->nat_addr,
+			.sport = b->port,
+			.dport = (flags & CT_F_LOCAL) ? p->sport : ct->nat_port,
+			.proto = p->proto,
+		};
+
+		if (nat4_keep(p, &reply, ct, flags) < 0)
+			return count_drop(DROP_CT_MAP_FULL, p->len);
+	}
+	if (flags & CT_F_LOCAL) {
+		if (nat4_rewrite_endpoint(skb, p, NAT_DST, b->address, b->port) < 0)
+			return count_drop(DROP_CSUM_FAILED, p->len);
+		count_stat(STAT_FWD_LOCAL, p->len);
+		return TC_ACT_OK; /* the stack routes it to the pod */
+	}
+	if (nat4_rewrite_endpoint(skb, p, NAT_DST, b->address, b->port) < 0 ||
+	    nat4_rewrite_endpoint(skb, p, NAT_SRC, ct->nat_addr, ct->nat_port) < 0 ||
+	    ipv4_dec_ttl(skb, p) < 0)
+		return count_drop(DROP_CSUM_FAILED, p->len);
+	count_stat(STAT_FWD_REMOTE, p->len);
+	return fib_redirect4(skb, ct->nat_addr, b->address);
+}
+
+#endif
