@@ -3,10 +3,9 @@
 // healthCheckNodePort.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AgentMetrics } from './metrics.js';
+import { systemClock, type Clock } from './clock.js';
 
 export const TO_BE_DELETED_TAINT = 'ToBeDeletedByClusterAutoscaler';
-
-export type Clock = () => Date;
 
 /** Go's RFC 3339 with nanoseconds, as kube-proxy formats times. */
 function rfc3339(d: Date): string {
@@ -20,18 +19,22 @@ export class ProxyHealth {
 
   constructor(
     private readonly healthTimeoutMs: number,
-    private readonly clock: Clock = () => new Date(),
+    private readonly clock: Pick<Clock, 'now'> = systemClock,
   ) {}
+
+  private date(): Date {
+    return new Date(this.clock.now());
+  }
 
   /** A change arrived that the datapath does not reflect yet. */
   queuedUpdate(): void {
-    this.oldestPendingQueued ??= this.clock();
+    this.oldestPendingQueued ??= this.date();
   }
 
   /** The datapath reflects everything queued so far. */
   updated(): void {
     this.oldestPendingQueued = undefined;
-    this.lastUpdated = this.clock();
+    this.lastUpdated = this.date();
   }
 
   syncNode(node: { metadata?: { deletionTimestamp?: Date | string }; spec?: { taints?: { key: string }[] } }): void {
@@ -39,12 +42,12 @@ export class ProxyHealth {
   }
 
   isHealthy(): boolean {
-    return !this.oldestPendingQueued || this.clock().getTime() - this.oldestPendingQueued.getTime() < this.healthTimeoutMs;
+    return !this.oldestPendingQueued || this.clock.now() - this.oldestPendingQueued.getTime() < this.healthTimeoutMs;
   }
 
   /** Status and body of /healthz (with node eligibility) or /livez. */
   respond(path: '/healthz' | '/livez'): { status: number; body: string } {
-    const now = this.clock();
+    const now = this.date();
     const eligible = this.nodeEligible;
     let healthy = this.isHealthy();
     if (path === '/healthz') healthy = healthy && eligible;

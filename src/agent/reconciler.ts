@@ -6,13 +6,14 @@ import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node
 import type { Logger } from 'pino';
 import { flushFlowsTo } from '../datapath/ct-gc.js';
 import type { DatapathMaps } from '../datapath/loader.js';
-import type { ServiceWriter } from '../datapath/writer.js';
+import type { ApplyStats } from '../datapath/writer.js';
 import { FerryError } from '../errors.js';
 import type { EventSink } from '../k8s/events.js';
 import { combine, nodeView, serviceOutcome, slicesByService, type DesiredState, type ServiceOutcome } from '../model/desired.js';
 import { LABEL_SERVICE_NAME, serviceName } from '../model/service.js';
 import type { ProxyHealth, ServiceHealthServers } from './health.js';
 import type { AgentMetrics } from './metrics.js';
+import { systemClock, type Clock, type Timer } from './clock.js';
 
 export const TRIGGER_TIME_ANNOTATION = 'endpoints.kubernetes.io/last-change-trigger-time';
 
@@ -23,9 +24,17 @@ export interface ClusterSource {
   node(): V1Node | undefined;
 }
 
+/** What the reconciler needs of the service writer. */
+export interface FrontendWriter {
+  apply(desired: DesiredState['frontends']): ApplyStats;
+}
+
+/** After a failed sync, the next try comes this much later. */
+export const SYNC_RETRY_MS = 1000;
+
 export interface ReconcilerDeps {
   source: ClusterSource;
-  writer: ServiceWriter;
+  writer: FrontendWriter;
   maps: Pick<DatapathMaps, 'ct4' | 'nat4'>;
   health: ProxyHealth;
   serviceHealth: ServiceHealthServers;
@@ -36,11 +45,14 @@ export interface ReconcilerDeps {
   syncPeriodMs: number;
   extraNodeAddresses: string[];
   nodeName: string;
+  clock?: Clock;
 }
 
 export class Reconciler {
-  private timer: NodeJS.Timeout | undefined;
-  private periodic: NodeJS.Timeout | undefined;
+  private timer: Timer | undefined;
+  private periodic: Timer | undefined;
+  private retry: Timer | undefined;
+  private readonly clock: Clock;
   private lastSyncAt = 0;
   private running: Promise<void> | undefined;
   private pendingServices = 0;
@@ -56,14 +68,16 @@ export class Reconciler {
   last: DesiredState | undefined;
   syncs = 0;
 
-  constructor(private readonly d: ReconcilerDeps) {}
+  constructor(private readonly d: ReconcilerDeps) {
+    this.clock = d.clock ?? systemClock;
+  }
 
   start(): void {
-    this.periodic = setInterval(() => {
+    this.periodic = this.clock.setInterval(() => {
       this.pendingFull = true;
       this.schedule();
     }, this.d.syncPeriodMs);
-    this.periodic.unref();
+    this.periodic.unref?.();
   }
 
   serviceChanged(svc: V1Service): void {
@@ -100,8 +114,8 @@ export class Reconciler {
 
   private schedule(): void {
     if (this.timer || this.stopped) return;
-    const wait = Math.max(0, this.lastSyncAt + this.d.minSyncPeriodMs - Date.now());
-    this.timer = setTimeout(() => {
+    const wait = Math.max(0, this.lastSyncAt + this.d.minSyncPeriodMs - this.clock.now());
+    this.timer = this.clock.setTimeout(() => {
       this.timer = undefined;
       void this.syncNow();
     }, wait);
@@ -137,7 +151,7 @@ export class Reconciler {
       await this.d.serviceHealth.sync(desired.healthChecks);
       this.last = desired;
       this.syncs++;
-      this.lastSyncAt = Date.now();
+      this.lastSyncAt = this.clock.now();
       this.d.health.updated();
       const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
       this.d.metrics.syncDuration.observe(seconds);
@@ -147,7 +161,7 @@ export class Reconciler {
       this.d.metrics.endpointChangesPending.set(this.pendingEndpoints);
       this.d.metrics.noLocalEndpoints.set({ traffic_policy: 'internal' }, desired.noLocalEndpoints.internal);
       this.d.metrics.noLocalEndpoints.set({ traffic_policy: 'external' }, desired.noLocalEndpoints.external);
-      const now = Date.now();
+      const now = this.clock.now();
       for (const t of triggers) this.d.metrics.programmingDuration.observe(Math.max(0, now - t) / 1000);
       this.report(desired);
       if (stats.entriesWritten + stats.entriesDeleted > 0 || flushed.ct + flushed.nat > 0) {
@@ -158,7 +172,12 @@ export class Reconciler {
       this.d.metrics.syncErrors.inc({ code });
       this.d.log.error({ err: e, code }, 'sync failed; will retry');
       this.pendingFull = true; // recompute everything: the failed sync consumed the dirty set
-      setTimeout(() => this.schedule(), 1000).unref();
+      if (this.retry) this.clock.clearTimeout(this.retry);
+      this.retry = this.clock.setTimeout(() => {
+        this.retry = undefined;
+        this.schedule();
+      }, SYNC_RETRY_MS);
+      this.retry.unref?.();
     }
   }
 
@@ -212,8 +231,9 @@ export class Reconciler {
 
   async stop(): Promise<void> {
     this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    if (this.periodic) clearInterval(this.periodic);
+    if (this.timer) this.clock.clearTimeout(this.timer);
+    if (this.retry) this.clock.clearTimeout(this.retry);
+    if (this.periodic) this.clock.clearInterval(this.periodic);
     await this.running;
   }
 }

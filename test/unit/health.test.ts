@@ -1,21 +1,19 @@
 // kube-proxy's health semantics and bodies, with an injected clock.
 import { describe, expect, it } from 'vitest';
 import { ProxyHealth, serviceHealthBody } from '../../src/agent/health.js';
+import { ManualClock } from '../harness/manual-clock.js';
 
-function clock(start = Date.parse('2026-11-30T12:00:00Z')) {
-  let now = start;
-  return { now: () => new Date(now), advance: (ms: number) => (now += ms) };
-}
+const clock = () => new ManualClock(Date.parse('2026-11-30T12:00:00Z'));
 
 describe('proxy health (:10256)', () => {
-  it('is healthy while starting and when synced; unhealthy when a queued update is late', () => {
+  it('is healthy while starting and when synced; unhealthy when a queued update is late', async () => {
     const c = clock();
-    const h = new ProxyHealth(60_000, c.now);
+    const h = new ProxyHealth(60_000, c);
     expect(h.respond('/healthz').status).toBe(200);
     h.queuedUpdate();
-    c.advance(59_000);
+    await c.advance(59_000);
     expect(h.respond('/healthz').status).toBe(200);
-    c.advance(2_000);
+    await c.advance(2_000);
     expect(h.respond('/healthz').status).toBe(503);
     expect(h.respond('/livez').status).toBe(503);
     h.updated();
@@ -24,7 +22,7 @@ describe('proxy health (:10256)', () => {
 
   it('formats bodies as kube-proxy does, with lastUpdated = now when healthy', () => {
     const c = clock();
-    const h = new ProxyHealth(60_000, c.now);
+    const h = new ProxyHealth(60_000, c);
     h.updated();
     expect(h.respond('/healthz').body).toBe('{"lastUpdated": "2026-11-30T12:00:00.000000000Z","currentTime": "2026-11-30T12:00:00.000000000Z", "nodeEligible": true}');
     expect(h.respond('/livez').body).toBe('{"lastUpdated": "2026-11-30T12:00:00.000000000Z","currentTime": "2026-11-30T12:00:00.000000000Z"}');

@@ -1,0 +1,99 @@
+// The reconciler's timing on a manual clock: changes within minSyncPeriod are coalesced
+// into one sync, a failed sync is retried after SYNC_RETRY_MS, the periodic full sync
+// runs every syncPeriod. No wall-clock waits.
+import type { V1Node, V1Service } from '@kubernetes/client-node';
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { ProxyHealth, ServiceHealthServers } from '../../src/agent/health.js';
+import { AgentMetrics } from '../../src/agent/metrics.js';
+import { Reconciler, SYNC_RETRY_MS, type FrontendWriter, type ReconcilerDeps } from '../../src/agent/reconciler.js';
+import type { ApplyStats } from '../../src/datapath/writer.js';
+import type { FrontendSpec } from '../../src/model/frontend.js';
+import { ManualClock } from '../harness/manual-clock.js';
+
+const node: V1Node = { metadata: { name: 'node-1' }, status: { addresses: [{ type: 'InternalIP', address: '10.0.30.21' }] } };
+const svc = (name: string, ip: string): V1Service => ({ metadata: { name, namespace: 'default' }, spec: { type: 'ClusterIP', clusterIP: ip, ports: [{ port: 80, protocol: 'TCP' }] } });
+const noStats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [] };
+
+class RecordingWriter implements FrontendWriter {
+  applied: FrontendSpec[][] = [];
+  failNext = 0;
+  apply(desired: FrontendSpec[]): ApplyStats {
+    this.applied.push(desired);
+    if (this.failNext > 0) {
+      this.failNext--;
+      throw new Error('map full');
+    }
+    return noStats;
+  }
+}
+
+function setup(minSyncPeriodMs: number, syncPeriodMs = 3_600_000) {
+  const clock = new ManualClock();
+  const writer = new RecordingWriter();
+  let services: V1Service[] = [svc('a', '10.96.0.1')];
+  const health = new ProxyHealth(60_000, clock);
+  const r = new Reconciler({
+    source: { services: () => services, service: (ns, n) => services.find((s) => s.metadata?.namespace === ns && s.metadata?.name === n), slices: () => [], node: () => node },
+    writer,
+    // No backend is ever removed here, so the stale-flow flush never touches the maps.
+    maps: {} as ReconcilerDeps['maps'],
+    health,
+    serviceHealth: new ServiceHealthServers(health, '127.0.0.1', () => {}),
+    metrics: new AgentMetrics(),
+    log: pino({ level: 'silent' }),
+    minSyncPeriodMs,
+    syncPeriodMs,
+    extraNodeAddresses: [],
+    nodeName: 'node-1',
+    clock,
+  });
+  return { clock, writer, r, set: (s: V1Service[]) => (services = s) };
+}
+
+describe('reconciler timing', () => {
+  it('coalesces changes within minSyncPeriod into one sync', async () => {
+    const { clock, writer, r, set } = setup(1000);
+    await r.syncNow();
+    expect(writer.applied).toHaveLength(1);
+    const more = [svc('a', '10.96.0.1'), svc('b', '10.96.0.2'), svc('c', '10.96.0.3')];
+    set(more);
+    for (const s of more.slice(1)) r.serviceChanged(s);
+    await clock.advance(999);
+    expect(writer.applied).toHaveLength(1);
+    await clock.advance(1);
+    expect(writer.applied).toHaveLength(2);
+    expect(writer.applied[1]!.map((f) => f.address).sort()).toEqual(['10.96.0.1', '10.96.0.2', '10.96.0.3']);
+    await clock.advance(10_000);
+    expect(writer.applied).toHaveLength(2);
+    await r.stop();
+  });
+
+  it('retries a failed sync after SYNC_RETRY_MS, then goes quiet', async () => {
+    const { clock, writer, r } = setup(0);
+    writer.failNext = 1;
+    await r.syncNow();
+    expect(writer.applied).toHaveLength(1);
+    await clock.advance(SYNC_RETRY_MS - 1);
+    expect(writer.applied).toHaveLength(1);
+    await clock.advance(1);
+    expect(writer.applied).toHaveLength(2);
+    await clock.advance(10 * SYNC_RETRY_MS);
+    expect(writer.applied).toHaveLength(2);
+    await r.stop();
+  });
+
+  it('runs a full sync every syncPeriod, and no timer is left after stop', async () => {
+    const { clock, writer, r } = setup(0, 30_000);
+    await r.syncNow();
+    r.start();
+    await clock.advance(29_999);
+    expect(writer.applied).toHaveLength(1);
+    await clock.advance(1);
+    expect(writer.applied).toHaveLength(2);
+    await clock.advance(30_000);
+    expect(writer.applied).toHaveLength(3);
+    await r.stop();
+    expect(clock.waiting).toBe(0);
+  });
+});
