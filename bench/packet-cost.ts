@@ -1,15 +1,18 @@
 // The cost of a packet in the tc program, from PROG_TEST_RUN's kernel timing: a new flow,
 // an established flow, a reply to an SNATed flow and a DSR packet (the option added), with
-// 1 and with N Services loaded, against an empty tc program.
+// 1 and with N Services loaded, against an empty tc program. The packets are the tests'
+// own fixtures (src/sandbox/fixtures/tc.ts), each checked before it is timed.
 // Run as root: npx tsx bench/packet-cost.ts [--services 100000] [--repeat 20000]
 import { parseArgs } from 'node:util';
+import { join } from 'node:path';
 import type { FrontendSpec } from '../src/model/frontend.js';
+import { defaultObjectsDir } from '../src/datapath/loader.js';
 import { BpfObject } from '../src/ebpf/object.js';
 import { testRun } from '../src/ebpf/test-run.js';
-import { buildPacket, eth, ipv4, tcp } from '../src/packet/build.js';
 import { inNetns } from '../src/sys/netns.js';
-import { NODE_IP, NODE_MAC, OTHER_NODE_MAC, ROUTER_MAC, datapathNode, type DatapathNode } from '../test/harness/datapath-node.js';
-import { bpfObject } from '../test/harness/paths.js';
+import { NODE_IP, datapathNode, type DatapathNode } from '../src/sandbox/datapath-node.js';
+import { TC_SERVICES, fixture } from '../src/sandbox/fixtures/tc.js';
+import { runFixture, type PacketFixture } from '../src/sandbox/packet-fixture.js';
 import { skbContext } from '../src/ebpf/skb-context.js';
 import { serviceMapSizes } from './map-sizes.js';
 import { barChart } from './plot.js';
@@ -20,40 +23,36 @@ const MANY = Number(values.services ?? 100_000);
 const RUNS = 5; // repeated runs per case: the median and the spread come from these
 const REPEAT = Number(values.repeat ?? 20_000);
 
-const target: FrontendSpec[] = [
-  { address: NODE_IP, port: 30080, proto: 'TCP', kind: 'NodePort', backends: [{ address: '10.244.1.5', port: 8080, local: true }] },
-  { address: NODE_IP, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: '10.244.2.7', port: 8080, local: false }] },
-  { address: NODE_IP, port: 30082, proto: 'TCP', kind: 'NodePort', forwarding: 'dsr', backends: [{ address: '10.244.2.7', port: 8080, local: false }] },
-];
 const filler = (n: number): FrontendSpec[] =>
   Array.from({ length: n }, (_, i) => ({ address: `10.${100 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}`, port: 80, proto: 'TCP' as const, kind: 'ExternalIP' as const, backends: [{ address: `10.244.2.${(i % 200) + 10}`, port: 8080, local: false }] }));
-
-const syn = (dport: number, sport = 40000) => buildPacket([eth({ src: ROUTER_MAC, dst: NODE_MAC }), ipv4({ src: '10.0.10.2', dst: NODE_IP }), tcp({ sport, dport, flags: 'S' })]);
-const ack = (dport: number) => buildPacket([eth({ src: ROUTER_MAC, dst: NODE_MAC }), ipv4({ src: '10.0.10.2', dst: NODE_IP }), tcp({ sport: 40000, dport, flags: 'A' })]);
 
 /** New flows: single runs with conntrack emptied before each, in RUNS batches of 400. */
 function singleRuns(run: () => number): Stat {
   return stat(Array.from({ length: RUNS }, () => median(Array.from({ length: 400 }, run))));
 }
 
+/** The fixture, checked once on a clean state (setup included), then its input timed. */
+function timed(node: DatapathNode, id: string): PacketFixture {
+  const f = fixture(id);
+  node.flushState();
+  const out = runFixture(node, f);
+  if (!out.ok) throw new Error(`fixture ${id} does not hold: ${out.problems.join('; ')}`);
+  return f;
+}
+
 function measure(node: DatapathNode, services: number): Record<string, Stat> {
   const run = (data: Buffer, repeat: number) => node.run('tc_ingress', data, repeat).durationNs;
-  const repeated = (data: Buffer) => stat(Array.from({ length: RUNS }, () => run(data, REPEAT)));
+  const repeated = (f: PacketFixture) => stat(Array.from({ length: RUNS }, () => run(f.input, REPEAT)));
   const out: Record<string, Stat> = {};
+  const fresh = timed(node, 'nodeport-local');
   out['new flow, local backend'] = singleRuns(() => {
-    node.dp.maps.ct4.delete({ saddr: '10.0.10.2', daddr: NODE_IP, sport: 40000, dport: 30080, proto: 6 });
-    return run(syn(30080), 1);
+    node.dp.maps.ct4.delete({ saddr: '10.0.10.2', daddr: NODE_IP, sport: 62000, dport: 30080, proto: 6 });
+    return run(fresh.input, 1);
   });
-  node.flushState();
-  run(syn(30080), 1);
-  out['established flow, local backend'] = repeated(ack(30080));
-  node.flushState();
-  const first = node.run('tc_ingress', syn(30081), 1);
-  const natPort = first.data.readUInt16BE(14 + 20); // the SNAT source port chosen
-  const reply = buildPacket([eth({ src: OTHER_NODE_MAC, dst: NODE_MAC }), ipv4({ src: '10.244.2.7', dst: NODE_IP }), tcp({ sport: 8080, dport: natPort, flags: 'A' })]);
-  out['established flow, remote backend (SNAT)'] = repeated(ack(30081));
-  out['reply to an SNATed flow'] = repeated(reply);
-  out['DSR SYN, flow in conntrack (IPv4 option added)'] = repeated(syn(30082));
+  out['established flow, local backend'] = repeated(timed(node, 'nodeport-local-established'));
+  out['established flow, remote backend (SNAT)'] = repeated(timed(node, 'nodeport-remote-established'));
+  out['reply to an SNATed flow'] = repeated(timed(node, 'snat-reply'));
+  out['DSR SYN, flow in conntrack (IPv4 option added)'] = repeated(timed(node, 'dsr-annotated-established'));
   progress(`${services} Services measured\n`);
   return out;
 }
@@ -61,19 +60,20 @@ function measure(node: DatapathNode, services: number): Record<string, Stat> {
 async function main(): Promise<void> {
   // An ExternalIP frontend takes a master entry and a slot in each lookup scope.
   const node = await datapathNode({ mapSizes: serviceMapSizes(4 * MANY, 2 * MANY) });
-  const empty = BpfObject.open(bpfObject('tests/empty'));
+  const empty = BpfObject.open(join(defaultObjectsDir(), 'tests', 'empty.bpf.o'));
   try {
     empty.load();
     const ctx = skbContext({ ifindex: node.ifindex });
-    const emptyRun = (repeat: number) => inNetns(node.host.netns, () => testRun(empty.program('pass'), { data: syn(30080), ctx, repeat }).durationNs);
+    const packet = fixture('nodeport-local').input;
+    const emptyRun = (repeat: number) => inNetns(node.host.netns, () => testRun(empty.program('pass'), { data: packet, ctx, repeat }).durationNs);
     const baseline = stat(Array.from({ length: RUNS }, () => emptyRun(REPEAT)));
     // Single runs carry a fixed cost (cold cache, timer granularity): the new-flow row is
     // compared against the empty program measured the same way.
     const baselineSingle = singleRuns(() => emptyRun(1));
-    node.writer.apply(target);
+    node.writer.apply(TC_SERVICES);
     const one = measure(node, 1);
     const t0 = Date.now();
-    node.writer.apply([...filler(MANY), ...target]);
+    node.writer.apply([...filler(MANY), ...TC_SERVICES]);
     const loadMs = Date.now() - t0;
     const many = measure(node, MANY);
     const rows = Object.keys(one).map((k) => ({ case: k, one: one[k]!, many: many[k]!, base: k.startsWith('new flow') ? baselineSingle : baseline }));

@@ -4,7 +4,8 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, release, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
-import { REPO_ROOT } from '../test/harness/paths.js';
+
+const REPO_ROOT = resolve(import.meta.dirname, '..');
 
 /** Where results go: FERRY_BENCH_RESULTS (relative to the repository), else bench/results/tmp/. */
 export const RESULTS_DIR = resolve(REPO_ROOT, process.env.FERRY_BENCH_RESULTS ?? join('bench', 'results', 'tmp'));

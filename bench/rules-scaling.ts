@@ -6,7 +6,7 @@
 // structure is stated in bench/README.md.
 // Run as root: npx tsx bench/rules-scaling.ts [--services 1,1000,10000] [--count 1000] [--repeat 3] [--nft-max 30000]
 import { parseArgs } from 'node:util';
-import { MiniCluster, WORKLOADS, type TestService } from '../test/harness/mini-cluster.js';
+import { MiniCluster, WORKLOADS, type TestService } from '../src/sandbox/mini-cluster.js';
 import type { Host } from '../src/sandbox/netns/testbed.js';
 import { TARGET_IP, clusterIP, iptablesRules, nftRules } from './kube-proxy-rules.js';
 import { serviceMapSizes } from './map-sizes.js';

@@ -4,13 +4,12 @@
 // conntrack GC. On stop it leaves the datapath running for the next agent.
 import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { CoreV1Api, DiscoveryV1Api, type V1EndpointSlice, type V1Node, type V1Service } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
 import { collectConntrack } from '../datapath/ct-gc.js';
 import { DropReason, Stat } from '../datapath/layouts.js';
-import { Datapath } from '../datapath/loader.js';
+import { Datapath, defaultObjectsDir } from '../datapath/loader.js';
 import { ServiceWriter } from '../datapath/writer.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { kubeConfig } from '../k8s/client.js';
@@ -21,11 +20,6 @@ import type { AgentConfig } from './config.js';
 import { ProxyHealth, ServiceHealthServers, parseHostPort, startProxyHealthServer } from './health.js';
 import { AgentMetrics } from './metrics.js';
 import { Reconciler } from './reconciler.js';
-
-/** Where the compiled BPF objects ship: build/bpf next to dist/. */
-export function defaultObjectsDir(): string {
-  return join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'build', 'bpf');
-}
 
 export function agentLogger(level: string): Logger {
   return pino({ level, base: { component: 'ferry-agent' } });

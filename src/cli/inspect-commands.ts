@@ -6,7 +6,7 @@ import { dumpKeysHex, dumpMap, flushConntrack, listFlows, listFrontends, listMap
 import { explain } from '../datapath/explain.js';
 import { watchEvents, type DatapathEvent, type EventKind } from '../datapath/monitor.js';
 import { attachedPrograms } from '../datapath/attachments.js';
-import { defaultObjectsDir } from '../agent/agent.js';
+import { defaultObjectsDir } from '../datapath/loader.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { table } from './table.js';
 

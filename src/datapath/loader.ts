@@ -1,7 +1,8 @@
 // Load the datapath objects (tc and sock) with this node's settings, share their maps
 // through pins, and attach them. The maps handed out here are the only way to write them.
 import { renameSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { BpfMap } from '../ebpf/map.js';
 import { BpfObject } from '../ebpf/object.js';
 import { attachCgroup, type CgroupTarget } from '../ebpf/link-cgroup.js';
@@ -47,6 +48,11 @@ export const DEFAULT_MAP_SIZES: MapSizes = {
  * connections would otherwise be taken for a reply to an SNATed flow.
  */
 export const DEFAULT_SNAT_PORTS = { min: 61000, max: 65535 } as const;
+
+/** Where the compiled BPF objects ship: build/bpf beside dist/. */
+export function defaultObjectsDir(): string {
+  return join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'build', 'bpf');
+}
 
 /** Where the tc program's .rodata (the node's datapath settings) is pinned. */
 export const RODATA_PIN = 'tc_rodata';

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { collectConntrack, monotonicNs } from '../../src/datapath/ct-gc.js';
 import { CtFlags } from '../../src/datapath/layouts.js';
 import { buildPacket, eth, ipv4, tcp, udp } from '../../src/packet/build.js';
-import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../harness/datapath-node.js';
+import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { describeWith } from '../harness/requirements.js';
 
 let node: DatapathNode;

@@ -8,8 +8,8 @@ import { ReferenceModel, serviceKey, type Decision, type ServiceTables, type Tup
 import type { FrontendSpec } from '../../src/model/frontend.js';
 import { buildPacket, eth, ipv4, tcp, udp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
-import { TcVerdict } from '../harness/fixture.js';
-import { NODE_IP, NODE_MAC, ROUTER_MAC, datapathNode, total, type DatapathNode } from '../harness/datapath-node.js';
+import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
+import { NODE_IP, NODE_MAC, ROUTER_MAC, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { describeWith } from '../harness/requirements.js';
 
 const PACKETS = Number(process.env.FERRY_DIFF_PACKETS ?? 100_000);

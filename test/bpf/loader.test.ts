@@ -4,7 +4,7 @@ import { ErrorCode, FerryError } from '../../src/errors.js';
 import { BpfObject } from '../../src/ebpf/object.js';
 import { testRun } from '../../src/ebpf/test-run.js';
 import { buildPacket, eth, icmp, ipv4, tcp } from '../../src/packet/build.js';
-import { TcVerdict, expectFixture } from '../harness/fixture.js';
+import { TcVerdict, expectProgram } from '../../src/sandbox/packet-fixture.js';
 import { bpfObject } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
 import { counterCodec } from './codecs.js';
@@ -25,8 +25,8 @@ describeWith(['root'], 'loading BPF objects', () => {
       obj.load();
       const prog = obj.program('count_packets');
       const counter = obj.map('pkt_counter', u32Codec, counterCodec);
-      expectFixture(prog, { description: 'ICMP echo is counted and passed on', input: ping, expect: { verdict: TcVerdict.OK } });
-      expectFixture(prog, { description: 'TCP is passed on, not counted', input: syn, expect: { verdict: TcVerdict.OK } });
+      expectProgram(prog, { description: 'ICMP echo is counted and passed on', input: ping, expect: { verdict: TcVerdict.OK } });
+      expectProgram(prog, { description: 'TCP is passed on, not counted', input: syn, expect: { verdict: TcVerdict.OK } });
       expect(sum(counter.lookupPerCpu(0)!)).toEqual({ packets: 1n, bytes: BigInt(ping.length) });
     } finally {
       obj.close();

@@ -10,8 +10,8 @@ import { AgentMetrics } from '../../src/agent/metrics.js';
 import { Reconciler } from '../../src/agent/reconciler.js';
 import { buildPacket, eth, ipv4, udp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
-import { TcVerdict } from '../harness/fixture.js';
-import { NODE_IP, datapathNode, type DatapathNode } from '../harness/datapath-node.js';
+import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
+import { NODE_IP, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { describeWith } from '../harness/requirements.js';
 
 let node: DatapathNode;

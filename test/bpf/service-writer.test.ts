@@ -7,8 +7,8 @@ import { ServiceWriter, type ServiceMaps } from '../../src/datapath/writer.js';
 import { ErrorCode, FerryError } from '../../src/errors.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
-import { TcVerdict } from '../harness/fixture.js';
-import { NODE_IP, datapathNode, type DatapathNode } from '../harness/datapath-node.js';
+import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
+import { NODE_IP, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { describeWith } from '../harness/requirements.js';
 
 let node: DatapathNode;

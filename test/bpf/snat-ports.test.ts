@@ -4,8 +4,8 @@ import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { CtFlags } from '../../src/datapath/layouts.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
-import { TcVerdict } from '../harness/fixture.js';
-import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../harness/datapath-node.js';
+import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
+import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { describeWith } from '../harness/requirements.js';
 
 const REMOTE_POD = '10.244.2.5';

@@ -11,7 +11,7 @@ import { mapSpecs } from '../../src/datapath/layouts.js';
 import type { Sandbox } from '../../src/sandbox/sandbox.js';
 import { agentCluster, applyObject, podWith, sliceFor } from '../harness/agent-cluster.js';
 import { eventually } from '../harness/wait.js';
-import { WORKLOADS } from '../harness/mini-cluster.js';
+import { WORKLOADS } from '../../src/sandbox/mini-cluster.js';
 import { describeWith } from '../harness/requirements.js';
 
 let c: Sandbox;

@@ -4,7 +4,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { PodInfo } from '../../src/sandbox/network.js';
-import { MiniCluster } from '../harness/mini-cluster.js';
+import { MiniCluster } from '../../src/sandbox/mini-cluster.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
 

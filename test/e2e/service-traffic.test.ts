@@ -6,7 +6,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
 import type { PodInfo } from '../../src/sandbox/network.js';
 import { startWorkloads } from '../../src/sandbox/workloads/spawn.js';
-import { MiniCluster, WORKLOADS, type TestService } from '../harness/mini-cluster.js';
+import { MiniCluster, WORKLOADS, type TestService } from '../../src/sandbox/mini-cluster.js';
 import { describeWith } from '../harness/requirements.js';
 
 let c: MiniCluster;

@@ -3,15 +3,16 @@
 // the datapath loaded with its maps pinned in a per-run bpffs directory.
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { Datapath, type DatapathConfig } from '../../src/datapath/loader.js';
-import { ServiceWriter } from '../../src/datapath/writer.js';
-import { ifindexOf } from '../../src/ebpf/link-tc.js';
-import type { Program } from '../../src/ebpf/object.js';
-import { testRun, type TestRunResult } from '../../src/ebpf/test-run.js';
-import { Testbed, type Host } from '../../src/sandbox/netns/testbed.js';
-import { inNetns } from '../../src/sys/netns.js';
-import { REPO_ROOT } from './paths.js';
-import { skbContext } from './skb.js';
+import { DropReason, Stat } from '../datapath/layouts.js';
+import { Datapath, defaultObjectsDir, type DatapathConfig } from '../datapath/loader.js';
+import type { FixtureTarget, TcProgram } from './packet-fixture.js';
+import { ServiceWriter } from '../datapath/writer.js';
+import { ifindexOf } from '../ebpf/link-tc.js';
+import type { Program } from '../ebpf/object.js';
+import { testRun, type TestRunResult } from '../ebpf/test-run.js';
+import { Testbed, type Host } from './netns/testbed.js';
+import { inNetns } from '../sys/netns.js';
+import { skbContext } from '../ebpf/skb-context.js';
 
 export const NODE_IP = '10.0.30.21';
 export const OTHER_NODE_IP = '10.0.30.22';
@@ -23,14 +24,14 @@ export const CLIENT_IP = '10.0.10.2';
 export const LOCAL_POD_CIDR = '10.244.1.0/24';
 export const REMOTE_POD_CIDR = '10.244.2.0/24';
 
-export interface DatapathNode {
+export interface DatapathNode extends FixtureTarget {
   tb: Testbed;
   host: Host;
   dp: Datapath;
   writer: ServiceWriter;
   ifindex: number;
   pinDir: string;
-  run(prog: 'tc_ingress' | 'tc_egress', data: Buffer, repeat?: number): TestRunResult;
+  run(prog: TcProgram, data: Buffer, repeat?: number): TestRunResult;
   program(name: string): Program;
   /** Empty conntrack and NAT, and zero the counters. */
   flushState(): void;
@@ -53,7 +54,7 @@ export async function datapathNode(cfg: Partial<DatapathConfig> = {}): Promise<D
     await tb.route(host, REMOTE_POD_CIDR, OTHER_NODE_IP);
     await host.execOk(['sysctl', '-qw', 'net.ipv4.ip_forward=1']);
     mkdirSync(pinDir);
-    dp = Datapath.load({ objectsDir: join(REPO_ROOT, 'build', 'bpf'), pinDir, snatIPv4: NODE_IP, hashSeed: 0x5eed, ...cfg });
+    dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: NODE_IP, hashSeed: 0x5eed, ...cfg });
     const d = dp;
     const writer = new ServiceWriter(d.maps, { maglevTableSize: d.maglevTableSize });
     const ifindex = inNetns(host.netns, () => ifindexOf('eth0'));
@@ -62,6 +63,12 @@ export async function datapathNode(cfg: Partial<DatapathConfig> = {}): Promise<D
       tb, host, dp: d, writer, ifindex, pinDir,
       program: (name) => d.tc.program(name),
       run: (prog, data, repeat) => inNetns(host.netns, () => testRun(d.tc.program(prog), { data, ctx, repeat })),
+      counter: (name) => {
+        const stat = (Stat as Record<string, number>)[name];
+        const drop = (DropReason as Record<string, number>)[name];
+        if (stat === undefined && drop === undefined) throw new Error(`no counter ${name}`);
+        return total(d, stat !== undefined ? 'ferry_stats' : 'ferry_drops', stat ?? drop!);
+      },
       flushState: () => {
         d.maps.ct4.deleteBatch([...d.maps.ct4.keys()]);
         d.maps.nat4.deleteBatch([...d.maps.nat4.keys()]);

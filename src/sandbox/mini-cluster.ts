@@ -5,15 +5,14 @@
 // real one is the model's job.
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { Datapath, type MapSizes } from '../../src/datapath/loader.js';
-import type { FrontendSpec } from '../../src/model/frontend.js';
-import { ServiceWriter } from '../../src/datapath/writer.js';
-import type { ProtoName } from '../../src/model/frontend.js';
-import { Testbed } from '../../src/sandbox/netns/testbed.js';
-import { startWorkloads, type Workload } from '../../src/sandbox/workloads/spawn.js';
-import { ClusterNetwork, type NodeInfo, type PodInfo } from '../../src/sandbox/network.js';
-import { inNetns } from '../../src/sys/netns.js';
-import { REPO_ROOT } from './paths.js';
+import { Datapath, defaultObjectsDir, type MapSizes } from '../datapath/loader.js';
+import type { FrontendSpec } from '../model/frontend.js';
+import { ServiceWriter } from '../datapath/writer.js';
+import type { ProtoName } from '../model/frontend.js';
+import { Testbed } from './netns/testbed.js';
+import { startWorkloads, type Workload } from './workloads/spawn.js';
+import { ClusterNetwork, type NodeInfo, type PodInfo } from './network.js';
+import { inNetns } from '../sys/netns.js';
 
 export interface TestService {
   clusterIP: string;
@@ -30,7 +29,7 @@ export interface ClusterNode extends NodeInfo {
   pinDir: string;
 }
 
-export { WORKLOADS_BIN as WORKLOADS } from '../../src/sandbox/workloads/spawn.js';
+export { WORKLOADS_BIN as WORKLOADS } from './workloads/spawn.js';
 
 export class MiniCluster {
   readonly nodes: ClusterNode[] = [];
@@ -48,7 +47,7 @@ export class MiniCluster {
       for (const n of net.nodes) {
         const pinDir = join('/sys/fs/bpf', `${tb.prefix}-${n.name}`);
         mkdirSync(pinDir);
-        const dp = Datapath.load({ objectsDir: join(REPO_ROOT, 'build', 'bpf'), pinDir, snatIPv4: n.ip, hashSeed: 7, ...(opts.mapSizes ? { mapSizes: opts.mapSizes } : {}) });
+        const dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: n.ip, hashSeed: 7, ...(opts.mapSizes ? { mapSizes: opts.mapSizes } : {}) });
         c.nodes.push({ ...n, dp, writer: new ServiceWriter(dp.maps), pinDir });
         inNetns(n.host.netns, () => dp.attachDevice(n.device));
         dp.attachCgroup({ path: n.host.cgroup, expect: 'subtree' });

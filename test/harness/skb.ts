@@ -1,1 +1,0 @@
-export { skbContext } from '../../src/ebpf/skb-context.js';
