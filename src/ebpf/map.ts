@@ -49,7 +49,7 @@ export function mapInfoByFd(fd: number): MapInfo {
 }
 
 export interface MapOptions {
-  /** The setting that resizes this map, named in "map full" errors: `--map-size-services`. */
+  /** The setting that resizes this map, named in "map full" errors: `mapSizes.services`. */
   sizeSetting?: string | undefined;
   /** Close the FD with the map (true for FDs this map opened itself). */
   ownsFd: boolean;

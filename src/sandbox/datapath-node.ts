@@ -3,7 +3,8 @@
 // the datapath loaded with its maps pinned in a per-run bpffs directory.
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { DropReason, Stat } from '../datapath/layouts.js';
+import { counterTotal, resetCounters } from '../datapath/counters.js';
+import { clearConntrack } from '../datapath/ct-gc.js';
 import { Datapath, defaultObjectsDir, type DatapathConfig } from '../datapath/loader.js';
 import type { FixtureTarget, TcProgram } from './packet-fixture.js';
 import { ServiceWriter } from '../datapath/writer.js';
@@ -63,18 +64,10 @@ export async function datapathNode(cfg: Partial<DatapathConfig> = {}): Promise<D
       tb, host, dp: d, writer, ifindex, pinDir,
       program: (name) => d.tc.program(name),
       run: (prog, data, repeat) => inNetns(host.netns, () => testRun(d.tc.program(prog), { data, ctx, repeat })),
-      counter: (name) => {
-        const stat = (Stat as Record<string, number>)[name];
-        const drop = (DropReason as Record<string, number>)[name];
-        if (stat === undefined && drop === undefined) throw new Error(`no counter ${name}`);
-        return total(d, stat !== undefined ? 'ferry_stats' : 'ferry_drops', stat ?? drop!);
-      },
+      counter: (name) => counterTotal(d.maps, name).packets,
       flushState: () => {
-        d.maps.ct4.deleteBatch([...d.maps.ct4.keys()]);
-        d.maps.nat4.deleteBatch([...d.maps.nat4.keys()]);
-        const zero = { packets: 0n, bytes: 0n };
-        for (let i = 0; i < d.maps.ferry_stats.maxEntries; i++) d.maps.ferry_stats.update(i, zero);
-        for (let i = 0; i < d.maps.ferry_drops.maxEntries; i++) d.maps.ferry_drops.update(i, zero);
+        clearConntrack(d.maps);
+        resetCounters(d.maps);
       },
       close: async () => {
         d.close();

@@ -64,7 +64,7 @@ describeWith(['root'], 'typed maps', () => {
 
   it('makes a full map an explicit error that names the setting to raise', () => {
     withMaps((obj) => {
-      const small = obj.map('test_small', flowKeyCodec, flowValueCodec, '--map-size-test');
+      const small = obj.map('test_small', flowKeyCodec, flowValueCodec, 'mapSizes.test');
       for (let i = 0; i < 4; i++) small.update(key(i), value(i));
       let err: FerryError | undefined;
       try {
@@ -73,7 +73,7 @@ describeWith(['root'], 'typed maps', () => {
         err = e as FerryError;
       }
       expect(err?.code).toBe(ErrorCode.MapFull);
-      expect(err?.message).toBe('update map test_small: map is full (4 entries) (raise --map-size-test)');
+      expect(err?.message).toBe('update map test_small: map is full (4 entries) (raise mapSizes.test)');
       expect(() => small.updateBatch([[key(5), value(5)]])).toThrow(/map is full/);
     });
   });
