@@ -81,7 +81,6 @@ static __always_inline int tc_egress_packet(struct __sk_buff *skb)
 	struct pkt4 p;
 	struct ct4_key k;
 	struct nat4_entry *nat;
-	__u8 flags;
 
 	if (parse_ipv4(skb, &p) != PARSE_OK || p.fragment)
 		return TC_ACT_OK;
@@ -98,28 +97,7 @@ static __always_inline int tc_egress_packet(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	}
 
-	/* A reply from a local backend: it leaves as the frontend. */
-	flags = ct_flags_after(&p, nat->flags | CT_F_SEEN_REPLY);
-	nat->flags = flags;
-	nat->expires_ns = bpf_ktime_get_ns() + ct_lifetime_ns(p.proto, flags);
-	nat->packets++;
-	nat->bytes += p.len;
-	{
-		struct ct4_key fwd;
-		struct ct4_entry *ct;
-
-		ct4_key_of_binding(nat, p.proto, &fwd);
-		ct = bpf_map_lookup_elem(&ct4, &fwd);
-
-		if (ct) {
-			ct->flags |= flags & CT_REPLY_STATE;
-			ct->expires_ns = nat->expires_ns;
-		}
-	}
-	if (nat4_rewrite_endpoint(skb, &p, NAT_SRC, nat->frontend_addr, nat->frontend_port) < 0)
-		return count_drop(DROP_CSUM_FAILED, p.len);
-	count_stat(STAT_REPLY_LOCAL, p.len);
-	return TC_ACT_OK;
+	return nodeport_reply_local(skb, &p, nat);
 }
 
 SEC("tc")

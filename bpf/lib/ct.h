@@ -79,4 +79,24 @@ static __always_inline void ct4_key_of_binding(const struct nat4_entry *nat, __u
 	k->pad[2] = 0;
 }
 
+/* A reply passed through its binding: the binding and the client's conntrack entry learn
+ * what it says (seen a reply, closing, reset) and live on. */
+static __always_inline void ct4_track_reply(const struct pkt4 *p, struct nat4_entry *nat)
+{
+	__u8 flags = ct_flags_after(p, nat->flags | CT_F_SEEN_REPLY);
+	struct ct4_key fwd;
+	struct ct4_entry *ct;
+
+	nat->flags = flags;
+	nat->expires_ns = bpf_ktime_get_ns() + ct_lifetime_ns(p->proto, flags);
+	nat->packets++;
+	nat->bytes += p->len;
+	ct4_key_of_binding(nat, p->proto, &fwd);
+	ct = bpf_map_lookup_elem(&ct4, &fwd);
+	if (ct) {
+		ct->flags |= flags & CT_REPLY_STATE;
+		ct->expires_ns = nat->expires_ns;
+	}
+}
+
 #endif

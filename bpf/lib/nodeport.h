@@ -46,31 +46,34 @@ static __always_inline int use_dsr(const struct lb4_service *svc, __u8 proto)
 	return forwarding_mode == FWD_MODE_HYBRID && proto == IPPROTO_TCP;
 }
 
+/* Rewrite both ends of a packet that leaves this node again and send it on: TTL down,
+ * counted, redirected to the next hop towards its new destination. */
+static __always_inline int nat4_forward(struct __sk_buff *skb, const struct pkt4 *p, __be32 daddr, __be16 dport,
+					__be32 saddr, __be16 sport, __u32 stat)
+{
+	if (nat4_rewrite_endpoint(skb, p, NAT_DST, daddr, dport) < 0 ||
+	    nat4_rewrite_endpoint(skb, p, NAT_SRC, saddr, sport) < 0 ||
+	    ipv4_dec_ttl(skb, p) < 0)
+		return count_drop(DROP_CSUM_FAILED, p->len);
+	count_stat(stat, p->len);
+	return fib_redirect4(skb, saddr, daddr);
+}
+
 /* A reply from a remote backend to an SNATed flow: restore client and frontend. */
 static __always_inline int nodeport_reply_remote(struct __sk_buff *skb, const struct pkt4 *p, struct nat4_entry *nat)
 {
-	__u64 now = bpf_ktime_get_ns();
-	struct ct4_key fwd;
-	struct ct4_entry *ct;
-	__u8 flags = ct_flags_after(p, nat->flags | CT_F_SEEN_REPLY);
+	ct4_track_reply(p, nat);
+	return nat4_forward(skb, p, nat->client_addr, nat->client_port, nat->frontend_addr, nat->frontend_port, STAT_REPLY_REMOTE);
+}
 
-	ct4_key_of_binding(nat, p->proto, &fwd);
-	ct = bpf_map_lookup_elem(&ct4, &fwd);
-
-	nat->flags = flags;
-	nat->expires_ns = now + ct_lifetime_ns(p->proto, flags);
-	nat->packets++;
-	nat->bytes += p->len;
-	if (ct) {
-		ct->flags |= flags & CT_REPLY_STATE;
-		ct->expires_ns = nat->expires_ns;
-	}
-	if (nat4_rewrite_endpoint(skb, p, NAT_DST, nat->client_addr, nat->client_port) < 0 ||
-	    nat4_rewrite_endpoint(skb, p, NAT_SRC, nat->frontend_addr, nat->frontend_port) < 0 ||
-	    ipv4_dec_ttl(skb, p) < 0)
+/* A reply from a local backend (tc egress): it leaves as the frontend. */
+static __always_inline int nodeport_reply_local(struct __sk_buff *skb, const struct pkt4 *p, struct nat4_entry *nat)
+{
+	ct4_track_reply(p, nat);
+	if (nat4_rewrite_endpoint(skb, p, NAT_SRC, nat->frontend_addr, nat->frontend_port) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
-	count_stat(STAT_REPLY_REMOTE, p->len);
-	return fib_redirect4(skb, nat->frontend_addr, nat->client_addr);
+	count_stat(STAT_REPLY_LOCAL, p->len);
+	return TC_ACT_OK;
 }
 
 /* Keep a flow's reply binding alive, or restore it after LRU eviction. */
@@ -185,12 +188,7 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 		count_stat(STAT_FWD_LOCAL, p->len);
 		return TC_ACT_OK; /* the stack routes it to the pod */
 	}
-	if (nat4_rewrite_endpoint(skb, p, NAT_DST, b->address, b->port) < 0 ||
-	    nat4_rewrite_endpoint(skb, p, NAT_SRC, ct->nat_addr, ct->nat_port) < 0 ||
-	    ipv4_dec_ttl(skb, p) < 0)
-		return count_drop(DROP_CSUM_FAILED, p->len);
-	count_stat(STAT_FWD_REMOTE, p->len);
-	return fib_redirect4(skb, ct->nat_addr, b->address);
+	return nat4_forward(skb, p, b->address, b->port, ct->nat_addr, ct->nat_port, STAT_FWD_REMOTE);
 }
 
 #endif

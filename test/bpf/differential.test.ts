@@ -11,6 +11,7 @@ import { decodePacket } from '../../src/packet/decode.js';
 import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
 import { NODE_IP, NODE_MAC, ROUTER_MAC, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { describeWith } from '../harness/requirements.js';
+import { rng } from '../harness/rng.js';
 
 const PACKETS = Number(process.env.FERRY_DIFF_PACKETS ?? 100_000);
 const ROUNDS = 10;
@@ -18,18 +19,6 @@ const SEED = Number(process.env.FERRY_DIFF_SEED ?? Date.now() % 2 ** 31);
 const MAGLEV = 1021;
 const SNAT_MIN = DEFAULT_SNAT_PORTS.min;
 const SNAT_MAX = DEFAULT_SNAT_PORTS.max;
-
-/** mulberry32: small, fast, seedable. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function randomTable(r: () => number): FrontendSpec[] {
   const int = (n: number) => Math.floor(r() * n);

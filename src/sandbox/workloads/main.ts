@@ -10,6 +10,11 @@
 //                                  connect/close N times, print p50/p90/p99 in microseconds;
 //                                  --reset closes with a reset (no TIME_WAIT left behind)
 //   tcp-echo --port P              TCP echo server
+//   connect-probe --targets IP:PORT/tcp|udp,... [--listen-loopback]
+//                                  connect() to each target in turn and print one JSON line
+//                                  each: {target, result: "ok" or the errno code}; with
+//                                  --listen-loopback, listens on every 127.0.0.1 target
+//                                  first, so an untouched loopback connect succeeds
 //   rr --to IP:PORT --seconds S [--udp] [--new-connection] [--size N]
 //                                  request/response for S seconds (netperf's TCP_RR,
 //                                  TCP_CRR, UDP_RR): print the count and p50/p90/p99 in µs
@@ -224,6 +229,54 @@ async function requestResponse(to: { host: string; port: number }, seconds: numb
   process.stdout.write(`${JSON.stringify({ count: samples.length, failures, seconds, p50: q(0.5), p90: q(0.9), p99: q(0.99), max: samples[samples.length - 1] ?? NaN, over100ms: samples.filter((x) => x > 100_000).length })}\n`);
 }
 
+/** What connect() says for each target: the socket hooks' decision, read off errno. */
+async function connectProbe(targets: string[], listenLoopback: boolean): Promise<void> {
+  const parsed = targets.map((t) => {
+    const m = /^(.+):(\d+)\/(tcp|udp)$/.exec(t);
+    if (!m) throw new Error(`--targets wants IP:PORT/tcp|udp, got ${t}`);
+    return { t, host: m[1]!, port: Number(m[2]), proto: m[3] as 'tcp' | 'udp' };
+  });
+  const servers: Array<{ close(): void }> = [];
+  if (listenLoopback) {
+    const seen = new Set<string>();
+    for (const x of parsed) {
+      const key = `${x.host}:${x.port}/${x.proto}`;
+      if (!x.host.startsWith('127.') || seen.has(key)) continue;
+      seen.add(key);
+      if (x.proto === 'tcp') {
+        const srv = createTcpServer((c) => c.destroy());
+        await new Promise<void>((ok, fail) => srv.once('error', fail).listen(x.port, x.host, () => ok()));
+        servers.push(srv);
+      }
+    }
+  }
+  for (const x of parsed) {
+    const result = await new Promise<string>((resolve) => {
+      if (x.proto === 'udp') {
+        // dgram's connect callback gets the error, if any.
+        const sock = createSocket('udp4');
+        sock.connect(x.port, x.host, (e?: NodeJS.ErrnoException) => {
+          sock.close();
+          resolve(e ? (e.code ?? e.message) : 'ok');
+        });
+        return;
+      }
+      const c = connect({ host: x.host, port: x.port });
+      c.once('connect', () => {
+        c.destroy();
+        resolve('ok');
+      });
+      c.once('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
+      c.setTimeout(2000, () => {
+        c.destroy();
+        resolve('ETIMEDOUT');
+      });
+    });
+    process.stdout.write(`${JSON.stringify({ target: x.t, result })}\n`);
+  }
+  for (const s of servers) s.close();
+}
+
 async function main(): Promise<void> {
   const [cmd, ...rest] = process.argv.slice(2);
   const { values } = parseArgs({
@@ -231,7 +284,7 @@ async function main(): Promise<void> {
     options: {
       port: { type: 'string' }, name: { type: 'string' }, to: { type: 'string' }, connected: { type: 'boolean' },
       size: { type: 'string' }, count: { type: 'string' }, seconds: { type: 'string' }, udp: { type: 'boolean' },
-      'new-connection': { type: 'boolean' }, reset: { type: 'boolean' },
+      'new-connection': { type: 'boolean' }, reset: { type: 'boolean' }, targets: { type: 'string' }, 'listen-loopback': { type: 'boolean' },
     },
   });
   switch (cmd) {
@@ -247,6 +300,8 @@ async function main(): Promise<void> {
       return connectLatency(target(values.to), Number(values.count ?? 100), Boolean(values.reset));
     case 'tcp-echo':
       return tcpEcho(Number(values.port ?? 7));
+    case 'connect-probe':
+      return connectProbe((values.targets ?? '').split(',').filter(Boolean), Boolean(values['listen-loopback']));
     case 'rr':
       return requestResponse(target(values.to), Number(values.seconds ?? 2), Number(values.size ?? 64), values.udp ? 'udp' : values['new-connection'] ? 'tcp-new' : 'tcp');
     default:

@@ -1,0 +1,144 @@
+// Differential test of the socket hooks: random Service tables written by the agent's
+// writer, real connect() calls in a host whose cgroup carries the hooks, and the reference
+// decision (src/datapath/reference/sock.ts, what `ferry explain --from pod|host` reports)
+// must agree on every destination. The host's routes make the hooks' decision visible in
+// errno: backends (10.244.0.0/16) are "prohibit" (EACCES), everything else "unreachable"
+// (EHOSTUNREACH), a refusal by the hooks is ECONNREFUSED, and an untouched loopback
+// connect reaches the probe's own listener.
+import { mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { Datapath, defaultObjectsDir } from '../../src/datapath/loader.js';
+import { Proto } from '../../src/datapath/layouts.js';
+import { sockDecision } from '../../src/datapath/reference/sock.js';
+import { ServiceWriter } from '../../src/datapath/writer.js';
+import type { FrontendSpec } from '../../src/model/frontend.js';
+import { Testbed, type Host } from '../../src/sandbox/netns/testbed.js';
+import { WORKLOADS_BIN } from '../../src/sandbox/workloads/spawn.js';
+import { describeWith } from '../harness/requirements.js';
+import { rng } from '../harness/rng.js';
+
+const SEED = Number(process.env.FERRY_DIFF_SEED ?? Date.now() % 2 ** 31);
+const ROUNDS = 4;
+const NODE_IP = '10.0.30.21';
+
+let tb: Testbed;
+let host: Host;
+let dp: Datapath;
+let writer: ServiceWriter;
+let pinDir: string;
+
+beforeAll(async () => {
+  tb = await Testbed.create();
+  host = await tb.addHost('node');
+  await host.ip('route', 'add', 'unreachable', 'default');
+  await host.ip('route', 'add', 'prohibit', '10.244.0.0/16');
+  pinDir = join('/sys/fs/bpf', `${tb.prefix}-sock`);
+  mkdirSync(pinDir);
+  dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: NODE_IP });
+  dp.attachCgroup({ path: host.cgroup, expect: 'subtree' });
+  writer = new ServiceWriter(dp.maps);
+});
+afterAll(async () => {
+  dp?.close();
+  rmSync(pinDir, { recursive: true, force: true });
+  await tb?.destroy();
+});
+
+function randomTable(r: () => number): FrontendSpec[] {
+  const int = (n: number) => Math.floor(r() * n);
+  const out: FrontendSpec[] = [];
+  const seen = new Set<string>();
+  const backends = (n: number) => Array.from({ length: n }, (_, i) => ({ address: `10.244.${1 + int(2)}.${10 + i}`, port: 8080 + int(2), local: r() < 0.5 }));
+  const add = (f: FrontendSpec) => {
+    const id = `${f.address}:${f.port}/${f.proto}`;
+    if (seen.has(id)) return;
+    seen.add(id);
+    out.push(f);
+  };
+  for (let i = 0; i < 8 + int(8); i++) {
+    const kind = (['ClusterIP', 'ClusterIP', 'NodePort', 'LoadBalancer', 'ExternalIP'] as const)[int(5)]!;
+    const proto = r() < 0.6 ? 'TCP' : 'UDP';
+    const n = r() < 0.2 ? 0 : 1 + int(3);
+    const address = kind === 'ClusterIP' ? `10.96.0.${1 + int(5)}` : kind === 'NodePort' ? NODE_IP : kind === 'LoadBalancer' ? `10.0.100.${1 + int(3)}` : '10.0.30.200';
+    const port = kind === 'NodePort' ? 30000 + int(6) : 80 + int(3);
+    const f: FrontendSpec = { address, port, proto, kind, backends: backends(n), service: `default/s${i}:p` };
+    // Some frontends let this node's pods and host reach other backends (ETP=Local's short-circuit).
+    if (r() < 0.25) f.internalBackends = backends(int(3));
+    add(f);
+    if (kind === 'NodePort' && r() < 0.7) add({ ...f, address: '0.0.0.0', nodePortAny: true });
+  }
+  return out;
+}
+
+/** Destinations worth asking about for a table. */
+function targets(table: FrontendSpec[], r: () => number): Array<{ address: string; port: number; proto: 'tcp' | 'udp' }> {
+  const out: Array<{ address: string; port: number; proto: 'tcp' | 'udp' }> = [];
+  const flip = (p: string) => (p === 'TCP' ? 'udp' : 'tcp') as 'tcp' | 'udp';
+  for (const f of table) {
+    const address = f.address === '0.0.0.0' ? '127.0.0.1' : f.address;
+    out.push({ address, port: f.port, proto: f.proto.toLowerCase() as 'tcp' | 'udp' });
+    out.push({ address, port: f.port, proto: flip(f.proto) });
+    out.push({ address, port: f.port + 1000, proto: 'tcp' });
+    if (f.nodePortAny) out.push({ address: '127.0.0.9', port: f.port, proto: f.proto.toLowerCase() as 'tcp' | 'udp' });
+  }
+  out.push({ address: '127.0.0.1', port: 30000 + Math.floor(r() * 6), proto: 'tcp' }, { address: '10.1.2.3', port: 80, proto: 'tcp' }, { address: '10.96.0.99', port: 80, proto: 'udp' });
+  const unique = new Map(out.map((t) => [`${t.address}:${t.port}/${t.proto}`, t]));
+  return [...unique.values()];
+}
+
+/** What errno says the hooks did. */
+function observed(result: string): string {
+  switch (result) {
+    case 'EACCES':
+      return 'rewritten';
+    case 'ECONNREFUSED':
+      return 'refused';
+    case 'EHOSTUNREACH':
+    case 'ok':
+      return 'unchanged';
+    default:
+      return `unexpected ${result}`;
+  }
+}
+
+describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'socket hooks against the reference decision', () => {
+  it(`agree on every destination of ${ROUNDS} random tables (seed ${SEED})`, async () => {
+    const r = rng(SEED);
+    const lookup = { master: (address: string, port: number, proto: number, scope: number) => dp.maps.lb4_services.lookup({ address, port, proto, scope, slot: 0 }) };
+    const seen = new Map<string, number>();
+    for (let round = 0; round < ROUNDS; round++) {
+      const table = randomTable(r);
+      writer.apply(table);
+      dp.maps.lb4_sock_rev.deleteBatch([...dp.maps.lb4_sock_rev.keys()]);
+      const dests = targets(table, r);
+      const res = await host.exec([process.execPath, WORKLOADS_BIN, 'connect-probe', '--listen-loopback', '--targets', dests.map((t) => `${t.address}:${t.port}/${t.proto}`).join(',')], { timeoutMs: 60_000 });
+      expect(res.code, res.stderr).toBe(0);
+      const lines = res.stdout.trim().split('\n').map((l) => JSON.parse(l) as { target: string; result: string });
+      expect(lines).toHaveLength(dests.length);
+      const diffs: string[] = [];
+      lines.forEach((l, i) => {
+        const t = dests[i]!;
+        const want = sockDecision(lookup, { address: t.address, port: t.port, proto: t.proto === 'tcp' ? Proto.TCP : Proto.UDP }).verdict;
+        const got = observed(l.result);
+        if (got !== want) diffs.push(`${l.target}: hooks ${got} (${l.result}), reference ${want}`);
+        seen.set(want, (seen.get(want) ?? 0) + 1);
+      });
+      expect(diffs, `seed ${SEED}, round ${round}`).toEqual([]);
+      // Every rewrite went to one of its frontend's backends.
+      const backendsOf = new Map<number, Set<string>>();
+      for (const [k, v] of dp.maps.lb4_services.entries()) {
+        if (k.slot === 0) continue;
+        const master = dp.maps.lb4_services.lookup({ ...k, slot: 0 });
+        const b = dp.maps.lb4_backends.lookup(v.backendId);
+        if (!master || !b) continue;
+        if (!backendsOf.has(master.revNatId)) backendsOf.set(master.revNatId, new Set());
+        backendsOf.get(master.revNatId)!.add(`${b.address}:${b.port}`);
+      }
+      for (const [k, v] of dp.maps.lb4_sock_rev.entries()) expect(backendsOf.get(v.revNatId)?.has(`${k.address}:${k.port}`), `${k.address}:${k.port} for ${v.address}:${v.port}`).toBe(true);
+    }
+    // Every kind of decision was put to the test.
+    expect([...seen.keys()].sort(), JSON.stringify([...seen])).toEqual(['refused', 'rewritten', 'unchanged']);
+    expect([...seen.values()].reduce((a, b) => a + b)).toBeGreaterThan(100);
+  });
+});
