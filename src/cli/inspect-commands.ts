@@ -1,8 +1,7 @@
 // `ferry map`, `ferry ct`, `ferry nat`, `ferry explain`, `ferry monitor`, `ferry status`:
 // the datapath as its pinned maps hold it. The reading is datapath/'s; this file formats.
 import { Command } from 'commander';
-import { mapSpecs, type MapName } from '../datapath/layouts.js';
-import { dumpKeysHex, dumpMap, flushConntrack, listFlows, listFrontends, listMaps, readCounters } from '../datapath/inspect.js';
+import { MAP_NAMES, isMapName, dumpKeysHex, dumpMap, flushConntrack, listFlows, listFrontends, listMaps, readCounters } from '../datapath/inspect.js';
 import { explain } from '../datapath/explain.js';
 import { watchEvents, type DatapathEvent, type EventKind } from '../datapath/monitor.js';
 import { attachedPrograms } from '../datapath/attachments.js';
@@ -47,16 +46,16 @@ export function registerInspect(program: Command): void {
       out(o.output, listMaps(o.pinDir).map((m) => ({ name: m.name, type: MAP_TYPES[m.type] ?? String(m.type), entries: m.entries, capacity: m.capacity, fill: `${((100 * m.entries) / m.capacity).toFixed(1)}%` })));
     });
   map.command('dump <map>')
-    .description(`one map decoded (${Object.keys(mapSpecs).join(', ')}); -o hex for raw bytes`)
+    .description(`one map decoded (${MAP_NAMES.join(', ')}); -o hex for raw bytes`)
     .option('--pin-dir <dir>', 'the agent\'s pin directory', PIN_DIR)
     .option('-o, --output <format>', 'table, json or hex', 'table')
     .action((name: string, o: { pinDir: string; output: string }) => {
-      if (!(name in mapSpecs)) throw new Error(`no map "${name}" (maps: ${Object.keys(mapSpecs).join(', ')})`);
+      if (!isMapName(name)) throw new Error(`no map "${name}" (maps: ${MAP_NAMES.join(', ')})`);
       if (o.output === 'hex') {
-        for (const k of dumpKeysHex(o.pinDir, name as MapName)) process.stdout.write(`${k}\n`);
+        for (const k of dumpKeysHex(o.pinDir, name)) process.stdout.write(`${k}\n`);
         return;
       }
-      out(o.output, dumpMap(o.pinDir, name as MapName));
+      out(o.output, dumpMap(o.pinDir, name));
     });
 
   const ct = program.command('ct').description('conntrack of north-south flows');

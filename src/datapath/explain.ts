@@ -20,7 +20,7 @@ import { decodePacket } from '../packet/decode.js';
 import { inNetns } from '../sys/netns.js';
 import { RODATA_PIN } from './loader.js';
 import { PinnedDatapath, type DatapathReader } from './pinned-view.js';
-import { decodeName } from './service-table.js';
+import { readServiceTable, type ServiceTable } from './service-table.js';
 import { flowHash4 } from './reference/hash.js';
 import { sockDecision } from './reference/sock.js';
 
@@ -69,11 +69,11 @@ function flagText(flags: number): string {
   return Object.entries(LbFlags).filter(([, v]) => flags & v).map(([k]) => k.slice(5).toLowerCase()).join(',') || '-';
 }
 
-/** A frontend's backends as the slots name them. */
-function backendList(maps: DatapathReader, address: string, port: number, proto: number, scope: number, count: number): string[] {
-  return Array.from({ length: count }, (_, i) => {
-    const id = maps.lb4_services.lookup({ address, port, proto, scope, slot: i + 1 })?.backendId ?? 0;
-    const b = maps.lb4_backends.lookup(id);
+/** A frontend's backends as its slots name them, from the service table. */
+function backendList(table: ServiceTable, address: string, port: number, proto: number, scope: number): string[] {
+  const f = table.frontends.find(({ key: k }) => k.address === address && k.port === port && k.proto === proto && k.scope === scope);
+  return (f?.backendIds ?? []).map((id) => {
+    const b = table.backends.get(id);
     return b ? `${b.address}:${b.port}${b.flags & BackendFlags.LB_BACKEND_F_LOCAL ? ' (local)' : ''}${b.flags & BackendFlags.LB_BACKEND_F_TERMINATING ? ' (terminating)' : ''}` : `(missing backend ${id})`;
   });
 }
@@ -98,7 +98,7 @@ function explainSocket(r: ExplainRequest, maps: DatapathReader): Explanation {
     lines.push('no backend: the call fails with ECONNREFUSED');
     return { lines, verdict: 'refused' };
   }
-  lines.push(`backends: ${backendList(maps, f.address, r.dport, proto, f.scope, f.service.count).join(', ')}`);
+  lines.push(`backends: ${backendList(readServiceTable(maps), f.address, r.dport, proto, f.scope).join(', ')}`);
   lines.push(f.service.affinityTimeout
     ? `sessionAffinity ClientIP (${f.service.affinityTimeout}s): this network namespace keeps the backend it got first`
     : 'the socket cookie picks one of them, once per connect() (per datagram for unconnected UDP); replies are mapped back to the frontend');
@@ -147,12 +147,13 @@ function explainPacket(r: ExplainRequest, live: DatapathReader): Explanation {
     const lines = [`packet ${r.src}:${r.sport} → ${r.dst}:${r.dport}/${r.proto} arriving from outside on ${r.device}${r.netns ? ` (netns ${r.netns})` : ''}`];
     if (ct) lines.push(`conntrack: an established flow (backend id ${ct.backendId}): it keeps its backend`);
     if (nat) lines.push('this is a reply of a translated flow');
-    const svc = live.lb4_services.lookup({ address: r.dst, port: r.dport, proto, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 });
+    const table = readServiceTable(live);
+    const fe = table.frontends.find(({ key: k }) => k.address === r.dst && k.port === r.dport && k.proto === proto && k.scope === LbScope.LB_SCOPE_EXTERNAL);
+    const svc = fe?.master;
     if (svc) {
-      const raw = live.lb4_names.lookup(svc.revNatId)?.name;
-      const name = raw ? decodeName(raw) : undefined;
+      const name = fe.name;
       lines.push(`frontend ${r.dst}:${r.dport}/${r.proto}${name ? ` of ${name}` : ''}, flags ${flagText(svc.flags)}, rev-NAT ${svc.revNatId}, ${svc.count} backend(s)`);
-      if (svc.count) lines.push(`backends: ${backendList(live, r.dst, r.dport, proto, LbScope.LB_SCOPE_EXTERNAL, svc.count).join(', ')}`);
+      if (svc.count) lines.push(`backends: ${backendList(table, r.dst, r.dport, proto, LbScope.LB_SCOPE_EXTERNAL).join(', ')}`);
       if (svc.flags & LbFlags.LB_F_DROP_WHEN_EMPTY) lines.push('policy: externalTrafficPolicy=Local (only this node\'s endpoints; none means drop)');
       if (svc.flags & LbFlags.LB_F_SOURCE_RANGES) lines.push('policy: loadBalancerSourceRanges apply');
       // Why this backend: affinity first, then Maglev or the flow hash.

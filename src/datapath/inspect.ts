@@ -6,6 +6,13 @@ import { clearConntrack, monotonicNs } from './ct-gc.js';
 import { PinnedDatapath } from './pinned-view.js';
 import { readServiceTable } from './service-table.js';
 
+/** The names of the datapath's maps. */
+export const MAP_NAMES = Object.keys(mapSpecs) as MapName[];
+
+export function isMapName(name: string): name is MapName {
+  return name in mapSpecs;
+}
+
 export interface MapRow {
   name: string;
   type: number;
