@@ -2,7 +2,8 @@
  * at the cgroup v2 root: pods and host processes reaching ClusterIPs, NodePorts on this
  * node's addresses and loopback, LoadBalancer IPs and externalIPs. No per-packet NAT.
  * recvmsg()/getpeername() map the backend back to the Service address, so UDP replies
- * appear to come from the address the client sent to. */
+ * appear to come from the address the client sent to. IPv6 sockets are translated when
+ * they reach an IPv4 Service through an IPv4-mapped address (::ffff:a.b.c.d). */
 #include "lib/common.h"
 #include "lib/config.h"
 #include "lib/maps.h"
@@ -21,6 +22,15 @@ static __always_inline int is_loopback4(__be32 addr)
 	return (bpf_ntohl(addr) >> 24) == 127;
 }
 
+/* kube-proxy answers NodePorts on loopback in the host's network namespace only: a pod's
+ * own 127.0.0.1:port is its own (a sidecar's, say). */
+static __always_inline int in_host_netns(struct bpf_sock_addr *ctx)
+{
+	__u64 cookie = bpf_get_netns_cookie(ctx);
+
+	return host_netns_cookie ? cookie == host_netns_cookie : cookie == bpf_get_netns_cookie(NULL);
+}
+
 /* Refuse the call with ECONNREFUSED, as a TCP client of kube-proxy's REJECT sees. */
 static __always_inline int sock_refuse(void)
 {
@@ -29,10 +39,12 @@ static __always_inline int sock_refuse(void)
 	return SYS_REJECT;
 }
 
-static __always_inline int sock4_xlate(struct bpf_sock_addr *ctx)
+/* The Service decision for a destination (IPv4, or IPv4-mapped on an IPv6 socket): left
+ * alone, refused, or *addr / *port rewritten to a backend. */
+static __always_inline int sock_lb4(struct bpf_sock_addr *ctx, __be32 *dst, __be16 *dport)
 {
-	__be32 addr = ctx->user_ip4;
-	__be16 port = (__be16)ctx->user_port;
+	__be32 addr = *dst;
+	__be16 port = *dport;
 	__u8 proto = ctx->protocol;
 	__u8 scope = LB_SCOPE_EXTERNAL;
 	struct lb4_service *svc;
@@ -45,6 +57,8 @@ static __always_inline int sock4_xlate(struct bpf_sock_addr *ctx)
 		return SYS_PROCEED;
 	found = lb4_lookup_internal(addr, port, proto, &scope, &svc);
 	if (found == LB_NOT_SERVICE && is_loopback4(addr)) {
+		if (!in_host_netns(ctx))
+			return SYS_PROCEED;
 		/* NodePort on loopback: the 0.0.0.0:port entry. */
 		addr = 0;
 		found = lb4_lookup_internal(addr, port, proto, &scope, &svc);
@@ -78,28 +92,83 @@ static __always_inline int sock4_xlate(struct bpf_sock_addr *ctx)
 
 	{
 		struct lb4_sock_key k = { .cookie = cookie, .address = b->address, .port = b->port };
-		struct lb4_sock_value v = { .address = ctx->user_ip4, .port = (__be16)ctx->user_port, .rev_nat_id = svc->rev_nat_id };
+		struct lb4_sock_value v = { .address = *dst, .port = *dport, .rev_nat_id = svc->rev_nat_id };
 
 		bpf_map_update_elem(&lb4_sock_rev, &k, &v, BPF_ANY);
 	}
-	ctx->user_ip4 = b->address;
-	ctx->user_port = (__u32)b->port;
+	*dst = b->address;
+	*dport = b->port;
 	count_stat(STAT_SOCK_XLATE, 0);
 	return SYS_PROCEED;
+}
+
+/* The frontend a backend address stands for on this socket, if it was rewritten. */
+static __always_inline struct lb4_sock_value *sock_rev4(struct bpf_sock_addr *ctx, __be32 addr, __be16 port)
+{
+	struct lb4_sock_key k = { .cookie = bpf_get_socket_cookie(ctx), .address = addr, .port = port };
+
+	return bpf_map_lookup_elem(&lb4_sock_rev, &k);
+}
+
+static __always_inline int sock4_xlate(struct bpf_sock_addr *ctx)
+{
+	__be32 addr = ctx->user_ip4;
+	__be16 port = (__be16)ctx->user_port;
+	int rc = sock_lb4(ctx, &addr, &port);
+
+	if (rc == SYS_PROCEED && (addr != ctx->user_ip4 || port != (__be16)ctx->user_port)) {
+		ctx->user_ip4 = addr;
+		ctx->user_port = (__u32)port;
+	}
+	return rc;
 }
 
 /* Map a backend address back to the frontend this socket asked for. */
 static __always_inline int sock4_rev_xlate(struct bpf_sock_addr *ctx)
 {
-	struct lb4_sock_key k = {
-		.cookie = bpf_get_socket_cookie(ctx),
-		.address = ctx->user_ip4,
-		.port = (__be16)ctx->user_port,
-	};
-	struct lb4_sock_value *v = bpf_map_lookup_elem(&lb4_sock_rev, &k);
+	struct lb4_sock_value *v = sock_rev4(ctx, ctx->user_ip4, (__be16)ctx->user_port);
 
 	if (v) {
 		ctx->user_ip4 = v->address;
+		ctx->user_port = (__u32)v->port;
+	}
+	return SYS_PROCEED;
+}
+
+/* An IPv6 socket reaching an IPv4 address through ::ffff:a.b.c.d (Java and .NET open
+ * dual-stack sockets by default): the translation is IPv4's, on the low 32 bits. */
+static __always_inline int v4_mapped(struct bpf_sock_addr *ctx)
+{
+	return ctx->user_ip6[0] == 0 && ctx->user_ip6[1] == 0 && ctx->user_ip6[2] == bpf_htonl(0xffff);
+}
+
+static __always_inline int sock6_xlate(struct bpf_sock_addr *ctx)
+{
+	__be32 addr;
+	__be16 port;
+	int rc;
+
+	if (!v4_mapped(ctx))
+		return SYS_PROCEED;
+	addr = ctx->user_ip6[3];
+	port = (__be16)ctx->user_port;
+	rc = sock_lb4(ctx, &addr, &port);
+	if (rc == SYS_PROCEED && (addr != ctx->user_ip6[3] || port != (__be16)ctx->user_port)) {
+		ctx->user_ip6[3] = addr;
+		ctx->user_port = (__u32)port;
+	}
+	return rc;
+}
+
+static __always_inline int sock6_rev_xlate(struct bpf_sock_addr *ctx)
+{
+	struct lb4_sock_value *v;
+
+	if (!v4_mapped(ctx))
+		return SYS_PROCEED;
+	v = sock_rev4(ctx, ctx->user_ip6[3], (__be16)ctx->user_port);
+	if (v) {
+		ctx->user_ip6[3] = v->address;
 		ctx->user_port = (__u32)v->port;
 	}
 	return SYS_PROCEED;
@@ -127,6 +196,30 @@ SEC("cgroup/getpeername4")
 int sock4_getpeername(struct bpf_sock_addr *ctx)
 {
 	return sock4_rev_xlate(ctx);
+}
+
+SEC("cgroup/connect6")
+int sock6_connect(struct bpf_sock_addr *ctx)
+{
+	return sock6_xlate(ctx);
+}
+
+SEC("cgroup/sendmsg6")
+int sock6_sendmsg(struct bpf_sock_addr *ctx)
+{
+	return sock6_xlate(ctx);
+}
+
+SEC("cgroup/recvmsg6")
+int sock6_recvmsg(struct bpf_sock_addr *ctx)
+{
+	return sock6_rev_xlate(ctx);
+}
+
+SEC("cgroup/getpeername6")
+int sock6_getpeername(struct bpf_sock_addr *ctx)
+{
+	return sock6_rev_xlate(ctx);
 }
 
 char LICENSE[] SEC("license") = "GPL";

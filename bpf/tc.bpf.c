@@ -21,9 +21,12 @@
 #include "lib/icmp.h"
 #include "lib/icmp_related.h"
 #include "lib/dsr.h"
+#include "lib/frag.h"
 #include "lib/nodeport.h"
 #include "lib/monitor.h"
 
+/* Traffic that is not ferry's goes on to the next tc filter (TC_ACT_UNSPEC), so other
+ * users of the device keep working; what ferry translated ends the chain (TC_ACT_OK). */
 static __always_inline int tc_ingress_packet(struct __sk_buff *skb)
 {
 	struct pkt4 p;
@@ -31,21 +34,21 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *skb)
 	int rc = parse_ipv4(skb, &p);
 
 	if (rc == PARSE_NOT_IPV4)
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 	if (rc == PARSE_MALFORMED)
 		return count_drop(DROP_MALFORMED, skb->len);
 
+	if (p.fragment)
+		return frag4_follow(skb, &p, lb4_lookup_master(p.daddr, 0, 0, LB_SCOPE_EXTERNAL) != NULL);
 	if (p.proto == IPPROTO_ICMP) {
-		if (!p.fragment && icmp4_is_error(p.icmp_type))
+		if (icmp4_is_error(p.icmp_type))
 			return icmp_related_ingress(skb, &p);
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 	}
 	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
-		return TC_ACT_OK;
-	if (p.dsr_opt && !p.fragment)
+		return TC_ACT_UNSPEC;
+	if (p.dsr_opt)
 		return dsr_receive(skb, &p);
-	if (p.fragment)
-		return lb4_lookup_master(p.daddr, 0, 0, LB_SCOPE_EXTERNAL) ? count_drop(DROP_FRAGMENT, p.len) : TC_ACT_OK;
 
 	/* A reply to a flow this node SNATed toward a remote backend. */
 	{
@@ -72,7 +75,7 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *skb)
 	case LB_EMPTY_DROP:
 		return count_drop(DROP_NO_LOCAL_BACKEND, p.len);
 	default:
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 	}
 }
 
@@ -82,21 +85,22 @@ static __always_inline int tc_egress_packet(struct __sk_buff *skb)
 	struct ct4_key k;
 	struct nat4_entry *nat;
 
-	if (parse_ipv4(skb, &p) != PARSE_OK || p.fragment)
-		return TC_ACT_OK;
+	if (parse_ipv4(skb, &p) != PARSE_OK)
+		return TC_ACT_UNSPEC;
+	if (p.fragment)
+		return frag4_follow(skb, &p, 0);
 	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 	ct4_key_of(&p, &k);
 	nat = bpf_map_lookup_elem(&nat4, &k);
 	if (!nat || !(nat->flags & CT_F_LOCAL))
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 	if (ct_expired(nat->expires_ns, bpf_ktime_get_ns()) || ct_tcp_reply_reopen(&p, nat->flags)) {
 		/* Left over from a finished flow: this packet belongs to another connection
 		 * (say, straight to the pod) that reuses the client's port. */
 		bpf_map_delete_elem(&nat4, &k);
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 	}
-
 	return nodeport_reply_local(skb, &p, nat);
 }
 

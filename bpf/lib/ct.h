@@ -15,7 +15,7 @@ static __always_inline __u64 ct_lifetime_ns(__u8 proto, __u8 flags)
 		s = ct_lifetime_nontcp;
 	else if (flags & CT_F_CLOSING)
 		s = ct_lifetime_tcp_closing;
-	else if (flags & CT_F_SEEN_REPLY)
+	else if (flags & CT_F_ESTABLISHED)
 		s = ct_lifetime_tcp_established;
 	else
 		s = ct_lifetime_tcp_syn;
@@ -43,15 +43,58 @@ static __always_inline int ct_tcp_reply_reopen(const struct pkt4 *p, __u8 flags)
 
 /* What a reply tells the client's conntrack entry. The entry and its reply binding must
  * agree: the binding takes the entry's flags on the next client packet. */
-#define CT_REPLY_STATE (CT_F_SEEN_REPLY | CT_F_CLOSING | CT_F_RESET)
+#define CT_REPLY_STATE (CT_F_SEEN_REPLY | CT_F_CLOSING | CT_F_RESET | CT_F_ESTABLISHED)
 
-static __always_inline __u8 ct_flags_after(const struct pkt4 *p, __u8 flags)
+/* a is after b in sequence space (RFC 1982 serial arithmetic). */
+static __always_inline int seq_after(__u32 a, __u32 b)
 {
-	if (p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_FIN | TCP_RST)))
+	return (__s32)(a - b) > 0;
+}
+
+/* What a packet from the client tells its flow. A RST ends the flow (its SNAT port free
+ * at once) only when it carries the sequence number the client was due to send: a blind
+ * RST from elsewhere must not free a port the backend's connection still holds. The
+ * handshake is complete when the client sends a non-SYN segment after a reply. */
+static __always_inline __u8 ct_flags_client(const struct pkt4 *p, __u8 flags, __u32 seq_next)
+{
+	if (p->proto != IPPROTO_TCP)
+		return flags;
+	if (p->tcp_flags & (TCP_FIN | TCP_RST))
 		flags |= CT_F_CLOSING;
-	if (p->proto == IPPROTO_TCP && (p->tcp_flags & TCP_RST))
+	if ((p->tcp_flags & TCP_RST) && p->tcp_seq == seq_next)
 		flags |= CT_F_RESET;
+	if ((flags & CT_F_SEEN_REPLY) && (p->tcp_flags & (TCP_SYN | TCP_RST | TCP_ACK)) == TCP_ACK)
+		flags |= CT_F_ESTABLISHED;
 	return flags;
+}
+
+/* What a reply (from the backend) tells its flow: a reply was seen; a RST ends the flow
+ * (the backend's end is gone); a non-SYN segment means the backend's connection is
+ * established, which it only is once the client acknowledged. */
+static __always_inline __u8 ct_flags_reply(const struct pkt4 *p, __u8 flags)
+{
+	flags |= CT_F_SEEN_REPLY;
+	if (p->proto != IPPROTO_TCP)
+		return flags;
+	if (p->tcp_flags & (TCP_FIN | TCP_RST))
+		flags |= CT_F_CLOSING;
+	if (p->tcp_flags & TCP_RST)
+		flags |= CT_F_RESET;
+	else if (!(p->tcp_flags & TCP_SYN))
+		flags |= CT_F_ESTABLISHED;
+	return flags;
+}
+
+/* Where the client's sequence stands after this segment (0 until one was seen). */
+static __always_inline __u32 ct_client_seq_next(const struct pkt4 *p, __u32 seq_next)
+{
+	__u32 next = p->tcp_seq + p->tcp_seq_len;
+
+	if (p->proto != IPPROTO_TCP || (p->tcp_flags & TCP_RST))
+		return seq_next;
+	if (!seq_next || (p->tcp_flags & TCP_SYN) || seq_after(next, seq_next))
+		return next;
+	return seq_next;
 }
 
 static __always_inline void ct4_key_of(const struct pkt4 *p, struct ct4_key *k)
@@ -83,7 +126,7 @@ static __always_inline void ct4_key_of_binding(const struct nat4_entry *nat, __u
  * what it says (seen a reply, closing, reset) and live on. */
 static __always_inline void ct4_track_reply(const struct pkt4 *p, struct nat4_entry *nat)
 {
-	__u8 flags = ct_flags_after(p, nat->flags | CT_F_SEEN_REPLY);
+	__u8 flags = ct_flags_reply(p, nat->flags);
 	struct ct4_key fwd;
 	struct ct4_entry *ct;
 

@@ -5,11 +5,26 @@
 #ifndef FERRY_LIB_DSR_H
 #define FERRY_LIB_DSR_H
 
+#include "config.h"
 #include "maps.h"
 #include "nat.h"
 #include "icmp.h"
 #include "ct.h"
 #include "fib.h"
+#include "lb.h"
+#include "frag.h"
+
+/* DSR or SNAT for a remote backend: the Service's override, else the node's mode. */
+static __always_inline int use_dsr(const struct lb4_service *svc, __u8 proto)
+{
+	if (svc->flags & LB_F_FWD_SNAT)
+		return 0;
+	if (svc->flags & LB_F_FWD_DSR)
+		return 1;
+	if (forwarding_mode == FWD_MODE_DSR)
+		return 1;
+	return forwarding_mode == FWD_MODE_HYBRID && proto == IPPROTO_TCP;
+}
 
 /* Recompute the IPv4 header checksum of a header of `words` 32-bit words (5 or 7). */
 static __always_inline int ipv4_csum_refresh(struct __sk_buff *skb, const struct pkt4 *p, int words)
@@ -76,6 +91,8 @@ static __always_inline int nodeport_dsr(struct __sk_buff *skb, const struct pkt4
 	__be32 vip = p->daddr;
 	__be16 vport = p->dport;
 
+	if (p->ttl <= 1)
+		return icmp4_time_exceeded(skb, p);
 	if (with_opt) {
 		__u32 mtu = fib_mtu_exceeded4(skb, p->saddr, b->address, p->ip_len + DSR_OPT_LEN);
 
@@ -87,27 +104,73 @@ static __always_inline int nodeport_dsr(struct __sk_buff *skb, const struct pkt4
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	if (with_opt && dsr4_push(skb, p, vip, vport) < 0)
 		return count_drop(DROP_DSR_OPTION, p->len);
+	frag4_record(p, p->saddr, b->address, FRAG_ACT_REDIRECT);
 	count_stat(STAT_FWD_DSR, p->len);
 	return fib_redirect4(skb, p->saddr, b->address);
 }
 
+/* Which frontend a DSR option names, as this node knows it: a LoadBalancer IP or
+ * externalIP by its own address (the same on every node), or a NodePort on a cluster node
+ * by its port, through this node's 0.0.0.0 entry for that NodePort. `lookup_addr` gets the
+ * address the frontend's slots are keyed by. */
+static __always_inline struct lb4_service *dsr4_frontend(const struct pkt4 *p, __be32 *lookup_addr)
+{
+	struct lb4_service *svc = lb4_lookup_master(p->dsr_addr, p->dsr_port, p->proto, LB_SCOPE_EXTERNAL);
+	__be32 addr = p->dsr_addr;
+
+	if (!svc && bpf_map_lookup_elem(&node4_addrs, &addr)) {
+		svc = lb4_lookup_master(0, p->dsr_port, p->proto, LB_SCOPE_EXTERNAL);
+		if (svc && !(svc->flags & LB_F_NODE_PORT))
+			svc = NULL;
+		addr = 0;
+	}
+	*lookup_addr = addr;
+	return svc;
+}
+
+/* Only an option this node's datapath could have been sent is accepted: the frontend is
+ * one it knows, uses DSR, and balances to the packet's destination as a local backend.
+ * Anything else would make the node answer from whatever address a stranger names. */
+static __always_inline int dsr4_option_genuine(const struct pkt4 *p)
+{
+	__be32 addr;
+	struct lb4_service *svc = dsr4_frontend(p, &addr);
+
+	if (!svc || !use_dsr(svc, p->proto))
+		return 0;
+	return lb4_has_local_backend(addr, p->dsr_port, p->proto, LB_SCOPE_EXTERNAL, svc, p->daddr, p->dport);
+}
+
 /* A DSR packet for a backend on this node: remember its frontend for the replies (tc
- * egress rewrites their source), remove the option, and hand it to the stack. */
+ * egress rewrites their source), remove the option, and hand it to the stack. A binding
+ * of another live flow on the same tuple is never overwritten. */
 static __always_inline int dsr_receive(struct __sk_buff *skb, const struct pkt4 *p)
 {
 	struct ct4_key reply = { .saddr = p->daddr, .daddr = p->saddr, .sport = p->dport, .dport = p->sport, .proto = p->proto };
-	__u8 flags = ct_flags_after(p, CT_F_LOCAL | CT_F_DSR);
+	__u64 now = bpf_ktime_get_ns();
+	__u8 flags = ct_flags_client(p, CT_F_LOCAL | CT_F_DSR, 0);
 	struct nat4_entry n = {
-		.expires_ns = bpf_ktime_get_ns() + ct_lifetime_ns(p->proto, flags),
+		.expires_ns = now + ct_lifetime_ns(p->proto, flags),
 		.client_addr = p->saddr,
 		.client_port = p->sport,
 		.frontend_addr = p->dsr_addr,
 		.frontend_port = p->dsr_port,
 		.flags = flags,
 	};
+	struct nat4_entry *have = bpf_map_lookup_elem(&nat4, &reply);
 
-	if (bpf_map_update_elem(&nat4, &reply, &n, BPF_ANY) < 0)
-		return count_drop(DROP_CT_MAP_FULL, p->len);
+	if (have && have->frontend_addr == n.frontend_addr && have->frontend_port == n.frontend_port &&
+	    (have->flags & CT_F_DSR) && !ct_expired(have->expires_ns, now)) {
+		/* This flow's binding already (UDP: every datagram carries the option). */
+		have->expires_ns = n.expires_ns > have->expires_ns ? n.expires_ns : have->expires_ns;
+	} else {
+		if (!dsr4_option_genuine(p))
+			return count_drop(DROP_DSR_INVALID, p->len);
+		if (have && !ct_expired(have->expires_ns, now) && !ct_tcp_reopen(p, have->flags))
+			return count_drop(DROP_DSR_INVALID, p->len);
+		if (bpf_map_update_elem(&nat4, &reply, &n, have ? BPF_EXIST : BPF_NOEXIST) < 0)
+			return count_drop(DROP_CT_MAP_FULL, p->len);
+	}
 	if (dsr4_pop(skb, p) < 0)
 		return count_drop(DROP_DSR_OPTION, p->len);
 	count_stat(STAT_DSR_RECEIVED, p->len);

@@ -4,6 +4,7 @@
 #ifndef FERRY_LIB_ICMP_H
 #define FERRY_LIB_ICMP_H
 
+#include "config.h"
 #include "maps.h"
 #include "nat.h"
 
@@ -22,10 +23,46 @@ static __always_inline __u16 csum_fold32(__u32 csum)
 	return (__u16)~csum;
 }
 
-/* Turn the packet into an ICMP destination-unreachable error (port unreachable, or
- * fragmentation needed with a next-hop MTU) from the address it was sent to back to the
- * sender, and send it out the interface it came in on. */
-static __always_inline int icmp4_send_unreach(struct __sk_buff *skb, const struct pkt4 *p, __u8 code, __u16 mtu)
+/* May this node send one more ICMP error now? A token bucket per CPU: icmp_rate_per_sec
+ * messages a second, icmp_burst at once. A flood of packets that each earn an error must
+ * not turn the node into a flood of errors. */
+static __always_inline int icmp4_allowed(void)
+{
+	__u32 zero = 0;
+	struct icmp_bucket *b = bpf_map_lookup_elem(&icmp_ratelimit, &zero);
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cap = (__u64)icmp_burst * 1000;
+	__u64 elapsed, added;
+
+	if (!b)
+		return 0;
+	if (!b->last_ns) {
+		b->last_ns = now;
+		b->tokens = cap;
+	}
+	elapsed = now - b->last_ns;
+	if (elapsed > NSEC_PER_SEC) {
+		elapsed = NSEC_PER_SEC;
+		b->last_ns = now - NSEC_PER_SEC;
+	}
+	/* A message is 1000 tokens, so `rate` messages a second are rate / 10^6 tokens a
+	 * nanosecond. Time not yet worth a whole token is kept for the next call. */
+	added = elapsed * icmp_rate_per_sec / 1000000;
+	if (added) {
+		b->last_ns += added * 1000000 / icmp_rate_per_sec;
+		b->tokens += added;
+		if (b->tokens > cap)
+			b->tokens = cap;
+	}
+	if (b->tokens < 1000)
+		return 0;
+	b->tokens -= 1000;
+	return 1;
+}
+
+/* Turn the packet into an ICMP error from `src` back to its sender, quoting its header and
+ * 8 bytes of L4, and send it out the interface it came in on. */
+static __always_inline int icmp4_send_error(struct __sk_buff *skb, const struct pkt4 *p, __be32 src, __u8 type, __u8 code, __u16 mtu, __u32 stat)
 {
 	struct icmp4_reject_pkt r = {};
 	__u8 macs[2 * ETH_ALEN];
@@ -35,6 +72,8 @@ static __always_inline int icmp4_send_unreach(struct __sk_buff *skb, const struc
 
 	if (p->ihl_words != 5)
 		return count_drop(DROP_NO_BACKEND, p->len);
+	if (!icmp4_allowed())
+		return count_drop(DROP_ICMP_RATELIMIT, p->len);
 	if (bpf_skb_load_bytes(skb, p->l3_off, r.quote, ICMP_REJECT_QUOTE) < 0)
 		return count_drop(DROP_MALFORMED, p->len);
 	if (bpf_skb_load_bytes(skb, 0, macs, sizeof(macs)) < 0)
@@ -48,16 +87,16 @@ static __always_inline int icmp4_send_unreach(struct __sk_buff *skb, const struc
 	r.ip.tot_len = bpf_htons(sizeof(r));
 	r.ip.ttl = 64;
 	r.ip.protocol = IPPROTO_ICMP;
-	r.ip.saddr = p->daddr;
+	r.ip.saddr = src;
 	r.ip.daddr = p->saddr;
 	sum = bpf_csum_diff(NULL, 0, (__be32 *)&r.ip, sizeof(r.ip), 0);
 	if (sum < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	r.ip.check = csum_fold32((__u32)sum);
 
-	r.icmp.type = ICMP_DEST_UNREACH;
+	r.icmp.type = type;
 	r.icmp.code = code;
-	if (code == ICMP_FRAG_NEEDED)
+	if (type == ICMP_DEST_UNREACH && code == ICMP_FRAG_NEEDED)
 		r.icmp.un.frag.mtu = bpf_htons(mtu);
 	sum = bpf_csum_diff(NULL, 0, (__be32 *)&r.icmp, sizeof(r.icmp) + ICMP_REJECT_QUOTE, 0);
 	if (sum < 0)
@@ -68,14 +107,37 @@ static __always_inline int icmp4_send_unreach(struct __sk_buff *skb, const struc
 	    bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0) < 0 ||
 	    bpf_skb_store_bytes(skb, ETH_HLEN, &r, sizeof(r), 0) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
-	count_stat(code == ICMP_FRAG_NEEDED ? STAT_ICMP_FRAG_NEEDED : STAT_ICMP_REJECT, len);
+	count_stat(stat, len);
 	return bpf_redirect(skb->ifindex, 0);
+}
+
+/* Destination unreachable (port unreachable, or fragmentation needed with a next-hop MTU)
+ * from the address the packet was sent to. */
+static __always_inline int icmp4_send_unreach(struct __sk_buff *skb, const struct pkt4 *p, __u8 code, __u16 mtu)
+{
+	return icmp4_send_error(skb, p, p->daddr, ICMP_DEST_UNREACH, code, mtu,
+				code == ICMP_FRAG_NEEDED ? STAT_ICMP_FRAG_NEEDED : STAT_ICMP_REJECT);
 }
 
 /* kube-proxy's REJECT: port unreachable, so a TCP client sees ECONNREFUSED. */
 static __always_inline int icmp4_reject(struct __sk_buff *skb, const struct pkt4 *p)
 {
 	return icmp4_send_unreach(skb, p, ICMP_PORT_UNREACH, 0);
+}
+
+/* A packet this node would forward has no TTL left: time exceeded, from this node (what a
+ * router answers), and the packet goes no further. */
+static __always_inline int icmp4_time_exceeded(struct __sk_buff *skb, const struct pkt4 *p)
+{
+	int rc;
+
+	if (p->proto == IPPROTO_ICMP)
+		return count_drop(DROP_TTL_EXCEEDED, p->len); /* never an error about an error */
+	rc = icmp4_send_error(skb, p, snat_ipv4, ICMP_TIME_EXCEEDED, ICMP_EXC_TTL, 0, STAT_ICMP_TIME_EXCEEDED);
+	if (rc == TC_ACT_SHOT)
+		return rc;
+	count_drop(DROP_TTL_EXCEEDED, p->len);
+	return rc;
 }
 
 /* The inner (quoted) packet of an ICMP error. */

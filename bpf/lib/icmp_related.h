@@ -20,7 +20,7 @@ static __always_inline int icmp_related_ingress(struct __sk_buff *skb, const str
 	struct ct4_key k;
 
 	if (icmp4_parse_inner(skb, p, &in) < 0)
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 
 	/* Quoted: node:nat_port → backend. The nat4 key is that tuple reversed. */
 	k.saddr = in.daddr;
@@ -33,6 +33,8 @@ static __always_inline int icmp_related_ingress(struct __sk_buff *skb, const str
 		struct nat4_entry *nat = bpf_map_lookup_elem(&nat4, &k);
 
 		if (nat && (nat->flags & CT_F_SNAT) && p->daddr == in.saddr) {
+			if (p->ttl <= 1)
+				return count_drop(DROP_TTL_EXCEEDED, p->len);
 			if (icmp4_inner_rewrite_addr(skb, &in, NAT_SRC, in.saddr, nat->client_addr) < 0 ||
 			    icmp4_inner_rewrite_port(skb, &in, NAT_SRC, in.sport, nat->client_port) < 0 ||
 			    icmp4_inner_rewrite_addr(skb, &in, NAT_DST, in.daddr, nat->frontend_addr) < 0 ||
@@ -51,10 +53,12 @@ static __always_inline int icmp_related_ingress(struct __sk_buff *skb, const str
 		struct lb4_backend *b;
 
 		if (!ct || p->daddr != in.saddr)
-			return TC_ACT_OK;
+			return TC_ACT_UNSPEC;
 		b = lb4_backend(ct->backend_id);
 		if (!b)
-			return TC_ACT_OK;
+			return TC_ACT_UNSPEC;
+		if (!(ct->flags & CT_F_LOCAL) && p->ttl <= 1)
+			return count_drop(DROP_TTL_EXCEEDED, p->len);
 		if (icmp4_inner_rewrite_addr(skb, &in, NAT_SRC, in.saddr, b->address) < 0 ||
 		    icmp4_inner_rewrite_port(skb, &in, NAT_SRC, in.sport, b->port) < 0 ||
 		    icmp4_outer_rewrite_addr(skb, p, NAT_DST, p->daddr, b->address) < 0)

@@ -130,6 +130,47 @@ static __always_inline int lb4_has_backend(__be32 addr, __be16 port, __u8 proto,
 	return s.found;
 }
 
+struct local_backend_search {
+	struct lb4_key key;
+	__be32 address;
+	__be16 port;
+	__u8 proto;
+	__u8 found;
+};
+
+static long local_backend_step(__u64 i, void *ctx)
+{
+	struct local_backend_search *s = ctx;
+	struct lb4_service *slot;
+	struct lb4_backend *b;
+
+	s->key.slot = i + 1;
+	slot = bpf_map_lookup_elem(&lb4_services, &s->key);
+	if (!slot)
+		return 0;
+	b = lb4_backend(slot->backend_id);
+	if (b && b->address == s->address && b->port == s->port && b->proto == s->proto && (b->flags & LB_BACKEND_F_LOCAL)) {
+		s->found = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* Is address:port one of this frontend's backends, and on this node? */
+static __always_inline int lb4_has_local_backend(__be32 addr, __be16 port, __u8 proto, __u8 scope, const struct lb4_service *svc,
+						 __be32 baddr, __be16 bport)
+{
+	struct local_backend_search s = {
+		.key = { .address = addr, .port = port, .proto = proto, .scope = scope },
+		.address = baddr,
+		.port = bport,
+		.proto = proto,
+	};
+
+	bpf_loop(svc->count, local_backend_step, &s, 0);
+	return s.found;
+}
+
 /* ClientIP session affinity: the backend this client used for the Service port within the
  * timeout, if the frontend may still use it (its traffic policy allows it); else 0. */
 static __always_inline __u32 lb4_affinity_get(const struct lb4_affinity_key *k, __be32 addr, __be16 port, __u8 proto, __u8 scope,

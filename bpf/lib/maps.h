@@ -95,6 +95,30 @@ struct {
 	__type(value, struct nat4_entry);
 } nat4 SEC(".maps");
 
+/* Fragments of translated datagrams: see struct frag4_key. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct frag4_key);
+	__type(value, struct frag4_entry);
+} frag4 SEC(".maps");
+
+/* Every node's addresses, written by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __be32);
+	__type(value, struct node4_value);
+} node4_addrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct icmp_bucket);
+} icmp_ratelimit SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, STAT_MAX);

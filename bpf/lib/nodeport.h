@@ -14,6 +14,7 @@
 #include "fib.h"
 #include "snat.h"
 #include "dsr.h"
+#include "frag.h"
 
 /* Maglev: the backend at the flow hash's position in the frontend's table, so every node
  * with the same backends picks the same one, and a change of backends moves few flows. */
@@ -34,27 +35,18 @@ static __always_inline __u32 maglev_select(const struct lb4_service *svc, __u32 
 	return id ? *id : 0;
 }
 
-/* DSR or SNAT for a remote backend: the Service's override, else the node's mode. */
-static __always_inline int use_dsr(const struct lb4_service *svc, __u8 proto)
-{
-	if (svc->flags & LB_F_FWD_SNAT)
-		return 0;
-	if (svc->flags & LB_F_FWD_DSR)
-		return 1;
-	if (forwarding_mode == FWD_MODE_DSR)
-		return 1;
-	return forwarding_mode == FWD_MODE_HYBRID && proto == IPPROTO_TCP;
-}
-
 /* Rewrite both ends of a packet that leaves this node again and send it on: TTL down,
  * counted, redirected to the next hop towards its new destination. */
 static __always_inline int nat4_forward(struct __sk_buff *skb, const struct pkt4 *p, __be32 daddr, __be16 dport,
 					__be32 saddr, __be16 sport, __u32 stat)
 {
+	if (p->ttl <= 1)
+		return icmp4_time_exceeded(skb, p);
 	if (nat4_rewrite_endpoint(skb, p, NAT_DST, daddr, dport) < 0 ||
 	    nat4_rewrite_endpoint(skb, p, NAT_SRC, saddr, sport) < 0 ||
 	    ipv4_dec_ttl(skb, p) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
+	frag4_record(p, saddr, daddr, FRAG_ACT_REDIRECT);
 	count_stat(stat, p->len);
 	return fib_redirect4(skb, saddr, daddr);
 }
@@ -72,6 +64,7 @@ static __always_inline int nodeport_reply_local(struct __sk_buff *skb, const str
 	ct4_track_reply(p, nat);
 	if (nat4_rewrite_endpoint(skb, p, NAT_SRC, nat->frontend_addr, nat->frontend_port) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
+	frag4_record(p, nat->frontend_addr, p->daddr, FRAG_ACT_PASS);
 	count_stat(STAT_REPLY_LOCAL, p->len);
 	return TC_ACT_OK;
 }
@@ -149,7 +142,7 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 		fresh.flags = (b->flags & LB_BACKEND_F_LOCAL) ? CT_F_LOCAL : use_dsr(svc, p->proto) ? CT_F_DSR : CT_F_SNAT;
 		if (fresh.flags & CT_F_SNAT) {
 			fresh.nat_addr = snat_ipv4;
-			fresh.nat_port = snat4_reserve(p, b, &fe, svc->rev_nat_id, now);
+			fresh.nat_port = snat4_reserve(skb, p, b, &fe, svc->rev_nat_id, now);
 			if (!fresh.nat_port)
 				return count_drop(DROP_NAT_EXHAUSTED, p->len);
 		}
@@ -159,7 +152,8 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 		if (!ct)
 			return count_drop(DROP_CT_MAP_FULL, p->len);
 	}
-	flags = ct_flags_after(p, ct->flags);
+	flags = ct_flags_client(p, ct->flags, ct->client_seq_next);
+	ct->client_seq_next = ct_client_seq_next(p, ct->client_seq_next);
 	ct->flags = flags;
 	ct->tcp_flags |= p->tcp_flags;
 	ct->expires_ns = now + ct_lifetime_ns(p->proto, flags);
@@ -185,6 +179,7 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 	if (flags & CT_F_LOCAL) {
 		if (nat4_rewrite_endpoint(skb, p, NAT_DST, b->address, b->port) < 0)
 			return count_drop(DROP_CSUM_FAILED, p->len);
+		frag4_record(p, p->saddr, b->address, FRAG_ACT_PASS);
 		count_stat(STAT_FWD_LOCAL, p->len);
 		return TC_ACT_OK; /* the stack routes it to the pod */
 	}

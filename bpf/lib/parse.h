@@ -19,7 +19,7 @@ struct pkt4 {
 	__be16 dport;      /* ICMP: 0 */
 	__u8 proto;
 	__u8 tcp_flags;
-	__u8 fragment;     /* a non-first fragment: no L4 header */
+	__u8 fragment;     /* a later fragment (offset > 0): no L4 header */
 	__u8 ttl;
 	__u8 icmp_type;
 	__u8 icmp_code;
@@ -33,7 +33,18 @@ struct pkt4 {
 	__u8 pad2;
 	__be16 dsr_port;   /* ... with this frontend */
 	__be32 dsr_addr;
+	__be16 frag_id;    /* the IP id, which ties fragments together */
+	__u8 frag_more;    /* MF set: more fragments follow (with offset 0: the first) */
+	__u8 pad3;
+	__u32 tcp_seq;     /* TCP: host order */
+	__u32 tcp_seq_len; /* TCP: how far the segment moves the sender's sequence (data, SYN, FIN) */
 };
+
+/* The first fragment of a fragmented datagram: it alone carries the L4 header. */
+static __always_inline int pkt4_first_fragment(const struct pkt4 *p)
+{
+	return p->frag_more && !p->fragment;
+}
 
 enum parse_result {
 	PARSE_OK = 0,
@@ -79,8 +90,12 @@ static __always_inline int parse_ipv4(struct __sk_buff *skb, struct pkt4 *p)
 	p->tcp_flags = 0;
 	p->icmp_type = 0;
 	p->icmp_code = 0;
+	p->tcp_seq = 0;
+	p->tcp_seq_len = 0;
+	p->frag_id = ip.id;
 	frag = bpf_ntohs(ip.frag_off);
 	p->fragment = (frag & 0x1fff) != 0;
+	p->frag_more = (frag & 0x2000) != 0;
 	if (p->fragment)
 		return PARSE_OK;
 
@@ -89,9 +104,21 @@ static __always_inline int parse_ipv4(struct __sk_buff *skb, struct pkt4 *p)
 
 		if (bpf_skb_load_bytes(skb, p->l4_off, hdr, sizeof(hdr)) < 0)
 			return PARSE_MALFORMED;
+		__u32 seq;
+		__u32 hdr_len = (hdr[12] >> 4) * 4;
+		__u32 l3_len = p->ip_len;
+
 		__builtin_memcpy(&p->sport, &hdr[0], 2);
 		__builtin_memcpy(&p->dport, &hdr[2], 2);
+		__builtin_memcpy(&seq, &hdr[4], 4);
 		p->tcp_flags = hdr[13];
+		p->tcp_seq = bpf_ntohl(seq);
+		if (l3_len > ip.ihl * 4 + hdr_len)
+			p->tcp_seq_len = l3_len - ip.ihl * 4 - hdr_len;
+		if (p->tcp_flags & TCP_SYN)
+			p->tcp_seq_len++;
+		if (p->tcp_flags & TCP_FIN)
+			p->tcp_seq_len++;
 	} else if (p->proto == IPPROTO_UDP || p->proto == IPPROTO_SCTP) {
 		__be16 ports[2];
 

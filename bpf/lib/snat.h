@@ -21,9 +21,47 @@ static __always_inline void snat4_forget_flow(const struct nat4_entry *old, cons
 		bpf_map_delete_elem(&ct4, &fwd);
 }
 
+/* Does a socket of the host's own hold this reply tuple (a connection from node:port to
+ * the backend, or a listener on node:port)? Then the port is not ours to take. */
+static __always_inline int snat4_port_in_use(struct __sk_buff *skb, const struct ct4_key *reply)
+{
+	struct bpf_sock_tuple t = {};
+	struct bpf_sock *sk;
+
+	t.ipv4.saddr = reply->saddr;
+	t.ipv4.daddr = reply->daddr;
+	t.ipv4.sport = reply->sport;
+	t.ipv4.dport = reply->dport;
+	if (reply->proto == IPPROTO_TCP)
+		sk = (struct bpf_sock *)bpf_skc_lookup_tcp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+	else
+		sk = bpf_sk_lookup_udp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return 0;
+	bpf_sk_release(sk);
+	return 1;
+}
+
+/* May a new flow take this binding's port? When its flow is over: expired (awaiting
+ * collection) or reset (over at both ends: a flow closed by a reset must not hold its port
+ * for the closing lifetime, or clients that close so at a high rate exhaust the range). */
+static __always_inline int snat4_binding_over(const struct nat4_entry *old, __u64 now)
+{
+	return ct_expired(old->expires_ns, now) || (old->flags & CT_F_RESET);
+}
+
+/* Netfilter's early drop: with no free port, a binding whose flow never became established
+ * (a SYN never answered, or never acknowledged) gives way, so that unanswered SYNs cannot
+ * lock real clients out. */
+static __always_inline int snat4_binding_reclaimable(const struct nat4_entry *old)
+{
+	return (old->flags & CT_F_SNAT) && !(old->flags & CT_F_ESTABLISHED);
+}
+
 /* Reserve the reply tuple (backend → node:port) for a new SNAT binding: the client's own
- * port if free, else random ports in range. Returns the port (network order) or 0. */
-static __always_inline __be16 snat4_reserve(const struct pkt4 *p, const struct lb4_backend *b,
+ * port if free, else random ports in range; with none free, a never-established flow's
+ * port. Returns the port (network order) or 0. */
+static __always_inline __be16 snat4_reserve(struct __sk_buff *skb, const struct pkt4 *p, const struct lb4_backend *b,
 					    const struct lb4_key *fe, __u32 rev_nat_id, __u64 now)
 {
 	struct nat4_entry nat = {
@@ -43,6 +81,7 @@ static __always_inline __be16 snat4_reserve(const struct pkt4 *p, const struct l
 	};
 	__u16 port = bpf_ntohs(p->sport);
 	__u32 span = (__u32)snat_port_max - snat_port_min + 1;
+	__be16 victim = 0;
 	__u32 i;
 
 	for (i = 0; i <= 32; i++) {
@@ -53,20 +92,35 @@ static __always_inline __be16 snat4_reserve(const struct pkt4 *p, const struct l
 		if (i > 0 || port < snat_port_min || port > snat_port_max)
 			port = snat_port_min + (bpf_get_prandom_u32() % span);
 		reply.dport = bpf_htons(port);
+		if (snat4_port_in_use(skb, &reply))
+			continue;
 		if (bpf_map_update_elem(&nat4, &reply, &nat, BPF_NOEXIST) == 0)
 			return reply.dport;
-		/* Taken: by a live flow, or by one that expired and awaits collection, or by
-		 * one that was reset. A reset flow is over at both ends, yet its binding would
-		 * hold the port for the closing lifetime: clients that close with a reset at a
-		 * high rate would exhaust the range. */
 		old = bpf_map_lookup_elem(&nat4, &reply);
-		if (old && (ct_expired(old->expires_ns, now) || (old->flags & CT_F_RESET))) {
+		if (!old)
+			continue;
+		if (snat4_binding_over(old, now)) {
 			snat4_forget_flow(old, &reply);
 			if (bpf_map_update_elem(&nat4, &reply, &nat, BPF_EXIST) == 0)
 				return reply.dport;
+		} else if (!victim && snat4_binding_reclaimable(old)) {
+			victim = reply.dport;
 		}
 	}
-	return 0;
+	if (!victim)
+		return 0;
+	reply.dport = victim;
+	{
+		struct nat4_entry *old = bpf_map_lookup_elem(&nat4, &reply);
+
+		if (!old || !snat4_binding_reclaimable(old))
+			return 0;
+		snat4_forget_flow(old, &reply);
+	}
+	if (bpf_map_update_elem(&nat4, &reply, &nat, BPF_EXIST) < 0)
+		return 0;
+	count_stat(STAT_NAT_EARLY_DROP, p->len);
+	return victim;
 }
 
 /* Free the SNAT binding of a flow that is being replaced (its backend still known). */

@@ -28,7 +28,12 @@ enum ct_flags {
 	CT_F_SEEN_REPLY = 1 << 2, /* a reply has been seen */
 	CT_F_CLOSING = 1 << 3,    /* FIN or RST seen: short lifetime */
 	CT_F_DSR = 1 << 4,        /* remote backend by DSR: DNAT, the frontend in an IP option */
-	CT_F_RESET = 1 << 5,      /* RST seen: the flow is over, its SNAT port may serve a new one */
+	CT_F_RESET = 1 << 5,      /* a RST that ends the flow: from the backend, or from the client
+				   * with the sequence number it was due to send next. The SNAT
+				   * port may serve a new flow at once. */
+	CT_F_ESTABLISHED = 1 << 6, /* the handshake completed: the client sent a non-SYN packet
+				    * after a reply, or the backend a non-SYN one. Until then the
+				    * flow lives the SYN lifetime, however many replies it saw. */
 };
 
 /* Lifetimes, in seconds: the defaults of the load-time settings in lib/config.h. */
@@ -50,6 +55,8 @@ struct ct4_entry {
 	__u8 tcp_flags;   /* union of TCP flags seen from the client */
 	__u64 packets;
 	__u64 bytes;
+	__u32 client_seq_next; /* TCP: host order, the sequence number the client sends next */
+	__u8 pad[4];
 };
 
 struct nat4_entry {
@@ -63,6 +70,30 @@ struct nat4_entry {
 	__u8 pad[7];
 	__u64 packets;
 	__u64 bytes;
+};
+
+/* IPv4 fragments: the translation of a datagram's first fragment (the only one with
+ * ports), kept by (source, destination, IP id, protocol) so that the later fragments get
+ * the same addresses and go the same way. */
+struct frag4_key {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 id;
+	__u8 proto;
+	__u8 pad;
+};
+
+enum frag_action {
+	FRAG_ACT_PASS = 0,     /* addresses rewritten, on to the stack (or out, on egress) */
+	FRAG_ACT_REDIRECT = 1, /* addresses rewritten, TTL down, FIB redirect */
+};
+
+struct frag4_entry {
+	__u64 expires_ns;
+	__be32 saddr;   /* the later fragments leave with these addresses */
+	__be32 daddr;
+	__u8 action;    /* enum frag_action */
+	__u8 pad[7];
 };
 
 #endif

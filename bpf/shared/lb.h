@@ -101,6 +101,20 @@ struct lb4_backend {
 	__u8 flags; /* enum lb_backend_flags */
 };
 
+/* The cluster's node addresses (every node's InternalIP/ExternalIP), kept by the agent:
+ * a DSR option naming a node address is a NodePort on that node. */
+struct node4_value {
+	__u8 flags; /* reserved */
+	__u8 pad[3];
+};
+
+/* ICMP errors this node sends (port unreachable, fragmentation needed, time exceeded):
+ * a token bucket per CPU. */
+struct icmp_bucket {
+	__u64 last_ns;
+	__u64 tokens; /* in thousandths of a message */
+};
+
 /* rev_nat_id → the Service port a frontend belongs to ("namespace/name:port"), for the
  * CLI; the programs never read it. */
 struct lb4_frontend_name {

@@ -19,6 +19,9 @@ enum ferry_stat {
 	STAT_FWD_DSR = 9,        /* north-south to another node by DSR (no replies come back here) */
 	STAT_DSR_RECEIVED = 10,  /* a DSR packet for a local backend: frontend recorded, option removed */
 	STAT_ICMP_FRAG_NEEDED = 11, /* DSR's option would not fit the MTU: told the client */
+	STAT_NAT_EARLY_DROP = 12, /* no free SNAT port: a never-established flow's port was taken */
+	STAT_ICMP_TIME_EXCEEDED = 13, /* TTL ran out on a packet this node would forward: told the sender */
+	STAT_FRAGMENT = 14,       /* a later fragment of a translated datagram, translated the same way */
 	STAT_MAX = 16,
 };
 
@@ -31,11 +34,15 @@ enum ferry_drop_reason {
 	DROP_FIB_FAILED = 5,       /* no route to the backend or back to the client */
 	DROP_CT_MAP_FULL = 6,      /* conntrack or NAT insert failed */
 	DROP_BACKEND_MISSING = 7,  /* a slot points at a backend that is not in the map */
-	DROP_FRAGMENT = 8,         /* a non-first IPv4 fragment to a Service (no ports to match) */
+	DROP_FRAGMENT = 8,         /* a later fragment of a datagram whose first fragment was not seen */
 	DROP_CSUM_FAILED = 9,      /* a checksum or packet rewrite helper failed */
 	DROP_NO_LOCAL_BACKEND = 10, /* traffic policy Local and no local endpoint */
 	DROP_SOURCE_RANGE = 11,    /* source not in the LoadBalancer's loadBalancerSourceRanges */
 	DROP_DSR_OPTION = 12,      /* a DSR option that could not be added or removed */
+	DROP_DSR_INVALID = 13,     /* a DSR option this node did not ask for: DSR off, unknown frontend,
+				    * destination not a local backend of it, or a live flow's binding */
+	DROP_TTL_EXCEEDED = 14,    /* TTL 1 or 0 on a packet this node would forward */
+	DROP_ICMP_RATELIMIT = 15,  /* an ICMP error was due but over the rate limit: dropped silently */
 	DROP_REASON_MAX = 32,
 };
 

@@ -15,6 +15,7 @@ struct ferry_enum_witness {
 	enum lb_backend_flags backend_flags;
 	enum ct_flags ct_flags;
 	enum ct_lifetime ct_lifetime;
+	enum frag_action frag_action;
 	enum ferry_stat stat;
 	enum ferry_drop_reason drop_reason;
 	enum ferry_event_type event_type;

@@ -13,6 +13,7 @@ import { Datapath, defaultObjectsDir } from '../datapath/loader.js';
 import { ServiceWriter } from '../datapath/writer.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { kubeConfig } from '../k8s/client.js';
+import { netnsCookie } from '../sys/socket.js';
 import { eventSink } from '../k8s/events.js';
 import { Watcher } from '../k8s/watcher.js';
 import { nodeView } from '../model/desired.js';
@@ -74,6 +75,8 @@ export class Agent {
       forwardingMode: cfg.forwardingMode,
       maglevTableSize: cfg.maglevTableSize,
       mapSizes: cfg.mapSizes,
+      // The agent runs in the host's network namespace: NodePorts answer on loopback there.
+      hostNetnsCookie: netnsCookie(),
     });
     try {
       for (const dev of cfg.devices) datapath.attachDevice(dev);

@@ -28,7 +28,7 @@ export function attachedPrograms(netns?: string): Attachment[] {
     }
     for (const l of bpftool(['link', 'show']) as Array<{ type: string; prog_id: number; attach_type?: string; cgroup_id?: number }>) {
       const name = progs.get(l.prog_id)?.name ?? '';
-      if (l.type === 'cgroup' && name.startsWith('sock4_')) out.push({ where: `cgroup ${l.attach_type ?? ''} (cgroup id ${l.cgroup_id ?? '?'})`, program: name, id: l.prog_id, loaded: loaded(l.prog_id) });
+      if (l.type === 'cgroup' && /^sock[46]_/.test(name)) out.push({ where: `cgroup ${l.attach_type ?? ''} (cgroup id ${l.cgroup_id ?? '?'})`, program: name, id: l.prog_id, loaded: loaded(l.prog_id) });
     }
     return out;
   } catch {

@@ -1,7 +1,7 @@
 // The TypeScript side of bpf/shared: one codec per shared struct and one mirror per shared
 // enum. Codecs are checked against the objects' BTF whenever a map is opened or adopted;
 // the enum mirrors by a test against bpf/tests/contract.bpf.c.
-import { structCodec, u32Codec, u8Codec, type Codec } from '../ebpf/codec.js';
+import { ipv4Codec, structCodec, u32Codec, u8Codec, type Codec } from '../ebpf/codec.js';
 import type { BpfMap } from '../ebpf/map.js';
 import type { ProtoName } from '../model/frontend.js';
 
@@ -25,7 +25,8 @@ export const DsrOption = { DSR_OPT_TYPE: 0x9e, DSR_OPT_LEN: 8 } as const;
 
 export const BackendFlags = { LB_BACKEND_F_LOCAL: 1 << 0, LB_BACKEND_F_TERMINATING: 1 << 1 } as const;
 
-export const CtFlags = { CT_F_LOCAL: 1 << 0, CT_F_SNAT: 1 << 1, CT_F_SEEN_REPLY: 1 << 2, CT_F_CLOSING: 1 << 3, CT_F_DSR: 1 << 4, CT_F_RESET: 1 << 5 } as const;
+export const CtFlags = { CT_F_LOCAL: 1 << 0, CT_F_SNAT: 1 << 1, CT_F_SEEN_REPLY: 1 << 2, CT_F_CLOSING: 1 << 3, CT_F_DSR: 1 << 4, CT_F_RESET: 1 << 5, CT_F_ESTABLISHED: 1 << 6 } as const;
+export const FragAction = { FRAG_ACT_PASS: 0, FRAG_ACT_REDIRECT: 1 } as const;
 
 export const CtLifetime = {
   CT_LIFETIME_TCP_SYN: 60,
@@ -47,6 +48,9 @@ export const Stat = {
   STAT_FWD_DSR: 9,
   STAT_DSR_RECEIVED: 10,
   STAT_ICMP_FRAG_NEEDED: 11,
+  STAT_NAT_EARLY_DROP: 12,
+  STAT_ICMP_TIME_EXCEEDED: 13,
+  STAT_FRAGMENT: 14,
   STAT_MAX: 16,
 } as const;
 
@@ -64,6 +68,9 @@ export const DropReason = {
   DROP_NO_LOCAL_BACKEND: 10,
   DROP_SOURCE_RANGE: 11,
   DROP_DSR_OPTION: 12,
+  DROP_DSR_INVALID: 13,
+  DROP_TTL_EXCEEDED: 14,
+  DROP_ICMP_RATELIMIT: 15,
   DROP_REASON_MAX: 32,
 } as const;
 
@@ -79,6 +86,7 @@ export const sharedEnums: Record<string, Record<string, number>> = {
   dsr_option: DsrOption,
   lb_backend_flags: BackendFlags,
   ct_flags: CtFlags,
+  frag_action: FragAction,
   ct_lifetime: CtLifetime,
   ferry_stat: Stat,
   ferry_drop_reason: DropReason,
@@ -178,6 +186,8 @@ export const ct4EntryCodec = structCodec('ct4_entry', {
   tcpFlags: { type: 'u8' },
   packets: { type: 'u64' },
   bytes: { type: 'u64' },
+  clientSeqNext: { type: 'u32' },
+  pad: { type: 'pad', length: 4 },
 });
 export type Ct4Entry = ReturnType<typeof ct4EntryCodec.decode>;
 
@@ -194,6 +204,24 @@ export const nat4EntryCodec = structCodec('nat4_entry', {
   bytes: { type: 'u64' },
 });
 export type Nat4Entry = ReturnType<typeof nat4EntryCodec.decode>;
+
+export const frag4KeyCodec = structCodec('frag4_key', {
+  saddr: { type: 'ipv4' },
+  daddr: { type: 'ipv4' },
+  id: { type: 'be16' },
+  proto: { type: 'u8' },
+  pad: { type: 'pad', length: 1 },
+});
+export const frag4EntryCodec = structCodec('frag4_entry', {
+  expiresNs: { type: 'u64' },
+  saddr: { type: 'ipv4' },
+  daddr: { type: 'ipv4' },
+  action: { type: 'u8' },
+  pad: { type: 'pad', length: 7 },
+});
+
+export const node4ValueCodec = structCodec('node4_value', { flags: { type: 'u8' }, pad: { type: 'pad', length: 3 } });
+export const icmpBucketCodec = structCodec('icmp_bucket', { lastNs: { type: 'u64' }, tokens: { type: 'u64' } });
 
 export const monitorCodec = structCodec('ferry_monitor', { flags: { type: 'u32' }, pad: { type: 'pad', length: 4 } });
 export const scratchCodec = structCodec('ferry_scratch', { lastDrop: { type: 'u32' }, lastStat: { type: 'u32' } });
@@ -233,6 +261,9 @@ export const mapSpecs = {
   lb4_sock_rev: { key: lb4SockKeyCodec, value: lb4SockValueCodec, sizeSetting: 'mapSizes.sockReverse' },
   ct4: { key: ct4KeyCodec, value: ct4EntryCodec, sizeSetting: 'mapSizes.conntrack' },
   nat4: { key: ct4KeyCodec, value: nat4EntryCodec, sizeSetting: 'mapSizes.nat' },
+  frag4: { key: frag4KeyCodec, value: frag4EntryCodec, sizeSetting: 'mapSizes.fragments' },
+  node4_addrs: { key: ipv4Codec, value: node4ValueCodec, sizeSetting: 'mapSizes.nodes' },
+  icmp_ratelimit: { key: u32Codec, value: icmpBucketCodec, sizeSetting: undefined },
   ferry_stats: { key: u32Codec, value: counterCodec, sizeSetting: undefined },
   ferry_drops: { key: u32Codec, value: counterCodec, sizeSetting: undefined },
   ferry_monitor: { key: u32Codec, value: monitorCodec, sizeSetting: undefined },

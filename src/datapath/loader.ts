@@ -27,6 +27,8 @@ export interface MapSizes {
   maglevTables: number;
   conntrack: number;
   nat: number;
+  fragments: number;
+  nodes: number;
 }
 
 /** Defaults fit 64k services and 64k backends. */
@@ -40,14 +42,18 @@ export const DEFAULT_MAP_SIZES: MapSizes = {
   maglevTables: 16_384,
   conntrack: 131_072,
   nat: 131_072,
+  fragments: 16_384,
+  nodes: 16_384,
 };
 
 /**
- * SNAT source ports. They must not overlap the node's ephemeral range
- * (net.ipv4.ip_local_port_range, 32768–60999 by default): a reply to one of the host's own
- * connections would otherwise be taken for a reply to an SNATed flow.
+ * SNAT source ports, per backend ip:port. They stay out of the node's ephemeral range
+ * (net.ipv4.ip_local_port_range, 32768–60999 by default), or a reply to one of the host's
+ * own connections to a backend could be taken for a reply to an SNATed flow, and out of
+ * the NodePort range (30000–32767). Ports where the host has a socket of its own (a
+ * listener such as the kubelet's) are skipped when a flow takes one.
  */
-export const DEFAULT_SNAT_PORTS = { min: 61000, max: 65535 } as const;
+export const DEFAULT_SNAT_PORTS = { min: 1024, max: 29999 } as const;
 
 /** Where the compiled BPF objects ship: build/bpf beside dist/. */
 export function defaultObjectsDir(): string {
@@ -74,6 +80,11 @@ export interface DatapathConfig {
   hashSeed?: number;
   mapSizes?: Partial<MapSizes>;
   ctLifetimes?: Partial<{ tcpSyn: number; tcpEstablished: number; tcpClosing: number; nonTcp: number }>;
+  /** The host's network namespace (its cookie), where NodePorts answer on loopback; 0: the initial one. */
+  hostNetnsCookie?: bigint;
+  /** ICMP errors the datapath sends, per CPU: messages a second and burst. */
+  icmpRatePerSec?: number;
+  icmpBurst?: number;
 }
 
 const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
@@ -87,12 +98,18 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   lb4_sock_rev: 'sockReverse',
   ct4: 'conntrack',
   nat4: 'nat',
+  frag4: 'fragments',
+  node4_addrs: 'nodes',
+  icmp_ratelimit: undefined,
   ferry_stats: undefined,
   ferry_drops: undefined,
   ferry_monitor: undefined,
   ferry_scratch: undefined,
 };
 
+
+/** The socket hooks: IPv4, and IPv6 sockets reaching IPv4 Services through ::ffff:a.b.c.d. */
+export const SOCK_PROGRAMS = ['sock4_connect', 'sock4_sendmsg', 'sock4_recvmsg', 'sock4_getpeername', 'sock6_connect', 'sock6_sendmsg', 'sock6_recvmsg', 'sock6_getpeername'] as const;
 
 export class Datapath {
   readonly tc: BpfObject;
@@ -125,6 +142,7 @@ export class Datapath {
     const configure = (obj: BpfObject) => {
       for (const [name, setting] of Object.entries(sizeOf)) if (setting) obj.setMaxEntries(name, sizes[setting]);
       obj.setConstant('hash_seed', cfg.hashSeed ?? 0);
+      obj.setConstant('host_netns_cookie', cfg.hostNetnsCookie ?? 0n);
       obj.pinMaps({ dir: cfg.pinDir });
     };
     const tc = BpfObject.open(join(cfg.objectsDir, 'tc.bpf.o'));
@@ -142,6 +160,8 @@ export class Datapath {
       if (lt.tcpEstablished !== undefined) tc.setConstant('ct_lifetime_tcp_established', lt.tcpEstablished);
       if (lt.tcpClosing !== undefined) tc.setConstant('ct_lifetime_tcp_closing', lt.tcpClosing);
       if (lt.nonTcp !== undefined) tc.setConstant('ct_lifetime_nontcp', lt.nonTcp);
+      if (cfg.icmpRatePerSec !== undefined) tc.setConstant('icmp_rate_per_sec', cfg.icmpRatePerSec);
+      if (cfg.icmpBurst !== undefined) tc.setConstant('icmp_burst', cfg.icmpBurst);
       tc.load();
       // The node's settings, for tools that load a twin of this program (ferry explain).
       rmSync(join(cfg.pinDir, RODATA_PIN), { force: true });
@@ -166,12 +186,12 @@ export class Datapath {
   }
 
   /**
-   * The four socket hooks at a cgroup v2 root. With `pinLinks`, each link is pinned in the
+   * The socket hooks at a cgroup v2 root. With `pinLinks`, each link is pinned in the
    * pin directory and replaces the one a previous agent pinned there, new before old: for
    * a moment both run, which is harmless (the second sees a backend, not a Service).
    */
   attachCgroup(target: CgroupTarget, opts: { pinLinks?: boolean } = {}): void {
-    for (const p of ['sock4_connect', 'sock4_sendmsg', 'sock4_recvmsg', 'sock4_getpeername']) {
+    for (const p of SOCK_PROGRAMS) {
       const link = attachCgroup(this.sock.program(p), target);
       this.links.push(link);
       if (!opts.pinLinks) continue;

@@ -304,6 +304,24 @@ export const u16Codec = scalarCodec('u16') as Codec<number>;
 export const u32Codec = scalarCodec('u32') as Codec<number>;
 export const u64Codec = scalarCodec('u64') as Codec<bigint>;
 
+/** A bare `__be32` IPv4 address key or value, as a dotted string. */
+export const ipv4Codec: Codec<string> = {
+  cName: '__be32',
+  size: 4,
+  encode(value, into, at = 0) {
+    const buf = into ?? Buffer.alloc(4);
+    buf.writeUInt32BE(ipv4FromString(value), at);
+    return buf;
+  },
+  decode(buf, at = 0) {
+    return ipv4ToString(buf.readUInt32BE(at));
+  },
+  diff(btf, typeId) {
+    const why = expectScalar(btf, typeId, { type: 'ipv4' });
+    return why ? [why] : [];
+  },
+};
+
 /** Throw a layout error listing every difference between a codec and a BTF type. */
 export function assertLayout(op: string, codec: Codec<unknown>, btf: Btf, typeId: number): void {
   const diffs = codec.diff(btf, typeId);

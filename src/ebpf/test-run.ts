@@ -58,7 +58,7 @@ export function testRun(program: Program, input: TestRunInput): TestRunResult {
   if (rc < 0) throw errnoError(op, rc, ErrorCode.TestRun);
   const outSize = opts.readUInt32LE(T.data_size_out);
   return {
-    retval: opts.readUInt32LE(T.retval),
+    retval: opts.readInt32LE(T.retval), // signed: TC_ACT_UNSPEC is -1
     data: Buffer.from(dataOut.subarray(0, outSize)),
     ctx: ctxOut ? Buffer.from(ctxOut.subarray(0, opts.readUInt32LE(T.ctx_size_out))) : undefined,
     durationNs: opts.readUInt32LE(T.duration),

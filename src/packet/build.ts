@@ -178,3 +178,29 @@ export const udp = (o: Omit<UdpLayer, 'layer'>): UdpLayer => ({ layer: 'udp', ..
 export const icmp = (o: Omit<IcmpLayer, 'layer'>): IcmpLayer => ({ layer: 'icmp', ...o });
 export const icmp6 = (o: Omit<Icmp6Layer, 'layer'>): Icmp6Layer => ({ layer: 'icmp6', ...o });
 export const payload = (data: Buffer | string): PayloadLayer => ({ layer: 'payload', data });
+
+/**
+ * Split an Ethernet + IPv4 frame into IPv4 fragments (RFC 791) whose IP packets fit
+ * `mtu`: each with the original header (options too, on every fragment, as the copied
+ * options ferry uses are), offsets in 8-byte units, MF on all but the last, checksums fixed.
+ */
+export function fragment(frame: Buffer, mtu: number): Buffer[] {
+  const eth = frame.subarray(0, 14);
+  const ihl = (frame[14]! & 0x0f) * 4;
+  const header = frame.subarray(14, 14 + ihl);
+  const data = frame.subarray(14 + ihl);
+  const step = Math.floor((mtu - ihl) / 8) * 8;
+  if (step <= 0) throw new Error(`fragment: MTU ${mtu} leaves no room after a ${ihl}-byte header`);
+  const out: Buffer[] = [];
+  for (let off = 0; off < data.length; off += step) {
+    const part = data.subarray(off, Math.min(off + step, data.length));
+    const h = Buffer.from(header);
+    const more = off + step < data.length;
+    h.writeUInt16BE(ihl + part.length, 2);
+    h.writeUInt16BE((more ? 0x2000 : 0) | (off / 8), 6); // DF cleared: it is fragmented
+    h.writeUInt16BE(0, 10);
+    h.writeUInt16BE(checksum(h), 10);
+    out.push(Buffer.concat([eth, h, part]));
+  }
+  return out;
+}

@@ -27,6 +27,7 @@ export function decodePacket(buf: Buffer, start: 'eth' | 'ipv4' | 'ipv6' = 'eth'
   let v6 = false;
   /** Inside an ICMP error's quote, which is usually cut short: no checksum verdicts. */
   let quoted = false;
+  let fragmented = false;
   let ipEnd = buf.length;
 
   const rest = () => {
@@ -61,7 +62,10 @@ export function decodePacket(buf: Buffer, start: 'eth' | 'ipv4' | 'ipv6' = 'eth'
       });
       ipEnd = Math.min(buf.length, off + total);
       off += ihl;
-      kind = proto === IpProto.TCP ? 'tcp' : proto === IpProto.UDP ? 'udp' : proto === IpProto.ICMP ? 'icmp' : proto === IpProto.IPIP ? 'inner-ipv4' : 'payload';
+      // A fragment holds part of a datagram: a later one no L4 header at all, a first one a
+      // header whose checksum covers bytes it does not hold.
+      fragmented = (frag & 0x3fff) !== 0;
+      kind = (frag & 0x1fff) !== 0 ? 'payload' : proto === IpProto.TCP ? 'tcp' : proto === IpProto.UDP ? 'udp' : proto === IpProto.ICMP ? 'icmp' : proto === IpProto.IPIP ? 'inner-ipv4' : 'payload';
     } else if (kind === 'inner-ipv4') {
       prefix = `${prefix}inner `;
       kind = 'ipv4';
@@ -79,7 +83,7 @@ export function decodePacket(buf: Buffer, start: 'eth' | 'ipv4' | 'ipv6' = 'eth'
     } else if (kind === 'tcp' || kind === 'udp' || kind === 'icmp' || kind === 'icmp6') {
       const seg = buf.subarray(off, ipEnd);
       const proto = kind === 'tcp' ? IpProto.TCP : kind === 'udp' ? IpProto.UDP : kind === 'icmp' ? IpProto.ICMP : IpProto.ICMPv6;
-      const whole = !quoted && ipSrc && ipDst;
+      const whole = !quoted && !fragmented && ipSrc && ipDst;
       const ps = kind === 'icmp' ? 0 : ipSrc && ipDst ? (v6 ? pseudo6(ipSrc, ipDst, proto, seg.length) : pseudo4(ipSrc, ipDst, proto, seg.length)) : 0;
       if (kind === 'tcp') {
         if (quoted && seg.length >= 8 && seg.length < 20) {

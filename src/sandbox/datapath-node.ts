@@ -8,11 +8,13 @@ import { clearConntrack } from '../datapath/ct-gc.js';
 import { Datapath, defaultObjectsDir, type DatapathConfig } from '../datapath/loader.js';
 import type { FixtureTarget, TcProgram } from './packet-fixture.js';
 import { ServiceWriter } from '../datapath/writer.js';
+import { NodeAddressWriter } from '../datapath/node-addresses.js';
 import { ifindexOf } from '../ebpf/link-tc.js';
 import type { Program } from '../ebpf/object.js';
 import { testRun, type TestRunResult } from '../ebpf/test-run.js';
 import { Testbed, type Host } from './netns/testbed.js';
 import { inNetns } from '../sys/netns.js';
+import { netnsCookie } from '../sys/socket.js';
 import { skbContext } from '../ebpf/skb-context.js';
 
 export const NODE_IP = '10.0.30.21';
@@ -30,6 +32,8 @@ export interface DatapathNode extends FixtureTarget {
   host: Host;
   dp: Datapath;
   writer: ServiceWriter;
+  /** The cluster's node addresses (this node's and the other's by default). */
+  nodes: NodeAddressWriter;
   ifindex: number;
   pinDir: string;
   run(prog: TcProgram, data: Buffer, repeat?: number): TestRunResult;
@@ -55,13 +59,15 @@ export async function datapathNode(cfg: Partial<DatapathConfig> = {}): Promise<D
     await tb.route(host, REMOTE_POD_CIDR, OTHER_NODE_IP);
     await host.execOk(['sysctl', '-qw', 'net.ipv4.ip_forward=1']);
     mkdirSync(pinDir);
-    dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: NODE_IP, hashSeed: 0x5eed, ...cfg });
+    dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: NODE_IP, hashSeed: 0x5eed, hostNetnsCookie: netnsCookie(host.netns), ...cfg });
     const d = dp;
     const writer = new ServiceWriter(d.maps, { maglevTableSize: d.maglevTableSize });
+    const nodes = new NodeAddressWriter(d.maps.node4_addrs);
+    nodes.apply([NODE_IP, OTHER_NODE_IP]);
     const ifindex = inNetns(host.netns, () => ifindexOf('eth0'));
     const ctx = skbContext({ ifindex });
     return {
-      tb, host, dp: d, writer, ifindex, pinDir,
+      tb, host, dp: d, writer, nodes, ifindex, pinDir,
       program: (name) => d.tc.program(name),
       run: (prog, data, repeat) => inNetns(host.netns, () => testRun(d.tc.program(prog), { data, ctx, repeat })),
       counter: (name) => counterTotal(d.maps, name).packets,

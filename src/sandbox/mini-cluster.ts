@@ -13,6 +13,7 @@ import { Testbed } from './netns/testbed.js';
 import { startWorkloads, type Workload } from './workloads/spawn.js';
 import { ClusterNetwork, type NodeInfo, type PodInfo } from './network.js';
 import { inNetns } from '../sys/netns.js';
+import { netnsCookie } from '../sys/socket.js';
 
 export interface TestService {
   clusterIP: string;
@@ -47,7 +48,7 @@ export class MiniCluster {
       for (const n of net.nodes) {
         const pinDir = join('/sys/fs/bpf', `${tb.prefix}-${n.name}`);
         mkdirSync(pinDir);
-        const dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: n.ip, hashSeed: 7, ...(opts.mapSizes ? { mapSizes: opts.mapSizes } : {}) });
+        const dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: n.ip, hashSeed: 7, hostNetnsCookie: netnsCookie(n.host.netns), ...(opts.mapSizes ? { mapSizes: opts.mapSizes } : {}) });
         c.nodes.push({ ...n, dp, writer: new ServiceWriter(dp.maps), pinDir });
         inNetns(n.host.netns, () => dp.attachDevice(n.device));
         dp.attachCgroup({ path: n.host.cgroup, expect: 'subtree' });

@@ -7,7 +7,7 @@ import { testRun, type TestRunResult } from '../ebpf/test-run.js';
 import { diffPackets, formatLayers } from '../packet/diff.js';
 import { decodePacket } from '../packet/decode.js';
 
-export const TcVerdict = { OK: 0, RECLASSIFY: 1, SHOT: 2, PIPE: 3, STOLEN: 4, QUEUED: 5, REPEAT: 6, REDIRECT: 7 } as const;
+export const TcVerdict = { UNSPEC: -1, OK: 0, RECLASSIFY: 1, SHOT: 2, PIPE: 3, STOLEN: 4, QUEUED: 5, REPEAT: 6, REDIRECT: 7 } as const;
 export const XdpVerdict = { ABORTED: 0, DROP: 1, PASS: 2, TX: 3, REDIRECT: 4 } as const;
 
 export type TcProgram = 'tc_ingress' | 'tc_egress';

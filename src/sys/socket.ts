@@ -1,6 +1,6 @@
-// A listening TCP socket created inside another network namespace, for Node servers that
-// must live there while the process lives elsewhere: the socket keeps the namespace it
-// was created in, and Node's server.listen({ fd }) adopts it.
+// Socket calls Node lacks: a listening TCP socket created inside another network
+// namespace (the socket keeps the namespace it was created in, and Node's
+// server.listen({ fd }) adopts it), and a network namespace's cookie.
 import { createRequire } from 'node:module';
 import { isIPv4 } from 'node:net';
 import { ErrorCode, FerryError, errnoMessage } from '../errors.js';
@@ -13,10 +13,13 @@ const SOCK_STREAM = 1;
 const SOCK_CLOEXEC = 0o2000000;
 const SOL_SOCKET = 1;
 const SO_REUSEADDR = 2;
+const SOCK_DGRAM = 2;
+const SO_NETNS_COOKIE = 71;
 
 interface SocketCalls {
   socket(domain: number, type: number, proto: number): number;
   setsockopt(fd: number, level: number, name: number, value: Buffer, len: number): number;
+  getsockopt(fd: number, level: number, name: number, value: Buffer, len: Buffer): number;
   bind(fd: number, addr: Buffer, len: number): number;
   listen(fd: number, backlog: number): number;
   close(fd: number): number;
@@ -30,10 +33,11 @@ function libcSockets(): SocketCalls {
   const lib = k.load('libc.so.6');
   const socket = lib.func('int socket(int domain, int type, int protocol)');
   const setsockopt = lib.func('int setsockopt(int fd, int level, int name, const void *value, uint32_t len)');
+  const getsockopt = lib.func('int getsockopt(int fd, int level, int name, void *value, void *len)');
   const bind = lib.func('int bind(int fd, const void *addr, uint32_t len)');
   const listen = lib.func('int listen(int fd, int backlog)');
   const close = lib.func('int close(int fd)');
-  calls = { socket, setsockopt, bind, listen, close, errno: () => k.errno() };
+  calls = { socket, setsockopt, getsockopt, bind, listen, close, errno: () => k.errno() };
   return calls;
 }
 
@@ -60,4 +64,28 @@ export function listeningSocketInNetns(netns: string, host: string, port: number
     if (c.listen(fd, 511) < 0) throw fail('listen on');
     return fd;
   });
+}
+
+/**
+ * The cookie of a network namespace (the calling thread's, or `netns` by name): what
+ * bpf_get_netns_cookie() returns for sockets there. Linux 5.14+ (SO_NETNS_COOKIE).
+ */
+export function netnsCookie(netns?: string): bigint {
+  const c = libcSockets();
+  const read = () => {
+    const fd = c.socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw new FerryError({ code: ErrorCode.Netns, op: `read the netns cookie${netns ? ` of ${netns}` : ''}`, cause: errnoMessage(c.errno()) });
+    try {
+      const value = Buffer.alloc(8);
+      const len = Buffer.alloc(4);
+      len.writeUInt32LE(8);
+      if (c.getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, value, len) < 0) {
+        throw new FerryError({ code: ErrorCode.Netns, op: `read the netns cookie${netns ? ` of ${netns}` : ''}`, cause: errnoMessage(c.errno()), hint: 'SO_NETNS_COOKIE needs Linux 5.14 or later' });
+      }
+      return value.readBigUInt64LE(0);
+    } finally {
+      c.close(fd);
+    }
+  };
+  return netns ? inNetns(netns, read) : read();
 }

@@ -32,17 +32,38 @@ function ctTtl(): { ttl: number; flags: number } {
 }
 
 describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
-  it('follows a TCP flow: SYN, established after a reply, closing after FIN', () => {
+  it('follows a TCP flow: SYN, established once the client acknowledges the reply, closing after FIN', () => {
     node.run('tc_ingress', toNodePort(62001, 'S'));
     expect(ctTtl().ttl).toBeGreaterThan(LIFETIMES.tcpSyn - 2);
     expect(ctTtl().ttl).toBeLessThanOrEqual(LIFETIMES.tcpSyn);
     node.run('tc_egress', replyFromPod(62001, 'SA'));
-    node.run('tc_ingress', toNodePort(62001, 'A'));
+    // A SYN-ACK alone does not establish the flow.
     expect(ctTtl()).toMatchObject({ flags: CtFlags.CT_F_LOCAL | CtFlags.CT_F_SEEN_REPLY });
+    expect(ctTtl().ttl).toBeLessThanOrEqual(LIFETIMES.tcpSyn);
+    node.run('tc_ingress', toNodePort(62001, 'A'));
+    expect(ctTtl()).toMatchObject({ flags: CtFlags.CT_F_LOCAL | CtFlags.CT_F_SEEN_REPLY | CtFlags.CT_F_ESTABLISHED });
     expect(ctTtl().ttl).toBeGreaterThan(LIFETIMES.tcpEstablished - 2);
     node.run('tc_ingress', toNodePort(62001, 'FA'));
     expect(ctTtl().flags & CtFlags.CT_F_CLOSING).toBeTruthy();
     expect(ctTtl().ttl).toBeLessThanOrEqual(LIFETIMES.tcpClosing);
+  });
+
+  it('half-open: a SYN answered but never acknowledged keeps the SYN lifetime, whatever the SYN-ACKs', () => {
+    node.run('tc_ingress', toNodePort(62010, 'S'));
+    for (let i = 0; i < 3; i++) node.run('tc_egress', replyFromPod(62010, 'SA')); // retransmitted SYN-ACKs
+    node.run('tc_ingress', toNodePort(62010, 'S')); // and a retransmitted SYN
+    expect(ctTtl().flags & CtFlags.CT_F_ESTABLISHED).toBe(0);
+    expect(ctTtl().ttl).toBeLessThanOrEqual(LIFETIMES.tcpSyn);
+    const [, binding] = node.dp.maps.nat4.entries()[0]!;
+    expect(Number(binding.expiresNs - monotonicNs()) / 1e9).toBeLessThanOrEqual(LIFETIMES.tcpSyn);
+  });
+
+  it('a non-SYN segment from the backend means its connection is established', () => {
+    node.run('tc_ingress', toNodePort(62011, 'S'));
+    node.run('tc_egress', replyFromPod(62011, 'SA'));
+    node.run('tc_egress', replyFromPod(62011, 'A'));
+    expect(ctTtl().flags & CtFlags.CT_F_ESTABLISHED).toBeTruthy();
+    expect(ctTtl().ttl).toBeGreaterThan(LIFETIMES.tcpEstablished - 2);
   });
 
   it('gives UDP the non-TCP lifetime and keeps an SNAT binding beside it', () => {

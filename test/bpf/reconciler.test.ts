@@ -107,7 +107,7 @@ describeWith(['root', 'bpffs', 'netns'], 'reconciler', () => {
     r.serviceChanged(dns);
     await r.syncNow();
     expect(node.dp.maps.lb4_services.entries()).toEqual([]);
-    expect(node.run('tc_ingress', query(7000)).retval).toBe(TcVerdict.OK); // passes, untouched
+    expect(node.run('tc_ingress', query(7000)).retval).toBe(TcVerdict.UNSPEC); // passes, untouched, on to the next filter
     expect(dstOf(node.run('tc_ingress', query(7000)).data)).toBe(NODE_IP);
   });
 });

@@ -1,18 +1,23 @@
-// SNAT source ports are a small range per backend: a reset flow gives its port to the
-// next flow at once; a live or merely closing one keeps it.
+// SNAT source ports are a range per backend: a live established flow keeps its port; one
+// that never became established gives it up when none is free (early drop); a reset frees
+// it at once, but only a reset that can be genuine; a port the host holds a socket on is
+// never taken.
+import { closeSync } from 'node:fs';
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
-import { CtFlags } from '../../src/datapath/layouts.js';
+import { CtFlags, Stat } from '../../src/datapath/layouts.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
 import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
-import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { CLIENT_IP, NODE_IP, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { listeningSocketInNetns } from '../../src/sys/socket.js';
 import { describeWith } from '../harness/requirements.js';
 
 const REMOTE_POD = '10.244.2.5';
+const PORT = 61000;
 let node: DatapathNode;
 beforeAll(async () => {
   // One SNAT port: the second live flow to the backend cannot get one.
-  node = await datapathNode({ snatPortMin: 61000, snatPortMax: 61000 });
+  node = await datapathNode({ snatPortMin: PORT, snatPortMax: PORT });
   node.writer.apply([{ address: NODE_IP, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: REMOTE_POD, port: 8080, local: false }] }]);
 });
 afterAll(async () => {
@@ -20,40 +25,76 @@ afterAll(async () => {
 });
 beforeEach(() => node.flushState());
 
-const fromClient = (sport: number, flags: string) => buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), tcp({ sport, dport: 30081, flags })]);
+const fromClient = (sport: number, flags: string, seq = 100) => buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), tcp({ sport, dport: 30081, flags, seq, ack: flags.includes('A') ? 5001 : 0 })]);
+const fromBackend = (flags: string) => buildPacket([eth(), ipv4({ src: REMOTE_POD, dst: NODE_IP }), tcp({ sport: 8080, dport: PORT, flags, seq: 5000, ack: 101 })]);
 const natPorts = () => node.dp.maps.nat4.entries().map(([k]) => k.dport);
 
-describeWith(['root', 'bpffs', 'netns'], 'SNAT port reuse', () => {
-  it('a second live flow finds no free port and is dropped', () => {
-    expect(node.run('tc_ingress', fromClient(40001, 'S')).retval).toBe(TcVerdict.REDIRECT);
+/** SYN (seq 100), SYN-ACK, ACK (seq 101): an established flow through the one port. */
+function establish(sport: number): void {
+  expect(node.run('tc_ingress', fromClient(sport, 'S')).retval).toBe(TcVerdict.REDIRECT);
+  node.run('tc_ingress', fromBackend('SA'));
+  node.run('tc_ingress', fromClient(sport, 'A', 101));
+  expect(node.dp.maps.nat4.entries()[0]![1].flags & CtFlags.CT_F_ESTABLISHED).toBeTruthy();
+}
+
+describeWith(['root', 'bpffs', 'netns'], 'SNAT ports', () => {
+  it('a second flow finds no free port while the first is established, and is dropped', () => {
+    establish(40001);
     expect(node.run('tc_ingress', fromClient(40002, 'S')).retval).toBe(TcVerdict.SHOT);
-    expect(natPorts()).toEqual([61000]);
+    expect(natPorts()).toEqual([PORT]);
+  });
+
+  it('early drop: a flow that never became established gives its port to a new one', () => {
+    node.run('tc_ingress', fromClient(40001, 'S'));
+    node.run('tc_ingress', fromBackend('SA')); // answered, never acknowledged
+    const r = node.run('tc_ingress', fromClient(40002, 'S'));
+    expect(r.retval).toBe(TcVerdict.REDIRECT);
+    expect(total(node.dp, 'ferry_stats', Stat.STAT_NAT_EARLY_DROP)).toBe(1n);
+    expect(node.dp.maps.nat4.entries()[0]![1].clientPort).toBe(40002);
+    expect(node.dp.maps.ct4.entries().map(([k]) => k.sport)).toEqual([40002]);
   });
 
   it('a flow closing with FIN keeps its port for the closing lifetime', () => {
-    node.run('tc_ingress', fromClient(40001, 'S'));
-    node.run('tc_ingress', fromClient(40001, 'FA'));
+    establish(40001);
+    node.run('tc_ingress', fromClient(40001, 'FA', 101));
     expect(node.run('tc_ingress', fromClient(40002, 'S')).retval).toBe(TcVerdict.SHOT);
   });
 
-  it('a reset flow gives its port to the next flow, and its conntrack entry goes with it', () => {
-    node.run('tc_ingress', fromClient(40001, 'S'));
-    node.run('tc_ingress', fromClient(40001, 'R'));
+  it('a client reset with the sequence number it was due to send frees the port at once', () => {
+    establish(40001);
+    node.run('tc_ingress', fromClient(40001, 'R', 101));
     const [, before] = node.dp.maps.ct4.entries()[0]!;
     expect(before.flags & CtFlags.CT_F_RESET).toBeTruthy();
     const r = node.run('tc_ingress', fromClient(40002, 'S'));
     expect(r.retval).toBe(TcVerdict.REDIRECT);
-    expect(decodePacket(r.data).find((l) => l.name === 'tcp')!.fields.sport).toBe(61000);
-    const [, binding] = node.dp.maps.nat4.entries()[0]!;
-    expect(binding.clientPort).toBe(40002);
+    expect(decodePacket(r.data).find((l) => l.name === 'tcp')!.fields.sport).toBe(PORT);
+    expect(node.dp.maps.nat4.entries()[0]![1].clientPort).toBe(40002);
     expect(node.dp.maps.ct4.entries().map(([k]) => k.sport)).toEqual([40002]);
+  });
+
+  it('a reset from outside the window does not free a port the backend\'s connection holds', () => {
+    establish(40001);
+    node.run('tc_ingress', fromClient(40001, 'R', 90_000)); // a blind reset
+    expect(node.dp.maps.ct4.entries()[0]![1].flags & CtFlags.CT_F_RESET).toBe(0);
+    expect(node.run('tc_ingress', fromClient(40002, 'S')).retval).toBe(TcVerdict.SHOT);
   });
 
   it('a flow the backend reset frees its port too, even after another client packet', () => {
     node.run('tc_ingress', fromClient(40001, 'S'));
-    const rst = buildPacket([eth(), ipv4({ src: REMOTE_POD, dst: NODE_IP }), tcp({ sport: 8080, dport: 61000, flags: 'R' })]);
-    node.run('tc_ingress', rst);
-    node.run('tc_ingress', fromClient(40001, 'A'));
+    node.run('tc_ingress', fromBackend('R'));
+    node.run('tc_ingress', fromClient(40001, 'A', 101));
     expect(node.run('tc_ingress', fromClient(40002, 'S')).retval).toBe(TcVerdict.REDIRECT);
+    expect(total(node.dp, 'ferry_stats', Stat.STAT_NAT_EARLY_DROP)).toBe(0n);
+  });
+
+  it('a port the host listens on is never taken', () => {
+    const fd = listeningSocketInNetns(node.host.netns, NODE_IP, PORT);
+    try {
+      expect(node.run('tc_ingress', fromClient(40001, 'S')).retval).toBe(TcVerdict.SHOT);
+      expect(natPorts()).toEqual([]);
+    } finally {
+      closeSync(fd);
+    }
+    expect(node.run('tc_ingress', fromClient(40001, 'S')).retval).toBe(TcVerdict.REDIRECT);
   });
 });

@@ -4,13 +4,14 @@
 // are seeded through the same ServiceWriter the agent uses.
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { Stat } from '../../src/datapath/layouts.js';
+import { DEFAULT_SNAT_PORTS } from '../../src/datapath/loader.js';
 import type { FrontendSpec } from '../../src/model/frontend.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
 import { flowHash4 } from '../../src/datapath/reference/hash.js';
 import { TcVerdict, expectFixture, expectPacket } from '../../src/sandbox/packet-fixture.js';
 import { CLIENT_IP, NODE_IP, NODE_MAC, OTHER_NODE_MAC, ROUTER_MAC, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
-import { LOCAL_POD, RANGED_LB_IP, REMOTE_POD, TC_FIXTURES, TC_SERVICES, fromRouter, syn } from '../../src/sandbox/fixtures/tc.js';
+import { CLIENT_PORT, LOCAL_POD, RANGED_LB_IP, REMOTE_POD, TC_FIXTURES, TC_SERVICES, fromRouter, syn } from '../../src/sandbox/fixtures/tc.js';
 import { describeWith } from '../harness/requirements.js';
 
 const services = TC_SERVICES;
@@ -35,12 +36,13 @@ describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
   it('a second client on the same port gets another SNAT port', () => {
     node.run('tc_ingress', syn(NODE_IP, 30081));
     const [, ct] = node.dp.maps.ct4.entries()[0]!;
-    expect(ct).toMatchObject({ natAddr: NODE_IP, natPort: 62000 });
+    expect(ct).toMatchObject({ natAddr: NODE_IP, natPort: CLIENT_PORT });
     const r = node.run('tc_ingress', syn(NODE_IP, 30081, { src: '10.0.10.3' }));
     expect(r.retval).toBe(TcVerdict.REDIRECT);
     const sport = decodePacket(r.data).find((l) => l.name === 'tcp')!.fields.sport as number;
-    expect(sport).not.toBe(62000);
-    expect(sport).toBeGreaterThanOrEqual(61000);
+    expect(sport).not.toBe(CLIENT_PORT);
+    expect(sport).toBeGreaterThanOrEqual(DEFAULT_SNAT_PORTS.min);
+    expect(sport).toBeLessThanOrEqual(DEFAULT_SNAT_PORTS.max);
   });
 
   it('loadBalancerSourceRanges follow the Service: widen them, and a denied source passes', () => {
@@ -108,10 +110,10 @@ describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
       const [, master] = node.dp.maps.lb4_services.entries().find(([k]) => k.port === 30099 && k.slot === 0)!;
       expect(master.revNatId).toBeGreaterThan(65_535);
       node.run('tc_ingress', syn(NODE_IP, 30099));
-      const reply = buildPacket([eth({ src: OTHER_NODE_MAC, dst: NODE_MAC }), ipv4({ src: REMOTE_POD, dst: NODE_IP, ttl: 63, id: 7 }), tcp({ sport: 8080, dport: 62000, flags: 'SA', seq: 5000, ack: 1001 })]);
+      const reply = buildPacket([eth({ src: OTHER_NODE_MAC, dst: NODE_MAC }), ipv4({ src: REMOTE_POD, dst: NODE_IP, ttl: 63, id: 7 }), tcp({ sport: 8080, dport: CLIENT_PORT, flags: 'SA', seq: 5000, ack: 1001 })]);
       const r = node.run('tc_ingress', reply);
       expect(r.retval).toBe(TcVerdict.REDIRECT);
-      expectPacket(r.data, buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: NODE_IP, dst: CLIENT_IP, ttl: 62, id: 7 }), tcp({ sport: 30099, dport: 62000, flags: 'SA', seq: 5000, ack: 1001 })]));
+      expectPacket(r.data, buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: NODE_IP, dst: CLIENT_IP, ttl: 62, id: 7 }), tcp({ sport: 30099, dport: CLIENT_PORT, flags: 'SA', seq: 5000, ack: 1001 })]));
     } finally {
       node.writer.apply(services);
     }

@@ -100,3 +100,17 @@ describe('packet diff', () => {
     expect(d.lines[0]).toBe('layer 1: expected ipv4, got nothing');
   });
 });
+
+describe('fragment', () => {
+  it('splits a datagram into 8-byte aligned fragments that reassemble to it', async () => {
+    const { buildPacket, eth, fragment, ipv4, payload, udp } = await import('../../src/packet/build.js');
+    const whole = buildPacket([eth(), ipv4({ src: '10.0.0.1', dst: '10.0.0.2', id: 77, df: false }), udp({ sport: 1, dport: 2 }), payload(Buffer.alloc(3000, 7))]);
+    const parts = fragment(whole, 1500);
+    expect(parts.map((p) => p.length - 14)).toEqual([1500, 1500, 68]);
+    const offsets = parts.map((p) => p.readUInt16BE(14 + 6));
+    expect(offsets).toEqual([0x2000, 0x2000 | 185, 370]);
+    for (const p of parts) expect(decodePacket(p).find((l) => l.name === 'ipv4')!.fields.checksumValid).toBe(true);
+    const data = Buffer.concat(parts.map((p) => p.subarray(14 + 20)));
+    expect(data.equals(whole.subarray(14 + 20))).toBe(true);
+  });
+});
