@@ -82,9 +82,9 @@ function backendList(table: ServiceTable, address: string, port: number, proto: 
 function explainSocket(r: ExplainRequest, maps: DatapathReader): Explanation {
   const proto = r.proto === 'tcp' ? 6 : 17;
   const lines = [`connect()/sendmsg() from a ${r.from === 'pod' ? 'pod' : 'host process'} to ${r.dst}:${r.dport}/${r.proto} (cgroup socket hooks)`];
-  const d = sockDecision({ master: (address, port, p, scope) => maps.lb4_services.lookup({ address, port, proto: p, scope, slot: 0 }) }, { address: r.dst, port: r.dport, proto });
+  const d = sockDecision({ master: (address, port, p, scope) => maps.lb4_services.lookup({ address, port, proto: p, scope, slot: 0 }) }, { address: r.dst, port: r.dport, proto, fromHost: r.from === 'host' });
   if (d.verdict === 'unchanged') {
-    lines.push('not a Service address: the socket connects unchanged');
+    lines.push(r.from === 'pod' && r.dst.startsWith('127.') ? 'a pod\'s loopback is its own (NodePorts answer on loopback in the host\'s namespace only): the socket connects unchanged' : 'not a Service address: the socket connects unchanged');
     return { lines, verdict: 'unchanged' };
   }
   if (d.verdict === 'refused' && d.reason === 'unknown-port') {

@@ -4,7 +4,8 @@
 // must agree on every destination. The host's routes make the hooks' decision visible in
 // errno: backends (10.244.0.0/16) are "prohibit" (EACCES), everything else "unreachable"
 // (EHOSTUNREACH), a refusal by the hooks is ECONNREFUSED, and an untouched loopback
-// connect reaches the probe's own listener.
+// connect reaches the probe's own listener. IPv6 sockets to IPv4-mapped addresses
+// (::ffff:a.b.c.d) must get the IPv4 decision.
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -15,6 +16,7 @@ import { ServiceWriter } from '../../src/datapath/writer.js';
 import type { FrontendSpec } from '../../src/model/frontend.js';
 import { Testbed, type Host } from '../../src/sandbox/netns/testbed.js';
 import { WORKLOADS_BIN } from '../../src/sandbox/workloads/spawn.js';
+import { netnsCookie } from '../../src/sys/socket.js';
 import { describeWith } from '../harness/requirements.js';
 import { rng } from '../harness/rng.js';
 
@@ -24,6 +26,7 @@ const NODE_IP = '10.0.30.21';
 
 let tb: Testbed;
 let host: Host;
+let pod: Host;
 let dp: Datapath;
 let writer: ServiceWriter;
 let pinDir: string;
@@ -31,11 +34,15 @@ let pinDir: string;
 beforeAll(async () => {
   tb = await Testbed.create();
   host = await tb.addHost('node');
-  await host.ip('route', 'add', 'unreachable', 'default');
-  await host.ip('route', 'add', 'prohibit', '10.244.0.0/16');
+  // A pod: its own namespace, its cgroup under the node's, so the node's hooks cover it.
+  pod = await tb.addHost('pod', { cgroupParent: host });
+  for (const h of [host, pod]) {
+    await h.ip('route', 'add', 'unreachable', 'default');
+    await h.ip('route', 'add', 'prohibit', '10.244.0.0/16');
+  }
   pinDir = join('/sys/fs/bpf', `${tb.prefix}-sock`);
   mkdirSync(pinDir);
-  dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: NODE_IP });
+  dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: NODE_IP, hostNetnsCookie: netnsCookie(host.netns) });
   dp.attachCgroup({ path: host.cgroup, expect: 'subtree' });
   writer = new ServiceWriter(dp.maps);
 });
@@ -83,6 +90,8 @@ function targets(table: FrontendSpec[], r: () => number): Array<{ address: strin
     if (f.nodePortAny) out.push({ address: '127.0.0.9', port: f.port, proto: f.proto.toLowerCase() as 'tcp' | 'udp' });
   }
   out.push({ address: '127.0.0.1', port: 30000 + Math.floor(r() * 6), proto: 'tcp' }, { address: '10.1.2.3', port: 80, proto: 'tcp' }, { address: '10.96.0.99', port: 80, proto: 'udp' });
+  // IPv6 sockets reaching the same destinations through IPv4-mapped addresses.
+  for (const t of [...out]) if (r() < 0.4) out.push({ ...t, address: `::ffff:${t.address}` });
   const unique = new Map(out.map((t) => [`${t.address}:${t.port}/${t.proto}`, t]));
   return [...unique.values()];
 }
@@ -103,27 +112,38 @@ function observed(result: string): string {
 }
 
 describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'socket hooks against the reference decision', () => {
-  it(`agree on every destination of ${ROUNDS} random tables (seed ${SEED})`, async () => {
+  it(`agree on every destination of ${ROUNDS} random tables, from the host and from a pod (seed ${SEED})`, async () => {
     const r = rng(SEED);
     const lookup = { master: (address: string, port: number, proto: number, scope: number) => dp.maps.lb4_services.lookup({ address, port, proto, scope, slot: 0 }) };
     const seen = new Map<string, number>();
+    let loopbackNodePorts = 0;
+    let v6Mapped = 0;
     for (let round = 0; round < ROUNDS; round++) {
       const table = randomTable(r);
       writer.apply(table);
       dp.maps.lb4_sock_rev.deleteBatch([...dp.maps.lb4_sock_rev.keys()]);
       const dests = targets(table, r);
-      const res = await host.exec([process.execPath, WORKLOADS_BIN, 'connect-probe', '--listen-loopback', '--targets', dests.map((t) => `${t.address}:${t.port}/${t.proto}`).join(',')], { timeoutMs: 60_000 });
-      expect(res.code, res.stderr).toBe(0);
-      const lines = res.stdout.trim().split('\n').map((l) => JSON.parse(l) as { target: string; result: string });
-      expect(lines).toHaveLength(dests.length);
+      const list = dests.map((t) => `[${t.address}]:${t.port}/${t.proto}`).join(',');
       const diffs: string[] = [];
-      lines.forEach((l, i) => {
-        const t = dests[i]!;
-        const want = sockDecision(lookup, { address: t.address, port: t.port, proto: t.proto === 'tcp' ? Proto.TCP : Proto.UDP }).verdict;
-        const got = observed(l.result);
-        if (got !== want) diffs.push(`${l.target}: hooks ${got} (${l.result}), reference ${want}`);
-        seen.set(want, (seen.get(want) ?? 0) + 1);
-      });
+      for (const [where, fromHost] of [[host, true], [pod, false]] as const) {
+        const res = await where.exec([process.execPath, WORKLOADS_BIN, 'connect-probe', '--listen-loopback', '--targets', list], { timeoutMs: 60_000 });
+        expect(res.code, res.stderr).toBe(0);
+        const lines = res.stdout.trim().split('\n').map((l) => JSON.parse(l) as { target: string; result: string });
+        expect(lines).toHaveLength(dests.length);
+        lines.forEach((l, i) => {
+          const t = dests[i]!;
+          const mapped = t.address.startsWith('::ffff:');
+          if (mapped) v6Mapped++;
+          const want = sockDecision(lookup, { address: t.address.replace(/^::ffff:/, ''), port: t.port, proto: t.proto === 'tcp' ? Proto.TCP : Proto.UDP, fromHost }).verdict;
+          const got = observed(l.result);
+          if (got !== want) diffs.push(`${where.name}: ${l.target}: hooks ${got} (${l.result}), reference ${want}`);
+          if (t.address.replace(/^::ffff:/, '').startsWith('127.') && want !== 'unchanged') {
+            expect(fromHost, `${l.target}: a pod's loopback is its own`).toBe(true);
+            loopbackNodePorts++;
+          }
+          seen.set(`${want}${fromHost ? '' : ' (pod)'}`, (seen.get(`${want}${fromHost ? '' : ' (pod)'}`) ?? 0) + 1);
+        });
+      }
       expect(diffs, `seed ${SEED}, round ${round}`).toEqual([]);
       // Every rewrite went to one of its frontend's backends.
       const backendsOf = new Map<number, Set<string>>();
@@ -137,8 +157,11 @@ describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'socket hooks against the re
       }
       for (const [k, v] of dp.maps.lb4_sock_rev.entries()) expect(backendsOf.get(v.revNatId)?.has(`${k.address}:${k.port}`), `${k.address}:${k.port} for ${v.address}:${v.port}`).toBe(true);
     }
+    // NodePorts answered on the host's loopback, and the same ports were left alone in the pod.
+    expect(loopbackNodePorts).toBeGreaterThan(0);
+    expect(v6Mapped).toBeGreaterThan(20);
     // Every kind of decision was put to the test.
-    expect([...seen.keys()].sort(), JSON.stringify([...seen])).toEqual(['refused', 'rewritten', 'unchanged']);
+    expect([...seen.keys()].sort(), JSON.stringify([...seen])).toEqual(['refused', 'refused (pod)', 'rewritten', 'rewritten (pod)', 'unchanged', 'unchanged (pod)']);
     expect([...seen.values()].reduce((a, b) => a + b)).toBeGreaterThan(100);
   });
 });

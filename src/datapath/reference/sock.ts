@@ -13,6 +13,8 @@ export interface SockRequest {
   address: string;
   port: number;
   proto: number;
+  /** From the host's network namespace (else a pod's): only there NodePorts answer on loopback. */
+  fromHost: boolean;
 }
 
 export interface SockFrontend {
@@ -52,6 +54,8 @@ export function sockDecision(l: SockLookup, r: SockRequest): SockDecision {
   if (!hit && isServiceAddress(l, address)) return { verdict: 'refused', reason: 'unknown-port' };
   let loopback = false;
   if (!hit && isLoopback(address)) {
+    // A pod's loopback is its own (a sidecar's port): left alone.
+    if (!r.fromHost) return { verdict: 'unchanged' };
     // NodePort on loopback: the 0.0.0.0:port entry; any other loopback port is a local one.
     address = '0.0.0.0';
     hit = find(l, address, r.port, r.proto);

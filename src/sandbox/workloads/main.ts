@@ -11,6 +11,7 @@
 //                                  --reset closes with a reset (no TIME_WAIT left behind)
 //   tcp-echo --port P              TCP echo server
 //   connect-probe --targets IP:PORT/tcp|udp,... [--listen-loopback]
+//                                  (IP may be IPv4-mapped, ::ffff:a.b.c.d: an IPv6 socket)
 //                                  connect() to each target in turn and print one JSON line
 //                                  each: {target, result: "ok" or the errno code}; with
 //                                  --listen-loopback, listens on every 127.0.0.1 target
@@ -232,7 +233,7 @@ async function requestResponse(to: { host: string; port: number }, seconds: numb
 /** What connect() says for each target: the socket hooks' decision, read off errno. */
 async function connectProbe(targets: string[], listenLoopback: boolean): Promise<void> {
   const parsed = targets.map((t) => {
-    const m = /^(.+):(\d+)\/(tcp|udp)$/.exec(t);
+    const m = /^\[?(.+?)\]?:(\d+)\/(tcp|udp)$/.exec(t);
     if (!m) throw new Error(`--targets wants IP:PORT/tcp|udp, got ${t}`);
     return { t, host: m[1]!, port: Number(m[2]), proto: m[3] as 'tcp' | 'udp' };
   });
@@ -240,12 +241,13 @@ async function connectProbe(targets: string[], listenLoopback: boolean): Promise
   if (listenLoopback) {
     const seen = new Set<string>();
     for (const x of parsed) {
-      const key = `${x.host}:${x.port}/${x.proto}`;
-      if (!x.host.startsWith('127.') || seen.has(key)) continue;
+      const v4 = x.host.replace(/^::ffff:/, '');
+      const key = `${v4}:${x.port}/${x.proto}`;
+      if (!v4.startsWith('127.') || seen.has(key)) continue;
       seen.add(key);
       if (x.proto === 'tcp') {
         const srv = createTcpServer((c) => c.destroy());
-        await new Promise<void>((ok, fail) => srv.once('error', fail).listen(x.port, x.host, () => ok()));
+        await new Promise<void>((ok, fail) => srv.once('error', fail).listen(x.port, v4, () => ok()));
         servers.push(srv);
       }
     }
@@ -254,7 +256,7 @@ async function connectProbe(targets: string[], listenLoopback: boolean): Promise
     const result = await new Promise<string>((resolve) => {
       if (x.proto === 'udp') {
         // dgram's connect callback gets the error, if any.
-        const sock = createSocket('udp4');
+        const sock = createSocket(x.host.includes(':') ? 'udp6' : 'udp4');
         sock.connect(x.port, x.host, (e?: NodeJS.ErrnoException) => {
           sock.close();
           resolve(e ? (e.code ?? e.message) : 'ok');
