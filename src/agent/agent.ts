@@ -7,10 +7,13 @@ import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { CoreV1Api, DiscoveryV1Api, type V1EndpointSlice, type V1Node, type V1Service } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
-import { collectConntrack } from '../datapath/ct-gc.js';
-import { DropReason, Stat } from '../datapath/layouts.js';
+import { collectConntrack, collectOrphans } from '../datapath/ct-gc.js';
+import { counterTotal } from '../datapath/counters.js';
+import { DropReason, Stat, type MapName } from '../datapath/layouts.js';
+import type { WriteFailure } from '../datapath/write-plan.js';
 import { Datapath, defaultObjectsDir } from '../datapath/loader.js';
 import { ServiceWriter } from '../datapath/writer.js';
+import { NodeAddressWriter } from '../datapath/node-addresses.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { kubeConfig } from '../k8s/client.js';
 import { netnsCookie } from '../sys/socket.js';
@@ -31,11 +34,14 @@ const NODE_RETRY_MS = 1000;
 export class Agent {
   private readonly servers: Server[] = [];
   private gcTimer: NodeJS.Timeout | undefined;
+  /** ct4 and nat4 fill as the last GC pass saw it. */
+  private sampledFill: Record<string, number> = {};
   private constructor(
     readonly cfg: AgentConfig,
     readonly log: Logger,
     readonly datapath: Datapath,
     readonly reconciler: Reconciler,
+    readonly writer: ServiceWriter,
     readonly metrics: AgentMetrics,
     private readonly watchers: Watcher<never>[],
     private readonly serviceHealth: ServiceHealthServers,
@@ -92,6 +98,9 @@ export class Agent {
     health.syncNode(node);
     const serviceHealth = new ServiceHealthServers(health, cfg.healthCheckBindAddress, (svc, e) => log.error({ service: svc, err: e.message }, 'cannot serve the health check node port'));
     const writer = new ServiceWriter(datapath.maps, { maglevTableSize: datapath.maglevTableSize });
+    // Flows a previous agent left may point at backend ids no backend owns now: keep those
+    // ids from new backends until the flows are gone.
+    writer.quarantineBackendIds(datapath.maps.ct4.entries().map(([, v]) => v.backendId));
 
     let reconciler: Reconciler | undefined;
     const onError = (what: string) => (err: unknown, retryInMs: number) => log.warn({ watch: what, err: (err as Error)?.message ?? String(err), retryInMs }, 'watch failed; the datapath keeps its state');
@@ -103,14 +112,17 @@ export class Agent {
       onChange: (_k, s) => reconciler?.sliceChanged(s),
       onError: onError('endpointslices'),
     });
-    const nodes = new Watcher<V1Node>('node', kc, '/api/v1/nodes', () => core.listNode({ fieldSelector: `metadata.name=${cfg.nodeName}` }), {
+    // Every Node: this one's addresses and state, and every node's addresses (DSR options
+    // naming them, LB IPs and externalIPs that are node addresses).
+    const nodes = new Watcher<V1Node>('nodes', kc, '/api/v1/nodes', () => core.listNode(), {
       onChange: () => reconciler?.nodeChanged(),
-      onError: onError('node'),
-    }, { fieldSelector: `metadata.name=${cfg.nodeName}` });
+      onError: onError('nodes'),
+    });
 
     reconciler = new Reconciler({
-      source: { services: () => services.list(), service: (ns, name) => services.get(ns, name), slices: () => slices.list(), node: () => nodes.list()[0] },
+      source: { services: () => services.list(), service: (ns, name) => services.get(ns, name), slices: () => slices.list(), node: () => nodes.get(undefined, cfg.nodeName), nodes: () => nodes.list() },
       writer,
+      nodeAddresses: new NodeAddressWriter(datapath.maps.node4_addrs),
       maps: datapath.maps,
       health,
       serviceHealth,
@@ -123,7 +135,7 @@ export class Agent {
       nodeName: cfg.nodeName,
     });
     const watchers = [services, slices, nodes] as unknown as Watcher<never>[];
-    const agent = new Agent(cfg, log, datapath, reconciler, metrics, watchers, serviceHealth);
+    const agent = new Agent(cfg, log, datapath, reconciler, writer, metrics, watchers, serviceHealth);
     try {
       for (const w of watchers) w.start();
       // Never act on a partial cache.
@@ -142,26 +154,47 @@ export class Agent {
     return agent;
   }
 
+  /**
+   * Conntrack GC, in the background every ctGcIntervalSeconds: expired flows, flows of
+   * backends that are gone, retired backend ids no flow uses any more. The conntrack fill
+   * it sees is what /metrics reports, so a scrape never walks a map.
+   */
   collect(): void {
     try {
       const r = collectConntrack(this.datapath.maps);
       this.metrics.ctCollected.inc({ map: 'ct4' }, r.ctDeleted);
       this.metrics.ctCollected.inc({ map: 'nat4' }, r.natDeleted);
+      const o = collectOrphans(this.datapath.maps);
+      this.metrics.ctCollected.inc({ map: 'ct4' }, o.ctDeleted);
+      this.metrics.ctCollected.inc({ map: 'nat4' }, o.natDeleted);
+      this.writer.quarantineBackendIds(o.backendIdsInFlows);
+      this.writer.releaseRetiredBackends(o.backendIdsInFlows);
+      this.sampledFill = { ct4: r.ctScanned - r.ctDeleted - o.ctDeleted, nat4: r.natScanned - r.natDeleted - o.natDeleted };
     } catch (e) {
       this.log.error({ err: (e as Error).message }, 'conntrack GC failed');
     }
   }
 
-  /** Read the BPF counters and map fill into the gauges (on each scrape). */
+  /** The BPF counters (two per-CPU arrays) and the map fill as last known, into the gauges. */
   refreshDatapathMetrics(): void {
     const m = this.datapath.maps;
-    const sum = (map: 'ferry_stats' | 'ferry_drops', i: number) => (m[map].lookupPerCpu(i) ?? []).reduce((a, v) => a + v.packets, 0n);
-    for (const [name, id] of Object.entries(Stat)) if (name !== 'STAT_MAX') this.metrics.datapathForwarded.set({ path: name.slice(5).toLowerCase() }, Number(sum('ferry_stats', id)));
-    for (const [name, id] of Object.entries(DropReason)) if (name !== 'DROP_NONE' && name !== 'DROP_REASON_MAX') this.metrics.datapathDrops.set({ reason: name.slice(5).toLowerCase() }, Number(sum('ferry_drops', id)));
-    for (const name of ['lb4_services', 'lb4_backends', 'lb4_reverse_nat', 'lb4_sock_rev', 'ct4', 'nat4'] as const) {
-      this.metrics.mapEntries.set({ map: name }, [...m[name].keys()].length);
-      this.metrics.mapCapacity.set({ map: name }, m[name].maxEntries);
+    for (const [name] of Object.entries(Stat)) if (name !== 'STAT_MAX') this.metrics.datapathForwarded.set({ path: name.slice(5).toLowerCase() }, Number(counterTotal(m, name).packets));
+    for (const [name] of Object.entries(DropReason)) if (name !== 'DROP_NONE' && name !== 'DROP_REASON_MAX') this.metrics.datapathDrops.set({ reason: name.slice(5).toLowerCase() }, Number(counterTotal(m, name).packets));
+    const fill: Record<string, number> = { ...this.writer.entryCounts(), ...this.sampledFill };
+    for (const [name, n] of Object.entries(fill)) {
+      this.metrics.mapEntries.set({ map: name }, n);
+      this.metrics.mapCapacity.set({ map: name }, m[name as MapName].maxEntries);
     }
+  }
+
+  /** What /status answers: the last sync, and what could not be programmed. */
+  status(): { node: string; lastSync: string | undefined; unprogrammed: WriteFailure[]; conflicts: number } {
+    return {
+      node: this.cfg.nodeName,
+      lastSync: this.reconciler.syncs > 0 ? new Date(this.reconciler.lastSyncAt).toISOString() : undefined,
+      unprogrammed: this.reconciler.failures.slice(0, 100),
+      conflicts: this.reconciler.last?.conflicts.length ?? 0,
+    };
   }
 
   private async startMetricsServer(addr: string): Promise<Server> {
@@ -170,6 +203,10 @@ export class Agent {
       const path = new URL(req.url ?? '/', 'http://x').pathname;
       if (path === '/proxyMode') {
         res.writeHead(200, { 'Content-Type': 'text/plain; charset=utf-8' }).end('ebpf');
+        return;
+      }
+      if (path === '/status') {
+        res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify(this.status()));
         return;
       }
       if (path !== '/metrics') {

@@ -25,6 +25,8 @@ export class AgentMetrics {
   readonly rejectedObjects: Counter;
   readonly ctCollected: Counter;
   readonly syncErrors: Counter;
+  readonly frontendConflicts: Gauge;
+  readonly servicesUnprogrammed: Gauge;
 
   constructor() {
     const r = [this.registry];
@@ -53,6 +55,8 @@ export class AgentMetrics {
     this.datapathForwarded = new Gauge({ name: 'ferry_datapath_packets_total', help: 'Packets handled by the datapath, by path (read from the BPF counters)', labelNames: ['path'], registers: r });
     this.rejectedObjects = new Counter({ name: 'ferry_rejected_objects_total', help: 'Services and EndpointSlices skipped as malformed', labelNames: ['kind'], registers: r });
     this.ctCollected = new Counter({ name: 'ferry_conntrack_collected_total', help: 'Expired conntrack and NAT entries removed', labelNames: ['map'], registers: r });
+    this.frontendConflicts = new Gauge({ name: 'ferry_frontend_conflicts', help: 'Frontends two Services ask for (kind=service: one is not programmed) and LoadBalancer IPs or externalIPs that are node addresses (kind=node-address)', labelNames: ['kind'], registers: r });
+    this.servicesUnprogrammed = new Gauge({ name: 'ferry_services_unprogrammed', help: 'Services the datapath maps could not take in the last sync (each keeps what it had; see ferry status)', registers: r });
     this.syncErrors = new Counter({ name: 'ferry_sync_errors_total', help: 'Failed syncs of the datapath maps, by error code', labelNames: ['code'], registers: r });
   }
 }

@@ -7,9 +7,10 @@ import type { Logger } from 'pino';
 import { flushFlowsTo } from '../datapath/ct-gc.js';
 import type { DatapathMaps } from '../datapath/loader.js';
 import type { ApplyStats } from '../datapath/writer.js';
+import type { WriteFailure } from '../datapath/write-plan.js';
 import { FerryError } from '../errors.js';
 import type { EventSink } from '../k8s/events.js';
-import { combine, nodeView, serviceOutcome, slicesByService, type DesiredState, type ServiceOutcome } from '../model/desired.js';
+import { combine, conflictText, nodeView, serviceOutcome, slicesByService, type DesiredState, type ServiceOutcome } from '../model/desired.js';
 import { LABEL_SERVICE_NAME, serviceName } from '../model/service.js';
 import type { ProxyHealth, ServiceHealthServers } from './health.js';
 import type { AgentMetrics } from './metrics.js';
@@ -21,7 +22,15 @@ export interface ClusterSource {
   services(): readonly V1Service[];
   service(namespace: string, name: string): V1Service | undefined;
   slices(): readonly V1EndpointSlice[];
+  /** This node. */
   node(): V1Node | undefined;
+  /** Every node (this one too). */
+  nodes(): readonly V1Node[];
+}
+
+/** What the reconciler needs of the node-address writer. */
+export interface NodeAddressSink {
+  apply(addresses: Iterable<string>): { added: number; removed: number };
 }
 
 /** What the reconciler needs of the service writer. */
@@ -35,6 +44,7 @@ export const SYNC_RETRY_MS = 1000;
 export interface ReconcilerDeps {
   source: ClusterSource;
   writer: FrontendWriter;
+  nodeAddresses?: NodeAddressSink;
   maps: Pick<DatapathMaps, 'ct4' | 'nat4'>;
   health: ProxyHealth;
   serviceHealth: ServiceHealthServers;
@@ -53,7 +63,8 @@ export class Reconciler {
   private periodic: Timer | undefined;
   private retry: Timer | undefined;
   private readonly clock: Clock;
-  private lastSyncAt = 0;
+  /** When the last sync finished (ms since the epoch, by the clock). */
+  lastSyncAt = 0;
   private running: Promise<void> | undefined;
   private pendingServices = 0;
   private pendingEndpoints = 0;
@@ -61,6 +72,9 @@ export class Reconciler {
   /** Trigger times of slices changed since the last sync. */
   private triggers: number[] = [];
   private reported = new Set<string>();
+  private reportedFailures = new Set<string>();
+  /** Services the last sync could not program (the maps were full). */
+  failures: WriteFailure[] = [];
   /** Each Service's contribution, recomputed only when it or its slices changed. */
   private readonly outcomes = new Map<string, ServiceOutcome>();
   private readonly dirty = new Set<string>();
@@ -145,9 +159,13 @@ export class Reconciler {
       return;
     }
     try {
-      const desired = this.desired(full, nodeView(node, this.d.extraNodeAddresses));
+      const view = nodeView(node, this.d.extraNodeAddresses, this.d.source.nodes());
+      this.d.nodeAddresses?.apply(view.clusterNodeAddresses ?? []);
+      const desired = this.desired(full, view);
       const stats = this.d.writer.apply(desired.frontends);
-      const flushed = flushFlowsTo(this.d.maps, stats.removedBackends);
+      // Flows to removed backends, found by the backend (local, SNAT, DSR at either end).
+      const flushed = flushFlowsTo(this.d.maps, stats.removedBackends, new Set(stats.removedBackendIds));
+      this.failures = stats.failures;
       await this.d.serviceHealth.sync(desired.healthChecks);
       this.last = desired;
       this.syncs++;
@@ -164,6 +182,9 @@ export class Reconciler {
       const now = this.clock.now();
       for (const t of triggers) this.d.metrics.programmingDuration.observe(Math.max(0, now - t) / 1000);
       this.report(desired);
+      this.reportFailures(stats.failures);
+      // A Service that did not fit may fit once this sync's removals freed room.
+      if (stats.failures.length > 0 && stats.frontendsRemoved + stats.backendsRemoved > 0) this.retryLater();
       if (stats.entriesWritten + stats.entriesDeleted > 0 || flushed.ct + flushed.nat > 0) {
         this.d.log.info({ full, frontends: desired.frontends.length, ...stats, removedBackends: stats.removedBackends.length, flushedFlows: flushed.ct, seconds }, 'datapath synced');
       }
@@ -172,13 +193,32 @@ export class Reconciler {
       this.d.metrics.syncErrors.inc({ code });
       this.d.log.error({ err: e, code }, 'sync failed; will retry');
       this.pendingFull = true; // recompute everything: the failed sync consumed the dirty set
-      if (this.retry) this.clock.clearTimeout(this.retry);
-      this.retry = this.clock.setTimeout(() => {
-        this.retry = undefined;
-        this.schedule();
-      }, SYNC_RETRY_MS);
-      this.retry.unref?.();
+      this.retryLater();
     }
+  }
+
+  private retryLater(): void {
+    if (this.retry) this.clock.clearTimeout(this.retry);
+    this.retry = this.clock.setTimeout(() => {
+      this.retry = undefined;
+      this.schedule();
+    }, SYNC_RETRY_MS);
+    this.retry.unref?.();
+  }
+
+  /** Services the maps could not take: logged and evented once each, counted, kept for /status. */
+  private reportFailures(failures: WriteFailure[]): void {
+    const seen = new Set<string>();
+    for (const f of failures) {
+      const key = `${f.service}: ${f.error}`;
+      seen.add(key);
+      if (this.reportedFailures.has(key)) continue;
+      this.d.log.error({ service: f.service, code: f.code, error: f.error }, 'Service not programmed: the maps cannot take it; it keeps what it had, every other Service is programmed');
+      const [namespace = '', name = ''] = f.service.split('/');
+      this.d.events?.warn({ kind: 'Service', namespace, name }, 'FerryNotProgrammed', `ferry cannot program this Service on this node: ${f.error}`).catch((e: Error) => this.d.log.debug({ err: e.message }, 'could not post an event'));
+    }
+    this.reportedFailures = seen;
+    this.d.metrics.servicesUnprogrammed.set(failures.length);
   }
 
   /** Recompute what changed (everything on a full sync) and merge. */
@@ -218,10 +258,17 @@ export class Reconciler {
       this.d.log.warn({ kind: r.kind, namespace: r.namespace, name: r.name, error: r.error }, 'skipping a malformed object; everything else keeps working');
       this.d.events?.warn(r, 'FerryRejected', `ferry skips this ${r.kind}: ${r.error}`).catch((e: Error) => this.d.log.debug({ err: e.message }, 'could not post an event'));
     }
+    const conflicts = { service: 0, 'node-address': 0 };
     for (const c of desired.conflicts) {
-      if (!this.reported.has(c)) this.d.log.warn({ conflict: c }, 'frontend conflict');
-      seen.add(c);
+      const text = conflictText(c);
+      conflicts[c.ownerKind === 'NodeAddress' ? 'node-address' : 'service']++;
+      seen.add(text);
+      if (this.reported.has(text)) continue;
+      this.d.log.warn({ service: c.service, frontend: c.frontend, kind: c.kind, owner: c.owner, ownerKind: c.ownerKind }, text);
+      const [namespace = '', name = ''] = c.service.split('/');
+      this.d.events?.warn({ kind: 'Service', namespace, name }, c.ownerKind === 'NodeAddress' ? 'FerryNodeAddress' : 'FerryFrontendConflict', text).catch((e: Error) => this.d.log.debug({ err: e.message }, 'could not post an event'));
     }
+    for (const [kind, n] of Object.entries(conflicts)) this.d.metrics.frontendConflicts.set({ kind }, n);
     for (const i of desired.ignored) {
       if (!this.reported.has(i)) this.d.log.info({ ignored: i }, 'not programmed');
       seen.add(i);

@@ -11,6 +11,14 @@ export interface GcResult {
   natDeleted: number;
 }
 
+export interface OrphanResult {
+  /** Flows whose backend is in no map any more (after a restart, say), and their bindings. */
+  ctDeleted: number;
+  natDeleted: number;
+  /** Backend ids the remaining flows point at: not to be given to another backend yet. */
+  backendIdsInFlows: Set<number>;
+}
+
 /** Nanoseconds on CLOCK_MONOTONIC (Node's hrtime reads the same clock as the kernel's ktime). */
 export function monotonicNs(): bigint {
   return process.hrtime.bigint();
@@ -46,6 +54,30 @@ export function flushFlowsTo(maps: Pick<DatapathMaps, 'ct4' | 'nat4'>, backends:
   }
   const ctKeys = maps.ct4.entries().filter(([k, v]) => backendIds.has(v.backendId) || clients.has(`${k.saddr}:${k.sport}>${k.daddr}:${k.dport}/${k.proto}`)).map(([k]) => k);
   return { ct: ctKeys.length ? maps.ct4.deleteBatch(ctKeys) : 0, nat: natKeys.length ? maps.nat4.deleteBatch(natKeys) : 0 };
+}
+
+/**
+ * Remove what points at backends that are gone: conntrack entries whose backend id is not
+ * in lb4_backends, and reply bindings whose backend (their key's source) is no backend.
+ * Both can only fail; a flush at removal time misses them when the agent was not running.
+ * Returns the backend ids live flows still use.
+ */
+export function collectOrphans(maps: Pick<DatapathMaps, 'ct4' | 'nat4' | 'lb4_backends'>): OrphanResult {
+  const backends = maps.lb4_backends.entries();
+  const ids = new Set(backends.map(([id]) => id));
+  const endpoints = new Set(backends.map(([, b]) => `${b.address}:${b.port}/${b.proto}`));
+  const inFlows = new Set<number>();
+  const ctKeys: Ct4Key[] = [];
+  for (const [k, v] of maps.ct4.entries()) {
+    if (ids.has(v.backendId)) inFlows.add(v.backendId);
+    else ctKeys.push(k);
+  }
+  const natKeys = maps.nat4.entries().filter(([k]) => !endpoints.has(`${k.saddr}:${k.sport}/${k.proto}`)).map(([k]) => k);
+  return {
+    ctDeleted: ctKeys.length ? maps.ct4.deleteBatch(ctKeys) : 0,
+    natDeleted: natKeys.length ? maps.nat4.deleteBatch(natKeys) : 0,
+    backendIdsInFlows: inFlows,
+  };
 }
 
 /** Empty conntrack and NAT (an operator's `ferry ct flush`): every flow is balanced anew. */

@@ -9,6 +9,9 @@ export class IdAllocator {
   private readonly used = new Set<number>();
   /** IDs found in the maps whose owner is not known yet. */
   private readonly unclaimedIds = new Set<number>();
+  /** Retired IDs (and the key that had them, both ways), kept from reuse until released. */
+  private readonly retired = new Map<number, string>();
+  private readonly retiredByKey = new Map<string, number>();
   private next = 1;
 
   constructor(
@@ -45,6 +48,50 @@ export class IdAllocator {
     return this.allocate(key);
   }
 
+  /** IDs still free. */
+  free(): number {
+    return this.max - this.used.size;
+  }
+
+  /**
+   * Free `key`'s ID for its key but not for others yet: flows may still point at it, and a
+   * different owner taking it would receive them. The same key gets it back at once.
+   */
+  retire(key: string): void {
+    const id = this.byKey.get(key);
+    if (id === undefined) return;
+    this.byKey.delete(key);
+    this.retired.set(id, key);
+    this.retiredByKey.set(key, id);
+  }
+
+  /** An ID found in use elsewhere (a flow after a restart) but owned by nobody: retired. */
+  quarantine(id: number): void {
+    if (this.used.has(id)) return;
+    this.used.add(id);
+    this.retired.set(id, '');
+  }
+
+  /** Retired IDs nothing refers to any more (`inUse` says what still does) become free. */
+  releaseRetired(inUse: (id: number) => boolean): number {
+    let n = 0;
+    for (const id of [...this.retired.keys()]) {
+      if (inUse(id)) continue;
+      const key = this.retired.get(id)!;
+      if (this.retiredByKey.get(key) === id) this.retiredByKey.delete(key);
+      this.retired.delete(id);
+      this.used.delete(id);
+      if (id < this.next) this.next = id;
+      n++;
+    }
+    return n;
+  }
+
+  /** IDs retired and not yet free. */
+  get retiredCount(): number {
+    return this.retired.size;
+  }
+
   /** Restored IDs nobody claimed. */
   unclaimed(): number[] {
     return [...this.unclaimedIds];
@@ -60,6 +107,13 @@ export class IdAllocator {
   allocate(key: string): number {
     const have = this.byKey.get(key);
     if (have !== undefined) return have;
+    const back = this.retiredByKey.get(key);
+    if (back !== undefined) {
+      this.retiredByKey.delete(key);
+      this.retired.delete(back);
+      this.byKey.set(key, back);
+      return back;
+    }
     while (this.used.has(this.next) && this.next <= this.max) this.next++;
     if (this.next > this.max) {
       throw new FerryError({ code: ErrorCode.MapFull, op: `allocate ${this.what} id for ${key}`, cause: `all ${this.max} ids are in use`, hint: `raise ${this.sizeSetting}` });
@@ -82,6 +136,8 @@ export class IdAllocator {
     this.byKey.clear();
     this.used.clear();
     this.unclaimedIds.clear();
+    this.retired.clear();
+    this.retiredByKey.clear();
     this.next = 1;
   }
 

@@ -46,6 +46,11 @@ export class MaglevTables {
     return id;
   }
 
+  /** Table ids still free. */
+  free(): number {
+    return this.ids.free();
+  }
+
   /** Build the table and swap it in. */
   build(owner: string, b: MaglevBuild): void {
     const order = maglevTable(b.backendNames, this.size);

@@ -33,6 +33,16 @@ export class SourceRangeSet {
     return (cidrs ?? []).map((c) => idOf(sourceRangeKey(revNatId, c)));
   }
 
+  /** Entries written. */
+  get size(): number {
+    return this.written.size;
+  }
+
+  /** The entries written for one frontend. */
+  writtenFor(revNatId: number): string[] {
+    return [...this.written].filter((r) => r.startsWith(`${revNatId}|`));
+  }
+
   added(want: ReadonlySet<string>): string[] {
     return [...want].filter((r) => !this.written.has(r));
   }

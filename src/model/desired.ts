@@ -25,18 +25,52 @@ export interface DesiredState {
   healthChecks: HealthCheck[];
   rejected: Rejected[];
   skipped: Array<{ service: string; reason: SkipReason }>;
-  /** Frontend conflicts: a later Service asking for a frontend an earlier one has. */
-  conflicts: string[];
+  /** Frontends two Services asked for: the one that lost, and to whom. */
+  conflicts: FrontendConflict[];
   ignored: string[];
   noLocalEndpoints: { internal: number; external: number };
 }
 
+export interface FrontendConflict {
+  /** namespace/name of the Service that does not get the frontend. */
+  service: string;
+  frontend: string;
+  kind: FrontendSpec['kind'];
+  /** namespace/name of the Service that has it, and as what; or a node, whose address it is. */
+  owner: string;
+  ownerKind: FrontendSpec['kind'] | 'NodeAddress';
+}
+
+export function conflictText(c: FrontendConflict): string {
+  if (c.ownerKind === 'NodeAddress') return `${c.kind} ${c.frontend} of ${c.service} is a node's address: the Service gets its own ports there, the node keeps every other`;
+  return `${c.frontend} (${c.kind}) of ${c.service} is already ${c.owner}'s ${c.ownerKind}: not programmed for ${c.service}`;
+}
+
+/**
+ * Who wins a frontend two Services ask for. A ClusterIP is allocated by the API server and
+ * is its Service's alone: it always wins over an externalIP or LoadBalancer IP that a user
+ * set to the same address and port. NodePorts are allocated too, and come next. Between
+ * equals, the Service first in name order keeps it.
+ */
+const CLAIM_ORDER: Array<FrontendSpec['kind'][]> = [['ClusterIP'], ['NodePort'], ['LoadBalancer', 'ExternalIP']];
+
 export const ZONE_LABEL = 'topology.kubernetes.io/zone';
 
 /** This node as the model needs it: name, zone, IPv4 InternalIP/ExternalIP addresses. */
-export function nodeView(node: V1Node, extraAddresses: string[] = []): NodeView {
-  const addrs = (node.status?.addresses ?? []).filter((a) => (a.type === 'InternalIP' || a.type === 'ExternalIP') && isIPv4(a.address)).map((a) => a.address);
-  return { name: node.metadata?.name ?? '', zone: node.metadata?.labels?.[ZONE_LABEL], addresses: [...new Set([...addrs, ...extraAddresses])] };
+/** A Node's IPv4 InternalIP and ExternalIP addresses. */
+export function nodeAddresses(node: V1Node): string[] {
+  return (node.status?.addresses ?? []).filter((a) => (a.type === 'InternalIP' || a.type === 'ExternalIP') && isIPv4(a.address)).map((a) => a.address);
+}
+
+/** This node as the model needs it, and every node's addresses when known. */
+export function nodeView(node: V1Node, extraAddresses: string[] = [], allNodes: readonly V1Node[] = []): NodeView {
+  const addresses = [...new Set([...nodeAddresses(node), ...extraAddresses])];
+  return {
+    name: node.metadata?.name ?? '',
+    zone: node.metadata?.labels?.[ZONE_LABEL],
+    addresses,
+    clusterNodeAddresses: new Set([...addresses, ...allNodes.flatMap(nodeAddresses)]),
+  };
 }
 
 /** What one Service contributes, computed on its own so a sync can redo only what changed. */
@@ -66,27 +100,33 @@ export function serviceOutcome(svc: V1Service, slices: V1EndpointSlice[], node: 
   return out;
 }
 
-/** Merge per-Service outcomes, in name order: the first Service to claim a frontend keeps it. */
+/** Merge per-Service outcomes: allocated addresses first (CLAIM_ORDER), then name order. */
 export function combine(outcomes: Iterable<ServiceOutcome>, orphanRejections: Rejected[] = []): DesiredState {
   const out: DesiredState = { frontends: [], healthChecks: [], rejected: [...orphanRejections], skipped: [], conflicts: [], ignored: [], noLocalEndpoints: { internal: 0, external: 0 } };
-  const taken = new Map<string, string>();
+  const taken = new Map<string, { service: string; kind: FrontendSpec['kind'] }>();
   const sorted = [...outcomes].sort((a, b) => (a.service < b.service ? -1 : a.service > b.service ? 1 : 0));
+  for (const kinds of CLAIM_ORDER) {
+    for (const o of sorted) {
+      for (const f of o.result?.frontends ?? []) {
+        if (!kinds.includes(f.kind)) continue;
+        const id = frontendId(f);
+        const owner = taken.get(id);
+        if (owner) {
+          if (owner.service !== o.service || owner.kind !== f.kind) out.conflicts.push({ service: o.service, frontend: id, kind: f.kind, owner: owner.service, ownerKind: owner.kind });
+          continue;
+        }
+        taken.set(id, { service: o.service, kind: f.kind });
+        out.frontends.push(f);
+      }
+    }
+  }
   for (const o of sorted) {
     out.rejected.push(...o.rejected);
     if (o.skipped) out.skipped.push({ service: o.service, reason: o.skipped });
     const r = o.result;
     if (!r) continue;
-    for (const f of r.frontends) {
-      const id = frontendId(f);
-      const owner = taken.get(id);
-      if (owner) {
-        if (owner !== o.service) out.conflicts.push(`${id}: wanted by ${o.service}, already ${owner}'s`);
-        continue;
-      }
-      taken.set(id, o.service);
-      out.frontends.push(f);
-    }
     if (r.health) out.healthChecks.push({ service: o.service, ...r.health });
+    for (const a of r.nodeAddresses) out.conflicts.push({ service: o.service, frontend: a.address, kind: a.kind, owner: 'a node', ownerKind: 'NodeAddress' });
     for (const p of r.noLocalEndpoints) out.noLocalEndpoints[p]++;
     out.ignored.push(...r.ignored.map((i) => `${o.service}: ${i}`));
   }

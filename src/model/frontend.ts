@@ -21,6 +21,13 @@ export interface FrontendSpec {
   kind: FrontendKind;
   /** The 0.0.0.0:nodePort entry socket LB uses for NodePort on loopback. */
   nodePortAny?: boolean;
+  /**
+   * The address belongs to Services alone (a ClusterIP, a LoadBalancer IP that is no
+   * node's): its ports no Service defines are dropped or refused. Never for an address a
+   * node or the host also uses, whose other ports must keep working. Unset: ClusterIP and
+   * LoadBalancer addresses are, NodePort and externalIP addresses are not.
+   */
+  serviceOnlyAddress?: boolean;
   backends: BackendSpec[];
   /**
    * Backends for traffic from this node's pods and host (socket LB), when they differ from

@@ -16,6 +16,9 @@ export const ANNOTATION_FORWARDING = 'ferry.dev/forwarding';
 export interface NodeView extends NodeContext {
   /** This node's IPv4 addresses that serve NodePorts. */
   addresses: string[];
+  /** Every node's addresses, this one's included: an LB IP or externalIP that is one of them
+   * is shared with that node's own services. */
+  clusterNodeAddresses?: ReadonlySet<string>;
 }
 
 export type SkipReason = 'service-proxy-name' | 'headless' | 'external-name' | 'no-ipv4-cluster-ip';
@@ -30,6 +33,8 @@ export interface ServiceFrontends {
   noLocalEndpoints: Array<'internal' | 'external'>;
   /** Things ignored, for the log (IPv6 addresses until IPv6 is built, Proxy ipMode…). */
   ignored: string[];
+  /** LoadBalancer IPs and externalIPs that are a node's address: shared with the node. */
+  nodeAddresses: Array<{ address: string; kind: 'LoadBalancer' | 'ExternalIP' }>;
 }
 
 export function serviceName(svc: V1Service): string {
@@ -81,7 +86,7 @@ function lbSourceRanges(svc: V1Service, lbIPs: string[], node: NodeView): Map<st
 export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node: NodeView): ServiceFrontends {
   const name = serviceName(svc);
   const spec = svc.spec!;
-  const out: ServiceFrontends = { service: name, frontends: [], noLocalEndpoints: [], ignored: [] };
+  const out: ServiceFrontends = { service: name, frontends: [], noLocalEndpoints: [], ignored: [], nodeAddresses: [] };
   const clusterIP = ipv4ClusterIP(svc);
   if (!clusterIP) return out;
   for (const ip of spec.clusterIPs ?? []) if (!isIPv4(ip)) out.ignored.push(`IPv6 cluster IP ${ip} (IPv6 is not built yet)`);
@@ -112,8 +117,17 @@ export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node
   const forwarding: 'dsr' | 'snat' | undefined = fwdAnnotation === 'dsr' || fwdAnnotation === 'snat' ? fwdAnnotation : undefined;
   if (fwdAnnotation !== undefined && !forwarding) out.ignored.push(`annotation ${ANNOTATION_FORWARDING}="${fwdAnnotation}" (use snat or dsr)`);
   const allLocalReady = new Set<string>();
+  const nodeAddress = (a: string) => node.clusterNodeAddresses?.has(a) || node.addresses.includes(a);
+  for (const ip of lbIPs) if (nodeAddress(ip)) out.nodeAddresses.push({ address: ip, kind: 'LoadBalancer' });
+  for (const ip of externalIPs) if (nodeAddress(ip)) out.nodeAddresses.push({ address: ip, kind: 'ExternalIP' });
   for (const p of spec.ports ?? []) {
     const proto = (p.protocol ?? 'TCP').toUpperCase() as ProtoName;
+    if (proto === 'SCTP') {
+      // Not NATed on the tc path (its CRC32c would need recomputing) and not balanced by
+      // the socket hooks: not programmed at all, rather than half.
+      out.ignored.push(`port ${p.port}/SCTP (SCTP is not supported)`);
+      continue;
+    }
     const eps = byPort.get(portKey(p.name, proto)) ?? [];
     const cluster = clusterEndpoints(eps, node);
     const local = localEndpoints(eps, node);
@@ -138,7 +152,7 @@ export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node
     }
     for (const ip of lbIPs) {
       const ranges = sourceRanges.get(ip);
-      out.frontends.push({ ...ext, address: ip, port: p.port, kind: 'LoadBalancer', backends: backends(external, node), ...(ranges ? { sourceRanges: ranges } : {}) });
+      out.frontends.push({ ...ext, address: ip, port: p.port, kind: 'LoadBalancer', ...(nodeAddress(ip) ? { serviceOnlyAddress: false } : {}), backends: backends(external, node), ...(ranges ? { sourceRanges: ranges } : {}) });
     }
     for (const ip of externalIPs) out.frontends.push({ ...ext, address: ip, port: p.port, kind: 'ExternalIP', backends: backends(external, node) });
   }

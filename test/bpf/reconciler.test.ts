@@ -24,7 +24,7 @@ beforeAll(async () => {
   node = await datapathNode();
   const health = new ProxyHealth(60_000);
   r = new Reconciler({
-    source: { services: () => services, service: (ns, n) => services.find((s) => s.metadata?.namespace === ns && s.metadata?.name === n), slices: () => slices, node: () => nodeObj },
+    source: { services: () => services, service: (ns, n) => services.find((s) => s.metadata?.namespace === ns && s.metadata?.name === n), slices: () => slices, node: () => nodeObj, nodes: () => [nodeObj] },
     writer: node.writer,
     maps: node.dp.maps,
     health,

@@ -20,6 +20,7 @@ afterAll(async () => {
 });
 beforeEach(() => {
   node.writer.apply([]);
+  node.writer.releaseRetiredBackends(new Set()); // no flow holds the ids of earlier tests
   node.flushState();
 });
 
@@ -98,7 +99,7 @@ describeWith(['root', 'bpffs', 'netns'], 'service writer', () => {
     const before = servicesView(node);
     const restarted = new ServiceWriter(node.dp.maps);
     const stats = restarted.apply([web(3), web(2, { address: '10.96.0.20', port: 53, proto: 'UDP' })]);
-    expect(stats).toEqual({ frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [] });
+    expect(stats).toEqual({ frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [], removedBackendIds: [], failures: [] });
     expect(servicesView(node)).toEqual(before);
     node.writer = restarted;
   });
@@ -123,18 +124,58 @@ describeWith(['root', 'bpffs', 'netns'], 'service writer', () => {
     expect(dsts()).toEqual(['10.244.1.51', '10.244.1.52']); // established flows to .50 were re-balanced
   });
 
-  it('makes a full map an explicit error naming the setting', () => {
+  it('a Service the maps cannot take is reported and keeps what it had; every other Service is written', () => {
     const many = Array.from({ length: 70 }, (_, i) => ({ address: `10.244.3.${i}`, port: 80, local: false }));
-    let err: FerryError | undefined;
-    try {
-      node.writer.apply([web(0, { backends: many })]);
-    } catch (e) {
-      err = e as FerryError;
-    }
-    expect(err?.code).toBe(ErrorCode.MapFull);
-    expect(err?.message).toMatch(/raise mapSizes\.backends/);
-    // The writer carries on from what the maps really hold.
-    node.writer.apply([web(2)]);
-    expect(node.dp.maps.lb4_backends.entries().length).toBe(2);
+    const other = (n: number) => web(n, { address: '10.96.0.30', service: 'default/other:http' });
+    node.writer.apply([web(2), other(1)]);
+    const before = servicesView(node).filter((l) => l.startsWith('10.96.0.10'));
+    // web grows past the 64 backends the map holds; "other" changes at the same time.
+    const stats = node.writer.apply([web(0, { backends: many }), other(2)]);
+    expect(stats.failures).toEqual([{ service: 'default/web', code: ErrorCode.MapFull, error: 'needs 70 more backend ids, 62 left (raise mapSizes.backends)' }]);
+    expect(servicesView(node).filter((l) => l.startsWith('10.96.0.10'))).toEqual(before);
+    expect(servicesView(node).filter((l) => l.startsWith('10.96.0.30:80/6#0 → count'))).toEqual(['10.96.0.30:80/6#0 → count=2 flags=1']);
+    // Once it fits again it is written.
+    const back = node.writer.apply([web(3), other(2)]);
+    expect(back.failures).toEqual([]);
+    expect(node.dp.maps.lb4_backends.entries().length).toBe(3);
+  });
+
+  it('a new Service that does not fit is left out whole, and the service map is never overfilled', () => {
+    // 256 service entries: 60 frontends of 3 entries (master, slot, wildcard) fit, the next do not.
+    const svc = (i: number): FrontendSpec => ({ address: `10.96.1.${i}`, port: 80, proto: 'TCP', kind: 'ClusterIP', service: `default/s${String(i).padStart(3, '0')}:http`, backends: [{ address: '10.244.1.5', port: 8080, local: true }] });
+    const stats = node.writer.apply(Array.from({ length: 100 }, (_, i) => svc(i)));
+    expect(stats.failures.length).toBeGreaterThan(0);
+    expect(stats.failures[0]).toMatchObject({ code: ErrorCode.MapFull, error: expect.stringMatching(/raise mapSizes\.services/) });
+    const written = node.dp.maps.lb4_services.entries().length;
+    expect(written).toBeLessThanOrEqual(256);
+    expect(written + 3).toBeGreaterThan(256);
+    // Failures are whole Services: every programmed one is complete.
+    expect(node.writer.frontendKeys().length + stats.failures.length).toBe(100);
+  });
+
+  it('backends are written in one order (address, then port), whatever order the spec lists them', () => {
+    const order = (bs: string[]) => {
+      node.writer.apply([web(0, { backends: bs.map((a) => ({ address: a, port: 8080, local: true })) })]);
+      const slots = node.dp.maps.lb4_services.entries().filter(([k]) => k.address === '10.96.0.10' && k.slot > 0).sort(([a], [b]) => a.slot - b.slot);
+      return slots.map(([, v]) => node.dp.maps.lb4_backends.lookup(v.backendId)!.address);
+    };
+    const a = order(['10.244.1.9', '10.244.1.10', '10.244.0.200']);
+    node.writer.apply([]);
+    const b = order(['10.244.0.200', '10.244.1.9', '10.244.1.10']);
+    expect(a).toEqual(['10.244.0.200', '10.244.1.9', '10.244.1.10']);
+    expect(b).toEqual(a);
+  });
+
+  it('a removed backend\'s id is not given to another backend while a flow may point at it', () => {
+    node.writer.apply([web(1)]);
+    const oldId = node.dp.maps.lb4_backends.entries()[0]![0];
+    node.writer.apply([web(0, { backends: [{ address: '10.244.7.7', port: 8080, local: true }] })]);
+    const newId = node.dp.maps.lb4_backends.entries()[0]![0];
+    expect(newId).not.toBe(oldId);
+    // Once no flow uses it, it is free again.
+    expect(node.writer.releaseRetiredBackends(new Set([oldId]))).toBe(0);
+    expect(node.writer.releaseRetiredBackends(new Set())).toBe(1);
+    node.writer.apply([web(0, { backends: [{ address: '10.244.7.7', port: 8080, local: true }, { address: '10.244.7.8', port: 8080, local: true }] })]);
+    expect(node.dp.maps.lb4_backends.entries().map(([id]) => id).sort()).toContain(oldId);
   });
 });

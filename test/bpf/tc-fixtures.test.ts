@@ -100,13 +100,14 @@ describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
   });
 
   it('more frontends than 16 bits can number: replies of the last one come back from it', () => {
-    // ClusterIP fillers take the reverse-NAT ids up to 70000; the NodePort added after
-    // them gets an id above 65535, which must survive conntrack, NAT and the reply path.
+    // ClusterIP fillers take the reverse-NAT ids up to 70000; the NodePort planned after
+    // them (its Service sorts last) gets an id above 65535, which must survive conntrack,
+    // NAT and the reply path.
     const fillers: FrontendSpec[] = Array.from({ length: 70_000 }, (_, i) => ({
       address: `10.${97 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}`, port: 80, proto: 'TCP' as const, kind: 'ClusterIP' as const, backends: [{ address: LOCAL_POD, port: 8080, local: true }],
     }));
     try {
-      node.writer.apply([...fillers, { address: NODE_IP, port: 30099, proto: 'TCP', kind: 'NodePort', backends: [{ address: REMOTE_POD, port: 8080, local: false }] }]);
+      node.writer.apply([...fillers, { address: NODE_IP, port: 30099, proto: 'TCP', kind: 'NodePort', service: 'zz/last:http', backends: [{ address: REMOTE_POD, port: 8080, local: false }] }]);
       const [, master] = node.dp.maps.lb4_services.entries().find(([k]) => k.port === 30099 && k.slot === 0)!;
       expect(master.revNatId).toBeGreaterThan(65_535);
       node.run('tc_ingress', syn(NODE_IP, 30099));

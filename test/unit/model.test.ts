@@ -222,10 +222,40 @@ describe('bad input', () => {
     const a = svc({ name: 'a', clusterIP: '10.96.0.1', spec: { externalIPs: ['10.0.30.200'] } });
     const b = svc({ name: 'b', clusterIP: '10.96.0.2', spec: { externalIPs: ['10.0.30.200'] } });
     const d = desiredState([b, a], [], NODE);
-    expect(d.conflicts).toEqual(['10.0.30.200:80/tcp: wanted by default/b, already default/a\'s']);
+    expect(d.conflicts).toEqual([{ service: 'default/b', frontend: '10.0.30.200:80/tcp', kind: 'ExternalIP', owner: 'default/a', ownerKind: 'ExternalIP' }]);
+  });
+
+  it('a ClusterIP always wins over an externalIP or LoadBalancer IP set to it, whatever the names', () => {
+    // "a-hijack" sorts before "web", and claims web's ClusterIP and port as an externalIP.
+    const web = svc({ name: 'web', clusterIP: '10.96.0.10' });
+    const hijack = svc({ name: 'a-hijack', clusterIP: '10.96.0.11', type: 'LoadBalancer', spec: { externalIPs: ['10.96.0.10'] }, status: { loadBalancer: { ingress: [{ ip: '10.96.0.10' }] } } });
+    const slices = [slice({ svc: 'web', eps: [{ ip: '10.244.1.5', node: 'node-1' }] }), slice({ name: 'h', svc: 'a-hijack', eps: [{ ip: '10.244.9.9', node: 'node-1' }] })];
+    const d = desiredState([hijack, web], slices, NODE);
+    const at = d.frontends.filter((f) => f.address === '10.96.0.10' && f.port === 80);
+    expect(at.map((f) => [f.kind, f.service, f.backends[0]?.address])).toEqual([['ClusterIP', 'default/web:http', '10.244.1.5']]);
+    expect(d.conflicts.map((c) => [c.service, c.kind, c.owner, c.ownerKind])).toEqual([
+      ['default/a-hijack', 'LoadBalancer', 'default/web', 'ClusterIP'],
+      ['default/a-hijack', 'ExternalIP', 'default/web', 'ClusterIP'],
+    ]);
+  });
+
+  it('an LB IP or externalIP that is a node\'s address takes only its own ports there (no wildcard), and is reported', () => {
+    const nodes = { ...NODE, clusterNodeAddresses: new Set(['10.0.30.21', '10.0.30.22']) };
+    const s = svc({ type: 'LoadBalancer', spec: { externalIPs: ['10.0.30.21'] }, status: { loadBalancer: { ingress: [{ ip: '10.0.30.22' }, { ip: '10.0.100.5' }] } } });
+    const d = desiredState([s], [], nodes);
+    const lb = d.frontends.filter((f) => f.kind === 'LoadBalancer').map((f) => [f.address, f.serviceOnlyAddress]);
+    expect(lb).toEqual([['10.0.30.22', false], ['10.0.100.5', undefined]]);
+    expect(d.conflicts.map((c) => [c.frontend, c.kind, c.ownerKind])).toEqual([['10.0.30.22', 'LoadBalancer', 'NodeAddress'], ['10.0.30.21', 'ExternalIP', 'NodeAddress']]);
+  });
+
+  it('SCTP ports are not programmed at all, and say so', () => {
+    const s = svc({ ports: [{ name: 'sig', port: 3868, protocol: 'SCTP' }, { name: 'http', port: 80, protocol: 'TCP' }] });
+    const r = serviceFrontends(s, [], NODE);
+    expect(r.frontends.map((f) => `${f.port}/${f.proto}`)).toEqual(['80/TCP']);
+    expect(r.ignored).toEqual(['port 3868/SCTP (SCTP is not supported)']);
   });
 
   it('reads the node: name, zone, IPv4 addresses', () => {
-    expect(nodeView({ metadata: { name: 'n', labels: { 'topology.kubernetes.io/zone': 'z' } }, status: { addresses: [{ type: 'InternalIP', address: '10.0.30.21' }, { type: 'InternalIP', address: 'fd00::21' }, { type: 'Hostname', address: 'n' }] } })).toEqual({ name: 'n', zone: 'z', addresses: ['10.0.30.21'] });
+    expect(nodeView({ metadata: { name: 'n', labels: { 'topology.kubernetes.io/zone': 'z' } }, status: { addresses: [{ type: 'InternalIP', address: '10.0.30.21' }, { type: 'InternalIP', address: 'fd00::21' }, { type: 'Hostname', address: 'n' }] } }, [], [{ status: { addresses: [{ type: 'InternalIP', address: '10.0.30.22' }] } }])).toEqual({ name: 'n', zone: 'z', addresses: ['10.0.30.21'], clusterNodeAddresses: new Set(['10.0.30.21', '10.0.30.22']) });
   });
 });

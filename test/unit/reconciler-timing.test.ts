@@ -13,7 +13,7 @@ import { ManualClock } from '../harness/manual-clock.js';
 
 const node: V1Node = { metadata: { name: 'node-1' }, status: { addresses: [{ type: 'InternalIP', address: '10.0.30.21' }] } };
 const svc = (name: string, ip: string): V1Service => ({ metadata: { name, namespace: 'default' }, spec: { type: 'ClusterIP', clusterIP: ip, ports: [{ port: 80, protocol: 'TCP' }] } });
-const noStats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [] };
+const noStats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [], removedBackendIds: [], failures: [] };
 
 class RecordingWriter implements FrontendWriter {
   applied: FrontendSpec[][] = [];
@@ -34,7 +34,7 @@ function setup(minSyncPeriodMs: number, syncPeriodMs = 3_600_000) {
   let services: V1Service[] = [svc('a', '10.96.0.1')];
   const health = new ProxyHealth(60_000, clock);
   const r = new Reconciler({
-    source: { services: () => services, service: (ns, n) => services.find((s) => s.metadata?.namespace === ns && s.metadata?.name === n), slices: () => [], node: () => node },
+    source: { services: () => services, service: (ns, n) => services.find((s) => s.metadata?.namespace === ns && s.metadata?.name === n), slices: () => [], node: () => node, nodes: () => [node] },
     writer,
     // No backend is ever removed here, so the stale-flow flush never touches the maps.
     maps: {} as ReconcilerDeps['maps'],
