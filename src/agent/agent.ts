@@ -8,8 +8,6 @@ import { join } from 'node:path';
 import { CoreV1Api, DiscoveryV1Api, type V1EndpointSlice, type V1Node, type V1Service } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
 import { collectConntrack, collectOrphans } from '../datapath/ct-gc.js';
-import { counterTotal } from '../datapath/counters.js';
-import { DropReason, Stat, type MapName } from '../datapath/layouts.js';
 import type { WriteFailure } from '../datapath/write-plan.js';
 import { Datapath, defaultObjectsDir } from '../datapath/loader.js';
 import { ServiceWriter } from '../datapath/writer.js';
@@ -22,7 +20,7 @@ import { Watcher } from '../k8s/watcher.js';
 import { nodeView } from '../model/desired.js';
 import type { AgentConfig } from './config.js';
 import { ProxyHealth, ServiceHealthServers, parseHostPort, startProxyHealthServer } from './health.js';
-import { AgentMetrics } from './metrics.js';
+import { AgentMetrics, refreshDatapathGauges } from './metrics.js';
 import { Reconciler } from './reconciler.js';
 
 export function agentLogger(level: string): Logger {
@@ -175,16 +173,9 @@ export class Agent {
     }
   }
 
-  /** The BPF counters (two per-CPU arrays) and the map fill as last known, into the gauges. */
+  /** The gauges a scrape reads (see refreshDatapathGauges: no map walk). */
   refreshDatapathMetrics(): void {
-    const m = this.datapath.maps;
-    for (const [name] of Object.entries(Stat)) if (name !== 'STAT_MAX') this.metrics.datapathForwarded.set({ path: name.slice(5).toLowerCase() }, Number(counterTotal(m, name).packets));
-    for (const [name] of Object.entries(DropReason)) if (name !== 'DROP_NONE' && name !== 'DROP_REASON_MAX') this.metrics.datapathDrops.set({ reason: name.slice(5).toLowerCase() }, Number(counterTotal(m, name).packets));
-    const fill: Record<string, number> = { ...this.writer.entryCounts(), ...this.sampledFill };
-    for (const [name, n] of Object.entries(fill)) {
-      this.metrics.mapEntries.set({ map: name }, n);
-      this.metrics.mapCapacity.set({ map: name }, m[name as MapName].maxEntries);
-    }
+    refreshDatapathGauges(this.metrics, this.datapath.maps, { ...this.writer.entryCounts(), ...this.sampledFill });
   }
 
   /** What /status answers: the last sync, and what could not be programmed. */

@@ -74,8 +74,13 @@ function parseHostPort(addr: string): { host: string; port: number } {
   return { host: addr.slice(0, i).replace(/^\[|\]$/g, '') || '0.0.0.0', port: Number(addr.slice(i + 1)) };
 }
 
+/** Slow or idle clients cannot hold a health server: short timeouts, bounded connections. */
+const HEALTH_TIMEOUT_MS = 5_000;
+const HEALTH_MAX_CONNECTIONS = 1_000;
+
 async function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, host: string, port: number): Promise<Server> {
-  const s = createServer(handler);
+  const s = createServer({ requestTimeout: HEALTH_TIMEOUT_MS, headersTimeout: HEALTH_TIMEOUT_MS, keepAliveTimeout: 1_000 }, handler);
+  s.maxConnections = HEALTH_MAX_CONNECTIONS;
   await new Promise<void>((resolve, reject) => {
     s.once('error', reject);
     s.listen(port, host, () => resolve());
@@ -115,12 +120,17 @@ export class ServiceHealthServers {
     private readonly onError: (service: string, e: Error) => void,
   ) {}
 
+  /**
+   * Open and close servers to match `wanted`. Never waits on a client: a server going away
+   * drops its connections at once (a slow client on a health check node port must not hold
+   * up a sync of the datapath).
+   */
   async sync(wanted: Array<{ service: string; nodePort: number; localReadyEndpoints: number }>): Promise<void> {
     const want = new Map(wanted.map((w) => [w.service, w]));
     for (const [svc, e] of [...this.byService]) {
       const w = want.get(svc);
       if (!w || w.nodePort !== e.port) {
-        await new Promise<void>((r) => e.server.close(() => r()));
+        e.server.close();
         e.server.closeAllConnections();
         this.byService.delete(svc);
       }

@@ -1,6 +1,9 @@
 // Metrics, with kube-proxy's names (so dashboards and alerts keep working after the switch)
 // and ferry's own (ferry_*): map fill, datapath drops and forwarded traffic, CT/NAT fill.
 import { Counter, Gauge, Histogram, Registry, exponentialBuckets } from 'prom-client';
+import { counterTotal } from '../datapath/counters.js';
+import { DropReason, Stat, type MapName } from '../datapath/layouts.js';
+import type { DatapathReader } from '../datapath/pinned-view.js';
 
 export class AgentMetrics {
   readonly registry = new Registry();
@@ -58,5 +61,21 @@ export class AgentMetrics {
     this.frontendConflicts = new Gauge({ name: 'ferry_frontend_conflicts', help: 'Frontends two Services ask for (kind=service: one is not programmed) and LoadBalancer IPs or externalIPs that are node addresses (kind=node-address)', labelNames: ['kind'], registers: r });
     this.servicesUnprogrammed = new Gauge({ name: 'ferry_services_unprogrammed', help: 'Services the datapath maps could not take in the last sync (each keeps what it had; see ferry status)', registers: r });
     this.syncErrors = new Counter({ name: 'ferry_sync_errors_total', help: 'Failed syncs of the datapath maps, by error code', labelNames: ['code'], registers: r });
+  }
+}
+
+/**
+ * Per scrape: the datapath's counters (two per-CPU arrays, one lookup per path and reason)
+ * and the map fill as last known (`fill`: the writer's own count of what it wrote, the
+ * conntrack GC's of what it scanned). A scrape never walks a map: with 131k flows that
+ * would be a stall of the event loop per scrape.
+ */
+export function refreshDatapathGauges(metrics: AgentMetrics, maps: Pick<DatapathReader, 'ferry_stats' | 'ferry_drops'> & Partial<Record<MapName, { maxEntries: number }>>, fill: Record<string, number>): void {
+  for (const name of Object.keys(Stat)) if (name !== 'STAT_MAX') metrics.datapathForwarded.set({ path: name.slice(5).toLowerCase() }, Number(counterTotal(maps, name).packets));
+  for (const name of Object.keys(DropReason)) if (name !== 'DROP_NONE' && name !== 'DROP_REASON_MAX') metrics.datapathDrops.set({ reason: name.slice(5).toLowerCase() }, Number(counterTotal(maps, name).packets));
+  for (const [name, n] of Object.entries(fill)) {
+    metrics.mapEntries.set({ map: name }, n);
+    const capacity = maps[name as MapName]?.maxEntries;
+    if (capacity !== undefined) metrics.mapCapacity.set({ map: name }, capacity);
   }
 }

@@ -46,3 +46,25 @@ describe('service health (healthCheckNodePort)', () => {
     expect(serviceHealthBody('ns', 'svc', 2, true)).toBe('{\n\t"service": {\n\t\t"namespace": "ns",\n\t\t"name": "svc"\n\t},\n\t"localEndpoints": 2,\n\t"serviceProxyHealthy": true\n}');
   });
 });
+
+describe('health check node port servers', () => {
+  it('a slow client does not hold up a sync: the server goes, and its port is free again at once', async () => {
+    const { ServiceHealthServers } = await import('../../src/agent/health.js');
+    const { createServer, connect } = await import('node:net');
+    const servers = new ServiceHealthServers(new ProxyHealth(60_000), '127.0.0.1', () => {});
+    const port = 31000 + (process.pid % 1000);
+    await servers.sync([{ service: 'default/lb', nodePort: port, localReadyEndpoints: 1 }]);
+    // A client that sends half a request and waits.
+    const slow = connect(port, '127.0.0.1');
+    await new Promise<void>((r) => slow.once('connect', () => r()));
+    slow.write('GET / HTTP/1.1\r\nHost: x\r\n');
+    const closed = new Promise<void>((r) => slow.once('close', () => r()));
+    slow.on('error', () => {});
+    const guard = new Promise<string>((r) => setTimeout(() => r('sync still waiting after 3 s'), 3000).unref());
+    expect(await Promise.race([servers.sync([]).then(() => 'done'), guard])).toBe('done');
+    await closed;
+    const again = createServer();
+    await new Promise<void>((resolve, reject) => again.once('error', reject).listen(port, '127.0.0.1', () => resolve()));
+    again.close();
+  });
+});
