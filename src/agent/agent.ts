@@ -79,6 +79,8 @@ export class Agent {
       forwardingMode: cfg.forwardingMode,
       maglevTableSize: cfg.maglevTableSize,
       mapSizes: cfg.mapSizes,
+      icmpRatePerSec: cfg.icmpRatePerSec,
+      icmpBurst: cfg.icmpBurst,
       // The agent runs in the host's network namespace: NodePorts answer on loopback there.
       hostNetnsCookie: netnsCookie(),
     });

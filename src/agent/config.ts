@@ -36,6 +36,9 @@ export interface AgentConfig {
   maglevTableSize: number;
   snatPortMin: number;
   snatPortMax: number;
+  /** ICMP errors the datapath sends (unreachable, fragmentation needed, time exceeded), per CPU. */
+  icmpRatePerSec: number;
+  icmpBurst: number;
   mapSizes: MapSizes;
   logLevel: 'trace' | 'debug' | 'info' | 'warn' | 'error';
 }
@@ -61,6 +64,8 @@ export const DEFAULT_CONFIG: AgentConfig = {
   maglevTableSize: 0,
   snatPortMin: DEFAULT_SNAT_PORTS.min,
   snatPortMax: DEFAULT_SNAT_PORTS.max,
+  icmpRatePerSec: 1000,
+  icmpBurst: 50,
   mapSizes: DEFAULT_MAP_SIZES,
   logLevel: 'info',
 };
@@ -122,10 +127,13 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
       case 'ctGcIntervalSeconds':
       case 'hashSeed':
       case 'snatPortMin':
-      case 'snatPortMax': {
+      case 'snatPortMax':
+      case 'icmpRatePerSec':
+      case 'icmpBurst': {
         const n = typeof value === 'string' ? Number(value) : value;
         const ranges: Record<string, [number, number]> = {
           syncPeriodSeconds: [1, 86400], minSyncPeriodMs: [0, 60000], ctGcIntervalSeconds: [1, 3600], hashSeed: [0, 2 ** 32 - 1], snatPortMin: [1024, 65535], snatPortMax: [1024, 65535],
+          icmpRatePerSec: [1, 1_000_000], icmpBurst: [1, 1_000_000],
         };
         const [lo, hi] = ranges[key]!;
         if (typeof n !== 'number' || !Number.isInteger(n) || n < lo || n > hi) throw bad(where, `is ${JSON.stringify(value)}`, `an integer in ${lo}..${hi}`);

@@ -115,7 +115,7 @@ export function registerInspect(program: Command): void {
       process.once('SIGINT', () => stop.abort());
       process.once('SIGTERM', () => stop.abort());
       if (o.output !== 'json') process.stderr.write(`watching ${kinds.join(' and ')} events in ${o.pinDir} (Ctrl-C stops)\n`);
-      const write = (e: DatapathEvent) => process.stdout.write(`${o.output === 'json' ? JSON.stringify({ ...e.raw, tsNs: e.tsNs, type: e.kind }) : formatEvent(e)}\n`);
+      const write = (e: DatapathEvent) => process.stdout.write(`${o.output === 'json' ? JSON.stringify({ ...e.raw, tsNs: e.tsNs, type: e.kind, reasonName: e.reason }) : formatEvent(e)}\n`);
       await watchEvents({ pinDir: o.pinDir, kinds: kinds as EventKind[], count: Number(o.count), onEvent: write }, stop.signal);
     });
 
@@ -128,11 +128,11 @@ export function registerInspect(program: Command): void {
     .action(async (o: { pinDir: string; metrics: string; output: string; netns?: string }) => {
       let agent = 'not reachable';
       let mode = '?';
+      let unprogrammed: Array<{ service: string; error: string }> = [];
       try {
-        const r = await fetch(`${o.metrics}/metrics`, { signal: AbortSignal.timeout(1000) });
-        const text = await r.text();
-        const last = /kubeproxy_sync_proxy_rules_last_timestamp_seconds (\S+)/.exec(text)?.[1];
-        agent = last ? `up, last sync ${new Date(Number(last) * 1000).toISOString()}` : 'up';
+        const s = (await (await fetch(`${o.metrics}/status`, { signal: AbortSignal.timeout(1000) })).json()) as { lastSync?: string; unprogrammed?: Array<{ service: string; error: string }> };
+        agent = s.lastSync ? `up, last sync ${s.lastSync}` : 'up, not synced yet';
+        unprogrammed = s.unprogrammed ?? [];
         mode = (await (await fetch(`${o.metrics}/proxyMode`, { signal: AbortSignal.timeout(1000) })).text()).trim();
       } catch {
         // the datapath runs without its agent too
@@ -147,7 +147,7 @@ export function registerInspect(program: Command): void {
         backends: maps.find((m) => m.name === 'lb4_backends')?.entries ?? 0,
         flows: maps.find((m) => m.name === 'ct4')?.entries ?? 0,
         maps: maps.map((m) => ({ name: m.name, entries: m.entries, capacity: m.capacity })),
-        forwarded: stats, drops, links,
+        forwarded: stats, drops, links, unprogrammed,
       };
       if (o.output === 'json') {
         process.stdout.write(`${JSON.stringify(status, null, 2)}\n`);
@@ -159,6 +159,10 @@ export function registerInspect(program: Command): void {
       process.stdout.write(stats.length ? table(['PATH', 'PACKETS', 'BYTES'], stats.map((r) => [r.name, r.packets, r.bytes])) : '(none)\n');
       process.stdout.write('\ndrops:\n');
       process.stdout.write(drops.length ? table(['REASON', 'PACKETS', 'BYTES'], drops.map((r) => [r.name, r.packets, r.bytes])) : '(none)\n');
+      if (unprogrammed.length > 0) {
+        process.stdout.write('\nnot programmed (the maps cannot take them; each keeps what it had):\n');
+        process.stdout.write(table(['SERVICE', 'WHY'], unprogrammed.map((u) => [u.service, u.error])));
+      }
       process.stdout.write('\nattached:\n');
       process.stdout.write(links.length ? table(['WHERE', 'PROGRAM', 'ID', 'LOADED'], links.map((l) => [l.where, l.program, l.id, l.loaded])) : '(nothing found: is the agent running here?)\n');
     });

@@ -1,0 +1,171 @@
+// Hostile and unusual traffic against a sandbox with real agents, from the client (hand-
+// built packets through a raw socket: spoofed sources, IP options) and from pods. Each
+// numbered case of the hardening issue, with the safe outcome asserted.
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { counterTotal } from '../../src/datapath/counters.js';
+import { CtFlags } from '../../src/datapath/layouts.js';
+import { monotonicNs } from '../../src/datapath/ct-gc.js';
+import { PinnedDatapath } from '../../src/datapath/pinned-view.js';
+import { buildPacket, ipv4, tcp } from '../../src/packet/build.js';
+import { SandboxApi } from '../../src/sandbox/api-client.js';
+import { dsrOption } from '../../src/sandbox/fixtures/dsr.js';
+import type { Host } from '../../src/sandbox/netns/testbed.js';
+import { Sandbox } from '../../src/sandbox/sandbox.js';
+import { WORKLOADS_BIN } from '../../src/sandbox/workloads/spawn.js';
+import { sendRawIPv4 } from '../../src/sys/raw-socket.js';
+import { REPO_ROOT } from '../harness/paths.js';
+import { describeWith } from '../harness/requirements.js';
+import { eventually } from '../harness/wait.js';
+
+const SNAT_PORTS = { min: 20000, max: 21999 }; // small, so that a SYN flood exhausts them
+const NODE1 = '10.0.30.21';
+const NODE2 = '10.0.30.22';
+const CLIENT = '10.0.10.2';
+
+let sb: Sandbox;
+let api: SandboxApi;
+
+async function put(kind: string, obj: Record<string, unknown>): Promise<void> {
+  const meta = obj.metadata as { name: string; namespace?: string };
+  const r = await api.call('POST', api.url(kind, meta.namespace ?? 'default'), obj);
+  if (r.status >= 300) throw new Error(`${kind} ${meta.name}: ${String(r.json.message)}`);
+  await sb.settle();
+}
+const pod = (name: string, labels: Record<string, string>, node: string, ports: Array<{ containerPort: number; protocol?: string; name?: string }>, image = 'traefik/whoami') =>
+  ({ apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: 'default', labels }, spec: { nodeName: node, containers: [{ name: 'c', image, ports }] } });
+const svc = (name: string, spec: Record<string, unknown>) => ({ apiVersion: 'v1', kind: 'Service', metadata: { name, namespace: 'default' }, spec });
+const getSvc = async (name: string) => (await api.call('GET', api.url('Service', 'default', name))).json as { spec: { clusterIP: string }; status?: { loadBalancer?: { ingress?: Array<{ ip: string }> } } };
+const podHost = (name: string): Host => sb.kubelet.podInfo('default', name)!.host;
+const podIP = (name: string): string => sb.kubelet.podInfo('default', name)!.ip;
+const pins = (node: 1 | 2) => sb.pinDir(sb.net.node(node));
+const counter = (node: 1 | 2, name: string) => PinnedDatapath.with(pins(node), (dp) => counterTotal(dp.maps, name).packets);
+
+async function curl(from: Host, url: string, extra: string[] = []): Promise<{ code: number; hostname: string; out: string }> {
+  const r = await from.exec(['curl', '-sS', '-g', '--max-time', '3', ...extra, url], { timeoutMs: 10_000 });
+  return { code: r.code, hostname: /Hostname: (\S+)/.exec(r.stdout)?.[1] ?? '', out: r.stdout + r.stderr };
+}
+
+/** A datagram of `size` bytes to to:port, echoed back: what came back. */
+async function udpEcho(from: Host, to: string, size: number): Promise<Array<{ ok: boolean; bytes: number }>> {
+  const r = await from.execOk([process.execPath, WORKLOADS_BIN, 'udp', '--to', to, '--size', String(size), '--count', '2'], { timeoutMs: 15_000 });
+  return (JSON.parse(r) as { replies: Array<{ ok: boolean; bytes: number }> }).replies;
+}
+
+/** A TCP SYN as a raw IPv4 packet. */
+const rawSyn = (src: string, sport: number, dst: string, dport: number, options?: Buffer) =>
+  buildPacket([ipv4({ src, dst, ttl: 64, id: sport & 0xffff, ...(options ? { options } : {}) }), tcp({ sport, dport, flags: 'S', seq: 1000 })]);
+
+beforeAll(async () => {
+  sb = await Sandbox.up({
+    name: 'hostile', nodes: 2, mode: 'snat', log: pino({ level: 'silent' }),
+    agentEnv: { FERRY_MIN_SYNC_PERIOD_MS: '20', FERRY_SNAT_PORT_MIN: String(SNAT_PORTS.min), FERRY_SNAT_PORT_MAX: String(SNAT_PORTS.max) },
+  });
+  api = new SandboxApi(sb.api.alsoUrl!);
+  await put('Pod', pod('web-a', { app: 'web' }, 'node-1', [{ name: 'http', containerPort: 8080 }]));
+  await put('Pod', pod('echo-a', { app: 'echo' }, 'node-1', [{ name: 'dns', containerPort: 5353, protocol: 'UDP' }], 'udp-echo'));
+  await put('Pod', pod('evil', { app: 'evil' }, 'node-2', [{ name: 'http', containerPort: 8080 }]));
+  await put('Pod', pod('tool-1', { role: 'tool' }, 'node-1', [{ containerPort: 8080 }]));
+  await put('Pod', pod('tool-2', { role: 'tool' }, 'node-2', [{ containerPort: 8080 }]));
+  await put('Service', svc('web', { type: 'NodePort', selector: { app: 'web' }, ports: [{ name: 'http', port: 80, targetPort: 8080, nodePort: 30180 }] }));
+  await put('Service', svc('echo', { type: 'LoadBalancer', selector: { app: 'echo' }, ports: [{ name: 'dns', port: 53, targetPort: 5353, protocol: 'UDP', nodePort: 30153 }] }));
+  // Wait until both nodes serve the NodePort.
+  for (const n of [NODE1, NODE2]) expect((await eventually(() => curl(sb.net.client, `http://${n}:30180/`), (x) => x.code === 0)).hostname).toBe('web-a');
+}, 180_000);
+afterAll(async () => {
+  await sb?.down();
+}, 60_000);
+
+describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'hostile traffic against a sandbox', () => {
+  it('1. a DSR option from a stranger is dropped and counted, never recorded; ferry monitor shows why', async () => {
+    const before = await counter(1, 'DROP_DSR_INVALID');
+    const monitor = spawn(process.execPath, [join(REPO_ROOT, 'bin', 'ferry.js'), 'monitor', '--type', 'drop', '--count', '1', '-o', 'json', '--pin-dir', pins(1)], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    monitor.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const done = new Promise<void>((r) => monitor.once('exit', () => r()));
+    await new Promise((r) => setTimeout(r, 500)); // the monitor turns events on
+    // Naming an address that is no frontend (a spoofing relay), a real NodePort of the other
+    // node while this one is in snat mode, and sent to the NodePort itself.
+    sendRawIPv4(sb.net.client.netns, [
+      rawSyn(CLIENT, 41001, podIP('web-a'), 8080, dsrOption(53, '8.8.8.8')),
+      rawSyn(CLIENT, 41002, podIP('web-a'), 8080, dsrOption(30180, NODE2)),
+      rawSyn(CLIENT, 41003, NODE1, 30180, dsrOption(30180, NODE2)),
+    ]);
+    await eventually(async () => (await counter(1, 'DROP_DSR_INVALID')) - before, (n) => n >= 3n, 5000);
+    expect((await counter(1, 'DROP_DSR_INVALID')) - before).toBe(3n);
+    const bindings = PinnedDatapath.with(pins(1), (dp) => dp.map('nat4').entries().map(([, v]) => v));
+    expect(bindings.filter((b) => b.clientPort >= 41001 && b.clientPort <= 41003)).toEqual([]);
+    await done;
+    expect(JSON.parse(out.trim().split('\n')[0]!)).toMatchObject({ type: 'drop', reasonName: 'dsr_invalid' });
+  });
+
+  it('2. a SYN never acknowledged keeps its flow for the SYN lifetime only; a real connection is established', async () => {
+    // From an address nobody has: the SYN-ACK goes nowhere, the handshake never completes.
+    sendRawIPv4(sb.net.client.netns, [rawSyn('10.0.10.77', 42001, NODE2, 30180)]);
+    const flow = await eventually(async () => PinnedDatapath.with(pins(2), (dp) => dp.map('ct4').entries().find(([k]) => k.saddr === '10.0.10.77' && k.sport === 42001)?.[1]), (v) => Boolean(v && v.flags & CtFlags.CT_F_SEEN_REPLY), 5000);
+    expect(flow).toBeDefined();
+    expect(flow!.flags & CtFlags.CT_F_ESTABLISHED).toBe(0);
+    expect(Number(flow!.expiresNs - monotonicNs()) / 1e9).toBeLessThanOrEqual(60);
+    // A real, slow download: established, with the long lifetime, while it runs.
+    const slow = sb.net.client.exec(['curl', '-sS', '--max-time', '10', '--limit-rate', '20k', '-o', '/dev/null', `http://${NODE2}:30180/bytes?n=80000`], { timeoutMs: 20_000 });
+    const live = await eventually(async () => PinnedDatapath.with(pins(2), (dp) => dp.map('ct4').entries().find(([k, v]) => k.saddr === CLIENT && k.dport === 30180 && v.flags & CtFlags.CT_F_ESTABLISHED && !(v.flags & CtFlags.CT_F_CLOSING))?.[1]), (v) => Boolean(v), 5000);
+    expect(live).toBeDefined();
+    expect(Number(live!.expiresNs - monotonicNs()) / 1e9).toBeGreaterThan(3600);
+    expect((await slow).code).toBe(0);
+  });
+
+  it('3. 6000 unanswered SYNs through one node do not lock real clients out (early drop)', async () => {
+    const packets: Buffer[] = [];
+    for (let i = 0; i < 6000; i++) packets.push(rawSyn(`10.0.10.${100 + (i % 100)}`, 10_000 + Math.floor(i / 100) * 100 + (i % 100), NODE2, 30180));
+    expect(sendRawIPv4(sb.net.client.netns, packets)).toBe(6000);
+    // Every port of the range went to a SYN; later ones took the ports of flows that never
+    // became established.
+    expect(await eventually(async () => counter(2, 'STAT_NAT_EARLY_DROP'), (n) => n > 0n, 5000)).toBeGreaterThan(0n);
+    for (let i = 0; i < 5; i++) expect((await curl(sb.net.client, `http://${NODE2}:30180/`)).hostname).toBe('web-a');
+  });
+
+  it('4. UDP datagrams larger than the MTU arrive whole: NodePort (local and remote backend), LB IP, ClusterIP', async () => {
+    const lb = (await eventually(() => getSvc('echo'), (s) => Boolean(s.status?.loadBalancer?.ingress?.[0]?.ip))).status!.loadBalancer!.ingress![0]!.ip;
+    const clusterIP = (await getSvc('echo')).spec.clusterIP;
+    for (const size of [3000, 9000]) {
+      for (const to of [`${NODE1}:30153`, `${NODE2}:30153`, `${lb}:53`]) {
+        expect((await udpEcho(sb.net.client, to, size)).map((r) => [r.ok, r.bytes]), `${size} bytes to ${to}`).toEqual([[true, size], [true, size]]);
+      }
+      expect((await udpEcho(podHost('tool-2'), `${clusterIP}:53`, size)).map((r) => [r.ok, r.bytes]), `${size} bytes to the ClusterIP`).toEqual([[true, size], [true, size]]);
+    }
+    expect(await counter(2, 'STAT_FRAGMENT')).toBeGreaterThan(0n);
+  });
+
+  it('5. inside a pod, 127.0.0.1:NODEPORT is the pod\'s own; on the node it is the NodePort', async () => {
+    const sidecar = podHost('tool-1').spawn([process.execPath, WORKLOADS_BIN, 'whoami', '--port', '30180', '--name', 'sidecar']);
+    await eventually(async () => sidecar.output(), (o) => o.includes('listening'), 5000);
+    expect((await curl(podHost('tool-1'), 'http://127.0.0.1:30180/')).hostname).toBe('sidecar');
+    expect((await curl(sb.net.node(1).host, 'http://127.0.0.1:30180/')).hostname).toBe('web-a');
+    await sidecar.stop();
+  });
+
+  it('6. a Service cannot take another\'s ClusterIP with an externalIP; a node IP as externalIP leaves the node\'s other ports alone', async () => {
+    const webIP = (await getSvc('web')).spec.clusterIP;
+    await put('Service', svc('a-hijack', { selector: { app: 'evil' }, externalIPs: [webIP], ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
+    await put('Service', svc('on-node', { selector: { app: 'web' }, externalIPs: [NODE1], ports: [{ name: 'alt', port: 8080, targetPort: 8080 }] }));
+    await new Promise((r) => setTimeout(r, 300));
+    for (let i = 0; i < 10; i++) expect((await curl(podHost('tool-2'), `http://${webIP}/`)).hostname).toBe('web-a');
+    // The node's own port (the agent's health server) answers from outside and from a pod.
+    for (const from of [sb.net.client, podHost('tool-2')]) expect((await curl(from, `http://${NODE1}:10256/healthz`)).code).toBe(0);
+    // The conflict is logged, evented and counted.
+    const events = (await api.call('GET', '/api/v1/namespaces/default/events')).json.items as Array<{ reason: string; involvedObject: { name: string }; message: string }>;
+    expect(events.some((e) => e.reason === 'FerryFrontendConflict' && e.involvedObject.name === 'a-hijack')).toBe(true);
+    expect(events.some((e) => e.reason === 'FerryNodeAddress' && e.involvedObject.name === 'on-node')).toBe(true);
+    const metrics = await sb.net.node(1).host.execOk(['curl', '-sS', 'http://127.0.0.1:10249/metrics']);
+    expect(metrics).toMatch(/ferry_frontend_conflicts\{kind="service"\} [1-9]/);
+    expect(metrics).toMatch(/ferry_frontend_conflicts\{kind="node-address"\} [1-9]/);
+  });
+
+  it('7. a pod\'s IPv6 socket reaches a ClusterIP through its IPv4-mapped address', async () => {
+    const webIP = (await getSvc('web')).spec.clusterIP;
+    const r = await curl(podHost('tool-2'), `http://[::ffff:${webIP}]/`);
+    expect(r.out).toContain('Hostname: web-a');
+  });
+});
