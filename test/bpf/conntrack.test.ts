@@ -1,21 +1,23 @@
 // Conntrack lifetimes as the program sets them (SYN, established, closing, UDP) and the
 // user-space collector that removes expired flows.
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
-import { collectConntrack, monotonicNs } from '../../src/datapath/ct-gc.js';
+import { collectConntrack, collectOrphans, monotonicNs } from '../../src/datapath/ct-gc.js';
 import { CtFlags } from '../../src/datapath/layouts.js';
+import type { FrontendSpec } from '../../src/model/frontend.js';
 import { buildPacket, eth, ipv4, tcp, udp } from '../../src/packet/build.js';
 import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { describeWith } from '../harness/requirements.js';
 
 let node: DatapathNode;
+const SERVICES: FrontendSpec[] = [
+  { address: NODE_IP, port: 30080, proto: 'TCP', kind: 'NodePort', backends: [{ address: '10.244.1.5', port: 8080, local: true }] },
+  { address: NODE_IP, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: '10.244.1.5', port: 8080, local: true }] },
+  { address: NODE_IP, port: 30053, proto: 'UDP', kind: 'NodePort', backends: [{ address: '10.244.2.5', port: 53, local: false }] },
+];
 const LIFETIMES = { tcpSyn: 30, tcpEstablished: 3000, tcpClosing: 5, nonTcp: 20 };
 beforeAll(async () => {
   node = await datapathNode({ ctLifetimes: LIFETIMES });
-  node.writer.apply([
-    { address: NODE_IP, port: 30080, proto: 'TCP', kind: 'NodePort', backends: [{ address: '10.244.1.5', port: 8080, local: true }] },
-    { address: NODE_IP, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: '10.244.1.5', port: 8080, local: true }] },
-    { address: NODE_IP, port: 30053, proto: 'UDP', kind: 'NodePort', backends: [{ address: '10.244.2.5', port: 53, local: false }] },
-  ]);
+  node.writer.apply(SERVICES);
 });
 afterAll(async () => {
   await node?.close();
@@ -70,6 +72,23 @@ describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
     node.run('tc_ingress', buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), udp({ sport: 5000, dport: 30053 })]));
     expect(ctTtl().ttl).toBeGreaterThan(LIFETIMES.nonTcp - 2);
     expect(node.dp.maps.nat4.entries().map(([, v]) => v.flags & CtFlags.CT_F_SNAT)).toEqual([CtFlags.CT_F_SNAT]);
+  });
+
+  it('collects flows whose backend is gone (after a restart the removal flush missed), and names the ids live flows use', () => {
+    node.run('tc_ingress', toNodePort(62020, 'S'));
+    node.run('tc_ingress', buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), udp({ sport: 5000, dport: 30053 })]));
+    const ids = new Set(node.dp.maps.ct4.entries().map(([, v]) => v.backendId));
+    expect(collectOrphans(node.dp.maps)).toEqual({ ctDeleted: 0, natDeleted: 0, backendIdsInFlows: ids });
+    // The UDP backend disappears behind the writer's back.
+    const [udpId] = node.dp.maps.lb4_backends.entries().find(([, b]) => b.address === '10.244.2.5')!;
+    node.dp.maps.lb4_backends.delete(udpId);
+    const r = collectOrphans(node.dp.maps);
+    expect(r).toMatchObject({ ctDeleted: 1, natDeleted: 1 });
+    expect([...r.backendIdsInFlows]).not.toContain(udpId);
+    expect(node.dp.maps.ct4.entries().map(([k]) => k.dport)).toEqual([30080]);
+    // The maps and the writer's view agree again.
+    node.writer.apply([]);
+    node.writer.apply(SERVICES);
   });
 
   it('collects expired entries and keeps live ones', () => {

@@ -3,7 +3,10 @@
 // with nothing left behind.
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { u32Codec } from '../../src/ebpf/codec.js';
-import { attachTc } from '../../src/ebpf/link-tc.js';
+import { mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { Datapath, defaultObjectsDir } from '../../src/datapath/loader.js';
+import { DEFAULT_TC_HANDLE, DEFAULT_TC_PRIORITY, attachTc } from '../../src/ebpf/link-tc.js';
 import { attachXdp } from '../../src/ebpf/link-xdp.js';
 import { BpfObject } from '../../src/ebpf/object.js';
 import { Testbed, type Host } from '../../src/sandbox/netns/testbed.js';
@@ -94,6 +97,25 @@ describeWith(['root', 'netns', 'cgroup2'], 'tc program in a network namespace', 
       expect(await server.ip('link', 'show', 'dev', 'eth0')).not.toMatch(/xdp/);
     } finally {
       obj.close();
+    }
+  });
+
+  it('ferry\'s filters hand traffic that is not theirs to the next filter on the device', async () => {
+    const pinDir = join('/sys/fs/bpf', `${tb.prefix}-chain`);
+    mkdirSync(pinDir);
+    const dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: '10.0.10.1' });
+    const obj = loadCounter(1); // ICMP
+    try {
+      inNetns(server.netns, () => dp.attachDevice('eth0'));
+      // Another tc user's filter, after ferry's (a higher priority number runs later).
+      const link = inNetns(server.netns, () => attachTc(obj.program('count_packets'), { ifname: 'eth0', direction: 'ingress', priority: DEFAULT_TC_PRIORITY + 1, handle: DEFAULT_TC_HANDLE + 1 }));
+      await client.execOk(['ping', '-c', '4', '-i', '0.2', '-W', '2', '10.0.10.1']);
+      expect(packets(obj)).toBe(4n);
+      link.close();
+    } finally {
+      obj.close();
+      dp.close();
+      rmSync(pinDir, { recursive: true, force: true });
     }
   });
 
