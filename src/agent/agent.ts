@@ -145,6 +145,7 @@ export class Agent {
       log.info({ ms: Date.now() - started, services: services.list().length, slices: slices.list().length, frontends: reconciler.last?.frontends.length ?? 0 }, 'initial sync done');
       if (cfg.healthzBindAddress) agent.servers.push(await startProxyHealthServer(health, cfg.healthzBindAddress, metrics));
       if (cfg.metricsBindAddress) agent.servers.push(await agent.startMetricsServer(cfg.metricsBindAddress));
+      agent.collect(); // and so the map fill is known before the first scrape
       agent.gcTimer = setInterval(() => agent.collect(), cfg.ctGcIntervalSeconds * 1000);
       agent.gcTimer.unref();
     } catch (e) {
@@ -169,7 +170,7 @@ export class Agent {
       this.metrics.ctCollected.inc({ map: 'nat4' }, o.natDeleted);
       this.writer.quarantineBackendIds(o.backendIdsInFlows);
       this.writer.releaseRetiredBackends(o.backendIdsInFlows);
-      this.sampledFill = { ct4: r.ctScanned - r.ctDeleted - o.ctDeleted, nat4: r.natScanned - r.natDeleted - o.natDeleted };
+      this.sampledFill = { ct4: r.ctScanned - r.ctDeleted - o.ctDeleted, nat4: r.natScanned - r.natDeleted - o.natDeleted, lb4_sock_rev: [...this.datapath.maps.lb4_sock_rev.keys()].length };
     } catch (e) {
       this.log.error({ err: (e as Error).message }, 'conntrack GC failed');
     }

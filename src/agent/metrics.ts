@@ -64,6 +64,9 @@ export class AgentMetrics {
   }
 }
 
+/** The maps whose fill /metrics reports. */
+export const FILL_MAPS: MapName[] = ['lb4_services', 'lb4_backends', 'lb4_reverse_nat', 'lb4_sock_rev', 'ct4', 'nat4'];
+
 /**
  * Per scrape: the datapath's counters (two per-CPU arrays, one lookup per path and reason)
  * and the map fill as last known (`fill`: the writer's own count of what it wrote, the
@@ -73,9 +76,9 @@ export class AgentMetrics {
 export function refreshDatapathGauges(metrics: AgentMetrics, maps: Pick<DatapathReader, 'ferry_stats' | 'ferry_drops'> & Partial<Record<MapName, { maxEntries: number }>>, fill: Record<string, number>): void {
   for (const name of Object.keys(Stat)) if (name !== 'STAT_MAX') metrics.datapathForwarded.set({ path: name.slice(5).toLowerCase() }, Number(counterTotal(maps, name).packets));
   for (const name of Object.keys(DropReason)) if (name !== 'DROP_NONE' && name !== 'DROP_REASON_MAX') metrics.datapathDrops.set({ reason: name.slice(5).toLowerCase() }, Number(counterTotal(maps, name).packets));
-  for (const [name, n] of Object.entries(fill)) {
-    metrics.mapEntries.set({ map: name }, n);
-    const capacity = maps[name as MapName]?.maxEntries;
+  for (const name of FILL_MAPS) {
+    const capacity = maps[name]?.maxEntries;
     if (capacity !== undefined) metrics.mapCapacity.set({ map: name }, capacity);
+    if (fill[name] !== undefined) metrics.mapEntries.set({ map: name }, fill[name]);
   }
 }

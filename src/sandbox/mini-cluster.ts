@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { Datapath, defaultObjectsDir, type MapSizes } from '../datapath/loader.js';
 import type { FrontendSpec } from '../model/frontend.js';
 import { ServiceWriter } from '../datapath/writer.js';
+import { NodeAddressWriter } from '../datapath/node-addresses.js';
 import type { ProtoName } from '../model/frontend.js';
 import { Testbed } from './netns/testbed.js';
 import { startWorkloads, type Workload } from './workloads/spawn.js';
@@ -53,6 +54,8 @@ export class MiniCluster {
         inNetns(n.host.netns, () => dp.attachDevice(n.device));
         dp.attachCgroup({ path: n.host.cgroup, expect: 'subtree' });
       }
+      // Every node knows every node's address (the agent learns them from the Nodes).
+      for (const n of c.nodes) new NodeAddressWriter(n.dp.maps.node4_addrs).apply(c.nodes.map((x) => x.ip));
       return c;
     } catch (e) {
       await tb.destroy();
@@ -95,7 +98,7 @@ function frontendsFor(s: TestService, node: NodeInfo): FrontendSpec[] {
     out.push({ address: s.clusterIP, port: p.port, proto: p.proto, kind: 'ClusterIP', backends });
     if (p.nodePort) {
       out.push({ address: node.ip, port: p.nodePort, proto: p.proto, kind: 'NodePort', backends, ...extra });
-      out.push({ address: '0.0.0.0', port: p.nodePort, proto: p.proto, kind: 'NodePort', nodePortAny: true, backends });
+      out.push({ address: '0.0.0.0', port: p.nodePort, proto: p.proto, kind: 'NodePort', nodePortAny: true, backends, ...extra });
     }
     for (const ip of s.loadBalancerIPs ?? []) out.push({ address: ip, port: p.port, proto: p.proto, kind: 'LoadBalancer', backends, ...extra });
     for (const ip of s.externalIPs ?? []) out.push({ address: ip, port: p.port, proto: p.proto, kind: 'ExternalIP', backends });

@@ -1,5 +1,5 @@
 // The sandbox's kubelet and Deployment controller: Pods become namespaces on their node
-// running a built-in server chosen by image (whoami, udp-echo), Deployments keep their
+// running a built-in server chosen by image (whoami, udp-echo, tcp-echo), Deployments keep their
 // replicas spread over the nodes. Both reconcile the whole (small) world on every change.
 import { createHash, randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
@@ -84,7 +84,7 @@ export class Kubelet {
       const ports = c.ports?.length ? c.ports : [{ containerPort: 80, protocol: image.includes('udp-echo') ? 'UDP' : 'TCP' }];
       for (const p of ports) {
         const udp = image.includes('udp-echo') || (p.protocol ?? 'TCP').toUpperCase() === 'UDP';
-        workloads.push(udp ? { kind: 'udp-echo', port: p.containerPort } : { kind: 'whoami', port: p.containerPort, name: pod.metadata.name! });
+        workloads.push(udp ? { kind: 'udp-echo', port: p.containerPort } : image.includes('tcp-echo') ? { kind: 'tcp-echo', port: p.containerPort } : { kind: 'whoami', port: p.containerPort, name: pod.metadata.name! });
       }
     }
     const procs = await startWorkloads(info.host, workloads);

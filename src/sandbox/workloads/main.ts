@@ -16,6 +16,10 @@
 //                                  each: {target, result: "ok" or the errno code}; with
 //                                  --listen-loopback, listens on every 127.0.0.1 target
 //                                  first, so an untouched loopback connect succeeds
+//   connect-rate --to IP:PORT --seconds S [--concurrency C]
+//                                  C loops of: connect, one byte echoed, close with FIN (the
+//                                  close every HTTP/1.0 client makes) for S seconds; print
+//                                  connections completed and failed, per second of the run
 //   rr --to IP:PORT --seconds S [--udp] [--new-connection] [--size N]
 //                                  request/response for S seconds (netperf's TCP_RR,
 //                                  TCP_CRR, UDP_RR): print the count and p50/p90/p99 in µs
@@ -279,6 +283,44 @@ async function connectProbe(targets: string[], listenLoopback: boolean): Promise
   for (const s of servers) s.close();
 }
 
+/** One connection: connect, a byte there and back, close with FIN; false if any step fails or takes over 1 s. */
+function oneConnection(to: { host: string; port: number }): Promise<boolean> {
+  return new Promise((resolve) => {
+    let settled = false;
+    const s = connect(to.port, to.host);
+    const finish = (ok: boolean) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      if (!ok) s.destroy();
+      resolve(ok);
+    };
+    const timer = setTimeout(() => finish(false), 1000);
+    s.once('connect', () => s.write('x'));
+    s.once('data', () => s.end());
+    s.once('close', (hadError) => finish(!hadError));
+    s.once('error', () => finish(false));
+  });
+}
+
+async function connectRate(to: { host: string; port: number }, seconds: number, concurrency: number): Promise<void> {
+  const end = Date.now() + seconds * 1000;
+  const perSecond: Array<{ ok: number; failed: number }> = Array.from({ length: Math.ceil(seconds) }, () => ({ ok: 0, failed: 0 }));
+  const start = Date.now();
+  const loop = async () => {
+    while (Date.now() < end) {
+      const ok = await oneConnection(to);
+      const slot = perSecond[Math.min(perSecond.length - 1, Math.floor((Date.now() - start) / 1000))]!;
+      if (ok) slot.ok++;
+      else slot.failed++;
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, loop));
+  const ok = perSecond.reduce((a, x) => a + x.ok, 0);
+  const failed = perSecond.reduce((a, x) => a + x.failed, 0);
+  process.stdout.write(`${JSON.stringify({ seconds, concurrency, ok, failed, perSecond })}\n`);
+}
+
 async function main(): Promise<void> {
   const [cmd, ...rest] = process.argv.slice(2);
   const { values } = parseArgs({
@@ -286,7 +328,7 @@ async function main(): Promise<void> {
     options: {
       port: { type: 'string' }, name: { type: 'string' }, to: { type: 'string' }, connected: { type: 'boolean' },
       size: { type: 'string' }, count: { type: 'string' }, seconds: { type: 'string' }, udp: { type: 'boolean' },
-      'new-connection': { type: 'boolean' }, reset: { type: 'boolean' }, targets: { type: 'string' }, 'listen-loopback': { type: 'boolean' },
+      'new-connection': { type: 'boolean' }, reset: { type: 'boolean' }, targets: { type: 'string' }, 'listen-loopback': { type: 'boolean' }, concurrency: { type: 'string' },
     },
   });
   switch (cmd) {
@@ -302,6 +344,8 @@ async function main(): Promise<void> {
       return connectLatency(target(values.to), Number(values.count ?? 100), Boolean(values.reset));
     case 'tcp-echo':
       return tcpEcho(Number(values.port ?? 7));
+    case 'connect-rate':
+      return connectRate(target(values.to), Number(values.seconds ?? 10), Number(values.concurrency ?? 8));
     case 'connect-probe':
       return connectProbe((values.targets ?? '').split(',').filter(Boolean), Boolean(values['listen-loopback']));
     case 'rr':
