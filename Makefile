@@ -45,13 +45,14 @@ demo: build
 	@bash scripts/demo.sh
 
 ## bench: the benchmarks with quick settings, < 10 min (bench/results/quick/); see bench/README.md
-BENCH_REPORTS := forwarding rules-scaling agent-sync packet-cost
+BENCH_REPORTS := forwarding rules-scaling agent-sync packet-cost snat-capacity
 bench: build
 	@rm -rf bench/results/quick
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/forwarding.ts --seconds 3 --rr-seconds 1 --repeat 3
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/rules-scaling.ts --services 1,1000,10000,30000 --count 500 --repeat 3 --nft-max 10000
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/agent-sync.ts --services 1000,10000 --changes 50
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/packet-cost.ts --services 100000 --repeat 20000
+	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/snat-capacity.ts --seconds 15 --concurrency 16
 	@cat $(BENCH_REPORTS:%=bench/results/quick/%.md) > bench/results/quick/README.md
 
 ## bench-full: the full run committed under bench/results/full/ (about 35 min)
@@ -61,6 +62,7 @@ bench-full: build
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/rules-scaling.ts --services 1,1000,10000,30000,100000 --count 1000 --repeat 5 --nft-max 30000
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/agent-sync.ts --services 1000,10000,50000 --changes 100
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/packet-cost.ts --services 100000 --repeat 100000
+	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/snat-capacity.ts --seconds 30 --concurrency 16
 	@cat $(BENCH_REPORTS:%=bench/results/full/%.md) > bench/results/full/README.md
 
 ## cleanup: remove testbeds and sandboxes left by crashed runs

@@ -38,6 +38,10 @@ async function measure(range: { min: number; max: number }): Promise<Run> {
     await put('Service', { metadata: { name: 'echo', namespace: 'default' }, spec: { type: 'NodePort', selector: { app: 'echo' }, ports: [{ port: 7000, targetPort: 7000, nodePort: NODEPORT }] } });
     // Through node-2: the backend is on node-1, so every flow is SNATed to node-2.
     const to = `${sb.net.node(2).ip}:${NODEPORT}`;
+    // The client closes first and so keeps TIME_WAIT: let it reuse those ports and use them
+    // all, or its own port range, not the node's SNAT ports, would be what runs out.
+    await sb.net.client.execOk(['sysctl', '-qw', 'net.ipv4.tcp_tw_reuse=1']);
+    await sb.net.client.execOk(['sysctl', '-qw', 'net.ipv4.ip_local_port_range=1024 65535']);
     for (let i = 0; i < 50; i++) {
       const probe = JSON.parse(await sb.net.client.execOk([process.execPath, WORKLOADS_BIN, 'connect-rate', '--to', to, '--seconds', '1', '--concurrency', '1'], { timeoutMs: 10_000 })) as Run;
       if (probe.ok > 0) break;
@@ -71,7 +75,7 @@ async function main(): Promise<void> {
     name: 'snat-capacity',
     title: 'SNAT capacity: new connections a second to one backend, closed with FIN',
     command: COMMAND,
-    method: `a 2-node sandbox in snat mode; a tcp-echo pod on node-1 behind NodePort ${NODEPORT}; the client connects through node-2 (every flow SNATed) in ${CONCURRENCY} parallel loops of connect, one byte echoed, close with FIN, for ${SECONDS} s; a connection not done within 1 s counts as failed. Closed flows keep their SNAT port for the closing lifetime (10 s). One run per port range, same build; sustained = mean of the second half of the run.`,
+    method: `a 2-node sandbox in snat mode; a tcp-echo pod on node-1 behind NodePort ${NODEPORT}; the client connects through node-2 (every flow SNATed) in ${CONCURRENCY} parallel loops of connect, one byte echoed, close with FIN, for ${SECONDS} s; a connection not done within 1 s counts as failed. The client's namespace reuses its TIME_WAIT ports (tcp_tw_reuse=1) over 1024–65535, so that its own ports are not the limit. Closed flows keep their SNAT port for the closing lifetime (10 s). One run per port range, same build; sustained = mean of the second half of the run.`,
     tables: [table],
     ratios: [`sustained connections/s, now against before: ${ratio(runs[1]!.sustained, runs[0]!.sustained)}`],
     plots: [{

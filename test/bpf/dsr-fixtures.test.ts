@@ -5,6 +5,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { buildPacket, eth, ipv4, tcp, udp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
 import { expectFixture } from '../../src/sandbox/packet-fixture.js';
+import { flushFlowsTo } from '../../src/datapath/ct-gc.js';
 import { CLIENT_IP, NODE_IP, NODE_MAC, ROUTER_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { DSR_FIXTURES, DSR_REMOTE_POD, dsrServices } from '../../src/sandbox/fixtures/dsr.js';
 import { describeWith } from '../harness/requirements.js';
@@ -32,6 +33,16 @@ describeWith(['root', 'bpffs', 'netns'], 'DSR', () => {
     it('LB node: no reply binding is kept (no reply comes back here)', () => {
       node.run('tc_ingress', DSR_FIXTURES[0]!.input);
       expect(node.dp.maps.nat4.entries()).toEqual([]);
+    });
+
+    it('LB node: a DSR flow to a removed backend is flushed (found by its backend id: it has no binding)', () => {
+      node.run('tc_ingress', DSR_FIXTURES[0]!.input);
+      expect(node.dp.maps.ct4.entries()).toHaveLength(1);
+      const stats = node.writer.apply(dsrServices().filter((f) => f.port !== 30081));
+      expect(stats.removedBackendIds).toHaveLength(1);
+      expect(flushFlowsTo(node.dp.maps, stats.removedBackends, new Set(stats.removedBackendIds))).toEqual({ ct: 1, nat: 0 });
+      expect(node.dp.maps.ct4.entries()).toEqual([]);
+      node.writer.apply(dsrServices());
     });
 
     it('a Service annotated snat keeps SNAT on a dsr node', () => {

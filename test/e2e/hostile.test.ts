@@ -61,7 +61,8 @@ const rawSyn = (src: string, sport: number, dst: string, dport: number, options?
 beforeAll(async () => {
   sb = await Sandbox.up({
     name: 'hostile', nodes: 2, mode: 'snat', log: pino({ level: 'silent' }),
-    agentEnv: { FERRY_MIN_SYNC_PERIOD_MS: '20', FERRY_SNAT_PORT_MIN: String(SNAT_PORTS.min), FERRY_SNAT_PORT_MAX: String(SNAT_PORTS.max) },
+    // Room for 256 backends: a Service with 300 endpoints cannot fit.
+    agentEnv: { FERRY_MIN_SYNC_PERIOD_MS: '20', FERRY_SNAT_PORT_MIN: String(SNAT_PORTS.min), FERRY_SNAT_PORT_MAX: String(SNAT_PORTS.max), FERRY_MAP_SIZES: JSON.stringify({ backends: 256 }) },
   });
   api = new SandboxApi(sb.api.alsoUrl!);
   await put('Pod', pod('web-a', { app: 'web' }, 'node-1', [{ name: 'http', containerPort: 8080 }]));
@@ -161,6 +162,22 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'hostile traffic against a s
     const metrics = await sb.net.node(1).host.execOk(['curl', '-sS', 'http://127.0.0.1:10249/metrics']);
     expect(metrics).toMatch(/ferry_frontend_conflicts\{kind="service"\} [1-9]/);
     expect(metrics).toMatch(/ferry_frontend_conflicts\{kind="node-address"\} [1-9]/);
+  });
+
+  it('a Service with more endpoints than the maps hold is reported, and every other Service keeps working', async () => {
+    const endpoints = Array.from({ length: 300 }, (_, i) => ({ addresses: [`10.244.${8 + (i >> 8)}.${i & 255}`], conditions: { ready: true }, nodeName: 'node-2' }));
+    await put('Service', svc('huge', { ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
+    await put('EndpointSlice', { apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', metadata: { name: 'huge-1', namespace: 'default', labels: { 'kubernetes.io/service-name': 'huge' } }, addressType: 'IPv4', ports: [{ name: 'http', port: 8080, protocol: 'TCP' }], endpoints });
+    await put('Service', svc('after-huge', { selector: { app: 'web' }, ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
+    const ip = (await getSvc('after-huge')).spec.clusterIP;
+    expect((await eventually(() => curl(podHost('tool-1'), `http://${ip}/`), (x) => x.code === 0)).hostname).toBe('web-a');
+    const status = await eventually(() => sb.net.node(1).host.exec([process.execPath, join(REPO_ROOT, 'bin', 'ferry.js'), 'status', '--pin-dir', pins(1)]), (r) => r.stdout.includes('not programmed'), 5000);
+    expect(status.stdout).toMatch(/default\/huge +needs 300 more backend ids, \d+ left \(raise mapSizes\.backends\)/);
+    const events = (await api.call('GET', '/api/v1/namespaces/default/events')).json.items as Array<{ reason: string; involvedObject: { name: string } }>;
+    expect(events.some((e) => e.reason === 'FerryNotProgrammed' && e.involvedObject.name === 'huge')).toBe(true);
+    expect(await sb.net.node(1).host.execOk(['curl', '-sS', 'http://127.0.0.1:10249/metrics'])).toMatch(/ferry_services_unprogrammed 1/);
+    // The agent did not restart over it.
+    expect(sb.agents.get('node-1')!.child.exitCode).toBeNull();
   });
 
   it('7. a pod\'s IPv6 socket reaches a ClusterIP through its IPv4-mapped address', async () => {
