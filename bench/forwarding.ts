@@ -50,11 +50,7 @@ async function main(): Promise<void> {
   const sb = await Sandbox.up({ name: 'fwdbench', nodes: 2, mode: 'hybrid', log: pino({ level: 'silent' }) });
   try {
     const api = new SandboxApi(sb.api.alsoUrl!);
-    const put = async (kind: string, obj: Record<string, unknown>) => {
-      const r = await api.call('POST', api.url(kind, 'default'), obj);
-      if (r.status >= 300) throw new Error(String(r.json.message));
-      await sb.settle();
-    };
+    const put = (kind: string, obj: Record<string, unknown>) => sb.put(kind, obj);
     await put('Pod', { metadata: { name: 'server', namespace: 'default', labels: { app: 'server' } }, spec: { nodeName: 'node-1', containers: [{ name: 'w', image: 'whoami', ports: [{ containerPort: 8080 }] }] } });
     const pod = sb.kubelet.podInfo('default', 'server')!;
     // Request/response client and servers share one CPU: a round trip is then the CPU work

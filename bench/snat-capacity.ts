@@ -7,7 +7,6 @@
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { DEFAULT_SNAT_PORTS } from '../src/datapath/loader.js';
-import { SandboxApi } from '../src/sandbox/api-client.js';
 import { Sandbox } from '../src/sandbox/sandbox.js';
 import { WORKLOADS_BIN } from '../src/sandbox/workloads/spawn.js';
 import { barChart } from './plot.js';
@@ -28,12 +27,7 @@ interface Run { ok: number; failed: number; perSecond: Array<{ ok: number; faile
 async function measure(range: { min: number; max: number }): Promise<Run> {
   const sb = await Sandbox.up({ name: 'snatcap', nodes: 2, mode: 'snat', log: pino({ level: 'silent' }), agentEnv: { FERRY_SNAT_PORT_MIN: String(range.min), FERRY_SNAT_PORT_MAX: String(range.max) } });
   try {
-    const api = new SandboxApi(sb.api.alsoUrl!);
-    const put = async (kind: string, obj: Record<string, unknown>) => {
-      const r = await api.call('POST', api.url(kind, 'default'), obj);
-      if (r.status >= 300) throw new Error(String(r.json.message));
-      await sb.settle();
-    };
+    const put = (kind: string, obj: Record<string, unknown>) => sb.put(kind, obj);
     await put('Pod', { metadata: { name: 'echo', namespace: 'default', labels: { app: 'echo' } }, spec: { nodeName: 'node-1', containers: [{ name: 'e', image: 'tcp-echo', ports: [{ containerPort: 7000 }] }] } });
     await put('Service', { metadata: { name: 'echo', namespace: 'default' }, spec: { type: 'NodePort', selector: { app: 'echo' }, ports: [{ port: 7000, targetPort: 7000, nodePort: NODEPORT }] } });
     // Through node-2: the backend is on node-1, so every flow is SNATed to node-2.

@@ -9,6 +9,7 @@ import type { Logger } from 'pino';
 import { testKubeconfig } from './apiserver/kubeconfig.js';
 import { TestApiServer } from './apiserver/server.js';
 import { Store } from './apiserver/store.js';
+import { SandboxApi } from './api-client.js';
 import { serviceAllocator } from './controllers/allocator.js';
 import { reconcileEndpointSlices } from './controllers/endpointslices.js';
 import { LoadBalancerIPAM } from './controllers/lb-ipam.js';
@@ -170,6 +171,21 @@ export class Sandbox {
   }
 
   /** Wait until the controllers and the kubelet have nothing left to do. */
+  /** Create (or replace) an object through the API, as kubectl apply would, then settle. */
+  async put(kind: string, obj: Record<string, unknown>): Promise<Record<string, unknown>> {
+    const api = new SandboxApi(this.api.alsoUrl!);
+    const meta = obj.metadata as { name: string; namespace?: string };
+    const ns = meta.namespace ?? 'default';
+    let r = await api.call('POST', api.url(kind, ns), obj);
+    if (r.status === 409) {
+      const cur = await api.call('GET', api.url(kind, ns, meta.name));
+      r = await api.call('PUT', api.url(kind, ns, meta.name), { ...obj, metadata: { ...meta, namespace: ns, resourceVersion: (cur.json.metadata as { resourceVersion: string }).resourceVersion } });
+    }
+    if (r.status >= 300) throw new Error(`${kind} ${meta.name}: ${String(r.json.message)}`);
+    await this.settle();
+    return r.json;
+  }
+
   async settle(): Promise<void> {
     for (let i = 0; i < 3; i++) {
       while (this.controllerTimer) await new Promise((r) => setTimeout(r, 5));

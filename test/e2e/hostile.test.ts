@@ -28,12 +28,7 @@ const CLIENT = '10.0.10.2';
 let sb: Sandbox;
 let api: SandboxApi;
 
-async function put(kind: string, obj: Record<string, unknown>): Promise<void> {
-  const meta = obj.metadata as { name: string; namespace?: string };
-  const r = await api.call('POST', api.url(kind, meta.namespace ?? 'default'), obj);
-  if (r.status >= 300) throw new Error(`${kind} ${meta.name}: ${String(r.json.message)}`);
-  await sb.settle();
-}
+const put = (kind: string, obj: Record<string, unknown>) => sb.put(kind, obj);
 const pod = (name: string, labels: Record<string, string>, node: string, ports: Array<{ containerPort: number; protocol?: string; name?: string }>, image = 'traefik/whoami') =>
   ({ apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: 'default', labels }, spec: { nodeName: node, containers: [{ name: 'c', image, ports }] } });
 const svc = (name: string, spec: Record<string, unknown>) => ({ apiVersion: 'v1', kind: 'Service', metadata: { name, namespace: 'default' }, spec });

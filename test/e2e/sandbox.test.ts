@@ -65,18 +65,7 @@ const podHost = (ns: string, name: string) => {
   if (!info) throw new Error(`pod ${ns}/${name} is not running`);
   return info.host;
 };
-async function put(kind: string, obj: Record<string, unknown>): Promise<Record<string, unknown>> {
-  const meta = obj.metadata as { name: string; namespace?: string };
-  const ns = meta.namespace ?? 'default';
-  let r = await api.call('POST', api.url(kind, ns), obj);
-  if (r.status === 409) {
-    const cur = await api.call('GET', api.url(kind, ns, meta.name));
-    r = await api.call('PUT', api.url(kind, ns, meta.name), { ...obj, metadata: { ...meta, namespace: ns, resourceVersion: (cur.json.metadata as { resourceVersion: string }).resourceVersion } });
-  }
-  if (r.status >= 300) throw new Error(`${kind} ${meta.name}: ${String(r.json.message)}`);
-  await sb.settle();
-  return r.json;
-}
+const put = (kind: string, obj: Record<string, unknown>) => sb.put(kind, obj);
 async function del(kind: string, name: string, ns = 'default'): Promise<void> {
   await api.call('DELETE', api.url(kind, ns, name));
   await sb.settle();
