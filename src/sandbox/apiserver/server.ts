@@ -1,21 +1,16 @@
 // A test double of the Kubernetes API server: the REST list/watch protocol for the
 // resources ferry and the sandbox use, in memory, over plain HTTP. resourceVersions,
 // watch events, bookmarks, 410 Gone, label and field selectors, the status subresource,
-// merge patches, Events and Leases, and enough discovery for kubectl get/create/delete/
-// apply. It is not the real API server: production talks to that.
+// merge patches, Events and Leases, CustomResourceDefinitions (served and validated,
+// crd.ts), discovery and server-side tables for kubectl. It is not the real API server:
+// production talks to that.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { listeningSocketInNetns } from '../../sys/socket.js';
+import { crdResources, validateCustom, type ResourceDef } from './crd.js';
+import { discovery } from './discovery.js';
 import { Store, StoreError, type KObject } from './store.js';
-
-interface ResourceDef {
-  group: string; // '' for core
-  version: string;
-  plural: string;
-  kind: string;
-  namespaced: boolean;
-  shortNames?: string[];
-}
+import { toTable, wantsTable } from './tables.js';
 
 export const RESOURCES: ResourceDef[] = [
   { group: '', version: 'v1', plural: 'services', kind: 'Service', namespaced: true, shortNames: ['svc'] },
@@ -26,9 +21,10 @@ export const RESOURCES: ResourceDef[] = [
   { group: 'discovery.k8s.io', version: 'v1', plural: 'endpointslices', kind: 'EndpointSlice', namespaced: true },
   { group: 'coordination.k8s.io', version: 'v1', plural: 'leases', kind: 'Lease', namespaced: true },
   { group: 'apps', version: 'v1', plural: 'deployments', kind: 'Deployment', namespaced: true, shortNames: ['deploy'] },
+  { group: 'apiextensions.k8s.io', version: 'v1', plural: 'customresourcedefinitions', kind: 'CustomResourceDefinition', namespaced: false, shortNames: ['crd', 'crds'] },
 ];
 
-const apiVersionOf = (r: ResourceDef) => (r.group ? `${r.group}/${r.version}` : r.version);
+export const apiVersionOf = (r: ResourceDef) => (r.group ? `${r.group}/${r.version}` : r.version);
 const BOOKMARK_INTERVAL_MS = 5_000;
 
 function status(code: number, reason: string, message: string): object {
@@ -127,6 +123,11 @@ export class TestApiServer {
     }
   }
 
+  /** The built-in resources and those the stored CRDs serve. */
+  resources(): ResourceDef[] {
+    return [...RESOURCES, ...this.store.list('customresourcedefinitions').flatMap((c) => crdResources(c))];
+  }
+
   /** The second listener's URL (see alsoListen). */
   get alsoUrl(): string | undefined {
     const a = this.opts.alsoListen;
@@ -163,7 +164,7 @@ export class TestApiServer {
     const url = new URL(req.url ?? '/', 'http://x');
     const path = url.pathname.replace(/\/+$/, '');
     const method = req.method ?? 'GET';
-    const disc = this.discovery(path);
+    const disc = discovery(path, this.resources());
     if (disc) return this.send(res, 200, disc);
     if (path === '/healthz' || path === '/readyz' || path === '/livez') {
       res.writeHead(200, { 'content-type': 'text/plain' });
@@ -179,7 +180,7 @@ export class TestApiServer {
     let namespace = m[4];
     const plural = m[5]!;
     const name = m[6];
-    const def = RESOURCES.find((r) => r.group === group && r.version === version && r.plural === plural);
+    const def = this.resources().find((r) => r.group === group && r.version === version && r.plural === plural);
     if (!def) return this.send(res, 404, status(404, 'NotFound', `the server could not find the requested resource (${plural})`));
     if (!def.namespaced) {
       namespace = undefined;
@@ -187,15 +188,19 @@ export class TestApiServer {
     const isStatus = m[7] === 'status';
     this.requests.push(`${method} ${plural}${name ? `/${name}` : ''}${isStatus ? '/status' : ''}`);
     const watch = url.searchParams.get('watch');
+    const table = wantsTable(req.headers.accept);
     try {
       if (method === 'GET' && !name && (watch === 'true' || watch === '1')) return this.watch(def, namespace, url, res);
       if (method === 'GET' && !name) {
         const items = this.store.list(plural, namespace).filter((o) => matchesLabels(o.metadata.labels, url.searchParams.get('labelSelector')) && matchesFields(o, url.searchParams.get('fieldSelector')));
-        return this.send(res, 200, { kind: `${def.kind}List`, apiVersion: apiVersionOf(def), metadata: { resourceVersion: String(this.store.resourceVersion) }, items: items.map((o) => this.typed(def, o)) });
+        const rv = String(this.store.resourceVersion);
+        if (table) return this.send(res, 200, toTable(def, items, rv));
+        return this.send(res, 200, { kind: `${def.kind}List`, apiVersion: apiVersionOf(def), metadata: { resourceVersion: rv }, items: items.map((o) => this.typed(def, o)) });
       }
       if (method === 'GET') {
         const o = this.store.get(plural, namespace, name!);
         if (!o) return this.send(res, 404, status(404, 'NotFound', `${plural} "${name}" not found`));
+        if (table) return this.send(res, 200, toTable(def, [o], String(this.store.resourceVersion)));
         return this.send(res, 200, this.typed(def, o));
       }
       if (method === 'POST' && !name) {
@@ -203,13 +208,14 @@ export class TestApiServer {
         obj.metadata ??= {};
         if (def.namespaced) obj.metadata.namespace = obj.metadata.namespace ?? namespace ?? 'default';
         this.opts.admit?.(plural, obj, undefined);
-        return this.send(res, 201, this.typed(def, this.store.create(plural, this.typed(def, obj))));
+        return this.send(res, 201, this.typed(def, this.store.create(plural, this.checked(def, this.typed(def, obj), undefined, false))));
       }
       if (method === 'PUT' && name) {
         const obj = (await this.body(req)) as KObject;
         obj.metadata = { ...obj.metadata, name, namespace };
-        if (!isStatus) this.opts.admit?.(plural, obj, this.store.get(plural, namespace, name));
-        return this.send(res, 200, this.typed(def, this.store.update(plural, this.typed(def, obj), { status: isStatus })));
+        const have = this.store.get(plural, namespace, name);
+        if (!isStatus) this.opts.admit?.(plural, obj, have);
+        return this.send(res, 200, this.typed(def, this.store.update(plural, this.checked(def, this.typed(def, obj), have, isStatus), { status: isStatus })));
       }
       if (method === 'PATCH' && name) {
         const have = this.store.get(plural, namespace, name);
@@ -220,7 +226,7 @@ export class TestApiServer {
         const merged = mergePatch(structuredClone(have), patch) as KObject;
         merged.metadata = { ...merged.metadata, name, namespace, resourceVersion: undefined };
         if (!isStatus) this.opts.admit?.(plural, merged, have);
-        return this.send(res, 200, this.typed(def, this.store.update(plural, merged, { status: isStatus })));
+        return this.send(res, 200, this.typed(def, this.store.update(plural, this.checked(def, this.typed(def, merged), have, isStatus), { status: isStatus })));
       }
       if (method === 'DELETE' && name) {
         const gone = this.store.delete(plural, namespace, name);
@@ -232,6 +238,26 @@ export class TestApiServer {
       if (e instanceof SyntaxError) return this.send(res, 400, status(400, 'BadRequest', `invalid JSON: ${e.message}`));
       throw e;
     }
+  }
+
+  /**
+   * What a write may store: a CRD must be well formed; an object of a custom resource must
+   * fit its schema (defaults applied, unknown fields pruned), and with the status
+   * subresource the main resource cannot change status, nor the status anything else.
+   */
+  private checked(def: ResourceDef, obj: KObject, have: KObject | undefined, isStatus: boolean): KObject {
+    if (def.plural === 'customresourcedefinitions' && def.group === 'apiextensions.k8s.io') {
+      crdResources(obj);
+      return obj;
+    }
+    if (!def.schema) return obj;
+    let next = obj;
+    if (def.statusSubresource && have) next = isStatus ? { ...have, status: obj.status } : { ...obj, status: have.status };
+    else if (def.statusSubresource) {
+      const { status: _ignored, ...created } = obj; // a create sets no status
+      next = created as KObject;
+    }
+    return validateCustom(def, next);
   }
 
   private typed(def: ResourceDef, o: KObject): KObject {
@@ -270,36 +296,5 @@ export class TestApiServer {
       if (ender) clearTimeout(ender);
       this.watches.delete(res);
     });
-  }
-
-  private discovery(path: string): object | undefined {
-    const resourceList = (gv: string, defs: ResourceDef[]) => ({
-      kind: 'APIResourceList',
-      apiVersion: 'v1',
-      groupVersion: gv,
-      resources: defs.flatMap((d) => [
-        { name: d.plural, singularName: d.kind.toLowerCase(), namespaced: d.namespaced, kind: d.kind, verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'], shortNames: d.shortNames },
-        ...(['services', 'nodes', 'pods', 'deployments'].includes(d.plural) ? [{ name: `${d.plural}/status`, singularName: '', namespaced: d.namespaced, kind: d.kind, verbs: ['get', 'patch', 'update'] }] : []),
-      ]),
-    });
-    if (path === '/api') return { kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress: '127.0.0.1' }] };
-    if (path === '/api/v1') return resourceList('v1', RESOURCES.filter((r) => r.group === ''));
-    const groups = [...new Set(RESOURCES.filter((r) => r.group).map((r) => r.group))];
-    if (path === '/apis') {
-      return {
-        kind: 'APIGroupList',
-        apiVersion: 'v1',
-        groups: groups.map((g) => {
-          const v = RESOURCES.find((r) => r.group === g)!.version;
-          return { name: g, versions: [{ groupVersion: `${g}/${v}`, version: v }], preferredVersion: { groupVersion: `${g}/${v}`, version: v } };
-        }),
-      };
-    }
-    for (const g of groups) {
-      const v = RESOURCES.find((r) => r.group === g)!.version;
-      if (path === `/apis/${g}/${v}`) return resourceList(`${g}/${v}`, RESOURCES.filter((r) => r.group === g));
-      if (path === `/apis/${g}`) return { kind: 'APIGroup', apiVersion: 'v1', name: g, versions: [{ groupVersion: `${g}/${v}`, version: v }], preferredVersion: { groupVersion: `${g}/${v}`, version: v } };
-    }
-    return undefined;
   }
 }

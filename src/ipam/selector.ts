@@ -1,0 +1,49 @@
+// Kubernetes label selectors (matchLabels and matchExpressions), for a pool's
+// serviceSelector. An empty or missing selector matches everything.
+
+export interface LabelSelectorRequirement {
+  key: string;
+  operator: 'In' | 'NotIn' | 'Exists' | 'DoesNotExist';
+  values?: string[];
+}
+
+export interface LabelSelector {
+  matchLabels?: Record<string, string>;
+  matchExpressions?: LabelSelectorRequirement[];
+}
+
+export function selectorMatches(sel: LabelSelector | undefined, labels: Readonly<Record<string, string>>): boolean {
+  if (!sel) return true;
+  for (const [k, v] of Object.entries(sel.matchLabels ?? {})) if (labels[k] !== v) return false;
+  for (const e of sel.matchExpressions ?? []) {
+    const has = Object.prototype.hasOwnProperty.call(labels, e.key);
+    const values = e.values ?? [];
+    switch (e.operator) {
+      case 'In':
+        if (!has || !values.includes(labels[e.key]!)) return false;
+        break;
+      case 'NotIn':
+        if (has && values.includes(labels[e.key]!)) return false;
+        break;
+      case 'Exists':
+        if (!has) return false;
+        break;
+      case 'DoesNotExist':
+        if (has) return false;
+        break;
+      default:
+        return false; // an operator we do not know matches nothing, never everything
+    }
+  }
+  return true;
+}
+
+/** Why a selector is malformed (undefined: it is fine). */
+export function selectorError(sel: LabelSelector | undefined): string | undefined {
+  for (const e of sel?.matchExpressions ?? []) {
+    if (!['In', 'NotIn', 'Exists', 'DoesNotExist'].includes(e.operator)) return `matchExpressions: operator "${e.operator}" is not In, NotIn, Exists or DoesNotExist`;
+    if ((e.operator === 'In' || e.operator === 'NotIn') && !(e.values?.length)) return `matchExpressions: ${e.key} ${e.operator} needs values`;
+    if ((e.operator === 'Exists' || e.operator === 'DoesNotExist') && e.values?.length) return `matchExpressions: ${e.key} ${e.operator} takes no values`;
+  }
+  return undefined;
+}
