@@ -3,7 +3,7 @@
 // first sync only after every cache is complete → health and metrics servers → periodic
 // conntrack GC. On stop it leaves the datapath running for the next agent.
 import { mkdirSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import { join } from 'node:path';
 import { CoreV1Api, DiscoveryV1Api, type V1EndpointSlice, type V1Node, type V1Service } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
@@ -19,7 +19,8 @@ import { eventSink } from '../k8s/events.js';
 import { Watcher } from '../k8s/watcher.js';
 import { nodeView } from '../model/desired.js';
 import type { AgentConfig } from './config.js';
-import { ProxyHealth, ServiceHealthServers, parseHostPort, startProxyHealthServer } from './health.js';
+import { ProxyHealth, ServiceHealthServers, startProxyHealthServer } from './health.js';
+import { closeServer, serveRoutes } from '../sys/http-server.js';
 import { AgentMetrics, refreshDatapathGauges } from './metrics.js';
 import { Reconciler } from './reconciler.js';
 
@@ -191,37 +192,22 @@ export class Agent {
     };
   }
 
-  private async startMetricsServer(addr: string): Promise<Server> {
-    const { host, port } = parseHostPort(addr);
-    const s = createServer((req, res) => {
-      const path = new URL(req.url ?? '/', 'http://x').pathname;
-      if (path === '/proxyMode') {
-        res.writeHead(200, { 'Content-Type': 'text/plain; charset=utf-8' }).end('ebpf');
-        return;
-      }
-      if (path === '/status') {
-        res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify(this.status()));
-        return;
-      }
-      if (path !== '/metrics') {
-        res.writeHead(404).end('404 page not found\n');
-        return;
-      }
-      try {
-        this.refreshDatapathMetrics();
-      } catch (e) {
-        this.log.warn({ err: (e as Error).message }, 'cannot read datapath counters');
-      }
-      this.metrics.registry.metrics().then(
-        (body) => res.writeHead(200, { 'Content-Type': this.metrics.registry.contentType }).end(body),
-        (e: Error) => res.writeHead(500).end(e.message),
-      );
+  private startMetricsServer(addr: string): Promise<Server> {
+    return serveRoutes(addr, {
+      '/proxyMode': (_req, res) => res.writeHead(200, { 'Content-Type': 'text/plain; charset=utf-8' }).end('ebpf'),
+      '/status': (_req, res) => res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify(this.status())),
+      '/metrics': (_req, res) => {
+        try {
+          this.refreshDatapathMetrics();
+        } catch (e) {
+          this.log.warn({ err: (e as Error).message }, 'cannot read datapath counters');
+        }
+        this.metrics.registry.metrics().then(
+          (body) => res.writeHead(200, { 'Content-Type': this.metrics.registry.contentType }).end(body),
+          (e: Error) => res.writeHead(500).end(e.message),
+        );
+      },
     });
-    await new Promise<void>((resolve, reject) => {
-      s.once('error', reject);
-      s.listen(port, host, () => resolve());
-    });
-    return s;
   }
 
   /** Stop watching and serving; leave the datapath running (pinned) for the next agent. */
@@ -230,10 +216,7 @@ export class Agent {
     await Promise.all(this.watchers.map((w) => w.stop()));
     await this.reconciler.stop();
     await this.serviceHealth.close();
-    for (const s of this.servers.splice(0)) {
-      s.closeAllConnections();
-      await new Promise<void>((r) => s.close(() => r()));
-    }
+    for (const s of this.servers.splice(0)) await closeServer(s);
     this.datapath.release();
   }
 }

@@ -1,9 +1,7 @@
 // Agent configuration: defaults, then a YAML file, then environment (FERRY_*), then flags.
 // Every key is validated; an error says which key, what is wrong and what is allowed.
-import { readFileSync } from 'node:fs';
 import { isIPv4 } from 'node:net';
-import { parse as parseYaml } from 'yaml';
-import { ErrorCode, FerryError } from '../errors.js';
+import { booleanSetting, configError as bad, hostPortSetting, integerSetting, logLevelSetting, readConfigFile, settingsFromEnv, type LogLevel } from '../config-file.js';
 import { DEFAULT_MAP_SIZES, DEFAULT_SNAT_PORTS, type MapSizes } from '../datapath/loader.js';
 import { isPrime } from '../datapath/maglev.js';
 
@@ -40,7 +38,7 @@ export interface AgentConfig {
   icmpRatePerSec: number;
   icmpBurst: number;
   mapSizes: MapSizes;
-  logLevel: 'trace' | 'debug' | 'info' | 'warn' | 'error';
+  logLevel: LogLevel;
 }
 
 export const DEFAULT_CONFIG: AgentConfig = {
@@ -69,12 +67,6 @@ export const DEFAULT_CONFIG: AgentConfig = {
   mapSizes: DEFAULT_MAP_SIZES,
   logLevel: 'info',
 };
-
-function bad(key: string, what: string, allowed: string): FerryError {
-  return new FerryError({ code: ErrorCode.Config, op: `config ${key}`, cause: what, hint: allowed });
-}
-
-const isHostPort = (s: string) => /^(\d{1,3}(\.\d{1,3}){3}|\[[0-9a-f:]+\]|[a-z0-9.-]*):\d{1,5}$/i.test(s);
 
 /** Merge a partial config (from YAML, env or flags) into a full one, checking every key. */
 export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, source: string): AgentConfig {
@@ -105,16 +97,12 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
         out[key] = list as string[];
         break;
       }
-      case 'cgroupMustBeRoot': {
-        const b = typeof value === 'string' ? value === 'true' ? true : value === 'false' ? false : undefined : value;
-        if (typeof b !== 'boolean') throw bad(where, `is ${JSON.stringify(value)}`, 'true or false');
-        out.cgroupMustBeRoot = b;
+      case 'cgroupMustBeRoot':
+        out.cgroupMustBeRoot = booleanSetting(where, value);
         break;
-      }
       case 'healthzBindAddress':
       case 'metricsBindAddress':
-        if (typeof value !== 'string' || (value !== '' && !isHostPort(value))) throw bad(where, `is ${JSON.stringify(value)}`, 'HOST:PORT, e.g. 0.0.0.0:10256, or "" to disable');
-        out[key] = value;
+        out[key] = hostPortSetting(where, value);
         break;
       case 'maglevTableSize': {
         const n = typeof value === 'string' ? Number(value) : value;
@@ -130,14 +118,12 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
       case 'snatPortMax':
       case 'icmpRatePerSec':
       case 'icmpBurst': {
-        const n = typeof value === 'string' ? Number(value) : value;
         const ranges: Record<string, [number, number]> = {
           syncPeriodSeconds: [1, 86400], minSyncPeriodMs: [0, 60000], ctGcIntervalSeconds: [1, 3600], hashSeed: [0, 2 ** 32 - 1], snatPortMin: [1024, 65535], snatPortMax: [1024, 65535],
           icmpRatePerSec: [1, 1_000_000], icmpBurst: [1, 1_000_000],
         };
         const [lo, hi] = ranges[key]!;
-        if (typeof n !== 'number' || !Number.isInteger(n) || n < lo || n > hi) throw bad(where, `is ${JSON.stringify(value)}`, `an integer in ${lo}..${hi}`);
-        out[key] = n;
+        out[key] = integerSetting(where, value, lo, hi);
         break;
       }
       case 'mapSizes': {
@@ -154,8 +140,7 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
         out.forwardingMode = value as AgentConfig['forwardingMode'];
         break;
       case 'logLevel':
-        if (!['trace', 'debug', 'info', 'warn', 'error'].includes(value as string)) throw bad(where, `is ${JSON.stringify(value)}`, 'trace, debug, info, warn or error');
-        out.logLevel = value as AgentConfig['logLevel'];
+        out.logLevel = logLevelSetting(where, value);
         break;
       default:
         throw bad(key, `is not a setting (from ${source})`, `settings: ${Object.keys(DEFAULT_CONFIG).join(', ')}`);
@@ -167,26 +152,12 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
 
 /** FERRY_NODE_NAME=… → nodeName, and so on. */
 export function configFromEnv(env: NodeJS.ProcessEnv): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (const key of Object.keys(DEFAULT_CONFIG)) {
-    const envKey = `FERRY_${key.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`;
-    if (env[envKey] !== undefined) out[key] = key === 'mapSizes' ? JSON.parse(env[envKey]!) : env[envKey];
-  }
-  return out;
+  return settingsFromEnv(env, Object.keys(DEFAULT_CONFIG), ['mapSizes']);
 }
 
 export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv; flags?: Record<string, unknown> }): AgentConfig {
   let cfg = DEFAULT_CONFIG;
-  if (opts.file) {
-    let doc: unknown;
-    try {
-      doc = parseYaml(readFileSync(opts.file, 'utf8'));
-    } catch (e) {
-      throw new FerryError({ code: ErrorCode.Config, op: `read config ${opts.file}`, cause: (e as Error).message, hint: 'a YAML mapping of settings' });
-    }
-    if (doc !== null && (typeof doc !== 'object' || Array.isArray(doc))) throw bad(opts.file, 'is not a YAML mapping', 'key: value pairs');
-    cfg = mergeConfig(cfg, (doc ?? {}) as Record<string, unknown>, opts.file);
-  }
+  if (opts.file) cfg = mergeConfig(cfg, readConfigFile(opts.file), opts.file);
   cfg = mergeConfig(cfg, configFromEnv(opts.env ?? {}), 'environment');
   cfg = mergeConfig(cfg, opts.flags ?? {}, 'flags');
   // NODE_NAME, as DaemonSets usually pass spec.nodeName, is the fallback.

@@ -1,9 +1,10 @@
 // kube-proxy's health servers, byte for byte: the proxy health server (:10256 /healthz and
 // /livez) and one server per LoadBalancer Service with externalTrafficPolicy=Local on its
 // healthCheckNodePort.
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Server, ServerResponse } from 'node:http';
+import { listen, parseHostPort } from '../sys/http-server.js';
 import type { AgentMetrics } from './metrics.js';
-import { systemClock, type Clock } from './clock.js';
+import { systemClock, type Clock } from '../clock.js';
 
 export const TO_BE_DELETED_TAINT = 'ToBeDeletedByClusterAutoscaler';
 
@@ -67,25 +68,6 @@ function writeJson(res: ServerResponse, status: number, body: string, extra: Rec
 
 export function serviceHealthBody(namespace: string, name: string, localEndpoints: number, proxyHealthy: boolean): string {
   return `{\n\t"service": {\n\t\t"namespace": ${JSON.stringify(namespace)},\n\t\t"name": ${JSON.stringify(name)}\n\t},\n\t"localEndpoints": ${localEndpoints},\n\t"serviceProxyHealthy": ${proxyHealthy}\n}`;
-}
-
-function parseHostPort(addr: string): { host: string; port: number } {
-  const i = addr.lastIndexOf(':');
-  return { host: addr.slice(0, i).replace(/^\[|\]$/g, '') || '0.0.0.0', port: Number(addr.slice(i + 1)) };
-}
-
-/** Slow or idle clients cannot hold a health server: short timeouts, bounded connections. */
-const HEALTH_TIMEOUT_MS = 5_000;
-const HEALTH_MAX_CONNECTIONS = 1_000;
-
-async function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, host: string, port: number): Promise<Server> {
-  const s = createServer({ requestTimeout: HEALTH_TIMEOUT_MS, headersTimeout: HEALTH_TIMEOUT_MS, keepAliveTimeout: 1_000 }, handler);
-  s.maxConnections = HEALTH_MAX_CONNECTIONS;
-  await new Promise<void>((resolve, reject) => {
-    s.once('error', reject);
-    s.listen(port, host, () => resolve());
-  });
-  return s;
 }
 
 export async function startProxyHealthServer(health: ProxyHealth, addr: string, metrics: AgentMetrics): Promise<Server> {
@@ -165,4 +147,3 @@ export class ServiceHealthServers {
   }
 }
 
-export { parseHostPort };

@@ -14,7 +14,7 @@ import { combine, conflictText, nodeView, serviceOutcome, slicesByService, type 
 import { LABEL_SERVICE_NAME, serviceName } from '../model/service.js';
 import type { ProxyHealth, ServiceHealthServers } from './health.js';
 import type { AgentMetrics } from './metrics.js';
-import { systemClock, type Clock, type Timer } from './clock.js';
+import { systemClock, type Clock, type Timer } from '../clock.js';
 
 export const TRIGGER_TIME_ANNOTATION = 'endpoints.kubernetes.io/last-change-trigger-time';
 

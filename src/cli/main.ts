@@ -3,6 +3,8 @@ import { Command } from 'commander';
 import { FerryError } from '../errors.js';
 import { registerCompile } from './compile-command.js';
 import { registerAgent } from './agent-command.js';
+import { registerOperator } from './operator-command.js';
+import { registerLb } from './lb-commands.js';
 import { registerService } from './service-command.js';
 import { registerInspect } from './inspect-commands.js';
 
@@ -36,6 +38,8 @@ export async function main(argv: string[]): Promise<void> {
     .showHelpAfterError();
   registerCompile(program);
   registerAgent(program);
+  registerOperator(program);
+  registerLb(program);
   registerService(program);
   registerInspect(program);
   try {

@@ -3,7 +3,8 @@
 // address a Service holds (its status) stays while it is still valid, so a restarted or
 // newly elected operator changes nothing. Then, oldest Service first, requested addresses
 // are granted, sharing keys join their address, and the rest get the lowest free address
-// of the first pool (oldest first) that selects them.
+// of the first pool that selects them: pools with a serviceSelector first, then pools for
+// every Service, each group oldest first.
 import { intToIp, ipToInt } from './ipv4.js';
 import { PoolSpace, poolContains, poolUsable, resolvePools, type Pool, type PoolInput } from './pool.js';
 import { selectorMatches } from './selector.js';
@@ -69,6 +70,8 @@ interface Holding {
   services: string[];
 }
 
+/** Does the pool select some Services only (a non-empty serviceSelector)? */
+const selective = (p: Pool) => Object.keys(p.selector?.matchLabels ?? {}).length > 0 || (p.selector?.matchExpressions ?? []).length > 0;
 const byAge = (a: ServiceInput, b: ServiceInput) => (a.created < b.created ? -1 : a.created > b.created ? 1 : a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
 const sharingKeyOf = (s: ServiceInput) => (s.sharingKey ? `${s.namespace}/${s.sharingKey}` : undefined);
 
@@ -89,6 +92,8 @@ export function allocate(poolInputs: PoolInput[], services: ServiceInput[]): All
   const usable = pools.filter(poolUsable);
   const spaces = new Map(usable.map((p) => [p.name, new PoolSpace(p)]));
   const holdings = new Map<number, Holding>();
+  /** Holdings by sharing key: a keyed Service looks only at its key's addresses. */
+  const byKey = new Map<string, Holding[]>();
   const out: Allocation = { services: new Map(), pools: new Map(), released: [] };
   const poolOf = (ip: number) => usable.find((p) => poolContains(p, ip));
   const join = (s: ServiceInput, h: Holding) => {
@@ -98,6 +103,11 @@ export function allocate(poolInputs: PoolInput[], services: ServiceInput[]): All
   const hold = (s: ServiceInput, ip: number, pool: Pool): Holding => {
     const h: Holding = { ip, pool, key: sharingKeyOf(s), ports: new Set(s.ports), etpLocal: s.etpLocal, selector: s.selector, services: [s.key] };
     holdings.set(ip, h);
+    if (h.key) {
+      const list = byKey.get(h.key);
+      if (list) list.push(h);
+      else byKey.set(h.key, [h]);
+    }
     spaces.get(pool.name)!.take(ip);
     return h;
   };
@@ -185,14 +195,16 @@ export function allocate(poolInputs: PoolInput[], services: ServiceInput[]): All
       if (p.disabled) return { ips: [], reason: 'NoPool', message: `pool ${p.name} is disabled` };
       candidates = [p];
     } else {
-      candidates = usable.filter((p) => p.autoAssign && !p.disabled && selectorMatches(p.selector, s.labels));
+      // A pool that selects Services is meant for them: it comes before pools for everyone.
+      const matching = usable.filter((p) => p.autoAssign && !p.disabled && selectorMatches(p.selector, s.labels));
+      candidates = [...matching.filter((p) => selective(p)), ...matching.filter((p) => !selective(p))];
       if (candidates.length === 0) return { ips: [], reason: 'NoPool', message: usable.length ? 'no pool that assigns addresses by itself selects this Service' : 'there is no usable pool' };
     }
     const key = sharingKeyOf(s);
     if (key) {
       let why: string | undefined;
-      for (const h of holdings.values()) {
-        if (h.key !== key || !candidates.includes(h.pool)) continue;
+      for (const h of byKey.get(key) ?? []) {
+        if (!candidates.includes(h.pool)) continue;
         const conflict = sharingConflict(s, h);
         if (!conflict) {
           join(s, h);
@@ -205,9 +217,7 @@ export function allocate(poolInputs: PoolInput[], services: ServiceInput[]): All
     for (const p of candidates) {
       const ip = spaces.get(p.name)!.takeNext();
       if (ip === undefined) continue;
-      spaces.get(p.name)!.take(ip);
-      const h: Holding = { ip, pool: p, key, ports: new Set(s.ports), etpLocal: s.etpLocal, selector: s.selector, services: [s.key] };
-      holdings.set(ip, h);
+      hold(s, ip, p);
       return { ips: [intToIp(ip)], pool: p.name, reason: 'Allocated', message: `${intToIp(ip)} from pool ${p.name}` };
     }
     return { ips: [], reason: 'PoolExhausted', message: `no free address in ${candidates.map((p) => `pool ${p.name}`).join(', ')}` };

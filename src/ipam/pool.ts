@@ -6,6 +6,9 @@ import { isIPv4, isIPv6 } from 'node:net';
 import { edgeAddresses, intToIp, ipToInt, isEdge, parseCidr4 } from './ipv4.js';
 import { selectorError, type LabelSelector } from './selector.js';
 
+/** More blocks than this make a pool invalid (the CRD's maxItems). */
+export const MAX_BLOCKS = 1024;
+
 export interface PoolBlock {
   cidr?: string;
   start?: string;
@@ -50,7 +53,8 @@ export interface Pool {
 function parseBlock(b: PoolBlock): { range?: [number, number]; ipv6?: boolean; error?: string } {
   if (b.cidr !== undefined) {
     if (b.start !== undefined || b.stop !== undefined) return { error: `block ${JSON.stringify(b)}: a cidr, or a start and a stop, not both` };
-    if (isIPv6(b.cidr.split('/')[0] ?? '')) return { ipv6: true };
+    const [addr = '', bits] = b.cidr.split('/');
+    if (isIPv6(addr)) return bits !== undefined && /^\d{1,3}$/.test(bits) && Number(bits) <= 128 ? { ipv6: true } : { error: `"${b.cidr}" is not an IPv6 CIDR` };
     const p = parseCidr4(b.cidr);
     return 'error' in p ? { error: p.error } : { range: p.range };
   }
@@ -69,6 +73,7 @@ export function parsePool(input: PoolInput): Pool {
   let ipv6Blocks = 0;
   const blocks = input.spec.blocks ?? [];
   if (blocks.length === 0) errors.push('no blocks');
+  if (blocks.length > MAX_BLOCKS) errors.push(`${blocks.length} blocks: at most ${MAX_BLOCKS}`);
   for (const b of blocks) {
     const r = parseBlock(b);
     if (r.error) errors.push(r.error);

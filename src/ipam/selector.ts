@@ -40,7 +40,14 @@ export function selectorMatches(sel: LabelSelector | undefined, labels: Readonly
 
 /** Why a selector is malformed (undefined: it is fine). */
 export function selectorError(sel: LabelSelector | undefined): string | undefined {
-  for (const e of sel?.matchExpressions ?? []) {
+  if (sel === undefined || sel === null) return undefined;
+  if (typeof sel !== 'object' || Array.isArray(sel)) return 'is not an object';
+  const labels = sel.matchLabels ?? {};
+  if (typeof labels !== 'object' || Array.isArray(labels) || Object.values(labels).some((v) => typeof v !== 'string')) return 'matchLabels: must map keys to strings';
+  if (!Array.isArray(sel.matchExpressions ?? [])) return 'matchExpressions: must be a list';
+  for (const e of sel.matchExpressions ?? []) {
+    if (typeof e !== 'object' || e === null || typeof e.key !== 'string') return 'matchExpressions: each needs a key';
+    if (e.values !== undefined && (!Array.isArray(e.values) || e.values.some((v) => typeof v !== 'string'))) return `matchExpressions: ${e.key}: values must be a list of strings`;
     if (!['In', 'NotIn', 'Exists', 'DoesNotExist'].includes(e.operator)) return `matchExpressions: operator "${e.operator}" is not In, NotIn, Exists or DoesNotExist`;
     if ((e.operator === 'In' || e.operator === 'NotIn') && !(e.values?.length)) return `matchExpressions: ${e.key} ${e.operator} needs values`;
     if ((e.operator === 'Exists' || e.operator === 'DoesNotExist') && e.values?.length) return `matchExpressions: ${e.key} ${e.operator} takes no values`;

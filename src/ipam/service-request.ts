@@ -11,6 +11,8 @@ export const ANNOTATION_SHARING_KEY = 'ferry.dev/sharing-key';
 /** Pseudo-labels a pool's serviceSelector can match besides the Service's own labels. */
 export const LABEL_SERVICE_NAMESPACE = 'ferry.dev/service-namespace';
 export const LABEL_SERVICE_NAME = 'ferry.dev/service-name';
+/** A Service asks for at most this many addresses (one per family, with room to spare). */
+export const MAX_REQUESTED_IPS = 8;
 
 export interface ClassPolicy {
   /** Take Services without spec.loadBalancerClass (default true). */
@@ -60,6 +62,7 @@ export function serviceInput(svc: V1Service): ServiceInput {
     etpLocal: svc.spec?.externalTrafficPolicy === 'Local',
     selector,
     current: ingressIPs(svc),
-    ...(bad.length ? { requestError: `${bad.map((b) => JSON.stringify(b)).join(', ')} ${bad.length > 1 ? 'are not IP addresses' : 'is not an IP address'}` } : {}),
+    ...(asked.length > MAX_REQUESTED_IPS ? { requestError: `${asked.length} addresses requested: at most ${MAX_REQUESTED_IPS}` }
+      : bad.length ? { requestError: `${bad.slice(0, 3).map((b) => JSON.stringify(b.slice(0, 64))).join(', ')} ${bad.length > 1 ? 'are not IP addresses' : 'is not an IP address'}` } : {}),
   };
 }

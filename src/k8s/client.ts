@@ -3,10 +3,15 @@
 import { KubeConfig } from '@kubernetes/client-node';
 import { ErrorCode, FerryError } from '../errors.js';
 
-export function kubeConfig(path: string): KubeConfig {
+/**
+ * `path`, or else in-cluster credentials (daemons); with `fallback: 'default'`, kubectl's
+ * order instead ($KUBECONFIG, ~/.kube/config, in-cluster), for commands a human runs.
+ */
+export function kubeConfig(path: string, fallback: 'in-cluster' | 'default' = 'in-cluster'): KubeConfig {
   const kc = new KubeConfig();
   try {
     if (path) kc.loadFromFile(path);
+    else if (fallback === 'default') kc.loadFromDefault();
     else kc.loadFromCluster();
   } catch (e) {
     throw new FerryError({

@@ -1,31 +1,86 @@
-// Kubernetes Events for objects the agent refuses, so `kubectl describe` shows why.
+// Kubernetes Events, so `kubectl describe` shows what ferry did with an object and why.
 import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 
+export interface EventObject {
+  kind: string;
+  namespace: string;
+  name: string;
+  apiVersion?: string;
+}
+
 export interface EventSink {
-  warn(obj: { kind: string; namespace: string; name: string }, reason: string, message: string): Promise<void>;
+  warn(obj: EventObject, reason: string, message: string): Promise<void>;
+  normal(obj: EventObject, reason: string, message: string): Promise<void>;
 }
 
 export function eventSink(kc: KubeConfig, component: string, nodeName: string): EventSink {
   const api = kc.makeApiClient(CoreV1Api);
-  return {
-    async warn(obj, reason, message) {
-      const now = new Date();
-      await api.createNamespacedEvent({
-        namespace: obj.namespace || 'default',
-        body: {
-          metadata: { generateName: `${obj.name || 'unnamed'}.`, namespace: obj.namespace || 'default' },
-          involvedObject: { kind: obj.kind, namespace: obj.namespace, name: obj.name, apiVersion: obj.kind === 'EndpointSlice' ? 'discovery.k8s.io/v1' : 'v1' },
-          reason,
-          message,
-          type: 'Warning',
-          source: { component, host: nodeName },
-          reportingComponent: component,
-          reportingInstance: nodeName,
-          firstTimestamp: now,
-          lastTimestamp: now,
-          count: 1,
-        },
-      });
-    },
+  const post = async (obj: EventObject, type: 'Normal' | 'Warning', reason: string, message: string) => {
+    const now = new Date();
+    const namespace = obj.namespace || 'default';
+    await api.createNamespacedEvent({
+      namespace,
+      body: {
+        metadata: { generateName: `${obj.name || 'unnamed'}.`, namespace },
+        involvedObject: { kind: obj.kind, namespace: obj.namespace, name: obj.name, apiVersion: obj.apiVersion ?? (obj.kind === 'EndpointSlice' ? 'discovery.k8s.io/v1' : 'v1') },
+        reason,
+        message,
+        type,
+        source: { component, host: nodeName },
+        reportingComponent: component,
+        reportingInstance: nodeName,
+        firstTimestamp: now,
+        lastTimestamp: now,
+        count: 1,
+      },
+    });
   };
+  return {
+    warn: (obj, reason, message) => post(obj, 'Warning', reason, message),
+    normal: (obj, reason, message) => post(obj, 'Normal', reason, message),
+  };
+}
+
+export interface EventQueueOptions {
+  /** Events waiting at most; beyond that new ones are dropped (and counted). */
+  max: number;
+  concurrency: number;
+  onDropped(): void;
+  onError(e: unknown): void;
+}
+
+/**
+ * Events in the background, bounded: a burst (10k Services allocated at once) must neither
+ * hold up status writes nor grow memory without end. Events are a courtesy to humans; the
+ * Service's condition is the record.
+ */
+export class EventQueue {
+  private readonly waiting: Array<() => Promise<void>> = [];
+  private running = 0;
+
+  constructor(private readonly sink: EventSink, private readonly o: EventQueueOptions) {}
+
+  post(obj: EventObject, type: 'Normal' | 'Warning', reason: string, message: string): void {
+    if (this.waiting.length >= this.o.max) {
+      this.o.onDropped();
+      return;
+    }
+    this.waiting.push(() => (type === 'Warning' ? this.sink.warn(obj, reason, message) : this.sink.normal(obj, reason, message)));
+    this.pump();
+  }
+
+  get size(): number {
+    return this.waiting.length + this.running;
+  }
+
+  private pump(): void {
+    while (this.running < this.o.concurrency && this.waiting.length > 0) {
+      const send = this.waiting.shift()!;
+      this.running++;
+      send().catch((e: unknown) => this.o.onError(e)).finally(() => {
+        this.running--;
+        this.pump();
+      });
+    }
+  }
 }

@@ -1,12 +1,16 @@
 // The sandbox's API server from the CLI and the tests: raw REST calls by kind.
-const RESOURCES: Record<string, { path: string; namespaced: boolean }> = {
+const RESOURCES: Record<string, { path: string; namespaced: boolean; plural?: string }> = {
   Service: { path: '/api/v1', namespaced: true },
   Pod: { path: '/api/v1', namespaced: true },
   Deployment: { path: '/apis/apps/v1', namespaced: true },
   EndpointSlice: { path: '/apis/discovery.k8s.io/v1', namespaced: true },
   Namespace: { path: '/api/v1', namespaced: false },
+  Lease: { path: '/apis/coordination.k8s.io/v1', namespaced: true },
+  Event: { path: '/api/v1', namespaced: true },
+  CustomResourceDefinition: { path: '/apis/apiextensions.k8s.io/v1', namespaced: false },
+  LoadBalancerIPPool: { path: '/apis/ferry.dev/v1alpha1', namespaced: false },
 };
-const plural = (kind: string) => (kind === 'EndpointSlice' ? 'endpointslices' : `${kind.toLowerCase()}s`);
+const plural = (kind: string) => RESOURCES[kind]?.plural ?? `${kind.toLowerCase()}s`;
 
 /** A tiny API client (loopback only: the sandbox's API server listens there). */
 export class SandboxApi {
@@ -17,7 +21,7 @@ export class SandboxApi {
   }
   url(kind: string, ns: string, name?: string): string {
     const r = RESOURCES[kind];
-    if (!r) throw new Error(`kind ${kind} is not supported by the sandbox (Service, Pod, Deployment, EndpointSlice, Namespace)`);
+    if (!r) throw new Error(`kind ${kind} is not supported by the sandbox (${Object.keys(RESOURCES).join(', ')})`);
     return `${r.path}${r.namespaced ? `/namespaces/${ns}` : ''}/${plural(kind)}${name ? `/${name}` : ''}`;
   }
 }

@@ -1,8 +1,9 @@
 // A whole bare-metal cluster in network namespaces: router, client, N nodes with native
 // pod routing, the test API server (reachable from the nodes inside the router's namespace
 // and from this machine on loopback), the sandbox's controllers (allocator, kubelet,
-// Deployments, EndpointSlices, LoadBalancer IPs) and one `ferry agent` per node.
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+// Deployments, EndpointSlices, routes to LoadBalancer addresses), one `ferry agent` per
+// node and `ferry operator` (two replicas, on the first two nodes) with a default pool.
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
@@ -12,7 +13,8 @@ import { Store } from './apiserver/store.js';
 import { SandboxApi } from './api-client.js';
 import { serviceAllocator } from './controllers/allocator.js';
 import { reconcileEndpointSlices } from './controllers/endpointslices.js';
-import { LoadBalancerIPAM } from './controllers/lb-ipam.js';
+import { parse as parseYaml } from 'yaml';
+import { LoadBalancerRoutes } from './controllers/lb-routes.js';
 import { Kubelet, reconcileDeployments } from './controllers/workloads.js';
 import { Testbed, type Proc } from './netns/testbed.js';
 import { readRecords, pidAlive } from './netns/registry.js';
@@ -23,6 +25,10 @@ export const API_PORT = 6443;
 export const SANDBOX_STATE_ROOT = process.env.FERRY_SANDBOX_STATE ?? '/run/ferry/sandboxes';
 const PACKAGE_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const FERRY_BIN = join(PACKAGE_ROOT, 'bin', 'ferry.js');
+export const POOL_CRD = join(PACKAGE_ROOT, 'deploy', 'crds', 'loadbalancerippools.yaml');
+/** The sandbox's default pool (the router routes these addresses to the nodes). */
+export const DEFAULT_POOL = { name: 'default', cidr: '10.0.100.0/24' };
+export const OPERATOR_NAMESPACE = 'kube-system';
 
 export type ForwardingMode = 'snat' | 'dsr' | 'hybrid';
 
@@ -33,6 +39,8 @@ export interface SandboxOptions {
   log: Logger;
   /** Extra environment for the agents (tests shorten intervals). */
   agentEnv?: Record<string, string>;
+  /** Extra environment for the operator replicas. */
+  operatorEnv?: Record<string, string>;
 }
 
 export interface SandboxState {
@@ -61,8 +69,10 @@ export function validateSandboxName(name: string): void {
 
 export class Sandbox {
   readonly agents = new Map<string, Proc>();
+  /** Operator replicas by identity. */
+  readonly operators = new Map<string, Proc>();
   readonly kubelet: Kubelet;
-  private readonly ipam: LoadBalancerIPAM;
+  private readonly lbRoutes: LoadBalancerRoutes;
   private unsubscribe: (() => void) | undefined;
   private controllerTimer: NodeJS.Timeout | undefined;
   private controllerRun: Promise<void> = Promise.resolve();
@@ -81,7 +91,7 @@ export class Sandbox {
     this.kubeconfig = join(this.dir, 'kubeconfig');
     this.agentKubeconfig = join(this.dir, 'kubeconfig-nodes');
     this.kubelet = new Kubelet({ store, net, log: opts.log.child({ controller: 'kubelet' }) });
-    this.ipam = new LoadBalancerIPAM(store, net);
+    this.lbRoutes = new LoadBalancerRoutes(store, net);
   }
 
   static async up(opts: SandboxOptions): Promise<Sandbox> {
@@ -119,7 +129,9 @@ export class Sandbox {
         });
       }
       s.unsubscribe = store.subscribe(() => s.kickControllers());
-      await Promise.all(net.nodes.map((n) => s.startAgent(n)));
+      await s.installLbIpam();
+      await Promise.all([...net.nodes.map((n) => s.startAgent(n)), ...net.nodes.slice(0, 2).map((n) => s.startOperator(n))]);
+      await s.waitForPoolStatus(DEFAULT_POOL.name);
       s.writeState(true);
       return s;
     } catch (e) {
@@ -150,6 +162,45 @@ export class Sandbox {
     throw new Error(`agent on ${node.name} did not start:\n${p.output().slice(-4000)}`);
   }
 
+  /** The pool CRD (as deploy/ has it, through the API as kubectl would) and the default pool. */
+  private async installLbIpam(): Promise<void> {
+    const api = new SandboxApi(this.api.alsoUrl!);
+    const crd = await api.call('POST', api.url('CustomResourceDefinition', ''), parseYaml(readFileSync(POOL_CRD, 'utf8')));
+    if (crd.status >= 300) throw new Error(`install the pool CRD: ${String(crd.json.message)}`);
+    const pool = await api.call('POST', api.url('LoadBalancerIPPool', ''), {
+      apiVersion: 'ferry.dev/v1alpha1', kind: 'LoadBalancerIPPool', metadata: { name: DEFAULT_POOL.name }, spec: { blocks: [{ cidr: DEFAULT_POOL.cidr }] },
+    });
+    if (pool.status >= 300) throw new Error(`create the default pool: ${String(pool.json.message)}`);
+  }
+
+  /** Start a `ferry operator` replica in a node's host namespace, as a Deployment's pod would run. */
+  startOperator(node: NodeInfo): Proc {
+    const identity = `ferry-operator-${node.name}`;
+    const p = node.host.spawn(
+      [process.execPath, FERRY_BIN, 'operator', '--kubeconfig', this.agentKubeconfig, '--namespace', OPERATOR_NAMESPACE, '--identity', identity],
+      { ...process.env, FERRY_HEALTHZ_BIND_ADDRESS: '127.0.0.1:9254', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:9253', ...this.opts.operatorEnv },
+    );
+    this.operators.set(identity, p);
+    return p;
+  }
+
+  /** The replica holding the leader Lease now, if any. */
+  async operatorLeader(): Promise<string | undefined> {
+    const lease = this.store.get('leases', OPERATOR_NAMESPACE, 'ferry-operator') as { spec?: { holderIdentity?: string } } | undefined;
+    return lease?.spec?.holderIdentity || undefined;
+  }
+
+  /** Wait until the operator has written a pool's status (it runs and leads). */
+  async waitForPoolStatus(name: string, timeoutMs = 30_000): Promise<void> {
+    for (const end = Date.now() + timeoutMs; Date.now() < end; ) {
+      const pool = this.store.get('loadbalancerippools', undefined, name) as { status?: { total?: number } } | undefined;
+      if (pool?.status?.total !== undefined) return;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const logs = [...this.operators].map(([id, p]) => `${id}:\n${p.output().slice(-2000)}`).join('\n');
+    throw new Error(`the operator did not report pool ${name} within ${timeoutMs} ms:\n${logs}`);
+  }
+
   async stopAgent(node: NodeInfo): Promise<void> {
     await this.agents.get(node.name)?.stop(5000);
     this.agents.delete(node.name);
@@ -164,7 +215,7 @@ export class Sandbox {
           reconcileDeployments(this.store);
           this.kubelet.kick();
           reconcileEndpointSlices(this.store);
-          await this.ipam.reconcile();
+          await this.lbRoutes.reconcile();
         })
         .catch((e: Error) => this.opts.log.error({ err: e.message }, 'sandbox controllers'));
     }, 10);
@@ -219,7 +270,7 @@ export class Sandbox {
     if (this.controllerTimer) clearTimeout(this.controllerTimer);
     await this.controllerRun;
     await this.kubelet.close();
-    await Promise.all(this.net.nodes.map((n) => this.stopAgent(n)));
+    await Promise.all([...this.net.nodes.map((n) => this.stopAgent(n)), ...[...this.operators.values()].map((p) => p.stop(5000))]);
     await this.api.stop();
     await this.tb.destroy();
   }

@@ -1,5 +1,5 @@
 // A clock that moves only when the test says so: timers fire in due order on advance().
-import type { Clock, Timer } from '../../src/agent/clock.js';
+import type { Clock, Timer } from '../../src/clock.js';
 
 interface Pending {
   at: number;

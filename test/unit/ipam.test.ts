@@ -90,6 +90,18 @@ describe('allocation', () => {
     expect(outcome(allocate(pools, [svc('d/a', o)]), 'd/a')).toEqual([reason, ips]);
   });
 
+  it('a pool with a serviceSelector comes before a pool for everyone, whatever their age', () => {
+    const everyone = pool('everyone', { blocks: [{ cidr: '10.0.100.0/24' }] }, '2026-01-01T00:00:00Z');
+    const web = pool('web', { blocks: [{ cidr: '10.0.101.0/24' }], serviceSelector: { matchLabels: { tier: 'web' } } }, '2026-01-02T00:00:00Z');
+    const r = allocate([everyone, web], [svc('d/web', { labels: { tier: 'web' } }), svc('d/other')]);
+    expect(outcome(r, 'd/web')).toEqual(['Allocated', '10.0.101.1']);
+    expect(outcome(r, 'd/other')).toEqual(['Allocated', '10.0.100.1']);
+    // When the selective pool is full, the pool for everyone serves.
+    const full = allocate([everyone, pool('one', { blocks: [{ start: '10.0.101.1', stop: '10.0.101.1' }], serviceSelector: { matchLabels: { tier: 'web' } } })], [svc('d/w1', { labels: { tier: 'web' } }), svc('d/w2', { labels: { tier: 'web' } })]);
+    expect(outcome(full, 'd/w1')).toEqual(['Allocated', '10.0.101.1']);
+    expect(outcome(full, 'd/w2')).toEqual(['Allocated', '10.0.100.1']);
+  });
+
   it('a requested address in use by another Service is not taken from it', () => {
     const r = allocate([p24], [svc('d/first', { current: ['10.0.100.5'] }), svc('d/second', { requestedIPs: ['10.0.100.5'] })]);
     expect(outcome(r, 'd/first')).toEqual(['Allocated', '10.0.100.5']);

@@ -13,14 +13,14 @@ import { Store, StoreError, type KObject } from './store.js';
 import { toTable, wantsTable } from './tables.js';
 
 export const RESOURCES: ResourceDef[] = [
-  { group: '', version: 'v1', plural: 'services', kind: 'Service', namespaced: true, shortNames: ['svc'] },
-  { group: '', version: 'v1', plural: 'pods', kind: 'Pod', namespaced: true, shortNames: ['po'] },
-  { group: '', version: 'v1', plural: 'nodes', kind: 'Node', namespaced: false, shortNames: ['no'] },
+  { group: '', version: 'v1', plural: 'services', kind: 'Service', namespaced: true, statusSubresource: true, shortNames: ['svc'] },
+  { group: '', version: 'v1', plural: 'pods', kind: 'Pod', namespaced: true, statusSubresource: true, shortNames: ['po'] },
+  { group: '', version: 'v1', plural: 'nodes', kind: 'Node', namespaced: false, statusSubresource: true, shortNames: ['no'] },
   { group: '', version: 'v1', plural: 'namespaces', kind: 'Namespace', namespaced: false, shortNames: ['ns'] },
   { group: '', version: 'v1', plural: 'events', kind: 'Event', namespaced: true, shortNames: ['ev'] },
   { group: 'discovery.k8s.io', version: 'v1', plural: 'endpointslices', kind: 'EndpointSlice', namespaced: true },
   { group: 'coordination.k8s.io', version: 'v1', plural: 'leases', kind: 'Lease', namespaced: true },
-  { group: 'apps', version: 'v1', plural: 'deployments', kind: 'Deployment', namespaced: true, shortNames: ['deploy'] },
+  { group: 'apps', version: 'v1', plural: 'deployments', kind: 'Deployment', namespaced: true, statusSubresource: true, shortNames: ['deploy'] },
   { group: 'apiextensions.k8s.io', version: 'v1', plural: 'customresourcedefinitions', kind: 'CustomResourceDefinition', namespaced: false, shortNames: ['crd', 'crds'] },
 ];
 
@@ -85,6 +85,8 @@ export class TestApiServer {
   private readonly watches = new Set<ServerResponse>();
   /** Requests served, by verb and resource (for tests). */
   readonly requests: string[] = [];
+  /** The same as RBAC sees them: verb, API group, resource (with subresource), namespace. */
+  readonly access: Array<{ verb: string; group: string; resource: string; namespace?: string; name?: string; userAgent?: string }> = [];
 
   constructor(private readonly opts: TestApiServerOptions = {}) {
     this.store = opts.store ?? new Store();
@@ -188,6 +190,8 @@ export class TestApiServer {
     const isStatus = m[7] === 'status';
     this.requests.push(`${method} ${plural}${name ? `/${name}` : ''}${isStatus ? '/status' : ''}`);
     const watch = url.searchParams.get('watch');
+    const verb = method === 'GET' ? (name ? 'get' : watch === 'true' || watch === '1' ? 'watch' : 'list') : ({ POST: 'create', PUT: 'update', PATCH: 'patch', DELETE: 'delete' } as Record<string, string>)[method] ?? method.toLowerCase();
+    this.access.push({ verb, group, resource: `${plural}${isStatus ? '/status' : ''}`, ...(namespace ? { namespace } : {}), ...(name ? { name } : {}), ...(req.headers['user-agent'] ? { userAgent: req.headers['user-agent'] } : {}) });
     const table = wantsTable(req.headers.accept);
     try {
       if (method === 'GET' && !name && (watch === 'true' || watch === '1')) return this.watch(def, namespace, url, res);
@@ -250,14 +254,14 @@ export class TestApiServer {
       crdResources(obj);
       return obj;
     }
-    if (!def.schema) return obj;
+    if (!def.schema && !def.statusSubresource) return obj;
     let next = obj;
     if (def.statusSubresource && have) next = isStatus ? { ...have, status: obj.status } : { ...obj, status: have.status };
     else if (def.statusSubresource) {
       const { status: _ignored, ...created } = obj; // a create sets no status
       next = created as KObject;
     }
-    return validateCustom(def, next);
+    return def.schema ? validateCustom(def, next) : next;
   }
 
   private typed(def: ResourceDef, o: KObject): KObject {

@@ -49,14 +49,27 @@ function serviceColumns(): Column[] {
   ];
 }
 
+/** kubectl get events: LAST SEEN, TYPE, REASON, OBJECT, MESSAGE (no name, no age). */
+function eventColumns(): Column[] {
+  const ev = (o: KObject) => o as unknown as { type?: string; reason?: string; message?: string; lastTimestamp?: string; eventTime?: string; involvedObject?: { kind?: string; name?: string } };
+  return [
+    { name: 'Last Seen', type: 'string', description: 'when it last happened', priority: 0, value: (o) => age(ev(o).lastTimestamp ?? ev(o).eventTime ?? o.metadata.creationTimestamp) },
+    { name: 'Type', type: 'string', description: 'Normal or Warning', priority: 0, value: (o) => ev(o).type ?? '' },
+    { name: 'Reason', type: 'string', description: 'why', priority: 0, value: (o) => ev(o).reason ?? '' },
+    { name: 'Object', type: 'string', description: 'what it is about', priority: 0, value: (o) => `${(ev(o).involvedObject?.kind ?? '').toLowerCase()}/${ev(o).involvedObject?.name ?? ''}` },
+    { name: 'Message', type: 'string', description: 'what happened', priority: 0, value: (o) => ev(o).message ?? '' },
+  ];
+}
+
 function printerColumns(cols: PrinterColumn[]): Column[] {
   return cols.map((c) => ({ name: c.name, type: c.type, description: c.description ?? '', priority: c.priority ?? 0, value: (o: KObject) => jsonPath(o, c.jsonPath) ?? '' }));
 }
 
 /** The Table a kubectl get shows, for a list or for one object. */
 export function toTable(def: ResourceDef, objects: KObject[], resourceVersion: string): object {
-  const extra = def.plural === 'services' && def.group === '' ? serviceColumns() : printerColumns(def.printerColumns ?? []);
-  const columns: Column[] = [
+  const core = def.group === '';
+  const extra = core && def.plural === 'services' ? serviceColumns() : printerColumns(def.printerColumns ?? []);
+  const columns: Column[] = core && def.plural === 'events' ? eventColumns() : [
     { name: 'Name', type: 'string', format: 'name', description: 'the object\'s name', priority: 0, value: (o) => o.metadata.name },
     ...extra,
     { name: 'Age', type: 'date', description: 'how long ago it was created', priority: 0, value: (o) => age(o.metadata.creationTimestamp) },

@@ -1,5 +1,5 @@
-// Time as the reconciler sees it: injected, so its debounce and retries can be tested on a
-// manual clock instead of the wall clock.
+// Time as the reconciler, proxy health and leader election see it: injected, so their
+// debounce, retries and lease renewals can be tested on a manual clock.
 export interface Timer {
   unref?(): unknown;
 }

@@ -1,0 +1,84 @@
+// What `ferry lb list` and `ferry lb pools` show, pure: LoadBalancer addresses with their
+// pool and the Services on them, Services still waiting and why, and each pool's blocks
+// and usage as its status reports it.
+import type { V1Service } from '@kubernetes/client-node';
+import { ipToInt } from './ipv4.js';
+import { poolContains, resolvePools } from './pool.js';
+import { poolInput, type PoolObject } from './pool-resource.js';
+import { serviceKey } from './service-request.js';
+import { CONDITION_IP_ALLOCATED } from './status.js';
+import { isIPv4 } from 'node:net';
+
+export interface AddressRow {
+  address: string;
+  pool: string;
+  services: string[];
+  ports: string[];
+  trafficPolicy: string;
+}
+
+export interface WaitingRow {
+  service: string;
+  reason: string;
+  message: string;
+}
+
+export interface PoolRow {
+  name: string;
+  blocks: string;
+  selector: string;
+  total: string;
+  used: string;
+  available: string;
+  ready: string;
+  message: string;
+}
+
+export function addressRows(services: readonly V1Service[], pools: readonly PoolObject[]): { addresses: AddressRow[]; waiting: WaitingRow[] } {
+  const resolved = resolvePools(pools.map(poolInput));
+  const byIp = new Map<string, AddressRow>();
+  const waiting: WaitingRow[] = [];
+  for (const s of services) {
+    if (s.spec?.type !== 'LoadBalancer') continue;
+    const key = serviceKey(s);
+    const ips = (s.status?.loadBalancer?.ingress ?? []).map((i) => i.ip ?? '').filter(Boolean);
+    const cond = (s.status?.conditions ?? []).find((c) => c.type === CONDITION_IP_ALLOCATED);
+    if (ips.length === 0) {
+      waiting.push({ service: key, reason: cond?.reason ?? (s.spec.loadBalancerClass && s.spec.loadBalancerClass !== 'ferry.dev/lb' ? `class ${s.spec.loadBalancerClass}` : 'Pending'), message: cond?.message ?? '' });
+      continue;
+    }
+    for (const ip of ips) {
+      const row = byIp.get(ip) ?? { address: ip, pool: (isIPv4(ip) && resolved.find((p) => !p.conflictWith && poolContains(p, ipToInt(ip)))?.name) || '-', services: [], ports: [], trafficPolicy: '' };
+      row.services.push(key);
+      row.ports.push(...(s.spec.ports ?? []).map((p) => `${p.port}/${p.protocol ?? 'TCP'}`));
+      const etp = s.spec.externalTrafficPolicy ?? 'Cluster';
+      row.trafficPolicy = row.trafficPolicy && row.trafficPolicy !== etp ? 'mixed' : etp;
+      byIp.set(ip, row);
+    }
+  }
+  const addresses = [...byIp.values()].sort((a, b) => (isIPv4(a.address) && isIPv4(b.address) ? ipToInt(a.address) - ipToInt(b.address) : a.address < b.address ? -1 : 1));
+  return { addresses, waiting };
+}
+
+export function poolRows(pools: readonly PoolObject[]): PoolRow[] {
+  return pools.map((p) => {
+    const spec = poolInput(p).spec;
+    const ready = p.status?.conditions?.find((c) => c.type === 'Ready');
+    const num = (n: number | undefined) => (n === undefined ? '?' : String(n));
+    const sel = spec.serviceSelector;
+    const selector = [
+      ...Object.entries(sel?.matchLabels ?? {}).map(([k, v]) => `${k}=${v}`),
+      ...(sel?.matchExpressions ?? []).map((e) => `${e.key} ${e.operator}${e.values ? ` (${e.values.join(',')})` : ''}`),
+    ].join(', ');
+    return {
+      name: p.metadata?.name ?? '',
+      blocks: (spec.blocks ?? []).map((b) => b.cidr ?? `${b.start}-${b.stop}`).join(', '),
+      selector: selector || '(every Service)',
+      total: num(p.status?.total),
+      used: num(p.status?.used),
+      available: num(p.status?.available),
+      ready: `${ready?.status ?? 'Unknown'}${spec.disabled ? ' (disabled)' : ''}`,
+      message: ready?.message ?? 'no status yet (is the operator running?)',
+    };
+  });
+}

@@ -1,0 +1,289 @@
+// `ferry operator`: LB-IPAM for the cluster. Every replica watches Services and pools (so a
+// new leader starts with a warm cache); only the holder of the Lease allocates. A pass is
+// the whole decision recomputed (plan.ts), debounced after changes and repeated every
+// resync period; only what changes is written, at most statusWriteConcurrency at a time.
+// Addresses are sticky (read back from the Services' status), so a restart or a failover
+// changes none.
+import type { Server } from 'node:http';
+import { CoreV1Api, CustomObjectsApi, type KubernetesObject, type V1Service } from '@kubernetes/client-node';
+import { pino, type Logger } from 'pino';
+import { systemClock, type Clock, type Timer } from '../clock.js';
+import { POOL_GROUP, POOL_PATH, POOL_PLURAL, POOL_VERSION, type PoolObject } from '../ipam/pool-resource.js';
+import { serviceKey } from '../ipam/service-request.js';
+import { kubeConfig } from '../k8s/client.js';
+import { EventQueue, eventSink } from '../k8s/events.js';
+import { LeaderElector, leaseApi } from '../k8s/leader.js';
+import { Watcher } from '../k8s/watcher.js';
+import { closeServer, serveRoutes } from '../sys/http-server.js';
+import type { OperatorConfig } from './config.js';
+import { OperatorMetrics } from './metrics.js';
+import { concernsIpam, plan, type PlannedEvent } from './plan.js';
+import { WriteQueue, type WriteResult } from './write-queue.js';
+
+export function operatorLogger(level: string): Logger {
+  return pino({ level, base: { component: 'ferry-operator' } });
+}
+
+/** A pass runs this long after the change that asked for it (changes come in bursts). */
+const DEBOUNCE_MS = 20;
+/** And no sooner than this after the previous pass. */
+const MIN_INTERVAL_MS = 200;
+/** Retry after a failed or conflicting write (the watch usually brings the news first). */
+const RETRY_MS = 1_000;
+const EVENT_QUEUE_MAX = 1_000;
+const EVENT_CONCURRENCY = 4;
+
+type Pool = PoolObject & KubernetesObject;
+
+export interface OperatorStatus {
+  identity: string;
+  leader: boolean;
+  synced: boolean;
+  lastPass: string | undefined;
+  services: Record<string, number>;
+  pools: Array<{ name: string; total: number; used: number; available: number; errors: string[]; conflictWith?: string }>;
+  pendingWrites: number;
+}
+
+export class Operator {
+  private leading = false;
+  private timer: Timer | undefined;
+  private resyncTimer: Timer | undefined;
+  private lastPassAt = 0;
+  private passes = 0;
+  private lastPlan: ReturnType<typeof plan> | undefined;
+  private readonly servers: Server[] = [];
+  private readonly serviceWrites: WriteQueue<V1Service>;
+  private readonly poolWrites: WriteQueue<Pool>;
+  private readonly events: EventQueue;
+  private readonly services: Watcher<V1Service>;
+  private readonly pools: Watcher<Pool>;
+  private readonly elector: LeaderElector;
+  readonly metrics = new OperatorMetrics();
+
+  private constructor(readonly cfg: OperatorConfig, readonly log: Logger, private readonly clock: Clock) {
+    const kc = kubeConfig(cfg.kubeconfig);
+    const core = kc.makeApiClient(CoreV1Api);
+    const custom = kc.makeApiClient(CustomObjectsApi);
+    const written = (kind: string) => (key: string, result: WriteResult, err?: unknown) => {
+      this.metrics.statusWrites.inc({ kind, result });
+      if (result === 'written' || result === 'gone') return;
+      const level = result === 'conflict' ? 'debug' : 'warn';
+      this.log[level]({ [kind]: key, result, err: (err as Error)?.message }, 'status write did not land; retrying after the watch catches up');
+      this.kick(RETRY_MS);
+    };
+    this.serviceWrites = new WriteQueue<V1Service>({
+      concurrency: cfg.statusWriteConcurrency,
+      write: (svc) => core.replaceNamespacedServiceStatus({ name: svc.metadata!.name!, namespace: svc.metadata!.namespace!, body: svc }),
+      onResult: written('service'),
+      now: () => clock.now(),
+    });
+    this.poolWrites = new WriteQueue<Pool>({
+      concurrency: 4,
+      write: (pool) => custom.replaceClusterCustomObjectStatus({ group: POOL_GROUP, version: POOL_VERSION, plural: POOL_PLURAL, name: pool.metadata!.name!, body: pool }) as Promise<Pool>,
+      onResult: written('pool'),
+      now: () => clock.now(),
+    });
+    this.events = new EventQueue(eventSink(kc, 'ferry-operator', cfg.identity), {
+      max: EVENT_QUEUE_MAX,
+      concurrency: EVENT_CONCURRENCY,
+      onDropped: () => this.metrics.eventsDropped.inc(),
+      onError: (e) => {
+        this.metrics.eventErrors.inc();
+        this.log.debug({ err: (e as Error).message }, 'cannot post an Event');
+      },
+    });
+    const onError = (what: string) => (err: unknown, retryInMs: number) =>
+      this.log.warn({ watch: what, err: (err as Error)?.message ?? String(err), retryInMs, ...(what === 'loadbalancerippools' ? { hint: 'is the LoadBalancerIPPool CRD installed? kubectl apply -f deploy/crds/' } : {}) }, 'watch failed');
+    this.services = new Watcher<V1Service>('services', kc, '/api/v1/services', () => core.listServiceForAllNamespaces(), {
+      onChange: (kind, svc) => this.serviceChanged(kind, svc),
+      onError: onError('services'),
+    });
+    this.pools = new Watcher<Pool>('loadbalancerippools', kc, POOL_PATH, () => custom.listClusterCustomObject({ group: POOL_GROUP, version: POOL_VERSION, plural: POOL_PLURAL }) as Promise<{ items: Pool[] }>, {
+      onChange: (kind, pool) => this.poolChanged(kind, pool),
+      onError: onError('loadbalancerippools'),
+    });
+    this.elector = new LeaderElector(leaseApi(kc), {
+      namespace: cfg.namespace,
+      name: cfg.leaseName,
+      identity: cfg.identity,
+      leaseDurationSeconds: cfg.leaseDurationSeconds,
+      renewDeadlineSeconds: cfg.renewDeadlineSeconds,
+      retryPeriodSeconds: cfg.retryPeriodSeconds,
+      clock,
+      onStartedLeading: () => {
+        this.leading = true;
+        this.metrics.leader.set(1);
+        this.log.info({ identity: cfg.identity, lease: `${cfg.namespace}/${cfg.leaseName}` }, 'became leader; allocating');
+        void this.synced.then(() => this.kick(0));
+      },
+      onStoppedLeading: () => {
+        this.leading = false;
+        this.metrics.leader.set(0);
+        this.serviceWrites.cancel();
+        this.poolWrites.cancel();
+        this.log.warn({ identity: cfg.identity }, 'lost the leader lease; standing by');
+      },
+      onError: (e) => this.log.warn({ err: (e as Error).message }, 'leader election: cannot reach the Lease'),
+    });
+  }
+
+  static async start(cfg: OperatorConfig, log: Logger = operatorLogger(cfg.logLevel), clock: Clock = systemClock): Promise<Operator> {
+    const op = new Operator(cfg, log, clock);
+    try {
+      op.services.start();
+      op.pools.start();
+      if (cfg.healthzBindAddress) op.servers.push(await op.startHealthServer(cfg.healthzBindAddress));
+      if (cfg.metricsBindAddress) op.servers.push(await op.startMetricsServer(cfg.metricsBindAddress));
+      op.elector.start();
+      op.resyncTimer = clock.setInterval(() => op.kick(0), cfg.resyncPeriodSeconds * 1000);
+      op.resyncTimer.unref?.();
+      log.info({ identity: cfg.identity, lease: `${cfg.namespace}/${cfg.leaseName}`, handleUnclassed: cfg.handleUnclassed }, 'operator started; campaigning for the lease');
+    } catch (e) {
+      await op.stop();
+      throw e;
+    }
+    return op;
+  }
+
+  private get synced(): Promise<void> {
+    return Promise.all([this.services.synced, this.pools.synced]).then(() => undefined);
+  }
+
+  get isLeader(): boolean {
+    return this.leading;
+  }
+
+  private serviceChanged(kind: 'add' | 'update' | 'delete', svc: V1Service): void {
+    const key = serviceKey(svc);
+    if (kind === 'delete') this.serviceWrites.forget(key);
+    else if (this.serviceWrites.echo(key, svc)) return; // our own write coming back
+    if (concernsIpam(svc, this.cfg)) this.kick();
+  }
+
+  private poolChanged(kind: 'add' | 'update' | 'delete', pool: Pool): void {
+    const name = pool.metadata?.name ?? '';
+    if (kind === 'delete') this.poolWrites.forget(name);
+    else if (this.poolWrites.echo(name, pool)) return;
+    this.kick();
+  }
+
+  /** Ask for a pass: after `delay`, and not sooner than MIN_INTERVAL_MS after the last. */
+  private kick(delay = DEBOUNCE_MS): void {
+    if (!this.leading || this.timer) return;
+    const wait = Math.max(delay, this.lastPassAt + MIN_INTERVAL_MS - this.clock.now());
+    this.timer = this.clock.setTimeout(() => {
+      this.timer = undefined;
+      this.pass();
+    }, wait);
+  }
+
+  /** One allocation pass; public for tests and the benchmark. */
+  pass(): void {
+    if (!this.leading || !this.services.hasSynced || !this.pools.hasSynced) return;
+    const started = performance.now();
+    this.lastPassAt = this.clock.now();
+    let p: ReturnType<typeof plan>;
+    try {
+      const services = this.services.list().map((s) => this.serviceWrites.view(serviceKey(s), s));
+      const pools = this.pools.list().map((x) => this.poolWrites.view(x.metadata?.name ?? '', x));
+      p = plan(services, pools, this.cfg, new Date(this.lastPassAt));
+    } catch (e) {
+      this.metrics.reconciles.inc({ result: 'error' });
+      this.log.error({ err: (e as Error).stack }, 'allocation pass failed');
+      this.kick(RETRY_MS);
+      return;
+    }
+    this.lastPlan = p;
+    this.passes++;
+    this.metrics.reconcileDuration.observe((performance.now() - started) / 1000);
+    this.metrics.reconciles.inc({ result: 'ok' });
+    const byKey = new Map<string, PlannedEvent[]>();
+    for (const e of p.events) {
+      const k = `${e.namespace}/${e.name}`;
+      byKey.set(k, [...(byKey.get(k) ?? []), e]);
+    }
+    for (const w of p.serviceWrites) {
+      const events = byKey.get(w.key) ?? [];
+      this.serviceWrites.push(w.key, { ...w.service, status: w.status }, () => {
+        for (const e of events) {
+          if (e.reason === 'IPReleased') this.metrics.released.inc();
+          this.events.post({ kind: 'Service', namespace: e.namespace, name: e.name }, e.type, e.reason, e.message);
+        }
+      });
+    }
+    for (const w of p.poolWrites) this.poolWrites.push(w.name, { ...w.pool, status: w.status } as Pool);
+    this.refreshGauges();
+    if (p.serviceWrites.length || p.poolWrites.length) {
+      this.log.info({ services: p.outcomes.size, serviceWrites: p.serviceWrites.length, poolWrites: p.poolWrites.length, events: p.events.length, ms: Math.round(performance.now() - started) }, 'allocation pass');
+    }
+  }
+
+  private refreshGauges(): void {
+    const p = this.lastPlan;
+    if (!p) return;
+    this.metrics.services.reset();
+    for (const o of p.outcomes.values()) this.metrics.services.inc({ reason: o.reason });
+    this.metrics.poolAddresses.reset();
+    for (const [pool, u] of p.pools) {
+      this.metrics.poolAddresses.set({ pool, state: 'total' }, u.total);
+      this.metrics.poolAddresses.set({ pool, state: 'used' }, u.used);
+      this.metrics.poolAddresses.set({ pool, state: 'available' }, u.available);
+    }
+  }
+
+  /** Writes not yet done (the benchmark and tests wait for zero). */
+  get pendingWrites(): number {
+    return this.serviceWrites.size + this.poolWrites.size;
+  }
+
+  status(): OperatorStatus {
+    const services: Record<string, number> = {};
+    for (const o of this.lastPlan?.outcomes.values() ?? []) services[o.reason] = (services[o.reason] ?? 0) + 1;
+    return {
+      identity: this.cfg.identity,
+      leader: this.leading,
+      synced: this.services.hasSynced && this.pools.hasSynced,
+      lastPass: this.passes ? new Date(this.lastPassAt).toISOString() : undefined,
+      services,
+      pools: [...(this.lastPlan?.pools ?? [])].map(([name, u]) => ({ name, total: u.total, used: u.used, available: u.available, errors: u.errors, ...(u.conflictWith ? { conflictWith: u.conflictWith } : {}) })),
+      pendingWrites: this.pendingWrites,
+    };
+  }
+
+  private startHealthServer(addr: string): Promise<Server> {
+    return serveRoutes(addr, {
+      // Alive while the event loop answers; ready once both caches are complete (a standby
+      // replica is ready too: it must be able to take over at once).
+      '/healthz': (_req, res) => res.writeHead(200, { 'Content-Type': 'text/plain' }).end('ok'),
+      '/readyz': (_req, res) => {
+        const missing = [this.services, this.pools].filter((w) => !w.hasSynced).map((w) => w.name);
+        if (missing.length) res.writeHead(503, { 'Content-Type': 'text/plain' }).end(`not synced: ${missing.join(', ')}`);
+        else res.writeHead(200, { 'Content-Type': 'text/plain' }).end('ok');
+      },
+    });
+  }
+
+  private startMetricsServer(addr: string): Promise<Server> {
+    return serveRoutes(addr, {
+      '/status': (_req, res) => res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify(this.status())),
+      '/metrics': (_req, res) => {
+        this.metrics.registry.metrics().then(
+          (body) => res.writeHead(200, { 'Content-Type': this.metrics.registry.contentType }).end(body),
+          (e: Error) => res.writeHead(500).end(e.message),
+        );
+      },
+    });
+  }
+
+  /** Give the lease up (another replica takes over at once), stop watching and serving. */
+  async stop(): Promise<void> {
+    if (this.timer) this.clock.clearTimeout(this.timer);
+    if (this.resyncTimer) this.clock.clearInterval(this.resyncTimer);
+    this.timer = undefined;
+    await this.elector.stop();
+    await this.serviceWrites.idle();
+    await Promise.all([this.services.stop(), this.pools.stop()]);
+    for (const s of this.servers.splice(0)) await closeServer(s);
+  }
+}
