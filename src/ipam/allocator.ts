@@ -208,7 +208,7 @@ export function allocate(poolInputs: PoolInput[], services: ServiceInput[]): All
         const conflict = sharingConflict(s, h);
         if (!conflict) {
           join(s, h);
-          return { ips: [intToIp(h.ip)], pool: h.pool.name, reason: 'Allocated', message: `${intToIp(h.ip)} from pool ${h.pool.name}, shared with ${h.services.filter((x) => x !== s.key).join(', ')}` };
+          return { ips: [intToIp(h.ip)], pool: h.pool.name, reason: 'Allocated', message: `${intToIp(h.ip)} from pool ${h.pool.name}` };
         }
         why ??= conflict;
       }
@@ -221,6 +221,14 @@ export function allocate(poolInputs: PoolInput[], services: ServiceInput[]): All
       return { ips: [intToIp(ip)], pool: p.name, reason: 'Allocated', message: `${intToIp(ip)} from pool ${p.name}` };
     }
     return { ips: [], reason: 'PoolExhausted', message: `no free address in ${candidates.map((p) => `pool ${p.name}`).join(', ')}` };
+  }
+
+  // Who shares an address is known only now: every Service on it says so, the same way
+  // each pass (a message that changed from pass to pass would be a status write each time).
+  for (const [key, o] of out.services) {
+    if (o.reason !== 'Allocated') continue;
+    const others = [...new Set(o.ips.flatMap((ip) => holdings.get(ipToInt(ip))?.services ?? []))].filter((x) => x !== key).sort();
+    if (others.length) o.message = `${o.message}, shared with ${others.join(', ')}`;
   }
 
   for (const p of pools) {

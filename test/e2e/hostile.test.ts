@@ -18,6 +18,7 @@ import { WORKLOADS_BIN } from '../../src/sandbox/workloads/spawn.js';
 import { sendRawIPv4 } from '../../src/sys/raw-socket.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
+import { udpEcho } from '../harness/traffic.js';
 import { eventually } from '../harness/wait.js';
 
 const SNAT_PORTS = { min: 20000, max: 21999 }; // small, so that a SYN flood exhausts them
@@ -41,12 +42,6 @@ const counter = (node: 1 | 2, name: string) => PinnedDatapath.with(pins(node), (
 async function curl(from: Host, url: string, extra: string[] = []): Promise<{ code: number; hostname: string; out: string }> {
   const r = await from.exec(['curl', '-sS', '-g', '--max-time', '3', ...extra, url], { timeoutMs: 10_000 });
   return { code: r.code, hostname: /Hostname: (\S+)/.exec(r.stdout)?.[1] ?? '', out: r.stdout + r.stderr };
-}
-
-/** A datagram of `size` bytes to to:port, echoed back: what came back. */
-async function udpEcho(from: Host, to: string, size: number): Promise<Array<{ ok: boolean; bytes: number }>> {
-  const r = await from.execOk([process.execPath, WORKLOADS_BIN, 'udp', '--to', to, '--size', String(size), '--count', '2'], { timeoutMs: 15_000 });
-  return (JSON.parse(r) as { replies: Array<{ ok: boolean; bytes: number }> }).replies;
 }
 
 /** A TCP SYN as a raw IPv4 packet. */

@@ -144,6 +144,11 @@ describe('allocation', () => {
       expect(outcome(r, 'd/tcp')).toEqual(['Allocated', '10.0.100.1']);
       expect(outcome(r, 'd/udp')).toEqual(['Allocated', '10.0.100.1']);
       expect(r.pools.get('default')!.used).toBe(1);
+      // Both say so, and the same on the next pass (when both hold it already).
+      expect(r.services.get('d/tcp')!.message).toBe('10.0.100.1 from pool default, shared with d/udp');
+      expect(r.services.get('d/udp')!.message).toBe('10.0.100.1 from pool default, shared with d/tcp');
+      const next = allocate([p24], [dns('d/tcp', ['TCP/53'], { current: ['10.0.100.1'] }), dns('d/udp', ['UDP/53'], { current: ['10.0.100.1'] })]);
+      expect([...next.services.values()].map((o) => o.message)).toEqual([...r.services.values()].map((o) => o.message));
     });
 
     it.each<[string, Partial<ServiceInput>, string]>([

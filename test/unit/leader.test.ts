@@ -48,10 +48,11 @@ describe('leader election', () => {
     const store = new LeaseStore();
     const log: string[] = [];
     let aDead = false;
+    const dead = () => Promise.reject(new Error('dead'));
     const cut = (): LeaseApi => ({
-      read: (...x) => (aDead ? Promise.reject(new Error('dead')) : store.read(...x)),
-      create: (...x) => (aDead ? Promise.reject(new Error('dead')) : store.create(...x)),
-      replace: (...x) => (aDead ? Promise.reject(new Error('dead')) : store.replace(...x)),
+      read: (ns, name) => (aDead ? dead() : store.read()),
+      create: (ns, l) => (aDead ? dead() : store.create(ns, l)),
+      replace: (ns, name, l) => (aDead ? dead() : store.replace(ns, name, l)),
     });
     const a = candidate(cut(), clock, 'a', log);
     const b = candidate(store, clock, 'b', log);

@@ -9,7 +9,7 @@ import { parsePool } from '../../src/ipam/pool.js';
 import { poolInput } from '../../src/ipam/pool-resource.js';
 import { REPO_ROOT } from '../harness/paths.js';
 
-const fixture = (name: string) => parseAllDocuments(readFileSync(join(REPO_ROOT, 'test', 'fixtures', 'migrate', name), 'utf8')).map((d) => d.toJSON());
+const fixture = (name: string): unknown[] => parseAllDocuments(readFileSync(join(REPO_ROOT, 'test', 'fixtures', 'migrate', name), 'utf8')).map((d) => d.toJSON());
 const byName = (docs: Array<Record<string, any>>, kind: string, name: string) => docs.find((d) => d.kind === kind && d.metadata.name === name)!;
 
 describe('ferry migrate', () => {
@@ -28,7 +28,7 @@ describe('ferry migrate', () => {
     expect(tcp.status).toBeUndefined();
     expect(tcp.spec.ports).toEqual([{ port: 53, protocol: 'TCP' }]); // the whole spec, so an apply removes nothing
     expect(byName(m.docs, 'Service', 'dns-udp').metadata.annotations['ferry.dev/sharing-key']).toBe('dns');
-    expect(m.docs.find((d) => d.metadata.name === 'plain')).toBeUndefined(); // nothing to change
+    expect(m.docs.find((d) => (d.metadata as { name: string }).name === 'plain')).toBeUndefined(); // nothing to change
     expect(m.warnings).toEqual([
       'IPAddressPool team-db: priority 10 is not kept; ferry takes pools with a serviceSelector first, then the others, oldest first',
       'L2Advertisement l2: announcements are not migrated (ferry\'s L2 and BGP announcements are not built yet)',
