@@ -13,7 +13,7 @@ import { Datapath, defaultObjectsDir } from '../datapath/loader.js';
 import { ServiceWriter } from '../datapath/writer.js';
 import { NodeAddressWriter } from '../datapath/node-addresses.js';
 import { ErrorCode, FerryError } from '../errors.js';
-import { kubeConfig } from '../k8s/client.js';
+import { apiClient, kubeConfig } from '../k8s/client.js';
 import { netnsCookie } from '../sys/socket.js';
 import { eventSink } from '../k8s/events.js';
 import { Watcher } from '../k8s/watcher.js';
@@ -49,8 +49,8 @@ export class Agent {
   static async start(cfg: AgentConfig, log: Logger = agentLogger(cfg.logLevel)): Promise<Agent> {
     const started = Date.now();
     const kc = kubeConfig(cfg.kubeconfig);
-    const core = kc.makeApiClient(CoreV1Api);
-    const discovery = kc.makeApiClient(DiscoveryV1Api);
+    const core = apiClient(kc, CoreV1Api);
+    const discovery = apiClient(kc, DiscoveryV1Api);
 
     // The node's addresses decide the SNAT address and the NodePort frontends.
     let node: V1Node | undefined;

@@ -1,5 +1,6 @@
 // Kubernetes Events, so `kubectl describe` shows what ferry did with an object and why.
-import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
+import { JsonClient } from './client.js';
 
 export interface EventObject {
   kind: string;
@@ -14,25 +15,24 @@ export interface EventSink {
 }
 
 export function eventSink(kc: KubeConfig, component: string, nodeName: string): EventSink {
-  const api = kc.makeApiClient(CoreV1Api);
+  const api = new JsonClient(kc);
   const post = async (obj: EventObject, type: 'Normal' | 'Warning', reason: string, message: string) => {
-    const now = new Date();
+    const now = new Date().toISOString();
     const namespace = obj.namespace || 'default';
-    await api.createNamespacedEvent({
-      namespace,
-      body: {
-        metadata: { generateName: `${obj.name || 'unnamed'}.`, namespace },
-        involvedObject: { kind: obj.kind, namespace: obj.namespace, name: obj.name, apiVersion: obj.apiVersion ?? (obj.kind === 'EndpointSlice' ? 'discovery.k8s.io/v1' : 'v1') },
-        reason,
-        message,
-        type,
-        source: { component, host: nodeName },
-        reportingComponent: component,
-        reportingInstance: nodeName,
-        firstTimestamp: now,
-        lastTimestamp: now,
-        count: 1,
-      },
+    await api.request('POST', `/api/v1/namespaces/${encodeURIComponent(namespace)}/events`, {
+      apiVersion: 'v1',
+      kind: 'Event',
+      metadata: { generateName: `${obj.name || 'unnamed'}.`, namespace },
+      involvedObject: { kind: obj.kind, namespace: obj.namespace, name: obj.name, apiVersion: obj.apiVersion ?? (obj.kind === 'EndpointSlice' ? 'discovery.k8s.io/v1' : 'v1') },
+      reason,
+      message,
+      type,
+      source: { component, host: nodeName },
+      reportingComponent: component,
+      reportingInstance: nodeName,
+      firstTimestamp: now,
+      lastTimestamp: now,
+      count: 1,
     });
   };
   return {
@@ -45,6 +45,8 @@ export interface EventQueueOptions {
   /** Events waiting at most; beyond that new ones are dropped (and counted). */
   max: number;
   concurrency: number;
+  /** Hold the queue while this is true (status writes first); resume() when it turns false. */
+  holdWhile?(): boolean;
   onDropped(): void;
   onError(e: unknown): void;
 }
@@ -73,8 +75,13 @@ export class EventQueue {
     return this.waiting.length + this.running;
   }
 
+  /** Send what waits, if nothing holds the queue. */
+  resume(): void {
+    this.pump();
+  }
+
   private pump(): void {
-    while (this.running < this.o.concurrency && this.waiting.length > 0) {
+    while (this.running < this.o.concurrency && this.waiting.length > 0 && !this.o.holdWhile?.()) {
       const send = this.waiting.shift()!;
       this.running++;
       send().catch((e: unknown) => this.o.onError(e)).finally(() => {

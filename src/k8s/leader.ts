@@ -4,6 +4,7 @@
 // matter), or at once when the holder gave it up (on a clean stop). A leader that cannot
 // renew within the renew deadline steps down before anyone else may take over.
 import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease } from '@kubernetes/client-node';
+import { apiClient } from './client.js';
 import { systemClock, type Clock, type Timer } from '../clock.js';
 
 export interface LeaderOptions {
@@ -30,7 +31,7 @@ export interface LeaseApi {
 }
 
 export function leaseApi(kc: KubeConfig): LeaseApi {
-  const api = kc.makeApiClient(CoordinationV1Api);
+  const api = apiClient(kc, CoordinationV1Api);
   return {
     read: async (namespace, name) => {
       try {

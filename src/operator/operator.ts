@@ -5,20 +5,27 @@
 // Addresses are sticky (read back from the Services' status), so a restart or a failover
 // changes none.
 import type { Server } from 'node:http';
-import { CoreV1Api, CustomObjectsApi, type KubernetesObject, type V1Service } from '@kubernetes/client-node';
+import type { KubernetesObject, V1Service } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
 import { systemClock, type Clock, type Timer } from '../clock.js';
-import { POOL_GROUP, POOL_PATH, POOL_PLURAL, POOL_VERSION, type PoolObject } from '../ipam/pool-resource.js';
+import { POOL_PATH, type PoolObject } from '../ipam/pool-resource.js';
 import { serviceKey } from '../ipam/service-request.js';
-import { kubeConfig } from '../k8s/client.js';
+import { JsonClient, kubeConfig } from '../k8s/client.js';
 import { EventQueue, eventSink } from '../k8s/events.js';
 import { LeaderElector, leaseApi } from '../k8s/leader.js';
 import { Watcher } from '../k8s/watcher.js';
 import { closeServer, serveRoutes } from '../sys/http-server.js';
 import type { OperatorConfig } from './config.js';
 import { OperatorMetrics } from './metrics.js';
-import { concernsIpam, plan, type PlannedEvent } from './plan.js';
+import { concernsIpam, plan, type Plan, type PlannedEvent } from './plan.js';
 import { WriteQueue, type WriteResult } from './write-queue.js';
+
+/**
+ * V8 flags the operator runs with (the Deployment's command line; the sandbox and the
+ * benchmark start it the same way): a small young generation and slow heap growth keep
+ * a controller whose heap is a watch cache, replaced object by object, near its live size.
+ */
+export const OPERATOR_NODE_FLAGS = ['--max-semi-space-size=2', '--heap-growing-percent=20'];
 
 export function operatorLogger(level: string): Logger {
   return pino({ level, base: { component: 'ferry-operator' } });
@@ -35,6 +42,16 @@ const EVENT_CONCURRENCY = 4;
 
 type Pool = PoolObject & KubernetesObject;
 
+/**
+ * The part of a Service's status LB-IPAM owns, as a merge patch: its ingress list (null
+ * removes it) and the conditions (ours among the others, the whole list: a merge patch
+ * replaces lists). Other status fields are left as they are.
+ */
+export function serviceStatusPatch(svc: V1Service): object {
+  const ingress = svc.status?.loadBalancer?.ingress ?? [];
+  return { loadBalancer: { ingress: ingress.length ? ingress : null }, conditions: svc.status?.conditions ?? [] };
+}
+
 export interface OperatorStatus {
   identity: string;
   leader: boolean;
@@ -47,11 +64,13 @@ export interface OperatorStatus {
 
 export class Operator {
   private leading = false;
+  private stopping = false;
   private timer: Timer | undefined;
   private resyncTimer: Timer | undefined;
   private lastPassAt = 0;
   private passes = 0;
-  private lastPlan: ReturnType<typeof plan> | undefined;
+  /** What the last pass decided (the writes themselves are the queues'). */
+  private lastPlan: Pick<Plan, 'outcomes' | 'pools'> | undefined;
   private readonly servers: Server[] = [];
   private readonly serviceWrites: WriteQueue<V1Service>;
   private readonly poolWrites: WriteQueue<Pool>;
@@ -63,30 +82,40 @@ export class Operator {
 
   private constructor(readonly cfg: OperatorConfig, readonly log: Logger, private readonly clock: Clock) {
     const kc = kubeConfig(cfg.kubeconfig);
-    const core = kc.makeApiClient(CoreV1Api);
-    const custom = kc.makeApiClient(CustomObjectsApi);
     const written = (kind: string) => (key: string, result: WriteResult, err?: unknown) => {
-      this.metrics.statusWrites.inc({ kind, result });
+      this.metrics.statusWrites.inc({ kind, result: result === 'superseded' ? 'written' : result });
       if (result === 'written' || result === 'gone') return;
+      if (result === 'superseded') {
+        this.kick();
+        return;
+      }
       const level = result === 'conflict' ? 'debug' : 'warn';
       this.log[level]({ [kind]: key, result, err: (err as Error)?.message }, 'status write did not land; retrying after the watch catches up');
       this.kick(RETRY_MS);
     };
+    // Status writes are merge patches of the status subresource, conditional on the
+    // resourceVersion the decision was made on (a 409 sends the Service round again).
+    const json = new JsonClient(kc);
+    const patchStatus = <T extends { metadata?: { resourceVersion?: string } }>(path: string, obj: T, status: object) =>
+      json.request<T>('PATCH', `${path}/status`, { metadata: { resourceVersion: obj.metadata?.resourceVersion }, status }, 'application/merge-patch+json');
     this.serviceWrites = new WriteQueue<V1Service>({
       concurrency: cfg.statusWriteConcurrency,
-      write: (svc) => core.replaceNamespacedServiceStatus({ name: svc.metadata!.name!, namespace: svc.metadata!.namespace!, body: svc }),
+      write: (svc) => patchStatus(`/api/v1/namespaces/${encodeURIComponent(svc.metadata!.namespace!)}/services/${encodeURIComponent(svc.metadata!.name!)}`, svc, serviceStatusPatch(svc)),
       onResult: written('service'),
+      onIdle: () => this.events.resume(),
       now: () => clock.now(),
     });
     this.poolWrites = new WriteQueue<Pool>({
       concurrency: 4,
-      write: (pool) => custom.replaceClusterCustomObjectStatus({ group: POOL_GROUP, version: POOL_VERSION, plural: POOL_PLURAL, name: pool.metadata!.name!, body: pool }) as Promise<Pool>,
+      write: (pool) => patchStatus(`${POOL_PATH}/${encodeURIComponent(pool.metadata!.name!)}`, pool, pool.status ?? {}),
       onResult: written('pool'),
       now: () => clock.now(),
     });
     this.events = new EventQueue(eventSink(kc, 'ferry-operator', cfg.identity), {
       max: EVENT_QUEUE_MAX,
       concurrency: EVENT_CONCURRENCY,
+      // Addresses first: Events wait while status writes are under way.
+      holdWhile: () => this.serviceWrites.size > 0,
       onDropped: () => this.metrics.eventsDropped.inc(),
       onError: (e) => {
         this.metrics.eventErrors.inc();
@@ -95,11 +124,14 @@ export class Operator {
     });
     const onError = (what: string) => (err: unknown, retryInMs: number) =>
       this.log.warn({ watch: what, err: (err as Error)?.message ?? String(err), retryInMs, ...(what === 'loadbalancerippools' ? { hint: 'is the LoadBalancerIPPool CRD installed? kubectl apply -f deploy/crds/' } : {}) }, 'watch failed');
-    this.services = new Watcher<V1Service>('services', kc, '/api/v1/services', () => core.listServiceForAllNamespaces(), {
+    // Lists as plain JSON (client-node's typed lists give every object every field: 10k
+    // Services would cost tens of MiB more, and their deserialisation a second of CPU).
+    type List<T> = { items: T[]; metadata?: { resourceVersion?: string } };
+    this.services = new Watcher<V1Service>('services', kc, '/api/v1/services', () => json.request<List<V1Service>>('GET', '/api/v1/services'), {
       onChange: (kind, svc) => this.serviceChanged(kind, svc),
       onError: onError('services'),
     });
-    this.pools = new Watcher<Pool>('loadbalancerippools', kc, POOL_PATH, () => custom.listClusterCustomObject({ group: POOL_GROUP, version: POOL_VERSION, plural: POOL_PLURAL }) as Promise<{ items: Pool[] }>, {
+    this.pools = new Watcher<Pool>('loadbalancerippools', kc, POOL_PATH, () => json.request<List<Pool>>('GET', POOL_PATH), {
       onChange: (kind, pool) => this.poolChanged(kind, pool),
       onError: onError('loadbalancerippools'),
     });
@@ -122,7 +154,8 @@ export class Operator {
         this.metrics.leader.set(0);
         this.serviceWrites.cancel();
         this.poolWrites.cancel();
-        this.log.warn({ identity: cfg.identity }, 'lost the leader lease; standing by');
+        if (this.stopping) this.log.info({ identity: cfg.identity }, 'gave the leader lease up');
+        else this.log.warn({ identity: cfg.identity }, 'lost the leader lease; standing by');
       },
       onError: (e) => this.log.warn({ err: (e as Error).message }, 'leader election: cannot reach the Lease'),
     });
@@ -183,7 +216,7 @@ export class Operator {
     if (!this.leading || !this.services.hasSynced || !this.pools.hasSynced) return;
     const started = performance.now();
     this.lastPassAt = this.clock.now();
-    let p: ReturnType<typeof plan>;
+    let p: Plan;
     try {
       const services = this.services.list().map((s) => this.serviceWrites.view(serviceKey(s), s));
       const pools = this.pools.list().map((x) => this.poolWrites.view(x.metadata?.name ?? '', x));
@@ -194,7 +227,7 @@ export class Operator {
       this.kick(RETRY_MS);
       return;
     }
-    this.lastPlan = p;
+    this.lastPlan = { outcomes: p.outcomes, pools: p.pools };
     this.passes++;
     this.metrics.reconcileDuration.observe((performance.now() - started) / 1000);
     this.metrics.reconciles.inc({ result: 'ok' });
@@ -278,6 +311,7 @@ export class Operator {
 
   /** Give the lease up (another replica takes over at once), stop watching and serving. */
   async stop(): Promise<void> {
+    this.stopping = true;
     if (this.timer) this.clock.clearTimeout(this.timer);
     if (this.resyncTimer) this.clock.clearInterval(this.resyncTimer);
     this.timer = undefined;

@@ -1,14 +1,16 @@
 // Status writes, at most `concurrency` at a time, the latest per object winning, and a view
-// of each object as last written. A watch echoes a write back some time after it returned;
-// until it does, the cache holds the object as it was before, and a reconcile that read it
-// would redo (or undo) the write. So the operator reads objects through `view`, which hands
-// out the written version until the watch has caught up with it.
+// of each object as it will be once the writes land. A watch echoes a write back some time
+// after it returned; until it does, the cache holds the object as it was before, and a pass
+// that read it would redo the write (a second PUT, then a conflict). So the operator reads
+// objects through `view`: the object waiting or in flight, else the one last written until
+// the watch has caught up with it, else the cache's.
 
 export interface Versioned {
   metadata?: { resourceVersion?: string };
 }
 
-export type WriteResult = 'written' | 'conflict' | 'gone' | 'failed';
+/** superseded: written, but the watch brought a newer version while the write was on its way. */
+export type WriteResult = 'written' | 'superseded' | 'conflict' | 'gone' | 'failed';
 
 export interface WriteQueueOptions<T> {
   write(obj: T): Promise<T>;
@@ -16,6 +18,8 @@ export interface WriteQueueOptions<T> {
   /** How long a written version shadows the cache at most (a watch that re-listed never echoes it). */
   shadowMs?: number;
   onResult?(key: string, result: WriteResult, err?: unknown): void;
+  /** Nothing waits or flies any more. */
+  onIdle?(): void;
   now?: () => number;
 }
 
@@ -23,6 +27,9 @@ const httpCode = (e: unknown) => (e as { code?: number; statusCode?: number }).c
 
 export class WriteQueue<T extends Versioned> {
   private readonly pending = new Map<string, { obj: T; onWritten: (() => void) | undefined }>();
+  private readonly flying = new Map<string, T>();
+  /** The last resourceVersion the watch brought for a key while its write was in flight. */
+  private readonly seenWhileFlying = new Map<string, string | undefined>();
   private readonly written = new Map<string, { obj: T; at: number }>();
   private inFlight = 0;
   private generation = 0;
@@ -43,8 +50,10 @@ export class WriteQueue<T extends Versioned> {
     return this.pending.size + this.inFlight;
   }
 
-  /** The object as this queue last wrote it, if the cache has not caught up yet; else `cached`. */
+  /** The object as it will be: waiting or in flight, else as last written until the cache has it, else `cached`. */
   view(key: string, cached: T): T {
+    const next = this.pending.get(key)?.obj ?? this.flying.get(key);
+    if (next) return next;
     const w = this.written.get(key);
     if (!w) return cached;
     if (cached.metadata?.resourceVersion === w.obj.metadata?.resourceVersion || this.now() - w.at > (this.o.shadowMs ?? 30_000)) {
@@ -54,8 +63,16 @@ export class WriteQueue<T extends Versioned> {
     return w.obj;
   }
 
-  /** A watch event for `key`: true when it is the echo of this queue's own last write. */
+  /**
+   * A watch event for `key`: true when it needs no pass, being the echo of this queue's own
+   * write. While a write is in flight its echo may come before the response: the event is
+   * noted, and the write's result decides (a newer version seen means 'superseded').
+   */
   echo(key: string, obj: T): boolean {
+    if (this.flying.has(key)) {
+      this.seenWhileFlying.set(key, obj.metadata?.resourceVersion);
+      return true;
+    }
     const w = this.written.get(key);
     if (!w || w.obj.metadata?.resourceVersion !== obj.metadata?.resourceVersion) return false;
     this.written.delete(key);
@@ -66,11 +83,14 @@ export class WriteQueue<T extends Versioned> {
   forget(key: string): void {
     this.written.delete(key);
     this.pending.delete(key);
+    this.seenWhileFlying.delete(key);
   }
 
   /** Drop every write not yet started (a leader stepping down); those in flight finish. */
   cancel(): void {
     this.pending.clear();
+    this.flying.clear();
+    this.seenWhileFlying.clear();
     this.written.clear();
     this.generation++;
   }
@@ -84,22 +104,34 @@ export class WriteQueue<T extends Versioned> {
     while (this.inFlight < this.o.concurrency && this.pending.size > 0) {
       const [key, { obj, onWritten }] = this.pending.entries().next().value as [string, { obj: T; onWritten: (() => void) | undefined }];
       this.pending.delete(key);
+      this.flying.set(key, obj);
       this.inFlight++;
       const generation = this.generation;
       this.o.write(obj).then(
         (result) => {
-          if (generation === this.generation) this.written.set(key, { obj: result, at: this.now() });
-          this.o.onResult?.(key, 'written');
+          const seen = this.seenWhileFlying.has(key);
+          const last = this.seenWhileFlying.get(key);
+          this.seenWhileFlying.delete(key);
+          const rv = result.metadata?.resourceVersion;
+          // Echo still to come: shadow the cache until it does. Echo already in the cache:
+          // nothing to shadow. Something newer already in the cache: a pass must look.
+          if (!seen && generation === this.generation) this.written.set(key, { obj: result, at: this.now() });
+          this.o.onResult?.(key, seen && last !== rv ? 'superseded' : 'written');
           onWritten?.();
         },
         (e: unknown) => {
+          this.seenWhileFlying.delete(key);
           const code = httpCode(e);
           this.o.onResult?.(key, code === 409 ? 'conflict' : code === 404 ? 'gone' : 'failed', e);
         },
       ).finally(() => {
+        if (this.flying.get(key) === obj) this.flying.delete(key);
         this.inFlight--;
         this.pump();
-        if (this.size === 0) for (const w of this.idleWaiters.splice(0)) w();
+        if (this.size === 0) {
+          for (const w of this.idleWaiters.splice(0)) w();
+          this.o.onIdle?.();
+        }
       });
     }
   }

@@ -14,6 +14,7 @@ import { SandboxApi } from './api-client.js';
 import { serviceAllocator } from './controllers/allocator.js';
 import { reconcileEndpointSlices } from './controllers/endpointslices.js';
 import { parse as parseYaml } from 'yaml';
+import { OPERATOR_NODE_FLAGS } from '../operator/operator.js';
 import { LoadBalancerRoutes } from './controllers/lb-routes.js';
 import { Kubelet, reconcileDeployments } from './controllers/workloads.js';
 import { Testbed, type Proc } from './netns/testbed.js';
@@ -177,7 +178,7 @@ export class Sandbox {
   startOperator(node: NodeInfo): Proc {
     const identity = `ferry-operator-${node.name}`;
     const p = node.host.spawn(
-      [process.execPath, FERRY_BIN, 'operator', '--kubeconfig', this.agentKubeconfig, '--namespace', OPERATOR_NAMESPACE, '--identity', identity],
+      [process.execPath, ...OPERATOR_NODE_FLAGS, FERRY_BIN, 'operator', '--kubeconfig', this.agentKubeconfig, '--namespace', OPERATOR_NAMESPACE, '--identity', identity],
       { ...process.env, FERRY_HEALTHZ_BIND_ADDRESS: '127.0.0.1:9254', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:9253', ...this.opts.operatorEnv },
     );
     this.operators.set(identity, p);

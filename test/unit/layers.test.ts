@@ -56,7 +56,7 @@ const ALLOWED: Record<string, string[]> = {
   agent: ['datapath', 'model', 'k8s', 'packet', 'sys', 'clock', 'config-file', 'errors'],
   operator: ['ipam', 'k8s', 'sys', 'clock', 'config-file', 'errors'],
   cli: ['agent', 'operator', 'ipam', 'datapath', 'model', 'k8s', 'build', 'packet', 'sys', 'errors', 'sandbox'],
-  sandbox: ['agent', 'datapath', 'model', 'k8s', 'ebpf', 'packet', 'sys', 'clock', 'errors'],
+  sandbox: ['agent', 'operator', 'datapath', 'model', 'k8s', 'ebpf', 'packet', 'sys', 'clock', 'errors'],
 };
 
 /** Modules that mean I/O, kept out of the pure model. */

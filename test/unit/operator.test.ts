@@ -9,7 +9,7 @@ import { pino } from 'pino';
 import { parse, parseAllDocuments } from 'yaml';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULT_OPERATOR_CONFIG, mergeOperatorConfig } from '../../src/operator/config.js';
-import { Operator } from '../../src/operator/operator.js';
+import { OPERATOR_NODE_FLAGS, Operator } from '../../src/operator/operator.js';
 import { testKubeconfig } from '../../src/sandbox/apiserver/kubeconfig.js';
 import { TestApiServer } from '../../src/sandbox/apiserver/server.js';
 import { REPO_ROOT } from '../harness/paths.js';
@@ -74,11 +74,11 @@ describe('ferry operator (in process)', () => {
 
     await op.stop();
     running.splice(running.indexOf(op), 1);
-    const writesBefore = server.access.filter((a) => a.verb === 'update' && a.resource === 'services/status').length;
+    const writesBefore = server.access.filter((a) => a.verb === 'patch' && a.resource === 'services/status').length;
     const again = await startOperator('two');
     await eventually(async () => again.status(), (s) => s.leader && s.lastPass !== undefined && s.pendingWrites === 0);
     await new Promise((r) => setTimeout(r, 300));
-    expect(server.access.filter((a) => a.verb === 'update' && a.resource === 'services/status').length).toBe(writesBefore);
+    expect(server.access.filter((a) => a.verb === 'patch' && a.resource === 'services/status').length).toBe(writesBefore);
     expect([await ipOf('a'), await ipOf('b'), await ipOf('c'), await ipOf('d')]).toEqual(['10.0.100.1', '10.0.100.2', '10.0.100.3', '']);
 
     // b goes: its address is free again, and d, waiting, gets it.
@@ -113,6 +113,12 @@ describe('ferry operator (in process)', () => {
     expect(denied).toEqual([]);
     // It did exercise the rules that matter.
     const seen = new Set(ops.map((a) => `${a.verb} ${a.resource}`));
-    for (const v of ['list services', 'watch services', 'update services/status', 'list loadbalancerippools', 'watch loadbalancerippools', 'update loadbalancerippools/status', 'create events', 'get leases', 'create leases', 'update leases']) expect(seen).toContain(v);
+    for (const v of ['list services', 'watch services', 'patch services/status', 'list loadbalancerippools', 'watch loadbalancerippools', 'patch loadbalancerippools/status', 'create events', 'get leases', 'create leases', 'update leases']) expect(seen).toContain(v);
+  });
+
+  it('the Deployment starts it with the V8 flags the benchmark measured', () => {
+    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'operator.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; spec?: { template: { spec: { containers: Array<{ command?: string[] }> } } } });
+    const command = docs.find((d) => d.kind === 'Deployment')!.spec!.template.spec.containers[0]!.command!;
+    expect(command).toEqual(['node', ...OPERATOR_NODE_FLAGS, '/opt/ferry/bin/ferry.js', 'operator']);
   });
 });

@@ -228,7 +228,9 @@ export class TestApiServer {
         const ct = req.headers['content-type'] ?? '';
         if (ct.includes('json-patch+json')) return this.send(res, 415, status(415, 'UnsupportedMediaType', 'JSON patch is not supported by the test API server; use a merge patch'));
         const merged = mergePatch(structuredClone(have), patch) as KObject;
-        merged.metadata = { ...merged.metadata, name, namespace, resourceVersion: undefined };
+        // A resourceVersion in the patch is a precondition (409 when the object moved on).
+        const precondition = (patch as { metadata?: { resourceVersion?: string } } | null)?.metadata?.resourceVersion;
+        merged.metadata = { ...merged.metadata, name, namespace, resourceVersion: precondition || undefined };
         if (!isStatus) this.opts.admit?.(plural, merged, have);
         return this.send(res, 200, this.typed(def, this.store.update(plural, this.checked(def, this.typed(def, merged), have, isStatus), { status: isStatus })));
       }
