@@ -9,12 +9,18 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 fetch() { ferry sandbox exec --name "$NAME" "$1" -- curl -sS --max-time 3 "$2" 2>&1 | grep -E '^(Hostname|RemoteAddr)|curl' | paste -sd' ' - || true; }
 
 started=$(date +%s)
-step "A 3-node cluster in network namespaces (router, client, nodes, test API server, one ferry agent per node)"
+step "A 3-node cluster in network namespaces (router, client, nodes, test API server, one ferry agent per node, ferry operator)"
 ferry sandbox up --name "$NAME" --nodes 3
 ferry sandbox apply --name "$NAME" -f demo/whoami.yaml
 ferry sandbox apply --name "$NAME" -f demo/solo.yaml
 for _ in $(seq 1 100); do
   out=$(fetch pod/toolbox http://10.96.0.100/)
+  [[ $out == Hostname:* ]] && break
+  sleep 0.2
+done
+# The operator gives the LoadBalancer addresses (the sandbox routes them to the nodes).
+for _ in $(seq 1 100); do
+  out=$(fetch client http://10.0.100.11/)
   [[ $out == Hostname:* ]] && break
   sleep 0.2
 done
@@ -25,7 +31,8 @@ for _ in 1 2 3 4; do echo "  toolbox → 10.96.0.100:80      $(fetch pod/toolbox
 step "2. NodePort 30080, curled on each node from the client (10.0.10.2)"
 for ip in 10.0.30.21 10.0.30.22 10.0.30.23; do echo "  client → $ip:30080   $(fetch client http://$ip:30080/)"; done
 
-step "3. LoadBalancer: the client curls the LB IP (routed by the router to the nodes, ECMP)"
+step "3. LoadBalancer: the operator gave the address (pool 'default'); the client curls it (routed to the nodes, ECMP)"
+ferry lb list --kubeconfig "${FERRY_SANDBOX_STATE:-/run/ferry/sandboxes}/$NAME/kubeconfig" | sed 's/^/  /'
 for _ in 1 2 3; do echo "  client → 10.0.100.1:80      $(fetch client http://10.0.100.1/)"; done
 
 step "4. externalTrafficPolicy: the pod 'solo' runs on node-1 only"

@@ -9,7 +9,7 @@ import type { DatapathMaps } from '../datapath/loader.js';
 import type { ApplyStats } from '../datapath/writer.js';
 import type { WriteFailure } from '../datapath/write-plan.js';
 import { FerryError } from '../errors.js';
-import type { EventSink } from '../k8s/events.js';
+import type { EventObject, EventSink } from '../k8s/events.js';
 import { combine, conflictText, nodeView, serviceOutcome, slicesByService, type DesiredState, type ServiceOutcome } from '../model/desired.js';
 import { LABEL_SERVICE_NAME, serviceName } from '../model/service.js';
 import type { ProxyHealth, ServiceHealthServers } from './health.js';
@@ -206,6 +206,13 @@ export class Reconciler {
     this.retry.unref?.();
   }
 
+  /** A Service as an Event's subject (with its uid, so kubectl describe shows the Event). */
+  private serviceRef(key: string): EventObject {
+    const [namespace = '', name = ''] = key.split('/');
+    const uid = this.d.source.service(namespace, name)?.metadata?.uid;
+    return { kind: 'Service', namespace, name, ...(uid ? { uid } : {}) };
+  }
+
   /** Services the maps could not take: logged and evented once each, counted, kept for /status. */
   private reportFailures(failures: WriteFailure[]): void {
     const seen = new Set<string>();
@@ -214,8 +221,7 @@ export class Reconciler {
       seen.add(key);
       if (this.reportedFailures.has(key)) continue;
       this.d.log.error({ service: f.service, code: f.code, error: f.error }, 'Service not programmed: the maps cannot take it; it keeps what it had, every other Service is programmed');
-      const [namespace = '', name = ''] = f.service.split('/');
-      this.d.events?.warn({ kind: 'Service', namespace, name }, 'FerryNotProgrammed', `ferry cannot program this Service on this node: ${f.error}`).catch((e: Error) => this.d.log.debug({ err: e.message }, 'could not post an event'));
+      this.d.events?.warn(this.serviceRef(f.service), 'FerryNotProgrammed', `ferry cannot program this Service on this node: ${f.error}`).catch((e: Error) => this.d.log.debug({ err: e.message }, 'could not post an event'));
     }
     this.reportedFailures = seen;
     this.d.metrics.servicesUnprogrammed.set(failures.length);
@@ -265,8 +271,7 @@ export class Reconciler {
       seen.add(text);
       if (this.reported.has(text)) continue;
       this.d.log.warn({ service: c.service, frontend: c.frontend, kind: c.kind, owner: c.owner, ownerKind: c.ownerKind }, text);
-      const [namespace = '', name = ''] = c.service.split('/');
-      this.d.events?.warn({ kind: 'Service', namespace, name }, c.ownerKind === 'NodeAddress' ? 'FerryNodeAddress' : 'FerryFrontendConflict', text).catch((e: Error) => this.d.log.debug({ err: e.message }, 'could not post an event'));
+      this.d.events?.warn(this.serviceRef(c.service), c.ownerKind === 'NodeAddress' ? 'FerryNodeAddress' : 'FerryFrontendConflict', text).catch((e: Error) => this.d.log.debug({ err: e.message }, 'could not post an event'));
     }
     for (const [kind, n] of Object.entries(conflicts)) this.d.metrics.frontendConflicts.set({ kind }, n);
     for (const i of desired.ignored) {

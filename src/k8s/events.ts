@@ -7,6 +7,8 @@ export interface EventObject {
   namespace: string;
   name: string;
   apiVersion?: string;
+  /** kubectl describe finds an object's Events by its uid too: without it they do not show. */
+  uid?: string;
 }
 
 export interface EventSink {
@@ -23,7 +25,7 @@ export function eventSink(kc: KubeConfig, component: string, nodeName: string): 
       apiVersion: 'v1',
       kind: 'Event',
       metadata: { generateName: `${obj.name || 'unnamed'}.`, namespace },
-      involvedObject: { kind: obj.kind, namespace: obj.namespace, name: obj.name, apiVersion: obj.apiVersion ?? (obj.kind === 'EndpointSlice' ? 'discovery.k8s.io/v1' : 'v1') },
+      involvedObject: { kind: obj.kind, namespace: obj.namespace, name: obj.name, apiVersion: obj.apiVersion ?? (obj.kind === 'EndpointSlice' ? 'discovery.k8s.io/v1' : 'v1'), ...(obj.uid ? { uid: obj.uid } : {}) },
       reason,
       message,
       type,

@@ -241,7 +241,7 @@ export class Operator {
       this.serviceWrites.push(w.key, { ...w.service, status: w.status }, () => {
         for (const e of events) {
           if (e.reason === 'IPReleased') this.metrics.released.inc();
-          this.events.post({ kind: 'Service', namespace: e.namespace, name: e.name }, e.type, e.reason, e.message);
+          this.events.post({ kind: 'Service', namespace: e.namespace, name: e.name, ...(e.uid ? { uid: e.uid } : {}) }, e.type, e.reason, e.message);
         }
       });
     }

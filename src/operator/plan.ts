@@ -22,6 +22,7 @@ export interface PoolWrite {
 export interface PlannedEvent {
   namespace: string;
   name: string;
+  uid?: string;
   type: 'Normal' | 'Warning';
   reason: 'IPAllocated' | 'AllocationFailed' | 'IPReleased';
   message: string;
@@ -46,7 +47,7 @@ export function plan(services: readonly V1Service[], pools: readonly PoolObject[
   const allocation = allocate(pools.map(poolInput), ours.map(serviceInput));
   const out: Plan = { serviceWrites: [], poolWrites: [], events: [], outcomes: allocation.services, pools: allocation.pools };
   const event = (s: V1Service, type: PlannedEvent['type'], reason: PlannedEvent['reason'], message: string) =>
-    out.events.push({ namespace: s.metadata?.namespace ?? 'default', name: s.metadata?.name ?? '', type, reason, message });
+    out.events.push({ namespace: s.metadata?.namespace ?? 'default', name: s.metadata?.name ?? '', ...(s.metadata?.uid ? { uid: s.metadata.uid } : {}), type, reason, message });
   const released = new Map<string, string[]>();
   for (const r of allocation.released) released.set(r.service, [...(released.get(r.service) ?? []), `${r.ip} released: ${r.why}`]);
 

@@ -101,6 +101,10 @@ spec: {blocks: [{cidr: 10.0.100.128/25}]}
     const events = await eventually(async () => (await kubectl(['get', 'events'])).out, (o) => /AllocationFailed\s+service\/asks-taken/.test(o));
     expect(events).toMatch(/Warning\s+AllocationFailed\s+service\/asks-outside\s+RequestedIPUnavailable: 192\.0\.2\.10 is in no usable pool/);
     expect(events).toMatch(/Normal\s+IPAllocated\s+service\/asks-spec\s+10\.0\.100\.77 as requested/);
+    // kubectl describe shows a Service's own Events (found by name, kind and uid).
+    const described = (await kubectl(['describe', 'svc', 'asks-outside'])).out;
+    expect(described).toMatch(/Warning\s+AllocationFailed\s+\S+\s+ferry-operator\s+RequestedIPUnavailable: 192\.0\.2\.10 is in no usable pool/);
+    expect(described).not.toMatch(/asks-taken|10\.0\.100\.77/);
     // kubectl get svc shows the address, or <pending>.
     const svcs = (await kubectl(['get', 'svc'])).out;
     expect(svcs).toMatch(/asks-spec\s+LoadBalancer\s+10\.\d+\.\d+\.\d+\s+10\.0\.100\.77\s+80:\d+\/TCP/);

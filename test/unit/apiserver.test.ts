@@ -3,7 +3,7 @@
 import { CoreV1Api, DiscoveryV1Api, KubeConfig, type V1EndpointSlice, type V1Service } from '@kubernetes/client-node';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Watcher } from '../../src/k8s/watcher.js';
-import { TestApiServer, matchesLabels, mergePatch } from '../../src/sandbox/apiserver/server.js';
+import { TestApiServer, matchesFields, matchesLabels, mergePatch } from '../../src/sandbox/apiserver/server.js';
 
 let server: TestApiServer;
 let kc: KubeConfig;
@@ -80,5 +80,20 @@ describe('test API server with @kubernetes/client-node', () => {
 
   it('merges patches as RFC 7386 says', () => {
     expect(mergePatch({ a: 1, b: { c: 2, d: 3 } }, { b: { c: null, e: 4 }, f: [1] })).toEqual({ a: 1, b: { d: 3, e: 4 }, f: [1] });
+  });
+});
+
+describe('field selectors', () => {
+  const ev = { metadata: { name: 'e1', namespace: 'default' }, involvedObject: { kind: 'Service', name: 'web', uid: 'u-1' } } as never;
+  it.each<[string, boolean]>([
+    ['metadata.name=e1', true],
+    ['involvedObject.name=web,involvedObject.kind=Service,involvedObject.uid=u-1', true],
+    ['involvedObject.name=other', false], // kubectl describe of another object sees none of these
+    ['involvedObject.uid=u-2', false],
+    ['involvedObject.name!=other', true],
+    ['involvedObject.name==web', true],
+    ['nonsense', false],
+  ])('%s → %s', (sel, want) => {
+    expect(matchesFields(ev, sel)).toBe(want);
   });
 });

@@ -10,7 +10,7 @@ const NOW = new Date('2026-12-01T12:00:00Z');
 const policy = { handleUnclassed: true };
 const pool = (name: string, spec: PoolObject['spec'], status?: PoolObject['status']): PoolObject => ({ metadata: { name, creationTimestamp: '2026-01-01T00:00:00Z' }, spec, ...(status ? { status } : {}) });
 const svc = (name: string, o: { spec?: V1Service['spec']; status?: V1Service['status']; annotations?: Record<string, string>; created?: string } = {}): V1Service => ({
-  metadata: { name, namespace: 'default', creationTimestamp: (o.created ?? '2026-02-01T00:00:00Z') as never, ...(o.annotations ? { annotations: o.annotations } : {}) },
+  metadata: { name, namespace: 'default', uid: `uid-${name}`, creationTimestamp: (o.created ?? '2026-02-01T00:00:00Z') as never, ...(o.annotations ? { annotations: o.annotations } : {}) },
   spec: { type: 'LoadBalancer', ports: [{ port: 80, protocol: 'TCP' }], ...o.spec },
   ...(o.status ? { status: o.status } : {}),
 });
@@ -26,7 +26,7 @@ describe('operator pass', () => {
     expect(p.serviceWrites).toHaveLength(1);
     expect(p.serviceWrites[0]!.status.loadBalancer).toEqual({ ingress: [{ ip: '10.0.100.1', ipMode: 'VIP' }] });
     expect(p.serviceWrites[0]!.status.conditions).toEqual([{ type: CONDITION_IP_ALLOCATED, status: 'True', reason: 'Allocated', message: '10.0.100.1 from pool default', lastTransitionTime: '2026-12-01T12:00:00Z' }]);
-    expect(p.events).toEqual([{ namespace: 'default', name: 'web', type: 'Normal', reason: 'IPAllocated', message: '10.0.100.1 from pool default' }]);
+    expect(p.events).toEqual([{ namespace: 'default', name: 'web', uid: 'uid-web', type: 'Normal', reason: 'IPAllocated', message: '10.0.100.1 from pool default' }]);
   });
 
   it('a Service that has its address already: nothing to write, no Event (a restarted operator is silent)', () => {

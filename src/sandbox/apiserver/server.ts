@@ -44,13 +44,18 @@ export function matchesLabels(labels: Record<string, string> | undefined, select
   });
 }
 
-function matchesFields(obj: KObject, selector: string | null): boolean {
+/** A field selector (`a.b=v`, `a.b==v`, `a.b!=v`, comma-separated) on the object's fields. */
+export function matchesFields(obj: KObject, selector: string | null): boolean {
   if (!selector) return true;
+  const field = (path: string) => {
+    let v: unknown = obj;
+    for (const part of path.split('.')) v = v && typeof v === 'object' ? (v as Record<string, unknown>)[part] : undefined;
+    return v === undefined || v === null ? '' : String(v);
+  };
   return selector.split(',').every((term) => {
-    const [k, v] = term.split('=');
-    if (k === 'metadata.name') return obj.metadata.name === v;
-    if (k === 'metadata.namespace') return obj.metadata.namespace === v;
-    return true;
+    const m = /^([^!=]+)(!=|==|=)(.*)$/.exec(term.trim());
+    if (!m) return false;
+    return m[2] === '!=' ? field(m[1]!) !== m[3] : field(m[1]!) === m[3];
   });
 }
 
