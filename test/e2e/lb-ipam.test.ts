@@ -161,6 +161,14 @@ spec: {blocks: [{cidr: 10.0.100.128/25}]}
     const before = await allIPs();
     const leader = (await sb.operatorLeader())!;
     expect(leader).toMatch(/^ferry-operator-node-\d$/);
+    // Both replicas are ready (a standby must be able to take over); only the leader says it leads.
+    for (const n of sb.net.nodes) {
+      const ready = await n.host.exec(['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', 'http://127.0.0.1:9254/readyz']);
+      expect(ready.stdout, n.name).toBe('200');
+      const metrics = (await n.host.exec(['curl', '-s', 'http://127.0.0.1:9253/metrics'])).stdout;
+      expect(metrics, n.name).toMatch(new RegExp(`^ferry_operator_leader ${leader.endsWith(n.name) ? 1 : 0}$`, 'm'));
+      if (leader.endsWith(n.name)) expect(metrics).toMatch(/^ferry_operator_pool_addresses\{pool="default",state="total"\} 254$/m);
+    }
     const proc = sb.operators.get(leader)!;
     const killedAt = Date.now();
     process.kill(proc.pid, 'SIGKILL');
