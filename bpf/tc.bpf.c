@@ -6,7 +6,8 @@
  *                     remote: DNAT + SNAT to the node address, FIB, redirect;
  *          frontend without backend → ICMP port unreachable;
  *          known Service address, unknown port → drop;
- *          ICMP error quoting a translated flow → translate it too.
+ *          ICMP error quoting a translated flow → translate it too;
+ *          ARP request for an address this node announces → the reply (lib/arp.h).
  * egress:  reply from a local backend → source back to the frontend.
  *
  * This file only orchestrates: the logic lives in lib/ (nodeport.h, snat.h, dsr.h,
@@ -24,6 +25,7 @@
 #include "lib/frag.h"
 #include "lib/nodeport.h"
 #include "lib/monitor.h"
+#include "lib/arp.h"
 
 /* Traffic that is not ferry's goes on to the next tc filter (TC_ACT_UNSPEC), so other
  * users of the device keep working; what ferry translated ends the chain (TC_ACT_OK). */
@@ -34,7 +36,7 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *skb)
 	int rc = parse_ipv4(skb, &p);
 
 	if (rc == PARSE_NOT_IPV4)
-		return TC_ACT_UNSPEC;
+		return arp_respond(skb);
 	if (rc == PARSE_MALFORMED)
 		return count_drop(DROP_MALFORMED, skb->len);
 

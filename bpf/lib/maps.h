@@ -9,6 +9,7 @@
 #include "shared/ct.h"
 #include "shared/metrics.h"
 #include "shared/events.h"
+#include "shared/l2.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -111,6 +112,15 @@ struct {
 	__type(key, __be32);
 	__type(value, struct node4_value);
 } node4_addrs SEC(".maps");
+
+/* Addresses this node answers ARP for (L2 announcements), written by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct l2_key);
+	__type(value, struct l2_entry);
+} l2_owned SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

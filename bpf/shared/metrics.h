@@ -22,6 +22,7 @@ enum ferry_stat {
 	STAT_NAT_EARLY_DROP = 12, /* no free SNAT port: a never-established flow's port was taken */
 	STAT_ICMP_TIME_EXCEEDED = 13, /* TTL ran out on a packet this node would forward: told the sender */
 	STAT_FRAGMENT = 14,       /* a later fragment of a translated datagram, translated the same way */
+	STAT_ARP_REPLY = 15,      /* an ARP request for an address this node announces, answered */
 	STAT_MAX = 16,
 };
 

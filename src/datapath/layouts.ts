@@ -51,6 +51,7 @@ export const Stat = {
   STAT_NAT_EARLY_DROP: 12,
   STAT_ICMP_TIME_EXCEEDED: 13,
   STAT_FRAGMENT: 14,
+  STAT_ARP_REPLY: 15,
   STAT_MAX: 16,
 } as const;
 
@@ -221,6 +222,10 @@ export const frag4EntryCodec = structCodec('frag4_entry', {
 });
 
 export const node4ValueCodec = structCodec('node4_value', { flags: { type: 'u8' }, pad: { type: 'pad', length: 3 } });
+export const l2KeyCodec = structCodec('l2_key', { ifindex: { type: 'u32' }, addr: { type: 'ipv4' } });
+export const l2EntryCodec = structCodec('l2_entry', { mac: { type: 'bytes', length: 6 }, pad: { type: 'pad', length: 2 }, expiresNs: { type: 'u64' } });
+export type L2Key = ReturnType<typeof l2KeyCodec.decode>;
+export type L2Entry = ReturnType<typeof l2EntryCodec.decode>;
 export const icmpBucketCodec = structCodec('icmp_bucket', { lastNs: { type: 'u64' }, tokens: { type: 'u64' } });
 
 export const monitorCodec = structCodec('ferry_monitor', { flags: { type: 'u32' }, pad: { type: 'pad', length: 4 } });
@@ -263,6 +268,7 @@ export const mapSpecs = {
   nat4: { key: ct4KeyCodec, value: nat4EntryCodec, sizeSetting: 'mapSizes.nat' },
   frag4: { key: frag4KeyCodec, value: frag4EntryCodec, sizeSetting: 'mapSizes.fragments' },
   node4_addrs: { key: ipv4Codec, value: node4ValueCodec, sizeSetting: 'mapSizes.nodes' },
+  l2_owned: { key: l2KeyCodec, value: l2EntryCodec, sizeSetting: 'mapSizes.l2Addresses' },
   icmp_ratelimit: { key: u32Codec, value: icmpBucketCodec, sizeSetting: undefined },
   ferry_stats: { key: u32Codec, value: counterCodec, sizeSetting: undefined },
   ferry_drops: { key: u32Codec, value: counterCodec, sizeSetting: undefined },

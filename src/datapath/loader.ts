@@ -29,6 +29,8 @@ export interface MapSizes {
   nat: number;
   fragments: number;
   nodes: number;
+  /** Addresses this node may announce by ARP, per interface. */
+  l2Addresses: number;
 }
 
 /** Defaults fit 64k services and 64k backends. */
@@ -44,6 +46,7 @@ export const DEFAULT_MAP_SIZES: MapSizes = {
   nat: 131_072,
   fragments: 16_384,
   nodes: 16_384,
+  l2Addresses: 4_096,
 };
 
 /**
@@ -100,6 +103,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   nat4: 'nat',
   frag4: 'fragments',
   node4_addrs: 'nodes',
+  l2_owned: 'l2Addresses',
   icmp_ratelimit: undefined,
   ferry_stats: undefined,
   ferry_drops: undefined,

@@ -1,5 +1,6 @@
-// A packet builder for fixtures, `ferry explain` and benchmarks: Ethernet, IPv4, IPv6, TCP,
-// UDP, ICMP and ICMPv6, with lengths and checksums filled in unless given explicitly.
+// A packet builder for fixtures, `ferry explain`, benchmarks and the agent's gratuitous
+// ARP: Ethernet, ARP, IPv4, IPv6, TCP, UDP, ICMP and ICMPv6, with lengths and checksums
+// filled in unless given explicitly.
 import { ipv4Bytes, ipv6Bytes, macBytes } from './addr.js';
 import { checksum, pseudo4, pseudo6 } from './checksum.js';
 
@@ -30,8 +31,12 @@ export interface IcmpLayer {
 }
 export interface Icmp6Layer { layer: 'icmp6'; type: number; code?: number; rest?: number; checksum?: number }
 export interface PayloadLayer { layer: 'payload'; data: Buffer | string }
+/** ARP for IPv4 over Ethernet (RFC 826): op 1 request, 2 reply. */
+export interface ArpLayer { layer: 'arp'; op: 1 | 2; sha: string; spa: string; tha?: string; tpa: string }
 
-export type Layer = EthLayer | Ipv4Layer | Ipv6Layer | TcpLayer | UdpLayer | IcmpLayer | Icmp6Layer | PayloadLayer;
+export const ArpOp = { Request: 1, Reply: 2 } as const;
+
+export type Layer = EthLayer | ArpLayer | Ipv4Layer | Ipv6Layer | TcpLayer | UdpLayer | IcmpLayer | Icmp6Layer | PayloadLayer;
 
 export const tcpFlagBits: Record<string, number> = { F: 0x01, S: 0x02, R: 0x04, P: 0x08, A: 0x10, U: 0x20 };
 
@@ -79,7 +84,7 @@ function buildFrom(layers: readonly Layer[], i: number): Buffer {
       const h = Buffer.alloc(14);
       macBytes(l.dst ?? '02:00:00:00:00:02').copy(h, 0);
       macBytes(l.src ?? '02:00:00:00:00:01').copy(h, 6);
-      h.writeUInt16BE(l.type ?? (next?.layer === 'ipv6' ? EtherType.IPv6 : EtherType.IPv4), 12);
+      h.writeUInt16BE(l.type ?? (next?.layer === 'ipv6' ? EtherType.IPv6 : next?.layer === 'arp' ? EtherType.ARP : EtherType.IPv4), 12);
       return Buffer.concat([h, rest()]);
     }
     case 'ipv4': {
@@ -145,9 +150,30 @@ function buildFrom(layers: readonly Layer[], i: number): Buffer {
       else if (l.checksum !== undefined) msg.writeUInt16BE(l.checksum, 2);
       return msg;
     }
+    case 'arp': {
+      const h = Buffer.alloc(28);
+      h.writeUInt16BE(1, 0); // Ethernet
+      h.writeUInt16BE(EtherType.IPv4, 2);
+      h[4] = 6;
+      h[5] = 4;
+      h.writeUInt16BE(l.op, 6);
+      macBytes(l.sha).copy(h, 8);
+      ipv4Bytes(l.spa).copy(h, 14);
+      macBytes(l.tha ?? '00:00:00:00:00:00').copy(h, 18);
+      ipv4Bytes(l.tpa).copy(h, 24);
+      return Buffer.concat([h, rest()]);
+    }
     case 'payload':
       return Buffer.concat([typeof l.data === 'string' ? Buffer.from(l.data) : l.data, rest()]);
   }
+}
+
+/**
+ * A gratuitous ARP announcing that `ip` is at `mac`: a broadcast request whose sender and
+ * target address are both `ip` (the form Linux and most routers update their caches from).
+ */
+export function gratuitousArp(mac: string, ip: string): Buffer {
+  return buildPacket([{ layer: 'eth', src: mac, dst: 'ff:ff:ff:ff:ff:ff', type: EtherType.ARP }, { layer: 'arp', op: ArpOp.Request, sha: mac, spa: ip, tha: '00:00:00:00:00:00', tpa: ip }]);
 }
 
 /** Fill the TCP/UDP/ICMPv6 checksum of `body` (whose checksum field is zero unless given). */
@@ -178,6 +204,7 @@ export const udp = (o: Omit<UdpLayer, 'layer'>): UdpLayer => ({ layer: 'udp', ..
 export const icmp = (o: Omit<IcmpLayer, 'layer'>): IcmpLayer => ({ layer: 'icmp', ...o });
 export const icmp6 = (o: Omit<Icmp6Layer, 'layer'>): Icmp6Layer => ({ layer: 'icmp6', ...o });
 export const payload = (data: Buffer | string): PayloadLayer => ({ layer: 'payload', data });
+export const arp = (o: Omit<ArpLayer, 'layer'>): ArpLayer => ({ layer: 'arp', ...o });
 
 /**
  * Split an Ethernet + IPv4 frame into IPv4 fragments (RFC 791) whose IP packets fit

@@ -40,7 +40,18 @@ export function decodePacket(buf: Buffer, start: 'eth' | 'ipv4' | 'ipv6' = 'eth'
       const type = buf.readUInt16BE(off + 12);
       out.push({ name: 'eth', fields: { dst: macText(buf.subarray(off)), src: macText(buf.subarray(off + 6)), type: `0x${type.toString(16).padStart(4, '0')}` } });
       off += 14;
-      kind = type === EtherType.IPv4 ? 'ipv4' : type === EtherType.IPv6 ? 'ipv6' : 'payload';
+      kind = type === EtherType.IPv4 ? 'ipv4' : type === EtherType.IPv6 ? 'ipv6' : type === EtherType.ARP ? 'arp' : 'payload';
+    } else if (kind === 'arp') {
+      if (buf.length - off < 28) return rest(), out;
+      out.push({
+        name: 'arp',
+        fields: {
+          htype: buf.readUInt16BE(off), ptype: `0x${buf.readUInt16BE(off + 2).toString(16).padStart(4, '0')}`, hlen: buf[off + 4]!, plen: buf[off + 5]!,
+          op: buf.readUInt16BE(off + 6), sha: macText(buf.subarray(off + 8)), spa: ipv4Text(buf.subarray(off + 14)), tha: macText(buf.subarray(off + 18)), tpa: ipv4Text(buf.subarray(off + 24)),
+        },
+      });
+      off += 28;
+      kind = 'payload';
     } else if (kind === 'ipv4') {
       if (buf.length - off < 20) return rest(), out;
       const ihl = (buf[off]! & 0x0f) * 4;
