@@ -7,14 +7,15 @@ cd "$(dirname "$0")/.."
 # Every Debian package the build, the tests, the demo and the benchmarks use:
 #   build:       clang llvm (BPF objects), libbpf-dev linux-libc-dev (the only headers they
 #                see), libbpf1 (loaded through koffi), gcc libc6-dev (the libbpf ABI probe)
-#   tests, demo: iproute2 (ip, tc), iputils-ping, curl, util-linux (nsenter, unshare,
-#                taskset), mount, procps (sysctl), bpftool (ferry status)
+#   tests, demo: iproute2 (ip, tc), iputils-ping, iputils-arping (who answers ARP, L2
+#                announcements), curl, util-linux (nsenter, unshare, taskset), mount,
+#                procps (sysctl), bpftool (ferry status)
 #   benchmarks:  iperf3, iptables, nftables (kube-proxy-shaped rules)
 PACKAGES=(clang llvm libbpf-dev libbpf1 linux-libc-dev gcc libc6-dev
-  iproute2 iputils-ping curl util-linux mount procps bpftool
+  iproute2 iputils-ping iputils-arping curl util-linux mount procps bpftool
   iperf3 iptables nftables)
 # The commands those packages must have put on PATH; checked at the end.
-COMMANDS=(clang cc bpftool ip tc ping curl nsenter unshare taskset mount sysctl iperf3 iptables-restore nft kubectl)
+COMMANDS=(clang cc bpftool ip tc ping arping curl nsenter unshare taskset mount sysctl iperf3 iptables-restore nft kubectl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,7 +1,9 @@
 // The sandbox's network, on a testbed: a router, a client network, N nodes on the node
-// network, and pods on each node routed natively (as Flannel host-gw or Calico would),
-// with the address plan of design.md. The router has no default route; nothing here
-// reaches the root namespace.
+// network (one broadcast domain, as a switch makes it: ARP reaches every node), and pods
+// on each node routed natively (as Flannel host-gw or Calico would), with the address
+// plan of design.md. The router has no default route; nothing here reaches the root
+// namespace.
+import { L2Switch, type SwitchKind } from './netns/switch.js';
 import type { Host, Testbed } from './netns/testbed.js';
 
 export const CLIENT_NET = { cidr: '10.0.10.0/24', router: '10.0.10.1', client: '10.0.10.2' } as const;
@@ -36,22 +38,20 @@ export class ClusterNetwork {
     readonly tb: Testbed,
     readonly router: Host,
     readonly client: Host,
+    /** The node network's switch (router and nodes on it). */
+    readonly nodeSwitch: L2Switch,
   ) {}
 
-  static async create(tb: Testbed, opts: { nodes: number }): Promise<ClusterNetwork> {
+  static async create(tb: Testbed, opts: { nodes: number; switch?: SwitchKind }): Promise<ClusterNetwork> {
     const router = await tb.addHost('router', { router: true });
     const client = await tb.addHost('client');
     await tb.link({ host: client, ifname: 'eth0', address: `${CLIENT_NET.client}/24` }, { host: router, ifname: 'clients', address: `${CLIENT_NET.router}/24` });
     await tb.route(client, 'default', CLIENT_NET.router);
-    const net = new ClusterNetwork(tb, router, client);
-    // The node network is a broadcast domain: a bridge on the router would need the
-    // bridge module, so each node gets its own point-to-point link and a /32 route.
+    const sw = await L2Switch.create(tb, 'switch', opts.switch);
+    await sw.attach(router, 'nodes', { address: `${NODE_NET.router}/24` });
+    const net = new ClusterNetwork(tb, router, client, sw);
     for (let i = 1; i <= opts.nodes; i++) await net.addNode(i);
-    for (const n of net.nodes) {
-      for (const other of net.nodes) {
-        if (other !== n) await tb.route(n.host, other.podCidr, other.ip);
-      }
-    }
+    for (const n of net.nodes) await net.nodeRoutes(n);
     return net;
   }
 
@@ -59,14 +59,23 @@ export class ClusterNetwork {
     const name = `node-${i}`;
     const host = await this.tb.addHost(name, { forwarding: true });
     const ip = `10.0.30.${NODE_NET.firstNode + i - 1}`;
-    await this.tb.link({ host, ifname: 'eth0', address: `${ip}/24` }, { host: this.router, ifname: `n${i}`, address: `${NODE_NET.router}/32` });
-    // The router reaches each node over its own link; nodes reach each other through it.
-    await this.router.ip('route', 'replace', `${ip}/32`, 'dev', `n${i}`);
-    await this.router.execOk(['sysctl', '-qw', `net.ipv4.conf.n${i}.proxy_arp=1`]);
-    await this.tb.route(host, 'default', NODE_NET.router);
+    await this.nodeSwitch.attach(host, 'eth0', { address: `${ip}/24` });
     const podCidr = `10.244.${i}.0/24`;
     await this.tb.route(this.router, podCidr, ip);
     this.nodes.push({ index: i, name, host, ip, podCidr, device: 'eth0' });
+  }
+
+  /** A node's routes: the router by default, the other nodes' pods straight across the switch. */
+  private async nodeRoutes(n: NodeInfo): Promise<void> {
+    await this.tb.route(n.host, 'default', NODE_NET.router);
+    for (const other of this.nodes) if (other !== n) await this.tb.route(n.host, other.podCidr, other.ip);
+  }
+
+  /** Cut a node off the node network (its link goes dark), or put it back. */
+  async setNodeConnected(node: NodeInfo, connected: boolean): Promise<void> {
+    await this.nodeSwitch.setConnected(node.host, connected);
+    // A macvlan member's own link went down and took its routes along.
+    if (connected && this.nodeSwitch.kind === 'macvlan') await this.nodeRoutes(node);
   }
 
   node(i: number): NodeInfo {

@@ -7,6 +7,7 @@ import { expect, it } from 'vitest';
 import { exec } from '../../src/sys/exec.js';
 import { cleanupTestbeds } from '../../src/sandbox/netns/cleanup.js';
 import { recordPath } from '../../src/sandbox/netns/registry.js';
+import { L2Switch, type SwitchKind } from '../../src/sandbox/netns/switch.js';
 import { Testbed } from '../../src/sandbox/netns/testbed.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
@@ -73,4 +74,34 @@ describeWith(['root', 'netns', 'cgroup2'], 'network-namespace testbed', () => {
       await tb.destroy();
     }
   });
+
+  for (const kind of ['bridge', 'macvlan'] as SwitchKind[]) {
+    it(`a ${kind} switch is one broadcast domain: ARP between members, each its own MAC; a member can be cut off and put back`, async () => {
+      const tb = await Testbed.create();
+      try {
+        const sw = await L2Switch.create(tb, 'switch', kind);
+        expect(sw.kind).toBe(kind);
+        const hosts = [];
+        for (let i = 1; i <= 3; i++) {
+          const h = await tb.addHost(`m${i}`);
+          await sw.attach(h, 'eth0', { address: `10.0.30.${i}/24` });
+          hosts.push(h);
+        }
+        const [a, b, c] = hosts as [typeof hosts[0], typeof hosts[0], typeof hosts[0]];
+        // arping broadcasts a request: only a real broadcast domain delivers it.
+        for (const [from, to] of [[a, '10.0.30.2'], [a, '10.0.30.3'], [c, '10.0.30.2']] as const) {
+          await from.execOk(['arping', '-c', '1', '-w', '2', '-I', 'eth0', to]);
+        }
+        const macs = await Promise.all(hosts.map(async (h) => /link\/ether (\S+)/.exec(await h.ip('link', 'show', 'eth0'))![1]));
+        expect(new Set(macs).size).toBe(3);
+        await sw.setConnected(b, false);
+        expect((await a.exec(['ping', '-c', '1', '-W', '1', '10.0.30.2'])).code).not.toBe(0);
+        await sw.setConnected(b, true);
+        if (kind === 'macvlan') await b.ip('addr', 'replace', '10.0.30.2/24', 'dev', 'eth0');
+        await a.execOk(['ping', '-c', '1', '-W', '2', '10.0.30.2']);
+      } finally {
+        await tb.destroy();
+      }
+    });
+  }
 });

@@ -1,0 +1,78 @@
+// A broadcast domain between hosts, as a switch makes one: ARP, gratuitous ARP and
+// broadcasts reach every member. Built from a bridge in a namespace of its own, or, on a
+// kernel without the bridge module, from macvlan interfaces in bridge mode on one parent
+// (members talk to each other through the parent's macvlan switch). Either way each
+// member gets an interface of its own, with its own MAC.
+import { exec } from '../../sys/exec.js';
+import type { Host, Testbed } from './testbed.js';
+
+export type SwitchKind = 'bridge' | 'macvlan';
+const BRIDGE = 'br0';
+const PARENT = 'up0';
+
+export class L2Switch {
+  private readonly members = new Map<Host, { ifname: string; port?: string }>();
+  private ports = 0;
+
+  private constructor(
+    readonly host: Host,
+    readonly kind: SwitchKind,
+  ) {}
+
+  /** A switch in its own namespace; `kind` forces one (else the bridge, if the kernel has it). */
+  static async create(tb: Testbed, name: string, kind?: SwitchKind): Promise<L2Switch> {
+    const host = await tb.addHost(name);
+    const want = kind ?? (process.env.FERRY_SANDBOX_SWITCH as SwitchKind | undefined);
+    if (want && want !== 'bridge' && want !== 'macvlan') throw new Error(`FERRY_SANDBOX_SWITCH=${want}: use bridge or macvlan`);
+    if (want !== 'macvlan') {
+      const r = await host.exec(['ip', 'link', 'add', BRIDGE, 'type', 'bridge']);
+      if (r.code === 0) {
+        await host.ip('link', 'set', BRIDGE, 'up');
+        return new L2Switch(host, 'bridge');
+      }
+      if (want === 'bridge') throw new Error('the kernel has no bridge device (FERRY_SANDBOX_SWITCH=bridge)');
+    }
+    // The macvlans' parent: one end of a veth pair, its peer up too so that it has carrier.
+    await host.ip('link', 'add', PARENT, 'type', 'veth', 'peer', 'name', 'up1');
+    await host.ip('link', 'set', 'up1', 'up');
+    await host.ip('link', 'set', PARENT, 'up');
+    return new L2Switch(host, 'macvlan');
+  }
+
+  /** Connect `host` as `ifname` (addressed, up), with `mac` if given. */
+  async attach(host: Host, ifname: string, o: { address?: string; mac?: string } = {}): Promise<void> {
+    const n = ++this.ports;
+    if (this.kind === 'bridge') {
+      const port = `p${n}`;
+      await exec('ip', ['link', 'add', ifname, 'netns', host.netns, 'type', 'veth', 'peer', 'name', port, 'netns', this.host.netns]).then(check);
+      await this.host.ip('link', 'set', port, 'master', BRIDGE);
+      await this.host.ip('link', 'set', port, 'up');
+      this.members.set(host, { ifname, port });
+    } else {
+      const tmp = `mv${n}`;
+      await this.host.ip('link', 'add', tmp, 'link', PARENT, 'type', 'macvlan', 'mode', 'bridge');
+      await this.host.ip('link', 'set', tmp, 'netns', host.netns);
+      await host.ip('link', 'set', tmp, 'name', ifname);
+      this.members.set(host, { ifname });
+    }
+    if (o.mac) await host.ip('link', 'set', ifname, 'address', o.mac);
+    if (o.address) await host.ip('addr', 'add', o.address, 'dev', ifname);
+    await host.ip('link', 'set', ifname, 'up');
+  }
+
+  /**
+   * Cut a member off the switch, or put it back: the switch's port goes down (bridge), or
+   * the member's interface does (macvlan has no port of its own; the caller restores the
+   * member's routes after).
+   */
+  async setConnected(host: Host, connected: boolean): Promise<void> {
+    const m = this.members.get(host);
+    if (!m) throw new Error(`${host.name} is not on switch ${this.host.name}`);
+    if (m.port) await this.host.ip('link', 'set', m.port, connected ? 'up' : 'down');
+    else await host.ip('link', 'set', m.ifname, connected ? 'up' : 'down');
+  }
+}
+
+function check(r: { code: number; stderr: string }): void {
+  if (r.code !== 0) throw new Error(`ip link add: ${r.stderr.trim()}`);
+}
