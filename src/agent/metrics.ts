@@ -30,6 +30,10 @@ export class AgentMetrics {
   readonly syncErrors: Counter;
   readonly frontendConflicts: Gauge;
   readonly servicesUnprogrammed: Gauge;
+  readonly l2Owned: Gauge;
+  readonly garpSent: Counter;
+  readonly l2Moves: Counter;
+  readonly heartbeats: Counter;
 
   constructor() {
     const r = [this.registry];
@@ -60,6 +64,10 @@ export class AgentMetrics {
     this.ctCollected = new Counter({ name: 'ferry_conntrack_collected_total', help: 'Expired conntrack and NAT entries removed', labelNames: ['map'], registers: r });
     this.frontendConflicts = new Gauge({ name: 'ferry_frontend_conflicts', help: 'Frontends two Services ask for (kind=service: one is not programmed) and LoadBalancer IPs or externalIPs that are node addresses (kind=node-address)', labelNames: ['kind'], registers: r });
     this.servicesUnprogrammed = new Gauge({ name: 'ferry_services_unprogrammed', help: 'Services the datapath maps could not take in the last sync (each keeps what it had; see ferry status)', registers: r });
+    this.l2Owned = new Gauge({ name: 'ferry_l2_owned_addresses', help: 'Addresses this node answers ARP for (L2 announcements)', registers: r });
+    this.garpSent = new Counter({ name: 'ferry_l2_gratuitous_arps_total', help: 'Gratuitous ARPs sent after taking an address over', registers: r });
+    this.l2Moves = new Counter({ name: 'ferry_l2_takeovers_total', help: 'Addresses this node took over from another node', registers: r });
+    this.heartbeats = new Counter({ name: 'ferry_l2_heartbeats_total', help: 'Heartbeat Lease renewals, by result (ok, failed)', labelNames: ['result'], registers: r });
     this.syncErrors = new Counter({ name: 'ferry_sync_errors_total', help: 'Failed syncs of the datapath maps, by error code', labelNames: ['code'], registers: r });
   }
 }

@@ -1,0 +1,20 @@
+// This network namespace's interfaces: index and MAC, through netlink-backed calls (not
+// /sys/class/net, which shows the namespace sysfs was mounted in, not this one).
+import { networkInterfaces } from 'node:os';
+import { ErrorCode, FerryError } from '../errors.js';
+import { libc } from './libc.js';
+
+export interface InterfaceInfo {
+  name: string;
+  ifindex: number;
+  mac: string;
+}
+
+export function interfaceInfo(name: string): InterfaceInfo {
+  const ifindex = libc().ifNameToIndex(name);
+  const mac = networkInterfaces()[name]?.find((a) => a.mac && a.mac !== '00:00:00:00:00:00')?.mac;
+  if (!ifindex || !mac) {
+    throw new FerryError({ code: ErrorCode.Config, op: `read interface ${name}`, cause: !ifindex ? 'no such interface' : 'no MAC address (no address on it, or not Ethernet)', hint: 'devices must be Ethernet interfaces with an address' });
+  }
+  return { name, ifindex, mac };
+}
