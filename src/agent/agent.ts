@@ -5,7 +5,7 @@
 import { mkdirSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { join } from 'node:path';
-import { CoreV1Api, DiscoveryV1Api, type V1EndpointSlice, type V1Node, type V1Service } from '@kubernetes/client-node';
+import { CoreV1Api, DiscoveryV1Api, type V1EndpointSlice, type V1Lease, type V1Node, type V1Service } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
 import { collectConntrack, collectOrphans } from '../datapath/ct-gc.js';
 import type { WriteFailure } from '../datapath/write-plan.js';
@@ -13,7 +13,14 @@ import { Datapath, defaultObjectsDir } from '../datapath/loader.js';
 import { ServiceWriter } from '../datapath/writer.js';
 import { NodeAddressWriter } from '../datapath/node-addresses.js';
 import { ErrorCode, FerryError } from '../errors.js';
-import { apiClient, kubeConfig } from '../k8s/client.js';
+import { JsonClient, apiClient, kubeConfig } from '../k8s/client.js';
+import { HEARTBEAT_KIND, HEARTBEAT_LABEL } from '../announce/heartbeats.js';
+import { L2_POLICY_PATH, type L2PolicyObject } from '../announce/policy.js';
+import { L2AddressWriter } from '../datapath/l2-announcements.js';
+import { interfaceInfo } from '../sys/interfaces.js';
+import { sendFrames } from '../sys/packet-socket.js';
+import { Announcer } from './announcer.js';
+import { HeartbeatWriter } from './heartbeat-writer.js';
 import { netnsCookie } from '../sys/socket.js';
 import { eventSink } from '../k8s/events.js';
 import { Watcher } from '../k8s/watcher.js';
@@ -44,6 +51,7 @@ export class Agent {
     readonly metrics: AgentMetrics,
     private readonly watchers: Watcher<never>[],
     private readonly serviceHealth: ServiceHealthServers,
+    readonly announcer: Announcer,
   ) {}
 
   static async start(cfg: AgentConfig, log: Logger = agentLogger(cfg.logLevel)): Promise<Agent> {
@@ -104,21 +112,49 @@ export class Agent {
     writer.quarantineBackendIds(datapath.maps.ct4.entries().map(([, v]) => v.backendId));
 
     let reconciler: Reconciler | undefined;
+    let announcer: Announcer | undefined;
     const onError = (what: string) => (err: unknown, retryInMs: number) => log.warn({ watch: what, err: (err as Error)?.message ?? String(err), retryInMs }, 'watch failed; the datapath keeps its state');
     const services = new Watcher<V1Service>('services', kc, '/api/v1/services', () => core.listServiceForAllNamespaces(), {
-      onChange: (_k, svc) => reconciler?.serviceChanged(svc),
+      onChange: (_k, svc) => {
+        reconciler?.serviceChanged(svc);
+        announcer?.kick();
+      },
       onError: onError('services'),
     });
     const slices = new Watcher<V1EndpointSlice>('endpointslices', kc, '/apis/discovery.k8s.io/v1/endpointslices', () => discovery.listEndpointSliceForAllNamespaces(), {
-      onChange: (_k, s) => reconciler?.sliceChanged(s),
+      onChange: (_k, s) => {
+        reconciler?.sliceChanged(s);
+        announcer?.kick();
+      },
       onError: onError('endpointslices'),
     });
     // Every Node: this one's addresses and state, and every node's addresses (DSR options
     // naming them, LB IPs and externalIPs that are node addresses).
     const nodes = new Watcher<V1Node>('nodes', kc, '/api/v1/nodes', () => core.listNode(), {
-      onChange: () => reconciler?.nodeChanged(),
+      onChange: () => {
+        reconciler?.nodeChanged();
+        announcer?.kick();
+      },
       onError: onError('nodes'),
     });
+    // L2 announcements: the policies (a cluster without the CRD announces nothing) and every
+    // node's heartbeat Lease. Neither holds up the datapath's first sync.
+    const json = new JsonClient(kc);
+    let policiesMissing = false;
+    const policies = new Watcher<L2PolicyObject & { metadata?: { name?: string } }>('l2announcementpolicies', kc, L2_POLICY_PATH, () => json.request('GET', L2_POLICY_PATH), {
+      onChange: () => announcer?.kick(),
+      onError: (err, retryInMs) => {
+        const level = policiesMissing ? 'debug' : 'warn';
+        policiesMissing = true;
+        log[level]({ watch: 'l2announcementpolicies', err: (err as Error)?.message, retryInMs, hint: 'L2 announcements need the CRD: kubectl apply -f deploy/crds/' }, 'watch failed');
+      },
+    });
+    const leasePath = `/apis/coordination.k8s.io/v1/namespaces/${encodeURIComponent(cfg.namespace)}/leases`;
+    const heartbeatSelector = `${HEARTBEAT_LABEL}=${HEARTBEAT_KIND}`;
+    const leases = new Watcher<V1Lease>('heartbeats', kc, leasePath, () => json.request('GET', `${leasePath}?labelSelector=${encodeURIComponent(heartbeatSelector)}`), {
+      onChange: (kind, lease) => announcer?.leaseChanged(kind, lease),
+      onError: onError('heartbeats'),
+    }, { labelSelector: heartbeatSelector });
 
     reconciler = new Reconciler({
       source: { services: () => services.list(), service: (ns, name) => services.get(ns, name), slices: () => slices.list(), node: () => nodes.get(undefined, cfg.nodeName), nodes: () => nodes.list() },
@@ -135,12 +171,34 @@ export class Agent {
       extraNodeAddresses: cfg.nodePortAddresses,
       nodeName: cfg.nodeName,
     });
-    const watchers = [services, slices, nodes] as unknown as Watcher<never>[];
-    const agent = new Agent(cfg, log, datapath, reconciler, writer, metrics, watchers, serviceHealth);
+    announcer = new Announcer({
+      nodeName: cfg.nodeName,
+      devices: cfg.devices.flatMap((d) => {
+        try {
+          return [interfaceInfo(d)];
+        } catch (e) {
+          log.warn({ device: d, err: (e as Error).message }, 'this device answers no ARP for L2 announcements');
+          return [];
+        }
+      }),
+      source: { services: () => services.list(), slices: () => slices.list(), nodes: () => nodes.list(), policies: () => policies.list(), synced: () => policies.hasSynced && leases.hasSynced },
+      heartbeat: new HeartbeatWriter(json, cfg.namespace, cfg.nodeName),
+      l2: new L2AddressWriter(datapath.maps.l2_owned),
+      sendFrames: (ifindex, frames) => void sendFrames(ifindex, frames),
+      events: eventSink(kc, 'ferry', cfg.nodeName),
+      metrics,
+      log: log.child({ part: 'l2' }),
+      leaseDurationMs: cfg.l2LeaseDurationSeconds * 1000,
+      renewIntervalMs: cfg.l2RenewIntervalMs,
+      stopHoldMs: cfg.l2StopHoldSeconds * 1000,
+    });
+    const synced = [services, slices, nodes] as unknown as Watcher<never>[];
+    const watchers = [...synced, policies, leases] as unknown as Watcher<never>[];
+    const agent = new Agent(cfg, log, datapath, reconciler, writer, metrics, watchers, serviceHealth, announcer);
     try {
       for (const w of watchers) w.start();
       // Never act on a partial cache.
-      await Promise.all(watchers.map((w) => w.synced));
+      await Promise.all(synced.map((w) => w.synced));
       await reconciler.syncNow();
       reconciler.start();
       log.info({ ms: Date.now() - started, services: services.list().length, slices: slices.list().length, frontends: reconciler.last?.frontends.length ?? 0 }, 'initial sync done');
@@ -149,6 +207,7 @@ export class Agent {
       agent.collect(); // and so the map fill is known before the first scrape
       agent.gcTimer = setInterval(() => agent.collect(), cfg.ctGcIntervalSeconds * 1000);
       agent.gcTimer.unref();
+      announcer.start();
     } catch (e) {
       await agent.stop();
       throw e;
@@ -183,12 +242,13 @@ export class Agent {
   }
 
   /** What /status answers: the last sync, and what could not be programmed. */
-  status(): { node: string; lastSync: string | undefined; unprogrammed: WriteFailure[]; conflicts: number } {
+  status(): { node: string; lastSync: string | undefined; unprogrammed: WriteFailure[]; conflicts: number; l2: ReturnType<Announcer['status']> } {
     return {
       node: this.cfg.nodeName,
       lastSync: this.reconciler.syncs > 0 ? new Date(this.reconciler.lastSyncAt).toISOString() : undefined,
       unprogrammed: this.reconciler.failures.slice(0, 100),
       conflicts: this.reconciler.last?.conflicts.length ?? 0,
+      l2: this.announcer.status().slice(0, 1000),
     };
   }
 
@@ -213,6 +273,8 @@ export class Agent {
   /** Stop watching and serving; leave the datapath running (pinned) for the next agent. */
   async stop(): Promise<void> {
     if (this.gcTimer) clearInterval(this.gcTimer);
+    // First, so the addresses this node answers for are held over the restart.
+    await this.announcer.stop();
     await Promise.all(this.watchers.map((w) => w.stop()));
     await this.reconciler.stop();
     await this.serviceHealth.close();

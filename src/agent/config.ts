@@ -38,6 +38,13 @@ export interface AgentConfig {
   icmpRatePerSec: number;
   icmpBurst: number;
   mapSizes: MapSizes;
+  /** Where the agent's Leases live (L2 heartbeats): its own namespace. */
+  namespace: string;
+  /** L2 announcements: a node whose heartbeat has not changed for this long is taken for dead. */
+  l2LeaseDurationSeconds: number;
+  l2RenewIntervalMs: number;
+  /** On a clean stop the agent's addresses stay its own this long (a restart moves none). */
+  l2StopHoldSeconds: number;
   logLevel: LogLevel;
 }
 
@@ -65,6 +72,10 @@ export const DEFAULT_CONFIG: AgentConfig = {
   icmpRatePerSec: 1000,
   icmpBurst: 50,
   mapSizes: DEFAULT_MAP_SIZES,
+  namespace: 'kube-system',
+  l2LeaseDurationSeconds: 2,
+  l2RenewIntervalMs: 500,
+  l2StopHoldSeconds: 10,
   logLevel: 'info',
 };
 
@@ -75,6 +86,10 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
     if (value === undefined) continue;
     const where = `${key} (from ${source})`;
     switch (key) {
+      case 'namespace':
+        if (typeof value !== 'string' || !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(value)) throw bad(where, `is ${JSON.stringify(value)}`, 'a namespace name');
+        out.namespace = value;
+        break;
       case 'nodeName':
       case 'kubeconfig':
       case 'pinDir':
@@ -110,6 +125,9 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
         out.maglevTableSize = n;
         break;
       }
+      case 'l2LeaseDurationSeconds':
+      case 'l2RenewIntervalMs':
+      case 'l2StopHoldSeconds':
       case 'syncPeriodSeconds':
       case 'minSyncPeriodMs':
       case 'ctGcIntervalSeconds':
@@ -121,6 +139,7 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
         const ranges: Record<string, [number, number]> = {
           syncPeriodSeconds: [1, 86400], minSyncPeriodMs: [0, 60000], ctGcIntervalSeconds: [1, 3600], hashSeed: [0, 2 ** 32 - 1], snatPortMin: [1024, 65535], snatPortMax: [1024, 65535],
           icmpRatePerSec: [1, 1_000_000], icmpBurst: [1, 1_000_000],
+          l2LeaseDurationSeconds: [1, 300], l2RenewIntervalMs: [100, 60_000], l2StopHoldSeconds: [0, 3600],
         };
         const [lo, hi] = ranges[key]!;
         out[key] = integerSetting(where, value, lo, hi);
@@ -146,6 +165,7 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
         throw bad(key, `is not a setting (from ${source})`, `settings: ${Object.keys(DEFAULT_CONFIG).join(', ')}`);
     }
   }
+  if (out.l2RenewIntervalMs * 2 > out.l2LeaseDurationSeconds * 1000) throw bad('l2RenewIntervalMs', `${out.l2RenewIntervalMs} ms against a lease of ${out.l2LeaseDurationSeconds} s`, 'at most half the lease duration, so that one lost renew is not taken for death');
   if (out.snatPortMin > out.snatPortMax) throw bad('snatPortMin', `${out.snatPortMin} is above snatPortMax ${out.snatPortMax}`, 'min ≤ max');
   return out;
 }
@@ -157,6 +177,8 @@ export function configFromEnv(env: NodeJS.ProcessEnv): Record<string, unknown> {
 
 export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv; flags?: Record<string, unknown> }): AgentConfig {
   let cfg = DEFAULT_CONFIG;
+  // In a pod, its namespace (downward API) is where the agent's Leases go, unless set.
+  if (opts.env?.POD_NAMESPACE) cfg = mergeConfig(cfg, { namespace: opts.env.POD_NAMESPACE }, 'POD_NAMESPACE');
   if (opts.file) cfg = mergeConfig(cfg, readConfigFile(opts.file), opts.file);
   cfg = mergeConfig(cfg, configFromEnv(opts.env ?? {}), 'environment');
   cfg = mergeConfig(cfg, opts.flags ?? {}, 'flags');

@@ -3,14 +3,29 @@
 // reads, formats and prints.
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
-import { CoreV1Api, CustomObjectsApi } from '@kubernetes/client-node';
+import { CoordinationV1Api, CoreV1Api, CustomObjectsApi } from '@kubernetes/client-node';
 import { parseAllDocuments, stringify } from 'yaml';
 import { ErrorCode, FerryError } from '../errors.js';
-import { addressRows, poolRows } from '../ipam/lb-view.js';
+import { addressRows, poolRows, type AnnouncerClaim } from '../ipam/lb-view.js';
+import { HEARTBEAT_KIND, HEARTBEAT_LABEL, readHeartbeat } from '../announce/heartbeats.js';
 import { migrate } from '../ipam/migrate.js';
 import { POOL_GROUP, POOL_PLURAL, POOL_VERSION, type PoolObject } from '../ipam/pool-resource.js';
 import { kubeConfig } from '../k8s/client.js';
 import { table } from './table.js';
+
+/** The nodes' heartbeat Leases (L2 announcements) in `namespace`: who claims which address. */
+async function readClaims(kc: ReturnType<typeof kubeConfig>, namespace: string): Promise<AnnouncerClaim[]> {
+  try {
+    const leases = await kc.makeApiClient(CoordinationV1Api).listNamespacedLease({ namespace, labelSelector: `${HEARTBEAT_LABEL}=${HEARTBEAT_KIND}` });
+    const now = Date.now();
+    return leases.items.flatMap((l) => {
+      const hb = readHeartbeat(l);
+      return hb ? [{ node: hb.node, addresses: hb.claims, ageSeconds: hb.renewedAt ? (now - hb.renewedAt) / 1000 : Infinity, durationSeconds: hb.durationMs / 1000 }] : [];
+    });
+  } catch {
+    return []; // no access to the Leases: the column stays empty
+  }
+}
 
 async function readCluster(kubeconfig: string | undefined) {
   const kc = kubeConfig(kubeconfig ?? '', 'default');
@@ -20,7 +35,7 @@ async function readCluster(kubeconfig: string | undefined) {
       kc.makeApiClient(CoreV1Api).listServiceForAllNamespaces(),
       kc.makeApiClient(CustomObjectsApi).listClusterCustomObject({ group: POOL_GROUP, version: POOL_VERSION, plural: POOL_PLURAL }) as Promise<{ items: PoolObject[] }>,
     ]);
-    return { services: services.items, pools: pools.items };
+    return { kc, services: services.items, pools: pools.items };
   } catch (e) {
     const code = (e as { code?: number }).code;
     throw new FerryError({ code: ErrorCode.Config, op, cause: (e as Error).message, hint: code === 404 ? 'is the LoadBalancerIPPool CRD installed? kubectl apply -f deploy/crds/' : 'check --kubeconfig and that the API server is reachable' });
@@ -36,17 +51,18 @@ function print(format: string, rows: Array<Record<string, string>>, empty: strin
 export function registerLb(program: Command): void {
   const lb = program.command('lb').description('LoadBalancer addresses and pools (from the API server)');
   lb.command('list')
-    .description('every LoadBalancer address: its pool, the Services sharing it, their ports; then Services still waiting and why')
+    .description('every LoadBalancer address: its pool, the Services sharing it, their ports, the node announcing it; then Services still waiting and why')
     .option('--kubeconfig <file>', 'kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)')
+    .option('--namespace <ns>', 'the agents\' namespace (their heartbeat Leases)', 'kube-system')
     .option('-o, --output <format>', 'table or json', 'table')
-    .action(async (o: { kubeconfig?: string; output: string }) => {
-      const { services, pools } = await readCluster(o.kubeconfig);
-      const { addresses, waiting } = addressRows(services, pools);
+    .action(async (o: { kubeconfig?: string; namespace: string; output: string }) => {
+      const { kc, services, pools } = await readCluster(o.kubeconfig);
+      const { addresses, waiting } = addressRows(services, pools, await readClaims(kc, o.namespace));
       if (o.output === 'json') {
         process.stdout.write(`${JSON.stringify({ addresses, waiting }, null, 2)}\n`);
         return;
       }
-      print('table', addresses.map((a) => ({ address: a.address, pool: a.pool, services: a.services.join(','), ports: a.ports.join(','), 'traffic-policy': a.trafficPolicy })), '(no LoadBalancer address given)');
+      print('table', addresses.map((a) => ({ address: a.address, pool: a.pool, services: a.services.join(','), ports: a.ports.join(','), 'traffic-policy': a.trafficPolicy, 'announced-by': a.announcedBy })), '(no LoadBalancer address given)');
       if (waiting.length) {
         process.stdout.write('\nwaiting:\n');
         print('table', waiting.map((w) => ({ service: w.service, reason: w.reason, message: w.message })), '');

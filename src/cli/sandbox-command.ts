@@ -8,7 +8,7 @@ import { pino } from 'pino';
 import { pidAlive } from '../sandbox/netns/registry.js';
 import { CGROUP_ANNOTATION, NETNS_ANNOTATION } from '../sandbox/controllers/workloads.js';
 import { SandboxApi } from '../sandbox/api-client.js';
-import { FERRY_BIN, Sandbox, stateDir, validateSandboxName, type ForwardingMode, type SandboxState } from '../sandbox/sandbox.js';
+import { FERRY_BIN, Sandbox, stateDir, validateSandboxName, type AnnounceMode, type ForwardingMode, type SandboxState } from '../sandbox/sandbox.js';
 
 const DEFAULT_NAME = 'ferry';
 
@@ -37,8 +37,10 @@ export function registerSandbox(program: Command): void {
     .option('--name <name>', 'sandbox name', DEFAULT_NAME)
     .option('--nodes <n>', 'number of nodes', '3')
     .option('--mode <mode>', 'forwarding mode: snat, dsr or hybrid', 'snat')
-    .action(async (o: { name: string; nodes: string; mode: string }) => {
+    .option('--announce <how>', 'how LoadBalancer addresses reach the nodes: routes (the router routes 10.0.100.0/24) or l2 (a pool in the node subnet, 10.0.30.200-250, answered by ARP)', 'routes')
+    .action(async (o: { name: string; nodes: string; mode: string; announce: string }) => {
       validateSandboxName(o.name);
+      if (!['routes', 'l2'].includes(o.announce)) throw new Error(`--announce ${o.announce}: use routes or l2`);
       const have = readState(o.name);
       if (have && pidAlive(have.pid) && have.ready) {
         process.stdout.write(`sandbox "${o.name}" is already up\n`);
@@ -47,7 +49,7 @@ export function registerSandbox(program: Command): void {
       }
       const log = join('/tmp', `ferry-sandbox-${o.name}.log`);
       const fd = openSync(log, 'w');
-      const child = spawn(process.execPath, [FERRY_BIN, 'sandbox', 'run', '--name', o.name, '--nodes', o.nodes, '--mode', o.mode], { detached: true, stdio: ['ignore', fd, fd] });
+      const child = spawn(process.execPath, [FERRY_BIN, 'sandbox', 'run', '--name', o.name, '--nodes', o.nodes, '--mode', o.mode, '--announce', o.announce], { detached: true, stdio: ['ignore', fd, fd] });
       closeSync(fd);
       child.unref();
       const deadline = Date.now() + 120_000;
@@ -70,9 +72,10 @@ export function registerSandbox(program: Command): void {
     .option('--name <name>', 'sandbox name', DEFAULT_NAME)
     .option('--nodes <n>', 'number of nodes', '3')
     .option('--mode <mode>', 'forwarding mode', 'snat')
-    .action(async (o: { name: string; nodes: string; mode: string }) => {
+    .option('--announce <how>', 'routes or l2', 'routes')
+    .action(async (o: { name: string; nodes: string; mode: string; announce: string }) => {
       const log = pino({ level: 'info', base: { component: 'ferry-sandbox', sandbox: o.name } });
-      const s = await Sandbox.up({ name: o.name, nodes: Number(o.nodes), mode: o.mode as ForwardingMode, log });
+      const s = await Sandbox.up({ name: o.name, nodes: Number(o.nodes), mode: o.mode as ForwardingMode, log, announce: o.announce as AnnounceMode });
       log.info({ prefix: s.tb.prefix }, 'sandbox up');
       await new Promise<void>((resolve) => {
         process.once('SIGTERM', () => resolve());
@@ -211,5 +214,6 @@ function printSummary(s: SandboxState): void {
   process.stdout.write(`sandbox "${s.name}" (prefix ${s.prefix}, mode ${s.mode}, pid ${s.pid})\n`);
   process.stdout.write(`  router  10.0.10.1 (clients) / 10.0.30.1 (nodes), no default route\n  client  10.0.10.2\n`);
   for (const n of s.nodes) process.stdout.write(`  ${n.name}  ${n.ip}  pods ${n.podCidr}  pins ${n.pinDir}\n`);
-  process.stdout.write(`  LoadBalancer pool 10.0.100.0/24, Services 10.96.0.0/12\n  kubeconfig: ${s.kubeconfig}\n`);
+  const pool = s.announce === 'l2' ? '10.0.30.200-10.0.30.250 (in the node subnet, announced by ARP)' : '10.0.100.0/24 (routed by the router)';
+  process.stdout.write(`  LoadBalancer pool ${pool}, Services 10.96.0.0/12\n  kubeconfig: ${s.kubeconfig}\n`);
 }

@@ -15,6 +15,17 @@ export interface AddressRow {
   services: string[];
   ports: string[];
   trafficPolicy: string;
+  /** Who answers ARP for it (L2 announcements), as the nodes' heartbeats claim. */
+  announcedBy: string;
+}
+
+/** A node's claims, from its heartbeat: what it answers ARP for, and how fresh that is. */
+export interface AnnouncerClaim {
+  node: string;
+  addresses: readonly string[];
+  /** Seconds since the heartbeat was renewed, and the heartbeat's duration. */
+  ageSeconds: number;
+  durationSeconds: number;
 }
 
 export interface WaitingRow {
@@ -34,7 +45,7 @@ export interface PoolRow {
   message: string;
 }
 
-export function addressRows(services: readonly V1Service[], pools: readonly PoolObject[]): { addresses: AddressRow[]; waiting: WaitingRow[] } {
+export function addressRows(services: readonly V1Service[], pools: readonly PoolObject[], claims: readonly AnnouncerClaim[] = []): { addresses: AddressRow[]; waiting: WaitingRow[] } {
   const resolved = resolvePools(pools.map(poolInput));
   const byIp = new Map<string, AddressRow>();
   const waiting: WaitingRow[] = [];
@@ -48,7 +59,7 @@ export function addressRows(services: readonly V1Service[], pools: readonly Pool
       continue;
     }
     for (const ip of ips) {
-      const row = byIp.get(ip) ?? { address: ip, pool: (isIPv4(ip) && resolved.find((p) => !p.conflictWith && poolContains(p, ipToInt(ip)))?.name) || '-', services: [], ports: [], trafficPolicy: '' };
+      const row = byIp.get(ip) ?? { address: ip, pool: (isIPv4(ip) && resolved.find((p) => !p.conflictWith && poolContains(p, ipToInt(ip)))?.name) || '-', services: [], ports: [], trafficPolicy: '', announcedBy: announcedBy(ip, claims) };
       row.services.push(key);
       row.ports.push(...(s.spec.ports ?? []).map((p) => `${p.port}/${p.protocol ?? 'TCP'}`));
       const etp = s.spec.externalTrafficPolicy ?? 'Cluster';
@@ -58,6 +69,13 @@ export function addressRows(services: readonly V1Service[], pools: readonly Pool
   }
   const addresses = [...byIp.values()].sort((a, b) => (isIPv4(a.address) && isIPv4(b.address) ? ipToInt(a.address) - ipToInt(b.address) : a.address < b.address ? -1 : 1));
   return { addresses, waiting };
+}
+
+/** `node-2 (l2)`, or `node-2 (l2, stale 12s)` for a heartbeat past its duration; `-` when nobody claims it. */
+function announcedBy(ip: string, claims: readonly AnnouncerClaim[]): string {
+  const by = claims.filter((c) => c.addresses.includes(ip));
+  if (by.length === 0) return '-';
+  return by.map((c) => `${c.node} (l2${c.ageSeconds > c.durationSeconds ? `, stale ${Math.round(c.ageSeconds)}s` : ''})`).join(', ');
 }
 
 export function poolRows(pools: readonly PoolObject[]): PoolRow[] {

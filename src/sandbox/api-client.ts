@@ -9,6 +9,7 @@ const RESOURCES: Record<string, { path: string; namespaced: boolean; plural?: st
   Event: { path: '/api/v1', namespaced: true },
   CustomResourceDefinition: { path: '/apis/apiextensions.k8s.io/v1', namespaced: false },
   LoadBalancerIPPool: { path: '/apis/ferry.dev/v1alpha1', namespaced: false },
+  L2AnnouncementPolicy: { path: '/apis/ferry.dev/v1alpha1', namespaced: false, plural: 'l2announcementpolicies' },
 };
 const plural = (kind: string) => RESOURCES[kind]?.plural ?? `${kind.toLowerCase()}s`;
 

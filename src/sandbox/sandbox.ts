@@ -27,8 +27,16 @@ export const SANDBOX_STATE_ROOT = process.env.FERRY_SANDBOX_STATE ?? '/run/ferry
 const PACKAGE_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const FERRY_BIN = join(PACKAGE_ROOT, 'bin', 'ferry.js');
 export const POOL_CRD = join(PACKAGE_ROOT, 'deploy', 'crds', 'loadbalancerippools.yaml');
-/** The sandbox's default pool (the router routes these addresses to the nodes). */
+export const L2_POLICY_CRD = join(PACKAGE_ROOT, 'deploy', 'crds', 'l2announcementpolicies.yaml');
+/**
+ * The sandbox's default pool: routed to the nodes by the router, or (--announce l2) in the
+ * node subnet, reached by ARP alone.
+ */
 export const DEFAULT_POOL = { name: 'default', cidr: '10.0.100.0/24' };
+export const L2_POOL = { name: 'default', start: '10.0.30.200', stop: '10.0.30.250' };
+
+/** How LoadBalancer addresses reach the nodes: routes on the router, or ARP answered by ferry. */
+export type AnnounceMode = 'routes' | 'l2';
 export const OPERATOR_NAMESPACE = 'kube-system';
 
 export type ForwardingMode = 'snat' | 'dsr' | 'hybrid';
@@ -42,6 +50,8 @@ export interface SandboxOptions {
   agentEnv?: Record<string, string>;
   /** Extra environment for the operator replicas. */
   operatorEnv?: Record<string, string>;
+  /** routes (default): the router routes the pool to the nodes; l2: the pool is in the node subnet and ferry answers ARP. */
+  announce?: AnnounceMode;
 }
 
 export interface SandboxState {
@@ -49,6 +59,7 @@ export interface SandboxState {
   prefix: string;
   pid: number;
   mode: ForwardingMode;
+  announce: AnnounceMode;
   kubeconfig: string;
   apiUrl: string;
   nodes: Array<{ name: string; ip: string; podCidr: string; netns: string; cgroup: string; pinDir: string }>;
@@ -92,7 +103,8 @@ export class Sandbox {
     this.kubeconfig = join(this.dir, 'kubeconfig');
     this.agentKubeconfig = join(this.dir, 'kubeconfig-nodes');
     this.kubelet = new Kubelet({ store, net, log: opts.log.child({ controller: 'kubelet' }) });
-    this.lbRoutes = new LoadBalancerRoutes(store, net);
+    // With L2 announcements the router reaches the node subnet's pool by ARP alone.
+    this.lbRoutes = new LoadBalancerRoutes(store, net, opts.announce === 'l2' ? NODE_NET.cidr : undefined);
   }
 
   static async up(opts: SandboxOptions): Promise<Sandbox> {
@@ -163,15 +175,20 @@ export class Sandbox {
     throw new Error(`agent on ${node.name} did not start:\n${p.output().slice(-4000)}`);
   }
 
-  /** The pool CRD (as deploy/ has it, through the API as kubectl would) and the default pool. */
+  /** The CRDs (as deploy/ has them, through the API as kubectl would), the default pool and, with L2, its policy. */
   private async installLbIpam(): Promise<void> {
     const api = new SandboxApi(this.api.alsoUrl!);
-    const crd = await api.call('POST', api.url('CustomResourceDefinition', ''), parseYaml(readFileSync(POOL_CRD, 'utf8')));
-    if (crd.status >= 300) throw new Error(`install the pool CRD: ${String(crd.json.message)}`);
-    const pool = await api.call('POST', api.url('LoadBalancerIPPool', ''), {
-      apiVersion: 'ferry.dev/v1alpha1', kind: 'LoadBalancerIPPool', metadata: { name: DEFAULT_POOL.name }, spec: { blocks: [{ cidr: DEFAULT_POOL.cidr }] },
+    const post = async (what: string, kind: string, body: unknown) => {
+      const r = await api.call('POST', api.url(kind, ''), body);
+      if (r.status >= 300) throw new Error(`${what}: ${String(r.json.message)}`);
+    };
+    for (const crd of [POOL_CRD, L2_POLICY_CRD]) await post(`install ${crd}`, 'CustomResourceDefinition', parseYaml(readFileSync(crd, 'utf8')));
+    const l2 = this.opts.announce === 'l2';
+    await post('create the default pool', 'LoadBalancerIPPool', {
+      apiVersion: 'ferry.dev/v1alpha1', kind: 'LoadBalancerIPPool', metadata: { name: DEFAULT_POOL.name },
+      spec: { blocks: [l2 ? { start: L2_POOL.start, stop: L2_POOL.stop } : { cidr: DEFAULT_POOL.cidr }] },
     });
-    if (pool.status >= 300) throw new Error(`create the default pool: ${String(pool.json.message)}`);
+    if (l2) await post('create the L2 policy', 'L2AnnouncementPolicy', { apiVersion: 'ferry.dev/v1alpha1', kind: 'L2AnnouncementPolicy', metadata: { name: 'default' }, spec: { interfaces: ['eth0'] } });
   }
 
   /** Start a `ferry operator` replica in a node's host namespace, as a Deployment's pod would run. */
@@ -254,6 +271,7 @@ export class Sandbox {
       prefix: this.tb.prefix,
       pid: process.pid,
       mode: this.opts.mode,
+      announce: this.opts.announce ?? 'routes',
       kubeconfig: this.kubeconfig,
       apiUrl: this.api.alsoUrl!,
       nodes: this.net.nodes.map((n) => ({ name: n.name, ip: n.ip, podCidr: n.podCidr, netns: n.host.netns, cgroup: n.host.cgroup, pinDir: this.pinDir(n) })),

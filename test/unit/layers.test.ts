@@ -1,8 +1,8 @@
 // The layer rules of ../shared/design.md, read off the import graph of src/: cli → agent →
 // datapath → ebpf, with model and k8s beside datapath; cli → operator → ipam and k8s;
-// model and ipam do no I/O; ebpf knows no Kubernetes; nothing outside datapath/ writes a
-// map; the agent's command loads no sandbox or test code; nothing in src/ imports test/
-// or bench/.
+// agent → announce → ipam; model, ipam and announce do no I/O; ebpf knows no Kubernetes;
+// nothing outside datapath/ writes a map; the agent's command loads no sandbox or test
+// code; nothing in src/ imports test/ or bench/.
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -50,12 +50,13 @@ const ALLOWED: Record<string, string[]> = {
   ebpf: ['errors', 'sys'],
   model: ['packet', 'errors'],
   ipam: ['errors'],
+  announce: ['ipam', 'errors'],
   k8s: ['model', 'clock', 'errors'],
   datapath: ['ebpf', 'model', 'packet', 'sys', 'errors'],
   build: ['errors'],
-  agent: ['datapath', 'model', 'k8s', 'packet', 'sys', 'clock', 'config-file', 'errors'],
+  agent: ['datapath', 'model', 'k8s', 'announce', 'packet', 'sys', 'clock', 'config-file', 'errors'],
   operator: ['ipam', 'k8s', 'sys', 'clock', 'config-file', 'errors'],
-  cli: ['agent', 'operator', 'ipam', 'datapath', 'model', 'k8s', 'build', 'packet', 'sys', 'errors', 'sandbox'],
+  cli: ['agent', 'operator', 'ipam', 'announce', 'datapath', 'model', 'k8s', 'build', 'packet', 'sys', 'errors', 'sandbox'],
   sandbox: ['agent', 'operator', 'datapath', 'model', 'k8s', 'ebpf', 'packet', 'sys', 'clock', 'errors'],
 };
 
@@ -89,7 +90,7 @@ export function violations(sources: Map<string, string>): string[] {
         if (MAP_OPENERS.has(i.to) && layer !== 'datapath' && layer !== 'ebpf' && !i.typeOnly) out.push(`${file}:${i.line}: only datapath/ opens maps (${i.to})`);
       } else if (layer === 'ebpf' && i.to.startsWith('@kubernetes/')) {
         out.push(`${file}:${i.line}: ebpf/ knows no Kubernetes (${i.to})`);
-      } else if ((layer === 'model' || layer === 'ipam') && IO_MODULES.test(i.to) && !i.typeOnly) {
+      } else if ((layer === 'model' || layer === 'ipam' || layer === 'announce') && IO_MODULES.test(i.to) && !i.typeOnly) {
         const lineText = sources.get(file)!.split('\n')[i.line - 1]!.trim();
         if (!PURE_NET_HELPERS.test(lineText)) out.push(`${file}:${i.line}: ${layer}/ does no I/O (${i.to})`);
       }

@@ -1,7 +1,8 @@
-// How traffic for LoadBalancer addresses reaches the sandbox's nodes until ferry announces
-// them (ARP, BGP): a route on the router for each address in a Service's status (written
-// by `ferry operator`), to the nodes that should receive it: every node for ETP=Cluster,
-// for ETP=Local the nodes with a ready local endpoint; ECMP when several.
+// How traffic for LoadBalancer addresses reaches the sandbox's nodes where ferry does not
+// announce them: a route on the router for each address in a Service's status (written by
+// `ferry operator`), to the nodes that should receive it: every node for ETP=Cluster, for
+// ETP=Local the nodes with a ready local endpoint; ECMP when several. Addresses in the
+// subnet ferry announces by ARP (--announce l2) get no route: ARP alone reaches them.
 import type { KObject, Store } from '../apiserver/store.js';
 import type { ClusterNetwork } from '../network.js';
 
@@ -17,7 +18,17 @@ export class LoadBalancerRoutes {
   constructor(
     private readonly store: Store,
     private readonly net: ClusterNetwork,
+    /** A CIDR whose addresses are announced by ARP, not routed. */
+    private readonly announcedByArp?: string,
   ) {}
+
+  private arpReached(ip: string): boolean {
+    if (!this.announcedByArp) return false;
+    const [base = '', bits = '32'] = this.announcedByArp.split('/');
+    const n = (a: string) => a.split('.').reduce((x, o) => x * 256 + Number(o), 0);
+    const size = 2 ** (32 - Number(bits));
+    return Math.floor(n(ip) / size) === Math.floor(n(base) / size);
+  }
 
   async reconcile(): Promise<void> {
     const want = new Map<string, string[]>();
@@ -26,7 +37,7 @@ export class LoadBalancerRoutes {
       if ((s.spec as Spec).externalTrafficPolicy === 'Local') nodes = nodes.filter((n) => this.localEndpointNodes(s).has(n));
       for (const i of (s.status as Status)?.loadBalancer?.ingress ?? []) {
         // Shared addresses: the union of the nodes each Service on it wants.
-        if (i.ip && IPV4.test(i.ip)) want.set(i.ip, [...new Set([...(want.get(i.ip) ?? []), ...nodes])].sort());
+        if (i.ip && IPV4.test(i.ip) && !this.arpReached(i.ip)) want.set(i.ip, [...new Set([...(want.get(i.ip) ?? []), ...nodes])].sort());
       }
     }
     for (const [ip, nodes] of want) {
