@@ -33,7 +33,14 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *skb)
 {
 	struct pkt4 p;
 	struct lb4_service *svc;
-	int rc = parse_ipv4(skb, &p);
+	int rc;
+
+	/* A frame for another host's MAC (a switch flooding an unknown destination, a port in
+	 * promiscuous mode): the kernel would drop it, and so must ferry, or two nodes would
+	 * answer the same packet. */
+	if (skb->pkt_type == PACKET_OTHERHOST)
+		return TC_ACT_UNSPEC;
+	rc = parse_ipv4(skb, &p);
 
 	if (rc == PARSE_NOT_IPV4)
 		return arp_respond(skb);

@@ -21,6 +21,10 @@
 #define AF_INET 2
 #endif
 
+#ifndef PACKET_OTHERHOST
+#define PACKET_OTHERHOST 3 /* skb->pkt_type: addressed to another host (linux/if_packet.h) */
+#endif
+
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 

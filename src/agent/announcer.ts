@@ -78,6 +78,8 @@ export class Announcer {
   private renewAgain = false;
   private lastFailureLog = 0;
   private reportedPolicyErrors = '';
+  /** The last node seen claiming each address: whom a takeover took it from. */
+  private readonly lastClaimer = new Map<string, string>();
 
   constructor(private readonly d: AnnouncerDeps) {
     this.clock = d.clock ?? systemClock;
@@ -133,9 +135,12 @@ export class Announcer {
     if (this.lastRenewOk === undefined && this.owned.size === 0) this.adoptOwnHeartbeat(now);
 
     const heartbeats = this.view.heartbeats();
+    for (const h of heartbeats) for (const address of h.claims) this.lastClaimer.set(address, h.node);
     const devices = new Map(heartbeats.map((h) => [h.node, h.devices]));
     devices.set(this.d.nodeName, myDevices);
     const all = announcements({ services: this.d.source.services(), slices: this.d.source.slices(), nodes: this.d.source.nodes(), policies, devices });
+    const announced = new Set(all.map((a) => a.address));
+    for (const address of [...this.lastClaimer.keys()]) if (!announced.has(address)) this.lastClaimer.delete(address);
     const live = this.view.live(now);
     live.delete(this.d.nodeName);
     const claims = new Map(heartbeats.filter((h) => h.node !== this.d.nodeName).map((h) => [h.node, new Set(h.claims)]));
@@ -204,7 +209,9 @@ export class Announcer {
   }
 
   private tookOver(a: Announcement, heartbeats: ReturnType<HeartbeatView['heartbeats']>, live: Set<string>): void {
-    const previous = heartbeats.find((h) => h.node !== this.d.nodeName && h.claims.includes(a.address));
+    const claimer = heartbeats.find((h) => h.node !== this.d.nodeName && h.claims.includes(a.address))?.node ?? this.lastClaimer.get(a.address);
+    const previous = claimer && claimer !== this.d.nodeName ? { node: claimer } : undefined;
+    this.lastClaimer.set(a.address, this.d.nodeName);
     const why = !previous ? 'it had no owner'
       : !live.has(previous.node) ? `${previous.node} stopped renewing its heartbeat (its agent is down, or it is cut off)`
       : `${previous.node} can no longer answer for it${a.local ? ' (no ready endpoint there)' : ' (not selected any more)'}`;

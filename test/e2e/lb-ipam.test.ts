@@ -15,19 +15,15 @@ import { exec } from '../../src/sys/exec.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
 import { udpEcho } from '../harness/traffic.js';
+import { kubectlFor } from '../harness/kubectl.js';
 import { eventually } from '../harness/wait.js';
 
 const FERRY = join(REPO_ROOT, 'bin', 'ferry.js');
 let sb: Sandbox;
 let api: SandboxApi;
 
-// Asynchronously: the sandbox's API server runs in this process.
-const kubectl = async (args: string[], input?: string) => {
-  const validating = ['apply', 'create'].includes(args[0]!) ? ['--validate=false'] : [];
-  const r = await exec('kubectl', ['--kubeconfig', sb.kubeconfig, ...args, ...validating], { input, timeoutMs: 30_000 });
-  return { code: r.code, out: r.stdout, err: r.stderr };
-};
-const apply = (yaml: string) => kubectl(['apply', '-f', '-'], yaml);
+const kubectl = kubectlFor(() => sb.kubeconfig);
+const apply = kubectl.apply;
 type Svc = { metadata: { name: string; namespace: string }; status?: { loadBalancer?: { ingress?: Array<{ ip: string; ipMode?: string }> }; conditions?: Array<{ type: string; status: string; reason: string; message: string }> } };
 const getSvc = async (name: string, ns = 'default'): Promise<Svc> => JSON.parse((await kubectl(['get', 'svc', '-n', ns, name, '-o', 'json'])).out || '{}') as Svc;
 const ipOf = async (name: string, ns = 'default') => ((await getSvc(name, ns)).status?.loadBalancer?.ingress ?? []).map((i) => i.ip).join(',');
