@@ -14,6 +14,7 @@ import type { BpfMap } from '../ebpf/map.js';
 import { BpfObject } from '../ebpf/object.js';
 import { readPinnedArrayValue } from '../ebpf/pinned.js';
 import { testRun } from '../ebpf/test-run.js';
+import { interfaceInfo } from '../sys/interfaces.js';
 import { skbContext } from '../ebpf/skb-context.js';
 import { buildPacket, eth, ipv4, tcp, udp } from '../packet/build.js';
 import { decodePacket } from '../packet/decode.js';
@@ -171,7 +172,8 @@ function explainPacket(r: ExplainRequest, live: DatapathReader): Explanation {
     const run = () => {
       const ifindex = ifindexOf(r.device);
       const l4 = proto === 6 ? tcp({ sport: r.sport, dport: r.dport, flags: ct ? 'A' : 'S' }) : udp({ sport: r.sport, dport: r.dport });
-      const data = buildPacket([eth(), ipv4({ src: r.src, dst: r.dst, ttl: 64 }), l4]);
+      // Addressed to the device, as a packet from outside would be (the program leaves frames for other hosts alone).
+      const data = buildPacket([eth({ dst: interfaceInfo(r.device).mac }), ipv4({ src: r.src, dst: r.dst, ttl: 64 }), l4]);
       return testRun(twin.program('tc_ingress'), { data, ctx: skbContext({ ifindex }) });
     };
     const res = r.netns ? inNetns(r.netns, run) : run();

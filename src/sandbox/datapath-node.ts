@@ -22,7 +22,8 @@ export const OTHER_NODE_IP = '10.0.30.22';
 export const ROUTER_IP = '10.0.30.1';
 export const ROUTER_MAC = '02:00:00:00:30:01';
 export const OTHER_NODE_MAC = '02:00:00:00:30:22';
-export const NODE_MAC = '02:00:00:00:30:21';
+/** The packet builder's default destination MAC, so that a frame built with eth() is addressed to this node. */
+export const NODE_MAC = '02:00:00:00:00:02';
 export const CLIENT_IP = '10.0.10.2';
 export const LOCAL_POD_CIDR = '10.244.1.0/24';
 export const REMOTE_POD_CIDR = '10.244.2.0/24';
