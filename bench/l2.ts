@@ -76,14 +76,16 @@ async function failovers(): Promise<{ kill: number[]; cut: number[] }> {
     const node = (name: string): NodeInfo => sb.net.nodes.find((n) => n.name === name)!;
     /** Ask by ARP from the router until one node answers: the owner. */
     const owner = async () => until('an owner', async () => {
-      await sb.net.router.exec(['arping', '-c', '1', '-w', '1', '-I', 'nodes', ip]);
-      const mac = await neighbour();
+      const r = await sb.net.router.exec(['arping', '-c', '1', '-w', '1', '-I', 'nodes', ip]);
+      const mac = /reply from \S+ \[([0-9A-F:]+)\]/i.exec(r.stdout)?.[1]?.toLowerCase();
       return [...macs].find(([, m]) => m === mac)?.[0];
     }, (o) => o !== undefined, 20_000, 200);
     const out = { kill: [] as number[], cut: [] as number[] };
     for (const how of ['kill', 'cut'] as const) {
       for (let r = 0; r < REPEAT; r++) {
         const was = (await owner())!;
+        // The router must know the address first (a takeover is a change of its neighbour entry).
+        await sb.net.router.exec(['ping', '-c', '1', '-W', '1', ip]);
         const t0 = Date.now();
         if (how === 'kill') process.kill(sb.agents.get(was)!.pid, 'SIGKILL');
         else await sb.net.setNodeConnected(node(was), false);

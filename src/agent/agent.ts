@@ -18,11 +18,11 @@ import { HEARTBEAT_KIND, HEARTBEAT_LABEL } from '../announce/heartbeats.js';
 import { L2_POLICY_PATH, type L2PolicyObject } from '../announce/policy.js';
 import { L2AddressWriter } from '../datapath/l2-announcements.js';
 import { interfaceInfo } from '../sys/interfaces.js';
-import { sendFrames } from '../sys/packet-socket.js';
+import { FrameSender } from '../sys/packet-socket.js';
 import { Announcer } from './announcer.js';
 import { HeartbeatWriter } from './heartbeat-writer.js';
 import { netnsCookie } from '../sys/socket.js';
-import { eventSink } from '../k8s/events.js';
+import { EventQueue, eventSink, type EventSink } from '../k8s/events.js';
 import { Watcher } from '../k8s/watcher.js';
 import { nodeView } from '../model/desired.js';
 import type { AgentConfig } from './config.js';
@@ -37,9 +37,19 @@ export function agentLogger(level: string): Logger {
 
 const NODE_RETRY_MS = 1000;
 
+/** Events through a bounded queue (1000 waiting, 4 at a time; the rest dropped, logged at debug). */
+function boundedEvents(sink: EventSink, log: Logger): EventSink {
+  const q = new EventQueue(sink, { max: 1000, concurrency: 4, onDropped: () => log.debug('an Event was dropped: too many waiting'), onError: (e) => log.debug({ err: (e as Error).message }, 'could not post an event') });
+  return {
+    warn: async (obj, reason, message) => q.post(obj, 'Warning', reason, message),
+    normal: async (obj, reason, message) => q.post(obj, 'Normal', reason, message),
+  };
+}
+
 export class Agent {
   private readonly servers: Server[] = [];
   private gcTimer: NodeJS.Timeout | undefined;
+  private frameSender: FrameSender | undefined;
   /** ct4 and nat4 fill as the last GC pass saw it. */
   private sampledFill: Record<string, number> = {};
   private constructor(
@@ -171,6 +181,7 @@ export class Agent {
       extraNodeAddresses: cfg.nodePortAddresses,
       nodeName: cfg.nodeName,
     });
+    const frameSender = new FrameSender();
     announcer = new Announcer({
       nodeName: cfg.nodeName,
       devices: cfg.devices.flatMap((d) => {
@@ -181,11 +192,12 @@ export class Agent {
           return [];
         }
       }),
-      source: { services: () => services.list(), slices: () => slices.list(), nodes: () => nodes.list(), policies: () => policies.list(), synced: () => policies.hasSynced && leases.hasSynced },
+      source: { services: () => services.list(), service: (ns, name) => services.get(ns, name), slices: () => slices.list(), nodes: () => nodes.list(), policies: () => policies.list(), synced: () => policies.hasSynced && leases.hasSynced },
       heartbeat: new HeartbeatWriter(json, cfg.namespace, cfg.nodeName),
       l2: new L2AddressWriter(datapath.maps.l2_owned),
-      sendFrames: (ifindex, frames) => void sendFrames(ifindex, frames),
-      events: eventSink(kc, 'ferry', cfg.nodeName),
+      sendFrames: (ifindex, frames) => void frameSender.send(ifindex, frames),
+      // Bounded: a thousand addresses taken over at once must not be a thousand requests at once.
+      events: boundedEvents(eventSink(kc, 'ferry', cfg.nodeName), log),
       metrics,
       log: log.child({ part: 'l2' }),
       leaseDurationMs: cfg.l2LeaseDurationSeconds * 1000,
@@ -195,6 +207,7 @@ export class Agent {
     const synced = [services, slices, nodes] as unknown as Watcher<never>[];
     const watchers = [...synced, policies, leases] as unknown as Watcher<never>[];
     const agent = new Agent(cfg, log, datapath, reconciler, writer, metrics, watchers, serviceHealth, announcer);
+    agent.frameSender = frameSender;
     try {
       for (const w of watchers) w.start();
       // Never act on a partial cache.
@@ -275,6 +288,7 @@ export class Agent {
     if (this.gcTimer) clearInterval(this.gcTimer);
     // First, so the addresses this node answers for are held over the restart.
     await this.announcer.stop();
+    this.frameSender?.close();
     await Promise.all(this.watchers.map((w) => w.stop()));
     await this.reconciler.stop();
     await this.serviceHealth.close();

@@ -25,6 +25,7 @@ export const GARP_SCHEDULE_MS = [0, 500, 1000, 2000, 4000];
 
 export interface AnnouncerSource {
   services(): readonly V1Service[];
+  service?(namespace: string, name: string): V1Service | undefined;
   slices(): readonly V1EndpointSlice[];
   nodes(): readonly V1Node[];
   policies(): readonly L2PolicyObject[];
@@ -70,7 +71,8 @@ export class Announcer {
   /** Back from being cut off, until then: this node's claims yield (election.ts). */
   private recoveringUntil = 0;
   private timer: Timer | undefined;
-  private readonly garpTimers = new Set<Timer>();
+  private garpTimer: Timer | undefined;
+  private garpDue: Array<{ address: string; at: number }> = [];
   private active = false;
   private stopped = false;
   private started = false;
@@ -179,6 +181,7 @@ export class Announcer {
     this.owned = next;
     this.program();
     this.d.metrics.l2Owned.set(this.owned.size);
+    if (this.garpDue.length) this.sendDueGarps();
 
     if (this.active && (claimsChanged || now - this.lastRenewTry >= this.d.renewIntervalMs)) void this.renew();
     const expiry = this.view.nextExpiry(now);
@@ -220,32 +223,39 @@ export class Announcer {
     if (previous) this.d.metrics.l2Moves.inc();
     for (const key of a.services) {
       const [namespace = '', name = ''] = key.split('/');
-      const uid = this.d.source.services().find((s) => s.metadata?.namespace === namespace && s.metadata?.name === name)?.metadata?.uid;
+      const uid = this.d.source.service?.(namespace, name)?.metadata?.uid;
       this.d.events?.normal({ kind: 'Service', namespace, name, ...(uid ? { uid } : {}) }, previous ? 'L2AnnouncementMoved' : 'L2Announced', text).catch((e: Error) => this.d.log.debug({ err: e.message }, 'could not post an event'));
     }
     this.announce(a.address);
   }
 
-  /** Gratuitous ARPs on every device the address is answered on, while this node still owns it. */
+  /** Gratuitous ARPs on every device the address is answered on, on GARP_SCHEDULE_MS, while this node still owns it. */
   private announce(address: string): void {
-    for (const delay of GARP_SCHEDULE_MS) {
-      const t = this.clock.setTimeout(() => {
-        this.garpTimers.delete(t);
-        const o = this.owned.get(address);
-        if (!o || this.stopped) return;
-        for (const dev of this.d.devices) {
-          if (!o.devices.includes(dev.name)) continue;
-          try {
-            this.d.sendFrames(dev.ifindex, [gratuitousArp(dev.mac, address)]);
-            this.d.metrics.garpSent.inc();
-          } catch (e) {
-            this.d.log.warn({ address, device: dev.name, err: (e as Error).message }, 'cannot send a gratuitous ARP');
-          }
-        }
-      }, delay);
-      t.unref?.();
-      this.garpTimers.add(t);
+    const now = this.clock.now();
+    for (const delay of GARP_SCHEDULE_MS) this.garpDue.push({ address, at: now + delay });
+  }
+
+  /** Send every gratuitous ARP that is due, one batch per device; wake up for the next. */
+  private sendDueGarps(): void {
+    if (this.garpTimer) this.clock.clearTimeout(this.garpTimer);
+    this.garpTimer = undefined;
+    const now = this.clock.now();
+    const due = this.garpDue.filter((g) => g.at <= now);
+    this.garpDue = this.garpDue.filter((g) => g.at > now);
+    for (const dev of this.d.devices) {
+      const frames = due.filter((g) => this.owned.get(g.address)?.devices.includes(dev.name)).map((g) => gratuitousArp(dev.mac, g.address));
+      if (frames.length === 0 || this.stopped) continue;
+      try {
+        this.d.sendFrames(dev.ifindex, frames);
+        this.d.metrics.garpSent.inc(frames.length);
+      } catch (e) {
+        this.d.log.warn({ device: dev.name, frames: frames.length, err: (e as Error).message }, 'cannot send gratuitous ARPs');
+      }
     }
+    if (this.garpDue.length === 0 || this.stopped) return;
+    const next = Math.min(...this.garpDue.map((g) => g.at));
+    this.garpTimer = this.clock.setTimeout(() => this.sendDueGarps(), Math.max(0, next - now));
+    this.garpTimer.unref?.();
   }
 
   /** Renew the heartbeat (one at a time; a renew asked for meanwhile follows). */
@@ -305,8 +315,8 @@ export class Announcer {
     if (this.stopped) return;
     this.stopped = true;
     if (this.timer) this.clock.clearTimeout(this.timer);
-    for (const t of this.garpTimers) this.clock.clearTimeout(t);
-    this.garpTimers.clear();
+    if (this.garpTimer) this.clock.clearTimeout(this.garpTimer);
+    this.garpDue = [];
     await this.renewing;
     if (!this.active || this.owned.size === 0) return;
     this.program(this.d.stopHoldMs);

@@ -9,7 +9,11 @@
 // answering, unable to tell an API server outage from its own isolation) says so, and
 // its claims yield to those of a node that was never cut off. Pure.
 
-/** FNV-1a, 32 bits: a stable rank for (address, node), the same on every agent. */
+/**
+ * A stable rank for (address, node), the same on every agent: FNV-1a over both, then
+ * murmur3's finaliser, without which names that differ only in their last character
+ * (node-1, node-2) rank alike across addresses and the spread is uneven.
+ */
 export function rank(address: string, node: string): number {
   let h = 0x811c9dc5;
   const s = `${address}|${node}`;
@@ -17,7 +21,12 @@ export function rank(address: string, node: string): number {
     h ^= s.charCodeAt(i);
     h = Math.imul(h, 0x01000193) >>> 0;
   }
-  return h;
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b) >>> 0;
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35) >>> 0;
+  h ^= h >>> 16;
+  return h >>> 0;
 }
 
 export interface ElectionInput {

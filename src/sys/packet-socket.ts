@@ -42,22 +42,34 @@ function linkAddress(ifindex: number, frame: Buffer): Buffer {
   return sa;
 }
 
-/** Send each frame (starting at its Ethernet header) out of interface `ifindex`. */
-export function sendFrames(ifindex: number, frames: readonly Buffer[]): number {
-  const c = packet();
-  const fd = c.socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw new FerryError({ code: ErrorCode.Netns, op: 'open a packet socket', cause: errnoMessage(c.errno()), hint: 'needs CAP_NET_RAW' });
-  try {
+/**
+ * A packet socket kept open: closing one waits for an RCU grace period in the kernel
+ * (packet_release → synchronize_net), so a socket per frame would stall the agent for
+ * seconds when a thousand addresses are announced at once.
+ */
+export class FrameSender {
+  private fd = -1;
+
+  /** Send each frame (starting at its Ethernet header) out of interface `ifindex`. */
+  send(ifindex: number, frames: readonly Buffer[]): number {
+    const c = packet();
+    if (this.fd < 0) {
+      this.fd = c.socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+      if (this.fd < 0) throw new FerryError({ code: ErrorCode.Netns, op: 'open a packet socket', cause: errnoMessage(c.errno()), hint: 'needs CAP_NET_RAW' });
+    }
     let sent = 0;
     for (const f of frames) {
       const sa = linkAddress(ifindex, f);
-      if (c.sendto(fd, f, f.length, 0, sa, sa.length) < 0) {
+      if (c.sendto(this.fd, f, f.length, 0, sa, sa.length) < 0) {
         throw new FerryError({ code: ErrorCode.Netns, op: `send a frame on interface ${ifindex}`, cause: errnoMessage(c.errno()) });
       }
       sent++;
     }
     return sent;
-  } finally {
-    c.close(fd);
+  }
+
+  close(): void {
+    if (this.fd >= 0) packet().close(this.fd);
+    this.fd = -1;
   }
 }

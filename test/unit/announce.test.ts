@@ -108,7 +108,10 @@ describe('election', () => {
     const owners = elect({ candidates, live, claims: new Map() });
     expect(owners.size).toBe(60);
     const perNode = three.map((n) => [...owners.values()].filter((o) => o === n).length);
-    for (const c of perNode) expect(c).toBeGreaterThan(8); // 20 each on average
+    for (const c of perNode) expect(c).toBeGreaterThan(12); // 20 each on average
+    // And over many addresses, close to a third each.
+    const many = elect({ candidates: new Map(Array.from({ length: 3000 }, (_, i) => [`10.${i >> 16}.${(i >> 8) & 255}.${i & 255}`, three])), live, claims: new Map() });
+    for (const n of three) expect([...many.values()].filter((o) => o === n).length / 3000).toBeGreaterThan(0.3);
     const shuffled = elect({ candidates: new Map([...candidates].reverse().map(([a, c]) => [a, [...c].reverse()])), live, claims: new Map() });
     expect(shuffled).toEqual(owners);
   });
