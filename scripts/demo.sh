@@ -47,6 +47,37 @@ echo "  DSR,  client → node-2:30092: $(fetch client http://10.0.30.22:30092/)"
 echo "  (DSR keeps the client address, and node-1 answers the client directly: node-2 sees no reply."
 echo "   The whole sandbox runs DSR with: ferry sandbox up --mode dsr, or --mode hybrid for DSR on TCP only.)"
 
+step "6. L2 announcements: a pool in the node subnet; the router asks by ARP, one node answers from BPF"
+KC="${FERRY_SANDBOX_STATE:-/run/ferry/sandboxes}/$NAME/kubeconfig"
+ferry sandbox apply --name "$NAME" -f demo/l2.yaml >/dev/null
+for _ in $(seq 1 100); do
+  out=$(fetch client http://10.0.30.200/)
+  [[ $out == Hostname:* ]] && break
+  sleep 0.2
+done
+ferry lb list --kubeconfig "$KC" | grep -E '^ADDRESS|^10\.0\.30\.' | sed 's/^/  /'
+owner=$(ferry lb list --kubeconfig "$KC" | awk '$1 == "10.0.30.200" { print $(NF-1) }')
+arp() { ferry sandbox exec --name "$NAME" router -- arping -c 1 -w 2 -I nodes 10.0.30.200 2>/dev/null | grep -io 'reply from .*\]' || true; }
+echo "  router: who has 10.0.30.200?  $(arp)"
+echo "  cutting $owner off the network (its switch port down), a request every 0.2 s from the client:"
+ferry sandbox exec --name "$NAME" client -- sh -c 'ok=0; lost=0; for i in $(seq 1 40); do if curl -s -o /dev/null --max-time 0.5 http://10.0.30.200/; then ok=$((ok+1)); else lost=$((lost+1)); fi; sleep 0.2; done; echo "$ok answered, $lost lost"' > "/tmp/ferry-demo-$NAME-loop" &
+loop=$!
+sleep 1
+cut=$(date +%s%N)
+ferry sandbox link down --name "$NAME" "$owner" >/dev/null
+before=$(arp)
+for _ in $(seq 1 100); do
+  now=$(arp)
+  [[ -n $now && $now != "$before" ]] && break
+  sleep 0.05
+done
+echo "  after $(( ($(date +%s%N) - cut) / 1000000 )) ms: $now"
+wait "$loop"
+echo "  requests: $(cat "/tmp/ferry-demo-$NAME-loop")"; rm -f "/tmp/ferry-demo-$NAME-loop"
+ferry lb list --kubeconfig "$KC" | awk '$1 == "10.0.30.200" { print "  10.0.30.200 now announced by " $(NF-1) }'
+ferry sandbox link up --name "$NAME" "$owner" >/dev/null
+echo "  ($owner is back on the network; the address stays where it is: no flapping)"
+
 step "What node-1's datapath holds (ferry service list --pin-dir /sys/fs/bpf/fys-$NAME-node-1)"
 ferry service list --pin-dir "/sys/fs/bpf/fys-$NAME-node-1"
 
@@ -56,6 +87,8 @@ cat <<TXT
   node bin/ferry.js sandbox exec --name $NAME client -- curl -s http://10.0.30.21:30080/
   node bin/ferry.js sandbox exec --name $NAME pod/toolbox -- curl -s http://10.96.0.100/
   node bin/ferry.js sandbox pod unready --name $NAME solo      # watch ETP=Local traffic stop
+  node bin/ferry.js sandbox link down --name $NAME node-2      # pull node-2's cable (link up: back)
+  node bin/ferry.js lb list --kubeconfig $KC                   # addresses, pools, who announces them
   node bin/ferry.js sandbox kubectl --name $NAME get svc          # needs Debian's kubectl
   node bin/ferry.js service list --pin-dir /sys/fs/bpf/fys-$NAME-node-2
 Tear down:

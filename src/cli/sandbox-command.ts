@@ -9,6 +9,8 @@ import { pidAlive } from '../sandbox/netns/registry.js';
 import { CGROUP_ANNOTATION, NETNS_ANNOTATION } from '../sandbox/controllers/workloads.js';
 import { SandboxApi } from '../sandbox/api-client.js';
 import { FERRY_BIN, Sandbox, stateDir, validateSandboxName, type AnnounceMode, type ForwardingMode, type SandboxState } from '../sandbox/sandbox.js';
+import { nodeRouteArgs } from '../sandbox/network.js';
+import { execOk } from '../sys/exec.js';
 
 const DEFAULT_NAME = 'ferry';
 
@@ -171,6 +173,24 @@ export function registerSandbox(program: Command): void {
         await api.call('PUT', `${url}/status`, { ...cur.json, status: { ...status, conditions } });
       } else throw new Error(`pod action "${action}": use ready, unready, terminate or delete`);
       process.stdout.write(`pod ${ns}/${name}: ${action}\n`);
+    });
+
+  sb.command('link <state> <node>')
+    .description('cut a node off the node network (down) or put it back (up): its switch port, as a pulled cable')
+    .option('--name <name>', 'sandbox name', DEFAULT_NAME)
+    .action(async (state: string, nodeName: string, o: { name: string }) => {
+      if (state !== 'up' && state !== 'down') throw new Error(`link ${state}: use up or down`);
+      const s = liveState(o.name);
+      const node = s.nodes.find((n) => n.name === nodeName);
+      if (!node) throw new Error(`no node "${nodeName}" (nodes: ${s.nodes.map((n) => n.name).join(', ')})`);
+      const ip = (netns: string, args: string[]) => execOk('ip', ['-n', netns, ...args]);
+      if (s.nodeSwitch.kind === 'bridge') await ip(s.nodeSwitch.netns, ['link', 'set', s.nodeSwitch.ports[nodeName]!, state]);
+      else {
+        await ip(node.netns, ['link', 'set', 'eth0', state]);
+        // A macvlan member's own link went down and took its routes along.
+        if (state === 'up') for (const args of nodeRouteArgs(node, s.nodes)) await ip(node.netns, args);
+      }
+      process.stdout.write(`${nodeName}: link ${state}\n`);
     });
 
   sb.command('exec <target> [cmd...]')

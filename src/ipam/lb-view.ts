@@ -71,11 +71,16 @@ export function addressRows(services: readonly V1Service[], pools: readonly Pool
   return { addresses, waiting };
 }
 
-/** `node-2 (l2)`, or `node-2 (l2, stale 12s)` for a heartbeat past its duration; `-` when nobody claims it. */
+/**
+ * `node-2 (l2)`: the node whose fresh heartbeat claims the address; only when no fresh one
+ * does, the stale claimers, `node-3 (l2, stale 12s)`; `-` when nobody claims it.
+ */
 function announcedBy(ip: string, claims: readonly AnnouncerClaim[]): string {
   const by = claims.filter((c) => c.addresses.includes(ip));
+  const fresh = by.filter((c) => c.ageSeconds <= c.durationSeconds);
+  if (fresh.length) return fresh.map((c) => `${c.node} (l2)`).join(', ');
   if (by.length === 0) return '-';
-  return by.map((c) => `${c.node} (l2${c.ageSeconds > c.durationSeconds ? `, stale ${Math.round(c.ageSeconds)}s` : ''})`).join(', ');
+  return by.map((c) => `${c.node} (l2, stale ${Math.round(c.ageSeconds)}s)`).join(', ');
 }
 
 export function poolRows(pools: readonly PoolObject[]): PoolRow[] {

@@ -22,6 +22,11 @@ export interface NodeInfo {
   device: string; // eth0: the external device
 }
 
+/** `ip route` arguments for a node's routes (the CLI restores them after `sandbox link up` too). */
+export function nodeRouteArgs(self: { ip: string }, nodes: ReadonlyArray<{ ip: string; podCidr: string }>): string[][] {
+  return [['route', 'replace', 'default', 'via', NODE_NET.router], ...nodes.filter((o) => o.ip !== self.ip).map((o) => ['route', 'replace', o.podCidr, 'via', o.ip])];
+}
+
 export interface PodInfo {
   name: string;
   node: NodeInfo;
@@ -67,8 +72,7 @@ export class ClusterNetwork {
 
   /** A node's routes: the router by default, the other nodes' pods straight across the switch. */
   private async nodeRoutes(n: NodeInfo): Promise<void> {
-    await this.tb.route(n.host, 'default', NODE_NET.router);
-    for (const other of this.nodes) if (other !== n) await this.tb.route(n.host, other.podCidr, other.ip);
+    for (const args of nodeRouteArgs(n, this.nodes)) await n.host.ip(...args);
   }
 
   /** Cut a node off the node network (its link goes dark), or put it back. */

@@ -64,6 +64,8 @@ export interface SandboxState {
   apiUrl: string;
   nodes: Array<{ name: string; ip: string; podCidr: string; netns: string; cgroup: string; pinDir: string }>;
   hosts: Record<string, { netns: string; cgroup: string }>;
+  /** The node network's switch: its kind and each node's port on it (for `ferry sandbox link`). */
+  nodeSwitch: { kind: 'bridge' | 'macvlan'; netns: string; ports: Record<string, string> };
   ready: boolean;
 }
 
@@ -103,8 +105,7 @@ export class Sandbox {
     this.kubeconfig = join(this.dir, 'kubeconfig');
     this.agentKubeconfig = join(this.dir, 'kubeconfig-nodes');
     this.kubelet = new Kubelet({ store, net, log: opts.log.child({ controller: 'kubelet' }) });
-    // With L2 announcements the router reaches the node subnet's pool by ARP alone.
-    this.lbRoutes = new LoadBalancerRoutes(store, net, opts.announce === 'l2' ? NODE_NET.cidr : undefined);
+    this.lbRoutes = new LoadBalancerRoutes(store, net);
   }
 
   static async up(opts: SandboxOptions): Promise<Sandbox> {
@@ -272,6 +273,7 @@ export class Sandbox {
       pid: process.pid,
       mode: this.opts.mode,
       announce: this.opts.announce ?? 'routes',
+      nodeSwitch: { kind: this.net.nodeSwitch.kind, netns: this.net.nodeSwitch.host.netns, ports: this.net.nodeSwitch.portsByHost() },
       kubeconfig: this.kubeconfig,
       apiUrl: this.api.alsoUrl!,
       nodes: this.net.nodes.map((n) => ({ name: n.name, ip: n.ip, podCidr: n.podCidr, netns: n.host.netns, cgroup: n.host.cgroup, pinDir: this.pinDir(n) })),

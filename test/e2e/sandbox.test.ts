@@ -47,6 +47,13 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'sandbox lifecycle', () => {
     expect(out).toMatch(/SNAT, client → node-2:30090: Hostname: solo RemoteAddr: 10\.0\.30\.22:/);
     expect(out).toMatch(/DSR, +client → node-2:30092: Hostname: solo RemoteAddr: 10\.0\.10\.2:/);
     expect(out).toMatch(/10\.96\.0\.100:80\/tcp +ClusterIP/);
+    // L2: one node answers, another takes over when its link is cut, and it stays there.
+    const first = /router: who has 10\.0\.30\.200\? +reply from 10\.0\.30\.200 \[([0-9A-F:]+)\]/i.exec(out);
+    expect(first, out).not.toBeNull();
+    const takeover = /after (\d+) ms: reply from 10\.0\.30\.200 \[([0-9A-F:]+)\]/i.exec(out)!;
+    expect(takeover[2]).not.toBe(first![1]);
+    expect(Number(takeover[1])).toBeLessThan(5000); // polled through `ferry sandbox exec`, each ≈ 0.2 s
+    expect(out).toMatch(/10\.0\.30\.200 now announced by node-\d/);
     expect(Number(/demo took (\d+) s/.exec(out)![1])).toBeLessThan(120);
   });
 });

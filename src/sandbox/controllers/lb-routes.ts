@@ -2,9 +2,10 @@
 // announce them: a route on the router for each address in a Service's status (written by
 // `ferry operator`), to the nodes that should receive it: every node for ETP=Cluster, for
 // ETP=Local the nodes with a ready local endpoint; ECMP when several. Addresses in the
-// subnet ferry announces by ARP (--announce l2) get no route: ARP alone reaches them.
+// node subnet get no route: they are on the router's own link, reached by ARP alone (and
+// answered by ferry's L2 announcements).
 import type { KObject, Store } from '../apiserver/store.js';
-import type { ClusterNetwork } from '../network.js';
+import { NODE_NET, type ClusterNetwork } from '../network.js';
 
 type Spec = { type?: string; externalTrafficPolicy?: string };
 type Status = { loadBalancer?: { ingress?: Array<{ ip?: string }> } };
@@ -18,13 +19,10 @@ export class LoadBalancerRoutes {
   constructor(
     private readonly store: Store,
     private readonly net: ClusterNetwork,
-    /** A CIDR whose addresses are announced by ARP, not routed. */
-    private readonly announcedByArp?: string,
   ) {}
 
   private arpReached(ip: string): boolean {
-    if (!this.announcedByArp) return false;
-    const [base = '', bits = '32'] = this.announcedByArp.split('/');
+    const [base = '', bits = '32'] = NODE_NET.cidr.split('/');
     const n = (a: string) => a.split('.').reduce((x, o) => x * 256 + Number(o), 0);
     const size = 2 ** (32 - Number(bits));
     return Math.floor(n(ip) / size) === Math.floor(n(base) / size);

@@ -60,6 +60,11 @@ export class L2Switch {
     await host.ip('link', 'set', ifname, 'up');
   }
 
+  /** Each member's port on the switch (bridge), or its own interface (macvlan), by host name. */
+  portsByHost(): Record<string, string> {
+    return Object.fromEntries([...this.members].map(([h, m]) => [h.name, m.port ?? m.ifname]));
+  }
+
   /**
    * Cut a member off the switch, or put it back: the switch's port goes down (bridge), or
    * the member's interface does (macvlan has no port of its own; the caller restores the
