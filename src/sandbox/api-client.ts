@@ -13,11 +13,14 @@ const RESOURCES: Record<string, { path: string; namespaced: boolean; plural?: st
 };
 const plural = (kind: string) => RESOURCES[kind]?.plural ?? `${kind.toLowerCase()}s`;
 
+/** The sandbox's own requests say so (tests tell them from ferry's in the access log). */
+export const SANDBOX_USER_AGENT = 'ferry-sandbox';
+
 /** A tiny API client (loopback only: the sandbox's API server listens there). */
 export class SandboxApi {
   constructor(readonly base: string) {}
   async call(method: string, path: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-    const r = await fetch(`${this.base}${path}`, { method, headers: { 'content-type': method === 'PATCH' ? 'application/merge-patch+json' : 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+    const r = await fetch(`${this.base}${path}`, { method, headers: { 'content-type': method === 'PATCH' ? 'application/merge-patch+json' : 'application/json', 'user-agent': SANDBOX_USER_AGENT }, body: body === undefined ? undefined : JSON.stringify(body) });
     return { status: r.status, json: (await r.json()) as Record<string, unknown> };
   }
   url(kind: string, ns: string, name?: string): string {

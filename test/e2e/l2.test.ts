@@ -4,9 +4,12 @@
 // owner, ETP=Local follows its pod, and the address fails over when its owner's agent is
 // killed or its link is cut, with a request loop running (takeover time and failed
 // requests printed), and does not move back.
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
+import { parseAllDocuments } from 'yaml';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { SANDBOX_USER_AGENT } from '../../src/sandbox/api-client.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import type { NodeInfo } from '../../src/sandbox/network.js';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
@@ -192,5 +195,18 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'L2 announcements', () => {
     await new Promise((r) => setTimeout(r, 4000));
     expect(await owner(ip)).toBe(heir);
     expect((await eventually(() => sb.net.client.exec(['curl', '-sS', '--max-time', '2', `http://${ip}/`]), (x) => x.code === 0)).code).toBe(0);
+  });
+
+  it('every L2 request the agents made is one their RBAC (deploy/kubernetes/ferry.yaml) allows', () => {
+    type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] };
+    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'ferry.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; metadata: { namespace?: string }; rules?: Rule[] });
+    const rules = docs.filter((d) => d.kind === 'ClusterRole' || (d.kind === 'Role' && d.metadata.namespace === 'kube-system')).flatMap((d) => d.rules ?? []);
+    // The agents' L2 requests: the policies, and the heartbeat Leases (the operator's Lease is its own business).
+    const ours = (a: { userAgent?: string }) => a.userAgent !== SANDBOX_USER_AGENT && !a.userAgent?.startsWith('kubectl');
+    const l2 = sb.api.access.filter((a) => ours(a) && (a.resource === 'l2announcementpolicies' || (a.resource === 'leases' && a.name !== 'ferry-operator')));
+    expect(l2.length).toBeGreaterThan(10);
+    const denied = l2.filter((a) => !rules.some((r) => r.apiGroups.includes(a.group) && r.resources.includes(a.resource) && r.verbs.includes(a.verb)));
+    expect(denied, JSON.stringify(denied)).toEqual([]);
+    expect(new Set(l2.map((a) => `${a.verb} ${a.resource}`))).toEqual(new Set(['list l2announcementpolicies', 'watch l2announcementpolicies', 'list leases', 'watch leases', 'get leases', 'create leases', 'update leases']));
   });
 });
