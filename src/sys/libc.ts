@@ -26,3 +26,34 @@ export function libc(): Libc {
   };
   return bound;
 }
+
+/** The socket calls Node has no API for (raw IPv4, AF_PACKET, socket options), bound once. */
+export interface SocketCalls {
+  socket(domain: number, type: number, proto: number): number;
+  sendto(fd: number, buf: Buffer, len: number, flags: number, addr: Buffer, alen: number): number;
+  setsockopt(fd: number, level: number, name: number, value: Buffer, len: number): number;
+  getsockopt(fd: number, level: number, name: number, value: Buffer, len: Buffer): number;
+  bind(fd: number, addr: Buffer, len: number): number;
+  listen(fd: number, backlog: number): number;
+  close(fd: number): number;
+  errno(): number;
+}
+
+let socketCalls: SocketCalls | undefined;
+
+export function sockets(): SocketCalls {
+  if (socketCalls) return socketCalls;
+  const k = require('koffi');
+  const lib = k.load('libc.so.6');
+  socketCalls = {
+    socket: lib.func('int socket(int domain, int type, int protocol)'),
+    sendto: lib.func('intptr_t sendto(int fd, const void *buf, size_t len, int flags, const void *addr, uint32_t alen)'),
+    setsockopt: lib.func('int setsockopt(int fd, int level, int name, const void *value, uint32_t len)'),
+    getsockopt: lib.func('int getsockopt(int fd, int level, int name, void *value, void *len)'),
+    bind: lib.func('int bind(int fd, const void *addr, uint32_t len)'),
+    listen: lib.func('int listen(int fd, int backlog)'),
+    close: lib.func('int close(int fd)'),
+    errno: () => k.errno(),
+  };
+  return socketCalls;
+}

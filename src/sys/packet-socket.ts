@@ -1,35 +1,12 @@
 // Whole Ethernet frames out of an interface (AF_PACKET), in this process's network
 // namespace: the agent's gratuitous ARPs. The socket is opened with protocol 0, so it
 // receives nothing.
-import { createRequire } from 'node:module';
 import { ErrorCode, FerryError, errnoMessage } from '../errors.js';
-
-const require = createRequire(import.meta.url);
+import { sockets } from './libc.js';
 
 const AF_PACKET = 17;
 const SOCK_RAW = 3;
 const SOCK_CLOEXEC = 0o2000000;
-
-interface PacketCalls {
-  socket(domain: number, type: number, proto: number): number;
-  sendto(fd: number, buf: Buffer, len: number, flags: number, addr: Buffer, alen: number): number;
-  close(fd: number): number;
-  errno(): number;
-}
-
-let calls: PacketCalls | undefined;
-function packet(): PacketCalls {
-  if (calls) return calls;
-  const k = require('koffi');
-  const lib = k.load('libc.so.6');
-  calls = {
-    socket: lib.func('int socket(int domain, int type, int protocol)'),
-    sendto: lib.func('intptr_t sendto(int fd, const void *buf, size_t len, int flags, const void *addr, uint32_t alen)'),
-    close: lib.func('int close(int fd)'),
-    errno: () => k.errno(),
-  };
-  return calls;
-}
 
 /** struct sockaddr_ll for sending on `ifindex` to the frame's own destination. */
 function linkAddress(ifindex: number, frame: Buffer): Buffer {
@@ -52,7 +29,7 @@ export class FrameSender {
 
   /** Send each frame (starting at its Ethernet header) out of interface `ifindex`. */
   send(ifindex: number, frames: readonly Buffer[]): number {
-    const c = packet();
+    const c = sockets();
     if (this.fd < 0) {
       this.fd = c.socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
       if (this.fd < 0) throw new FerryError({ code: ErrorCode.Netns, op: 'open a packet socket', cause: errnoMessage(c.errno()), hint: 'needs CAP_NET_RAW' });
@@ -69,7 +46,7 @@ export class FrameSender {
   }
 
   close(): void {
-    if (this.fd >= 0) packet().close(this.fd);
+    if (this.fd >= 0) sockets().close(this.fd);
     this.fd = -1;
   }
 }

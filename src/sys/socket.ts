@@ -1,12 +1,10 @@
 // Socket calls Node lacks: a listening TCP socket created inside another network
 // namespace (the socket keeps the namespace it was created in, and Node's
 // server.listen({ fd }) adopts it), and a network namespace's cookie.
-import { createRequire } from 'node:module';
 import { isIPv4 } from 'node:net';
 import { ErrorCode, FerryError, errnoMessage } from '../errors.js';
+import { sockets as libcSockets } from './libc.js';
 import { inNetns } from './netns.js';
-
-const require = createRequire(import.meta.url);
 
 const AF_INET = 2;
 const SOCK_STREAM = 1;
@@ -15,31 +13,6 @@ const SOL_SOCKET = 1;
 const SO_REUSEADDR = 2;
 const SOCK_DGRAM = 2;
 const SO_NETNS_COOKIE = 71;
-
-interface SocketCalls {
-  socket(domain: number, type: number, proto: number): number;
-  setsockopt(fd: number, level: number, name: number, value: Buffer, len: number): number;
-  getsockopt(fd: number, level: number, name: number, value: Buffer, len: Buffer): number;
-  bind(fd: number, addr: Buffer, len: number): number;
-  listen(fd: number, backlog: number): number;
-  close(fd: number): number;
-  errno(): number;
-}
-
-let calls: SocketCalls | undefined;
-function libcSockets(): SocketCalls {
-  if (calls) return calls;
-  const k = require('koffi');
-  const lib = k.load('libc.so.6');
-  const socket = lib.func('int socket(int domain, int type, int protocol)');
-  const setsockopt = lib.func('int setsockopt(int fd, int level, int name, const void *value, uint32_t len)');
-  const getsockopt = lib.func('int getsockopt(int fd, int level, int name, void *value, void *len)');
-  const bind = lib.func('int bind(int fd, const void *addr, uint32_t len)');
-  const listen = lib.func('int listen(int fd, int backlog)');
-  const close = lib.func('int close(int fd)');
-  calls = { socket, setsockopt, getsockopt, bind, listen, close, errno: () => k.errno() };
-  return calls;
-}
 
 /** A bound, listening IPv4 TCP socket in `netns`; hand it to server.listen({ fd }). */
 export function listeningSocketInNetns(netns: string, host: string, port: number): number {
