@@ -17,6 +17,13 @@ export interface FrrConfig {
 }
 
 export const ROUTE_MAP_IN = 'ferry-in';
+/** FRR's BFD defaults (left out of its running configuration). */
+const BFD_DEFAULTS = { receiveIntervalMs: 300, transmitIntervalMs: 300, detectMultiplier: 3 };
+/**
+ * `router bgp` lines FRR leaves out of its running configuration under its `datacenter`
+ * defaults (the profile ferry's FRR runs with), put back when reading it.
+ */
+const DATACENTER_IMPLICIT = ['no bgp ebgp-requires-policy'];
 const outMap = (peer: string) => `ferry-out-${peer}`;
 const bfdProfile = (peer: string) => `ferry-${peer}`;
 
@@ -36,7 +43,7 @@ function neighborLines(p: BgpSession): string[] {
     `${n} timers ${p.keepaliveTimeSeconds} ${p.holdTimeSeconds}`,
     `${n} timers connect 5`,
     ...(p.ebgpMultihop !== undefined ? [`${n} ebgp-multihop ${p.ebgpMultihop}`] : []),
-    ...(p.bfd ? [`${n} bfd profile ${bfdProfile(p.name)}`] : []),
+    ...(p.bfd ? [`${n} bfd`, `${n} bfd profile ${bfdProfile(p.name)}`] : []),
     ...(p.gracefulRestart ? [`${n} graceful-restart`] : []),
   ];
 }
@@ -47,28 +54,36 @@ export function renderFrr(cfg: BgpNodeConfig): FrrConfig {
   out.routeMaps.set(`route-map ${ROUTE_MAP_IN} deny 10`, []);
   const ipv4: string[] = cfg.prefixes.map((p) => `network ${p.prefix}`);
   for (const peer of cfg.peers) {
-    // One prefix list per set of attributes this peer's prefixes carry.
-    const groups = new Map<string, { communities: string[]; localPref?: number; prefixes: string[] }>();
+    // What each prefix carries to this peer (or that it is not for this peer: "deny").
+    // The most common case becomes the route map's last entry, matching everything, so
+    // that prefix lists (slow for FRR to take in bulk: each line re-evaluates the route
+    // maps) hold only the exceptions; with one advertisement for every peer, none at all.
+    const groups = new Map<string, { sets: string[]; deny: boolean; prefixes: string[] }>();
     for (const p of cfg.prefixes) {
       const t = p.to.find((x) => x.peer === peer.name);
-      if (!t) continue;
-      const key = `${t.communities.join(' ')}|${t.localPref ?? ''}`;
-      const g = groups.get(key) ?? { communities: t.communities, ...(t.localPref !== undefined ? { localPref: t.localPref } : {}), prefixes: [] };
+      const sets = t ? [...(t.communities.length ? [`set community ${t.communities.join(' ')}`] : []), ...(t.localPref !== undefined ? [`set local-preference ${t.localPref}`] : [])] : [];
+      const key = t ? `permit|${sets.join('|')}` : 'deny';
+      const g = groups.get(key) ?? { sets, deny: !t, prefixes: [] };
       g.prefixes.push(p.prefix);
       groups.set(key, g);
     }
-    [...groups].sort(([a], [b]) => (a < b ? -1 : 1)).forEach(([key, g], i) => {
+    const sorted = [...groups].sort(([a, x], [b, y]) => y.prefixes.length - x.prefixes.length || (a < b ? -1 : 1));
+    const [, common] = sorted[0] ?? [undefined, { sets: [], deny: true, prefixes: [] }];
+    sorted.slice(1).sort(([a], [b]) => (a < b ? -1 : 1)).forEach(([key, g], i) => {
       const list = `ferry-${peer.name}-${hashName(key)}`;
       for (const prefix of g.prefixes) out.prefixLists.push(`ip prefix-list ${list} permit ${prefix}`);
-      out.routeMaps.set(`route-map ${outMap(peer.name)} permit ${10 * (i + 1)}`, [
-        `match ip address prefix-list ${list}`,
-        ...(g.communities.length ? [`set community ${g.communities.join(' ')}`] : []),
-        ...(g.localPref !== undefined ? [`set local-preference ${g.localPref}`] : []),
-      ]);
+      out.routeMaps.set(`route-map ${outMap(peer.name)} ${g.deny ? 'deny' : 'permit'} ${10 * (i + 1)}`, [`match ip address prefix-list ${list}`, ...g.sets]);
     });
-    // Anything else is not advertised to this peer.
-    out.routeMaps.set(`route-map ${outMap(peer.name)} deny 65535`, []);
-    if (peer.bfd) out.bfdProfiles.set(bfdProfile(peer.name), [`receive-interval ${peer.bfd.receiveIntervalMs}`, `transmit-interval ${peer.bfd.transmitIntervalMs}`, `detect-multiplier ${peer.bfd.detectMultiplier}`]);
+    out.routeMaps.set(`route-map ${outMap(peer.name)} ${common!.deny ? 'deny' : 'permit'} 65535`, common!.sets);
+    if (peer.bfd) {
+      // FRR leaves out of its running configuration what equals its defaults: so does ferry.
+      const b = peer.bfd;
+      out.bfdProfiles.set(bfdProfile(peer.name), [
+        ...(b.receiveIntervalMs !== BFD_DEFAULTS.receiveIntervalMs ? [`receive-interval ${b.receiveIntervalMs}`] : []),
+        ...(b.transmitIntervalMs !== BFD_DEFAULTS.transmitIntervalMs ? [`transmit-interval ${b.transmitIntervalMs}`] : []),
+        ...(b.detectMultiplier !== BFD_DEFAULTS.detectMultiplier ? [`detect-multiplier ${b.detectMultiplier}`] : []),
+      ]);
+    }
     ipv4.push(`neighbor ${peer.address} route-map ${ROUTE_MAP_IN} in`, `neighbor ${peer.address} route-map ${outMap(peer.name)} out`);
   }
   out.bgp = {
@@ -105,6 +120,7 @@ const normalPrefixList = (l: string) => l.replace(/ seq \d+ /, ' ');
 export function parseRunning(text: string): FrrConfig {
   const out: FrrConfig = { prefixLists: [], routeMaps: new Map(), bfdProfiles: new Map() };
   const lines = text.split('\n');
+  const datacenter = lines.some((l) => l.trim() === 'frr defaults datacenter');
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i]!;
     const body = (indent: string, end: RegExp): string[] => {
@@ -140,6 +156,7 @@ export function parseRunning(text: string): FrrConfig {
           if (lines[i + 1]?.trim() === 'exit-address-family') i++;
         } else if (l.trim() && l.trim() !== '!') bgp.lines.push(l.trim());
       }
+      if (datacenter) for (const l of DATACENTER_IMPLICIT) if (!bgp.lines.includes(l) && !bgp.lines.includes(negate(l))) bgp.lines.push(l);
       out.bgp = bgp;
     }
   }

@@ -117,17 +117,28 @@ describe('FRR commands from one state to another', () => {
     expect(frrCommands(ten, ten)).toBe('');
   });
 
-  it('a new address: its network and its prefix-list entry, nothing else', () => {
+  it('a new address: its network, nothing else (one advertisement for every peer needs no prefix list)', () => {
     const eleven = at({ services: Array.from({ length: 11 }, (_, i) => lb(`s${i}`, `10.0.100.${i + 1}`)) });
-    const cmds = frrCommands(ten, eleven).trim().split('\n');
-    expect(cmds).toEqual([expect.stringMatching(/^ip prefix-list ferry-router-[0-9a-f]{8} permit 10\.0\.100\.11\/32$/), 'router bgp 64512', ' address-family ipv4 unicast', '  network 10.0.100.11/32', ' exit-address-family', 'exit']);
+    expect(frrCommands(ten, eleven).trim().split('\n')).toEqual(['router bgp 64512', ' address-family ipv4 unicast', '  network 10.0.100.11/32', ' exit-address-family', 'exit']);
+    expect(frrCommands(eleven, ten).trim().split('\n')).toEqual(['router bgp 64512', ' address-family ipv4 unicast', '  no network 10.0.100.11/32', ' exit-address-family', 'exit']);
   });
 
-  it('an address withdrawn: no network first, then its prefix-list entry', () => {
-    const nine = at({ services: Array.from({ length: 9 }, (_, i) => lb(`s${i}`, `10.0.100.${i + 1}`)) });
-    const cmds = frrCommands(ten, nine).trim().split('\n');
-    expect(cmds.slice(0, 5)).toEqual(['router bgp 64512', ' address-family ipv4 unicast', '  no network 10.0.100.10/32', ' exit-address-family', 'exit']);
-    expect(cmds[5]).toMatch(/^no ip prefix-list ferry-router-[0-9a-f]{8} permit 10\.0\.100\.10\/32$/);
+  it('an address for one peer only: an exception in a prefix list for the others, added before, removed after', () => {
+    const two = (svcs: V1Service[]) => at({
+      peers: [peer('a', {}), peer('b', { peerAddress: '10.0.30.2' })],
+      advertisements: [ad('all', { serviceSelector: { matchLabels: { to: 'all' } } }), ad('only-a', { peers: ['a'], serviceSelector: { matchLabels: { to: 'a' } } })],
+      services: svcs,
+    });
+    const both = [lb('x', '10.0.100.1', { labels: { to: 'all' } }), lb('y', '10.0.100.2', { labels: { to: 'all' } })];
+    const before = two(both);
+    const after = two([...both, lb('z', '10.0.100.3', { labels: { to: 'a' } })]);
+    const cmds = frrCommands(before, after).trim().split('\n');
+    const pl = cmds.findIndex((l) => /^ip prefix-list ferry-b-[0-9a-f]{8} permit 10\.0\.100\.3\/32$/.test(l));
+    expect(pl).toBeGreaterThanOrEqual(0); // b must not get it
+    expect(cmds).toContain('route-map ferry-out-b deny 10');
+    expect(pl).toBeLessThan(cmds.indexOf('  network 10.0.100.3/32')); // the filter before the route
+    const back = frrCommands(after, before).trim().split('\n');
+    expect(back.indexOf('  no network 10.0.100.3/32')).toBeLessThan(back.findIndex((l) => l.startsWith('no ip prefix-list ferry-b-')));
   });
 
   it('a peer removed: its address-family lines go with it, its route map after', () => {
