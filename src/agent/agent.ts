@@ -20,6 +20,9 @@ import { L2AddressWriter } from '../datapath/l2-announcements.js';
 import { interfaceInfo } from '../sys/interfaces.js';
 import { FrameSender } from '../sys/packet-socket.js';
 import { Announcer } from './announcer.js';
+import { BgpSpeaker } from './bgp-speaker.js';
+import { BGP_ADVERTISEMENT_PATH, BGP_PEER_PATH, type CustomObject } from '../announce/bgp.js';
+import { Vtysh } from '../sys/vtysh.js';
 import { HeartbeatWriter } from './heartbeat-writer.js';
 import { netnsCookie } from '../sys/socket.js';
 import { EventQueue, eventSink, type EventSink } from '../k8s/events.js';
@@ -62,6 +65,7 @@ export class Agent {
     private readonly watchers: Watcher<never>[],
     private readonly serviceHealth: ServiceHealthServers,
     readonly announcer: Announcer,
+    readonly bgp: BgpSpeaker,
   ) {}
 
   static async start(cfg: AgentConfig, log: Logger = agentLogger(cfg.logLevel)): Promise<Agent> {
@@ -128,6 +132,7 @@ export class Agent {
       onChange: (_k, svc) => {
         reconciler?.serviceChanged(svc);
         announcer?.kick();
+        bgp?.kick();
       },
       onError: onError('services'),
     });
@@ -135,6 +140,7 @@ export class Agent {
       onChange: (_k, s) => {
         reconciler?.sliceChanged(s);
         announcer?.kick();
+        bgp?.kick();
       },
       onError: onError('endpointslices'),
     });
@@ -144,21 +150,28 @@ export class Agent {
       onChange: () => {
         reconciler?.nodeChanged();
         announcer?.kick();
+        bgp?.kick();
       },
       onError: onError('nodes'),
     });
     // L2 announcements: the policies (a cluster without the CRD announces nothing) and every
     // node's heartbeat Lease. Neither holds up the datapath's first sync.
     const json = new JsonClient(kc);
-    let policiesMissing = false;
+    const quietWhenMissing = (what: string) => {
+      let missing = false;
+      return (err: unknown, retryInMs: number) => {
+        log[missing ? 'debug' : 'warn']({ watch: what, err: (err as Error)?.message, retryInMs, hint: `the ${what} CRD: kubectl apply -f deploy/crds/` }, 'watch failed');
+        missing = true;
+      };
+    };
     const policies = new Watcher<L2PolicyObject & { metadata?: { name?: string } }>('l2announcementpolicies', kc, L2_POLICY_PATH, () => json.request('GET', L2_POLICY_PATH), {
       onChange: () => announcer?.kick(),
-      onError: (err, retryInMs) => {
-        const level = policiesMissing ? 'debug' : 'warn';
-        policiesMissing = true;
-        log[level]({ watch: 'l2announcementpolicies', err: (err as Error)?.message, retryInMs, hint: 'L2 announcements need the CRD: kubectl apply -f deploy/crds/' }, 'watch failed');
-      },
+      onError: quietWhenMissing('l2announcementpolicies'),
     });
+    // BGP: peers and advertisements (a cluster without the CRDs announces nothing).
+    let bgp: BgpSpeaker | undefined;
+    const bgpPeers = new Watcher<CustomObject & { metadata?: { name?: string } }>('bgppeers', kc, BGP_PEER_PATH, () => json.request('GET', BGP_PEER_PATH), { onChange: () => bgp?.kick(), onError: quietWhenMissing('bgppeers') });
+    const bgpAds = new Watcher<CustomObject & { metadata?: { name?: string } }>('bgpadvertisements', kc, BGP_ADVERTISEMENT_PATH, () => json.request('GET', BGP_ADVERTISEMENT_PATH), { onChange: () => bgp?.kick(), onError: quietWhenMissing('bgpadvertisements') });
     const leasePath = `/apis/coordination.k8s.io/v1/namespaces/${encodeURIComponent(cfg.namespace)}/leases`;
     const heartbeatSelector = `${HEARTBEAT_LABEL}=${HEARTBEAT_KIND}`;
     const leases = new Watcher<V1Lease>('heartbeats', kc, leasePath, () => json.request('GET', `${leasePath}?labelSelector=${encodeURIComponent(heartbeatSelector)}`), {
@@ -204,9 +217,27 @@ export class Agent {
       renewIntervalMs: cfg.l2RenewIntervalMs,
       stopHoldMs: cfg.l2StopHoldSeconds * 1000,
     });
+    const secret = async (ref: { name: string; key: string }) => {
+      const sec = await json.request<{ data?: Record<string, string> }>('GET', `/api/v1/namespaces/${encodeURIComponent(cfg.namespace)}/secrets/${encodeURIComponent(ref.name)}`);
+      const v = sec.data?.[ref.key];
+      return v === undefined ? undefined : Buffer.from(v, 'base64').toString('utf8');
+    };
+    bgp = new BgpSpeaker({
+      source: {
+        node: () => nodes.get(undefined, cfg.nodeName), nodes: () => nodes.list(), services: () => services.list(), slices: () => slices.list(),
+        peers: () => bgpPeers.list(), advertisements: () => bgpAds.list(),
+        synced: () => bgpPeers.hasSynced && bgpAds.hasSynced && (reconciler?.syncs ?? 0) > 0,
+        datapathHealthy: () => health.isHealthy(),
+        unprogrammed: () => new Set(reconciler?.failures.map((f) => f.service) ?? []),
+      },
+      frr: new Vtysh({ path: cfg.vtyshPath, pathspace: cfg.frrPathspace }),
+      password: secret,
+      metrics,
+      log: log.child({ part: 'bgp' }),
+    });
     const synced = [services, slices, nodes] as unknown as Watcher<never>[];
-    const watchers = [...synced, policies, leases] as unknown as Watcher<never>[];
-    const agent = new Agent(cfg, log, datapath, reconciler, writer, metrics, watchers, serviceHealth, announcer);
+    const watchers = [...synced, policies, leases, bgpPeers, bgpAds] as unknown as Watcher<never>[];
+    const agent = new Agent(cfg, log, datapath, reconciler, writer, metrics, watchers, serviceHealth, announcer, bgp);
     agent.frameSender = frameSender;
     try {
       for (const w of watchers) w.start();
@@ -221,6 +252,7 @@ export class Agent {
       agent.gcTimer = setInterval(() => agent.collect(), cfg.ctGcIntervalSeconds * 1000);
       agent.gcTimer.unref();
       announcer.start();
+      bgp.start();
     } catch (e) {
       await agent.stop();
       throw e;
@@ -255,13 +287,14 @@ export class Agent {
   }
 
   /** What /status answers: the last sync, and what could not be programmed. */
-  status(): { node: string; lastSync: string | undefined; unprogrammed: WriteFailure[]; conflicts: number; l2: ReturnType<Announcer['status']> } {
+  status(): { node: string; lastSync: string | undefined; unprogrammed: WriteFailure[]; conflicts: number; l2: ReturnType<Announcer['status']>; bgp: ReturnType<BgpSpeaker['status']> } {
     return {
       node: this.cfg.nodeName,
       lastSync: this.reconciler.syncs > 0 ? new Date(this.reconciler.lastSyncAt).toISOString() : undefined,
       unprogrammed: this.reconciler.failures.slice(0, 100),
       conflicts: this.reconciler.last?.conflicts.length ?? 0,
       l2: this.announcer.status().slice(0, 1000),
+      bgp: this.bgp.status(),
     };
   }
 
@@ -288,6 +321,7 @@ export class Agent {
     if (this.gcTimer) clearInterval(this.gcTimer);
     // First, so the addresses this node answers for are held over the restart.
     await this.announcer.stop();
+    await this.bgp.stop();
     this.frameSender?.close();
     await Promise.all(this.watchers.map((w) => w.stop()));
     await this.reconciler.stop();

@@ -45,6 +45,9 @@ export interface AgentConfig {
   l2RenewIntervalMs: number;
   /** On a clean stop the agent's addresses stay its own this long (a restart moves none). */
   l2StopHoldSeconds: number;
+  /** BGP through FRR beside the agent: vtysh, and FRR's pathspace ('' for the default instance). */
+  vtyshPath: string;
+  frrPathspace: string;
   logLevel: LogLevel;
 }
 
@@ -76,6 +79,8 @@ export const DEFAULT_CONFIG: AgentConfig = {
   l2LeaseDurationSeconds: 2,
   l2RenewIntervalMs: 500,
   l2StopHoldSeconds: 10,
+  vtyshPath: '/usr/bin/vtysh',
+  frrPathspace: '',
   logLevel: 'info',
 };
 
@@ -89,6 +94,14 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
       case 'namespace':
         if (typeof value !== 'string' || !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(value)) throw bad(where, `is ${JSON.stringify(value)}`, 'a namespace name');
         out.namespace = value;
+        break;
+      case 'vtyshPath':
+        if (typeof value !== 'string' || !value.startsWith('/')) throw bad(where, `is ${JSON.stringify(value)}`, 'an absolute path');
+        out.vtyshPath = value;
+        break;
+      case 'frrPathspace':
+        if (typeof value !== 'string' || (value !== '' && !/^[a-zA-Z0-9_.-]{1,64}$/.test(value))) throw bad(where, `is ${JSON.stringify(value)}`, 'an FRR pathspace name ([a-zA-Z0-9_.-]), or "" for the default instance');
+        out.frrPathspace = value;
         break;
       case 'nodeName':
       case 'kubeconfig':

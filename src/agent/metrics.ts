@@ -34,6 +34,10 @@ export class AgentMetrics {
   readonly garpSent: Counter;
   readonly l2Moves: Counter;
   readonly heartbeats: Counter;
+  readonly bgpPrefixes: Gauge;
+  readonly bgpApplyDuration: Histogram;
+  readonly bgpApplyErrors: Counter;
+  readonly bgpSessions: Gauge;
 
   constructor() {
     const r = [this.registry];
@@ -68,6 +72,10 @@ export class AgentMetrics {
     this.garpSent = new Counter({ name: 'ferry_l2_gratuitous_arps_total', help: 'Gratuitous ARPs sent after taking an address over', registers: r });
     this.l2Moves = new Counter({ name: 'ferry_l2_takeovers_total', help: 'Addresses this node took over from another node', registers: r });
     this.heartbeats = new Counter({ name: 'ferry_l2_heartbeats_total', help: 'Heartbeat Lease renewals, by result (ok, failed)', labelNames: ['result'], registers: r });
+    this.bgpPrefixes = new Gauge({ name: 'ferry_bgp_prefixes', help: 'Prefixes this node announces over BGP', registers: r });
+    this.bgpApplyDuration = new Histogram({ name: 'ferry_bgp_apply_duration_seconds', help: 'Time to apply a change of the BGP configuration to FRR', buckets: exponentialBuckets(0.005, 2, 12), registers: r });
+    this.bgpApplyErrors = new Counter({ name: 'ferry_bgp_apply_errors_total', help: 'Failed applies of the BGP configuration to FRR', registers: r });
+    this.bgpSessions = new Gauge({ name: 'ferry_bgp_sessions', help: 'BGP sessions by peer and state (1 for the current state)', labelNames: ['peer', 'state'], registers: r });
     this.syncErrors = new Counter({ name: 'ferry_sync_errors_total', help: 'Failed syncs of the datapath maps, by error code', labelNames: ['code'], registers: r });
   }
 }

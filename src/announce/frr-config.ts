@@ -209,7 +209,11 @@ export function frrCommands(from: FrrConfig, to: FrrConfig): string {
     if (body.length) out.push(`router bgp ${to.bgp.asn}`, ...body, 'exit');
   }
 
-  for (const head of from.routeMaps.keys()) if (!to.routeMaps.has(head)) out.push(`no ${head}`);
+  // An entry is its map and sequence number: one whose action changed was replaced in
+  // place above, and `no route-map NAME deny SEQ` would now remove the new one.
+  const entry = (head: string) => head.replace(/ (permit|deny) (\d+)$/, ' $2');
+  const kept = new Set([...to.routeMaps.keys()].map(entry));
+  for (const head of from.routeMaps.keys()) if (!kept.has(entry(head))) out.push(`no ${head}`);
   out.push(...minus(fromPl, to.prefixLists).map((l) => `no ${l}`));
   const goneProfiles = [...from.bfdProfiles.keys()].filter((n) => !to.bfdProfiles.has(n));
   if (goneProfiles.length) out.push('bfd', ...goneProfiles.map((n) => ` no profile ${n}`), 'exit');

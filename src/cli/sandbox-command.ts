@@ -39,10 +39,10 @@ export function registerSandbox(program: Command): void {
     .option('--name <name>', 'sandbox name', DEFAULT_NAME)
     .option('--nodes <n>', 'number of nodes', '3')
     .option('--mode <mode>', 'forwarding mode: snat, dsr or hybrid', 'snat')
-    .option('--announce <how>', 'how LoadBalancer addresses reach the nodes: routes (the router routes 10.0.100.0/24) or l2 (a pool in the node subnet, 10.0.30.200-250, answered by ARP)', 'routes')
+    .option('--announce <how>', 'how LoadBalancer addresses reach the nodes: bgp (the router learns 10.0.100.0/24 from the nodes, ECMP, BFD), l2 (a pool in the node subnet, 10.0.30.200-250, answered by ARP) or routes (static routes the sandbox keeps)', 'bgp')
     .action(async (o: { name: string; nodes: string; mode: string; announce: string }) => {
       validateSandboxName(o.name);
-      if (!['routes', 'l2'].includes(o.announce)) throw new Error(`--announce ${o.announce}: use routes or l2`);
+      if (!['bgp', 'l2', 'routes'].includes(o.announce)) throw new Error(`--announce ${o.announce}: use bgp, l2 or routes`);
       const have = readState(o.name);
       if (have && pidAlive(have.pid) && have.ready) {
         process.stdout.write(`sandbox "${o.name}" is already up\n`);
@@ -74,7 +74,7 @@ export function registerSandbox(program: Command): void {
     .option('--name <name>', 'sandbox name', DEFAULT_NAME)
     .option('--nodes <n>', 'number of nodes', '3')
     .option('--mode <mode>', 'forwarding mode', 'snat')
-    .option('--announce <how>', 'routes or l2', 'routes')
+    .option('--announce <how>', 'bgp, l2 or routes', 'bgp')
     .action(async (o: { name: string; nodes: string; mode: string; announce: string }) => {
       const log = pino({ level: 'info', base: { component: 'ferry-sandbox', sandbox: o.name } });
       const s = await Sandbox.up({ name: o.name, nodes: Number(o.nodes), mode: o.mode as ForwardingMode, log, announce: o.announce as AnnounceMode });
@@ -234,6 +234,6 @@ function printSummary(s: SandboxState): void {
   process.stdout.write(`sandbox "${s.name}" (prefix ${s.prefix}, mode ${s.mode}, pid ${s.pid})\n`);
   process.stdout.write(`  router  10.0.10.1 (clients) / 10.0.30.1 (nodes), no default route\n  client  10.0.10.2\n`);
   for (const n of s.nodes) process.stdout.write(`  ${n.name}  ${n.ip}  pods ${n.podCidr}  pins ${n.pinDir}\n`);
-  const pool = s.announce === 'l2' ? '10.0.30.200-10.0.30.250 (in the node subnet, announced by ARP)' : '10.0.100.0/24 (routed by the router)';
+  const pool = s.announce === 'l2' ? '10.0.30.200-10.0.30.250 (in the node subnet, announced by ARP)' : s.announce === 'bgp' ? '10.0.100.0/24 (announced by BGP to the router, ECMP)' : '10.0.100.0/24 (routed by the router)';
   process.stdout.write(`  LoadBalancer pool ${pool}, Services 10.96.0.0/12\n  kubeconfig: ${s.kubeconfig}\n`);
 }

@@ -10,6 +10,8 @@ const RESOURCES: Record<string, { path: string; namespaced: boolean; plural?: st
   CustomResourceDefinition: { path: '/apis/apiextensions.k8s.io/v1', namespaced: false },
   LoadBalancerIPPool: { path: '/apis/ferry.dev/v1alpha1', namespaced: false },
   L2AnnouncementPolicy: { path: '/apis/ferry.dev/v1alpha1', namespaced: false, plural: 'l2announcementpolicies' },
+  BGPPeer: { path: '/apis/ferry.dev/v1alpha1', namespaced: false, plural: 'bgppeers' },
+  BGPAdvertisement: { path: '/apis/ferry.dev/v1alpha1', namespaced: false, plural: 'bgpadvertisements' },
 };
 const plural = (kind: string) => RESOURCES[kind]?.plural ?? `${kind.toLowerCase()}s`;
 

@@ -16,6 +16,7 @@ import { reconcileEndpointSlices } from './controllers/endpointslices.js';
 import { parse as parseYaml } from 'yaml';
 import { OPERATOR_NODE_FLAGS } from '../operator/operator.js';
 import { LoadBalancerRoutes } from './controllers/lb-routes.js';
+import { startFrr, type FrrInstance } from './frr.js';
 import { Kubelet, reconcileDeployments } from './controllers/workloads.js';
 import { Testbed, type Proc } from './netns/testbed.js';
 import { readRecords, pidAlive } from './netns/registry.js';
@@ -28,6 +29,7 @@ const PACKAGE_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const FERRY_BIN = join(PACKAGE_ROOT, 'bin', 'ferry.js');
 export const POOL_CRD = join(PACKAGE_ROOT, 'deploy', 'crds', 'loadbalancerippools.yaml');
 export const L2_POLICY_CRD = join(PACKAGE_ROOT, 'deploy', 'crds', 'l2announcementpolicies.yaml');
+const CRDS = ['loadbalancerippools', 'l2announcementpolicies', 'bgppeers', 'bgpadvertisements'].map((n) => join(PACKAGE_ROOT, 'deploy', 'crds', `${n}.yaml`));
 /**
  * The sandbox's default pool: routed to the nodes by the router, or (--announce l2) in the
  * node subnet, reached by ARP alone.
@@ -35,8 +37,48 @@ export const L2_POLICY_CRD = join(PACKAGE_ROOT, 'deploy', 'crds', 'l2announcemen
 export const DEFAULT_POOL = { name: 'default', cidr: '10.0.100.0/24' };
 export const L2_POOL = { name: 'default', start: '10.0.30.200', stop: '10.0.30.250' };
 
-/** How LoadBalancer addresses reach the nodes: routes on the router, or ARP answered by ferry. */
-export type AnnounceMode = 'routes' | 'l2';
+/**
+ * How LoadBalancer addresses reach the nodes: BGP (the router runs FRR and learns them from
+ * every node's FRR, driven by the agents), ARP answered by ferry (a pool in the node
+ * subnet), or static routes the sandbox itself keeps on the router.
+ */
+export type AnnounceMode = 'bgp' | 'l2' | 'routes';
+export const ROUTER_ASN = 64513;
+export const NODE_ASN = 64512;
+/** BFD on the sandbox's sessions: 100 ms × 3. */
+export const SANDBOX_BFD = { receiveIntervalMs: 100, transmitIntervalMs: 100, detectMultiplier: 3 };
+
+/**
+ * The router's FRR: one dynamic peer group for the node subnet, ECMP over every node that
+ * announces an address (layer-4 hashing, set by sysctl), BFD, nothing sent to the nodes.
+ * `no zebra nexthop kernel enable`: with kernel nexthop groups, FRR 8.4 left an ECMP route
+ * short of a nexthop after a link flap.
+ */
+export const ROUTER_FRR = `no zebra nexthop kernel enable
+route-map ferry-sandbox-nothing deny 10
+exit
+bfd
+ profile sandbox
+  receive-interval ${SANDBOX_BFD.receiveIntervalMs}
+  transmit-interval ${SANDBOX_BFD.transmitIntervalMs}
+  detect-multiplier ${SANDBOX_BFD.detectMultiplier}
+ exit
+exit
+router bgp ${ROUTER_ASN}
+ bgp router-id 10.0.30.1
+ no bgp ebgp-requires-policy
+ neighbor NODES peer-group
+ neighbor NODES remote-as ${NODE_ASN}
+ neighbor NODES timers 1 3
+ neighbor NODES timers connect 2
+ neighbor NODES bfd profile sandbox
+ bgp listen range ${'10.0.30.0/24'} peer-group NODES
+ address-family ipv4 unicast
+  maximum-paths 16
+  neighbor NODES route-map ferry-sandbox-nothing out
+ exit-address-family
+exit
+`;
 export const OPERATOR_NAMESPACE = 'kube-system';
 
 export type ForwardingMode = 'snat' | 'dsr' | 'hybrid';
@@ -50,7 +92,7 @@ export interface SandboxOptions {
   agentEnv?: Record<string, string>;
   /** Extra environment for the operator replicas. */
   operatorEnv?: Record<string, string>;
-  /** routes (default): the router routes the pool to the nodes; l2: the pool is in the node subnet and ferry answers ARP. */
+  /** bgp (default): the router learns the pool by BGP; l2: the pool is in the node subnet and ferry answers ARP; routes: the sandbox routes it. */
   announce?: AnnounceMode;
 }
 
@@ -85,6 +127,8 @@ export class Sandbox {
   readonly agents = new Map<string, Proc>();
   /** Operator replicas by identity. */
   readonly operators = new Map<string, Proc>();
+  /** FRR instances (with --announce bgp): the router's and each node's. */
+  readonly frr = new Map<string, FrrInstance>();
   readonly kubelet: Kubelet;
   private readonly lbRoutes: LoadBalancerRoutes;
   private unsubscribe: (() => void) | undefined;
@@ -143,6 +187,7 @@ export class Sandbox {
         });
       }
       s.unsubscribe = store.subscribe(() => s.kickControllers());
+      if (s.announce === 'bgp') await s.startFrr();
       await s.installLbIpam();
       await Promise.all([...net.nodes.map((n) => s.startAgent(n)), ...net.nodes.slice(0, 2).map((n) => s.startOperator(n))]);
       await s.waitForPoolStatus(DEFAULT_POOL.name);
@@ -165,7 +210,7 @@ export class Sandbox {
     this.tb.ownPath(pinDir);
     const p = node.host.spawn(
       [process.execPath, FERRY_BIN, 'agent', '--node-name', node.name, '--kubeconfig', this.agentKubeconfig, '--devices', node.device, '--pin-dir', pinDir, '--cgroup-root', node.host.cgroup],
-      { ...process.env, FERRY_CGROUP_MUST_BE_ROOT: 'false', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:10249', FERRY_FORWARDING_MODE: this.opts.mode, ...this.opts.agentEnv },
+      { ...process.env, FERRY_CGROUP_MUST_BE_ROOT: 'false', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:10249', FERRY_FORWARDING_MODE: this.opts.mode, ...(this.announce === 'bgp' ? { FERRY_FRR_PATHSPACE: node.host.netns } : {}), ...this.opts.agentEnv },
     );
     this.agents.set(node.name, p);
     for (const end = Date.now() + timeoutMs; Date.now() < end; ) {
@@ -176,6 +221,17 @@ export class Sandbox {
     throw new Error(`agent on ${node.name} did not start:\n${p.output().slice(-4000)}`);
   }
 
+  get announce(): AnnounceMode {
+    return this.opts.announce ?? 'bgp';
+  }
+
+  /** FRR on the router (ECMP, layer-4 hashing) and beside each node's agent. */
+  private async startFrr(): Promise<void> {
+    await this.net.router.execOk(['sysctl', '-qw', 'net.ipv4.fib_multipath_hash_policy=1']);
+    this.frr.set('router', await startFrr(this.tb, this.net.router, ROUTER_FRR));
+    await Promise.all(this.net.nodes.map(async (n) => this.frr.set(n.name, await startFrr(this.tb, n.host, ''))));
+  }
+
   /** The CRDs (as deploy/ has them, through the API as kubectl would), the default pool and, with L2, its policy. */
   private async installLbIpam(): Promise<void> {
     const api = new SandboxApi(this.api.alsoUrl!);
@@ -183,13 +239,18 @@ export class Sandbox {
       const r = await api.call('POST', api.url(kind, ''), body);
       if (r.status >= 300) throw new Error(`${what}: ${String(r.json.message)}`);
     };
-    for (const crd of [POOL_CRD, L2_POLICY_CRD]) await post(`install ${crd}`, 'CustomResourceDefinition', parseYaml(readFileSync(crd, 'utf8')));
+    for (const crd of CRDS) await post(`install ${crd}`, 'CustomResourceDefinition', parseYaml(readFileSync(crd, 'utf8')));
     const l2 = this.opts.announce === 'l2';
     await post('create the default pool', 'LoadBalancerIPPool', {
       apiVersion: 'ferry.dev/v1alpha1', kind: 'LoadBalancerIPPool', metadata: { name: DEFAULT_POOL.name },
       spec: { blocks: [l2 ? { start: L2_POOL.start, stop: L2_POOL.stop } : { cidr: DEFAULT_POOL.cidr }] },
     });
     if (l2) await post('create the L2 policy', 'L2AnnouncementPolicy', { apiVersion: 'ferry.dev/v1alpha1', kind: 'L2AnnouncementPolicy', metadata: { name: 'default' }, spec: { interfaces: ['eth0'] } });
+    if (this.announce === 'bgp') {
+      await post('create the BGP peer', 'BGPPeer', { apiVersion: 'ferry.dev/v1alpha1', kind: 'BGPPeer', metadata: { name: 'router' }, spec: { peerAddress: NODE_NET.router, peerASN: ROUTER_ASN, myASN: NODE_ASN, bfd: SANDBOX_BFD } });
+      // Services labelled announce=l2 are left to ARP (demo/l2.yaml).
+      await post('create the BGP advertisement', 'BGPAdvertisement', { apiVersion: 'ferry.dev/v1alpha1', kind: 'BGPAdvertisement', metadata: { name: 'default' }, spec: { serviceSelector: { matchExpressions: [{ key: 'announce', operator: 'NotIn', values: ['l2'] }] } } });
+    }
   }
 
   /** Start a `ferry operator` replica in a node's host namespace, as a Deployment's pod would run. */
@@ -234,7 +295,7 @@ export class Sandbox {
           reconcileDeployments(this.store);
           this.kubelet.kick();
           reconcileEndpointSlices(this.store);
-          await this.lbRoutes.reconcile();
+          if (this.announce === 'routes') await this.lbRoutes.reconcile();
         })
         .catch((e: Error) => this.opts.log.error({ err: e.message }, 'sandbox controllers'));
     }, 10);
@@ -272,7 +333,7 @@ export class Sandbox {
       prefix: this.tb.prefix,
       pid: process.pid,
       mode: this.opts.mode,
-      announce: this.opts.announce ?? 'routes',
+      announce: this.announce,
       nodeSwitch: { kind: this.net.nodeSwitch.kind, netns: this.net.nodeSwitch.host.netns, ports: this.net.nodeSwitch.portsByHost() },
       kubeconfig: this.kubeconfig,
       apiUrl: this.api.alsoUrl!,
@@ -292,6 +353,7 @@ export class Sandbox {
     await this.controllerRun;
     await this.kubelet.close();
     await Promise.all([...this.net.nodes.map((n) => this.stopAgent(n)), ...[...this.operators.values()].map((p) => p.stop(5000))]);
+    await Promise.all([...this.frr.values()].map((f) => f.stop()));
     await this.api.stop();
     await this.tb.destroy();
   }

@@ -70,6 +70,9 @@ describeWith(['root', 'netns'], 'ferry\'s configuration in a real FRR', () => {
     await eventually(learned, (r) => Object.keys(r).length === 0, 20_000, 200);
     const summary = await router.vtysh.showJson<{ ipv4Unicast?: { peers?: Record<string, { state: string }> } }>('show bgp summary json');
     expect(Object.values(summary.ipv4Unicast?.peers ?? {}).map((p) => p.state)).toEqual(['Established']);
+    // Healthy again: announced again (the route map's last entry turns from deny to permit in place).
+    await applyTo(desired(10));
+    await eventually(learned, (r) => Object.keys(r).length === 10, 20_000, 200);
   });
 
   it('everything ferry owns can be removed, and nothing else is touched', async () => {

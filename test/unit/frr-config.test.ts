@@ -150,6 +150,14 @@ describe('FRR commands from one state to another', () => {
     expect(cmds.indexOf('no route-map ferry-out-other deny 65535')).toBeGreaterThan(cmds.indexOf('no neighbor 10.0.30.2 remote-as'));
   });
 
+  it('a route-map entry whose action changes is replaced in place, not removed after', () => {
+    const none = at({ services: [] });
+    const one = at({ services: [lb('web', '10.0.100.1')] });
+    expect(frrCommands(none, one)).toContain('route-map ferry-out-router permit 65535');
+    expect(frrCommands(none, one)).not.toContain('no route-map ferry-out-router deny 65535');
+    expect(frrCommands(one, none)).not.toContain('no route-map ferry-out-router permit 65535');
+  });
+
   it('everything goes: diff against the empty configuration', () => {
     expect(frrCommands(ten, EMPTY_FRR)).toMatch(/^no router bgp 64512$/m);
   });
