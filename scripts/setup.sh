@@ -10,12 +10,13 @@ cd "$(dirname "$0")/.."
 #   tests, demo: iproute2 (ip, tc), iputils-ping, iputils-arping (who answers ARP, L2
 #                announcements), curl, util-linux (nsenter, unshare, taskset), mount,
 #                procps (sysctl), bpftool (ferry status)
+#   bgp:         frr (the sandbox's router and nodes; vtysh checks ferry's configuration)
 #   benchmarks:  iperf3, iptables, nftables (kube-proxy-shaped rules)
 PACKAGES=(clang llvm libbpf-dev libbpf1 linux-libc-dev gcc libc6-dev
   iproute2 iputils-ping iputils-arping curl util-linux mount procps bpftool
-  iperf3 iptables nftables)
+  frr iperf3 iptables nftables)
 # The commands those packages must have put on PATH; checked at the end.
-COMMANDS=(clang cc bpftool ip tc ping arping curl nsenter unshare taskset mount sysctl iperf3 iptables-restore nft kubectl)
+COMMANDS=(clang cc bpftool ip tc ping arping vtysh curl nsenter unshare taskset mount sysctl iperf3 iptables-restore nft kubectl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -29,6 +30,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The frr package may start FRR for the machine itself; ferry's tests run their own, in
+# their namespaces, and need none in the root namespace.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet frr 2>/dev/null; then
+  systemctl disable --now frr >/dev/null 2>&1 || true
 fi
 
 # kubectl for the sandbox tests: Debian's, unless the machine already has one.

@@ -5,6 +5,7 @@ import { registerCompile } from './compile-command.js';
 import { registerAgent } from './agent-command.js';
 import { registerOperator } from './operator-command.js';
 import { registerLb } from './lb-commands.js';
+import { registerBgp } from './bgp-commands.js';
 import { registerService } from './service-command.js';
 import { registerInspect } from './inspect-commands.js';
 
@@ -40,6 +41,7 @@ export async function main(argv: string[]): Promise<void> {
   registerAgent(program);
   registerOperator(program);
   registerLb(program);
+  registerBgp(program);
   registerService(program);
   registerInspect(program);
   try {

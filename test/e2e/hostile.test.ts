@@ -120,6 +120,8 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'hostile traffic against a s
   it('4. UDP datagrams larger than the MTU arrive whole: NodePort (local and remote backend), LB IP, ClusterIP', async () => {
     const lb = (await eventually(() => getSvc('echo'), (s) => Boolean(s.status?.loadBalancer?.ingress?.[0]?.ip))).status!.loadBalancer!.ingress![0]!.ip;
     const clusterIP = (await getSvc('echo')).spec.clusterIP;
+    // The router learns the address by BGP from every node: wait until all of them announce it.
+    await eventually(async () => (await sb.net.router.exec(['ip', 'route', 'show', lb])).stdout.match(/via 10\.0\.30\.2\d/g)?.length ?? 0, (n) => n === sb.net.nodes.length, 20_000);
     for (const size of [3000, 9000]) {
       for (const to of [`${NODE1}:30153`, `${NODE2}:30153`, `${lb}:53`]) {
         expect((await udpEcho(sb.net.client, to, size)).map((r) => [r.ok, r.bytes]), `${size} bytes to ${to}`).toEqual([[true, size], [true, size]]);

@@ -1,0 +1,161 @@
+// BGP announcements end to end in the sandbox (--announce bgp, the default): the router
+// runs FRR and learns each LoadBalancer address from the nodes' FRR, which the agents
+// drive. ECMP over every node for ETP=Cluster; ETP=Local only to the nodes with a ready
+// endpoint, following the pod; a node's link cut with BFD (100 ms x 3): its path gone from
+// the router within 1 s, with a request loop's failures counted; an agent restart
+// withdraws nothing.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { parseAllDocuments } from 'yaml';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { SANDBOX_USER_AGENT } from '../../src/sandbox/api-client.js';
+import type { NodeInfo } from '../../src/sandbox/network.js';
+import type { Host } from '../../src/sandbox/netns/testbed.js';
+import { Sandbox } from '../../src/sandbox/sandbox.js';
+import { exec } from '../../src/sys/exec.js';
+import { kubectlFor } from '../harness/kubectl.js';
+import { REPO_ROOT } from '../harness/paths.js';
+import { describeWith } from '../harness/requirements.js';
+import { eventually } from '../harness/wait.js';
+
+const FERRY = join(REPO_ROOT, 'bin', 'ferry.js');
+let sb: Sandbox;
+const kubectl = kubectlFor(() => sb.kubeconfig);
+const node = (name: string): NodeInfo => sb.net.nodes.find((n) => n.name === name)!;
+
+const lbService = (name: string, selector: string, etp: 'Cluster' | 'Local' = 'Cluster') => `
+apiVersion: v1
+kind: Service
+metadata: { name: ${name}, namespace: default }
+spec: { type: LoadBalancer, externalTrafficPolicy: ${etp}, selector: { app: ${selector} }, ports: [{ port: 80, targetPort: 8080 }] }
+`;
+const podYaml = (name: string, app: string, on: string) => `
+apiVersion: v1
+kind: Pod
+metadata: { name: ${name}, namespace: default, labels: { app: ${app} } }
+spec: { nodeName: ${on}, containers: [{ name: c, image: traefik/whoami, ports: [{ containerPort: 8080 }] }] }
+`;
+const ipOf = async (name: string) => ((JSON.parse((await kubectl(['get', 'svc', name, '-o', 'json'])).out || '{}') as { status?: { loadBalancer?: { ingress?: Array<{ ip: string }> } } }).status?.loadBalancer?.ingress ?? []).map((i) => i.ip).join(',');
+
+/** The router's next hops for `ip` learned by BGP (node addresses), sorted. */
+async function nexthops(ip: string): Promise<string[]> {
+  const out = (await sb.net.router.exec(['ip', 'route', 'show', ip, 'proto', 'bgp'])).stdout;
+  return [...out.matchAll(/via (10\.0\.30\.\d+)/g)].map((m) => m[1]!).sort();
+}
+
+function requestLoop(from: Host, url: string) {
+  const p = from.spawn(['sh', '-c', `while :; do t=$(date +%s%3N); c=$(curl -s -o /dev/null -w '%{http_code}' --max-time 0.5 ${url}); echo "$t $c"; sleep 0.02; done`]);
+  return {
+    async stop(): Promise<Array<{ at: number; ok: boolean }>> {
+      const stoppedAt = Date.now();
+      await p.stop(1000);
+      return p.output().trim().split('\n').map((l) => l.split(' ')).filter((x) => x.length === 2).map(([t, c]) => ({ at: Number(t), ok: c === '200' })).filter((x) => x.at < stoppedAt - 600);
+    },
+  };
+}
+
+beforeAll(async () => {
+  sb = await Sandbox.up({ name: 'bgpe', nodes: 3, mode: 'snat', log: pino({ level: 'silent' }), agentEnv: { FERRY_MIN_SYNC_PERIOD_MS: '20' } });
+  for (const n of sb.net.nodes) expect((await kubectl.apply(podYaml(`web-${n.name.slice(-1)}`, 'web', n.name))).code).toBe(0);
+  expect((await kubectl.apply(podYaml('solo', 'solo', 'node-1'))).code).toBe(0);
+  await sb.settle();
+}, 180_000);
+afterAll(async () => {
+  await sb?.down();
+}, 60_000);
+
+describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'BGP announcements', () => {
+  it('ETP=Cluster: the router learns the address from every node (ECMP) and reaches it through those routes only', async () => {
+    expect((await kubectl.apply(lbService('web', 'web'))).code).toBe(0);
+    const ip = await eventually(() => ipOf('web'), (x) => x !== '');
+    expect(await eventually(() => nexthops(ip), (h) => h.length === 3, 20_000)).toEqual(['10.0.30.21', '10.0.30.22', '10.0.30.23']);
+    // No route but BGP's: nothing static, nothing on-link.
+    expect((await sb.net.router.ip('route', 'show', ip)).trim().split('\n')[0]).toMatch(new RegExp(`^${ip.replace(/\./g, '\\.')} proto bgp`));
+    const seen = new Set<string>();
+    for (let i = 0; i < 30 && seen.size < 3; i++) seen.add(/Hostname: (\S+)/.exec((await sb.net.client.execOk(['curl', '-s', '--max-time', '2', `http://${ip}/`])))?.[1] ?? '');
+    expect([...seen].sort()).toEqual(['web-1', 'web-2', 'web-3']);
+    // What the CLI shows: the router's BGP table, and a node's session with BFD up.
+    const routes = await exec(process.execPath, [FERRY, 'bgp', 'routes', '--pathspace', sb.frr.get('router')!.pathspace]);
+    expect(routes.stdout.split('\n').filter((l) => l.startsWith(`${ip}/32`))).toHaveLength(3);
+    const peers = await eventually(() => exec(process.execPath, [FERRY, 'bgp', 'peers', '--pathspace', sb.frr.get('node-1')!.pathspace]), (r) => / up \(/.test(r.stdout), 10_000);
+    expect(peers.stdout).toMatch(/10\.0\.30\.1\s+64513\s+Established\s+\S+\s+0\s+\d+\s+up \(100\/100 ms × 3\)/);
+  });
+
+  it('ETP=Local: only the node with a ready endpoint announces, and the route follows the pod', async () => {
+    expect((await kubectl.apply(lbService('solo', 'solo', 'Local'))).code).toBe(0);
+    const ip = await eventually(() => ipOf('solo'), (x) => x !== '');
+    expect(await eventually(() => nexthops(ip), (h) => h.join() === '10.0.30.21', 20_000)).toEqual(['10.0.30.21']);
+    await kubectl(['delete', 'pod', 'solo']);
+    const t0 = Date.now();
+    expect((await kubectl.apply(podYaml('solo-moved', 'solo', 'node-3'))).code).toBe(0);
+    await sb.settle();
+    expect(await eventually(() => nexthops(ip), (h) => h.join() === '10.0.30.23', 20_000, 20)).toEqual(['10.0.30.23']);
+    process.stdout.write(`BGP, ETP=Local: the route followed the pod to node-3 in ${Date.now() - t0} ms (pod created, ready, announced, learned)\n`);
+    expect((await eventually(() => sb.net.client.exec(['curl', '-s', '--max-time', '2', `http://${ip}/`]), (r) => r.code === 0)).stdout).toMatch(/Hostname: solo-moved/);
+  });
+
+  it('a node\'s link cut: BFD takes its path off the router within 1 s; back, the path returns', async () => {
+    const ip = await ipOf('web');
+    // Only the path should be at stake: no backend on the node that goes dark (its pod would
+    // stay an endpoint until the node controller noticed, tens of seconds later).
+    await kubectl(['delete', 'pod', 'web-2']);
+    await sb.settle();
+    const loop = requestLoop(sb.net.client, `http://${ip}/`);
+    await new Promise((r) => setTimeout(r, 1000));
+    const cutAt = Date.now();
+    await sb.net.setNodeConnected(node('node-2'), false);
+    const hops = await eventually(() => nexthops(ip), (h) => !h.includes('10.0.30.22'), 5000, 10);
+    const goneMs = Date.now() - cutAt;
+    await new Promise((r) => setTimeout(r, 1500));
+    const samples = await loop.stop();
+    const failed = samples.filter((s) => s.at >= cutAt && !s.ok).length;
+    const total = samples.filter((s) => s.at >= cutAt).length;
+    process.stdout.write(`BGP, link cut: node-2's path left the router after ${goneMs} ms (BFD 100 ms × 3); ${failed} of ${total} requests failed\n`);
+    expect(hops).toEqual(['10.0.30.21', '10.0.30.23']);
+    expect(goneMs).toBeLessThan(1000);
+    // After the path went, every request succeeds.
+    expect(samples.filter((s) => s.at > cutAt + goneMs + 600 && !s.ok)).toEqual([]);
+    await sb.net.setNodeConnected(node('node-2'), true);
+    expect(await eventually(() => nexthops(ip), (h) => h.length === 3, 20_000)).toHaveLength(3);
+  });
+
+  it('an agent restart withdraws nothing (FRR outlives the agent)', async () => {
+    const ip = await ipOf('web');
+    let lost = false;
+    let watching = true;
+    const watcher = (async () => {
+      while (watching) {
+        if (!(await nexthops(ip)).includes('10.0.30.21')) lost = true;
+        await new Promise((r) => setTimeout(r, 30));
+      }
+    })();
+    await sb.stopAgent(node('node-1'));
+    await new Promise((r) => setTimeout(r, 2000));
+    await sb.startAgent(node('node-1'));
+    await new Promise((r) => setTimeout(r, 2000));
+    watching = false;
+    await watcher;
+    expect(lost).toBe(false);
+    const debug = async () => `${await sb.frr.get('router')!.vtysh.show(`show ip bgp ${ip}/32`)}\n${await sb.frr.get('node-2')!.vtysh.show('show running-config')}`;
+    const hops = await nexthops(ip);
+    expect(hops, hops.length === 3 ? '' : await debug()).toEqual(['10.0.30.21', '10.0.30.22', '10.0.30.23']);
+  });
+
+  it('a node taken out of the advertisement withdraws cleanly', async () => {
+    const ip = await ipOf('web');
+    await kubectl.apply(`apiVersion: ferry.dev/v1alpha1\nkind: BGPAdvertisement\nmetadata: { name: default }\nspec: { nodeSelector: { matchExpressions: [{ key: kubernetes.io/hostname, operator: NotIn, values: [node-3] }] }, serviceSelector: { matchExpressions: [{ key: announce, operator: NotIn, values: [l2] }] } }\n`);
+    expect(await eventually(() => nexthops(ip), (h) => h.join() === '10.0.30.21,10.0.30.22', 10_000)).toEqual(['10.0.30.21', '10.0.30.22']);
+    const summary = await sb.frr.get('router')!.vtysh.showJson<{ ipv4Unicast?: { peers?: Record<string, { state: string }> } }>('show bgp summary json');
+    expect(summary.ipv4Unicast?.peers?.['10.0.30.23']?.state).toBe('Established'); // the session stays
+  });
+
+  it('every BGP request the agents made is one their RBAC (deploy/kubernetes/ferry.yaml) allows', () => {
+    type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] };
+    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'ferry.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; metadata: { namespace?: string }; rules?: Rule[] });
+    const rules = docs.filter((d) => d.kind === 'ClusterRole' || (d.kind === 'Role' && d.metadata.namespace === 'kube-system')).flatMap((d) => d.rules ?? []);
+    const bgp = sb.api.access.filter((a) => a.userAgent !== SANDBOX_USER_AGENT && !a.userAgent?.startsWith('kubectl') && (a.resource === 'bgppeers' || a.resource === 'bgpadvertisements'));
+    expect(bgp.length).toBeGreaterThan(3);
+    expect(bgp.filter((a) => !rules.some((r) => r.apiGroups.includes(a.group) && r.resources.includes(a.resource) && r.verbs.includes(a.verb)))).toEqual([]);
+  });
+});
