@@ -97,7 +97,8 @@ export function parseBgpPeer(o: CustomObject): BgpPeer {
   if (s.ebgpMultihop !== undefined && multihop === undefined) errors.push('ebgpMultihop: an integer in 2..255');
   return {
     name, address, asn: asn ?? 0, myAsn: myAsn ?? 0, nodeSelector, ...(passwordSecretRef ? { passwordSecretRef } : {}), ...(bfd ? { bfd } : {}),
-    gracefulRestart: typeof s.gracefulRestart === 'boolean' ? s.gracefulRestart : true,
+    // Off unless asked: with it, a peer keeps a dead node's routes for the restart time.
+    gracefulRestart: typeof s.gracefulRestart === 'boolean' ? s.gracefulRestart : false,
     holdTimeSeconds: hold ?? 9, keepaliveTimeSeconds: keepalive ?? 3, ...(multihop !== undefined ? { ebgpMultihop: multihop } : {}), errors,
   };
 }

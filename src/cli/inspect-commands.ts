@@ -129,10 +129,13 @@ export function registerInspect(program: Command): void {
       let agent = 'not reachable';
       let mode = '?';
       let unprogrammed: Array<{ service: string; error: string }> = [];
+      type Announcing = { l2?: Array<{ address: string; devices: string[] }>; bgp?: { peers: Array<{ peer: string; address: string; state: string; uptime: string; prefixesSent: number; bfd?: string }>; prefixes: string[]; error?: string } };
+      let announcing: Announcing = {};
       try {
-        const s = (await (await fetch(`${o.metrics}/status`, { signal: AbortSignal.timeout(1000) })).json()) as { lastSync?: string; unprogrammed?: Array<{ service: string; error: string }> };
+        const s = (await (await fetch(`${o.metrics}/status`, { signal: AbortSignal.timeout(1000) })).json()) as { lastSync?: string; unprogrammed?: Array<{ service: string; error: string }> } & Announcing;
         agent = s.lastSync ? `up, last sync ${s.lastSync}` : 'up, not synced yet';
         unprogrammed = s.unprogrammed ?? [];
+        announcing = { l2: s.l2, bgp: s.bgp };
         mode = (await (await fetch(`${o.metrics}/proxyMode`, { signal: AbortSignal.timeout(1000) })).text()).trim();
       } catch {
         // the datapath runs without its agent too
@@ -147,7 +150,7 @@ export function registerInspect(program: Command): void {
         backends: maps.find((m) => m.name === 'lb4_backends')?.entries ?? 0,
         flows: maps.find((m) => m.name === 'ct4')?.entries ?? 0,
         maps: maps.map((m) => ({ name: m.name, entries: m.entries, capacity: m.capacity })),
-        forwarded: stats, drops, links, unprogrammed,
+        forwarded: stats, drops, links, unprogrammed, ...announcing,
       };
       if (o.output === 'json') {
         process.stdout.write(`${JSON.stringify(status, null, 2)}\n`);
@@ -163,6 +166,12 @@ export function registerInspect(program: Command): void {
         process.stdout.write('\nnot programmed (the maps cannot take them; each keeps what it had):\n');
         process.stdout.write(table(['SERVICE', 'WHY'], unprogrammed.map((u) => [u.service, u.error])));
       }
+      const bgp = announcing.bgp;
+      if (bgp && (bgp.peers.length || bgp.prefixes.length || bgp.error)) {
+        process.stdout.write(`\nBGP: ${bgp.prefixes.length} prefix(es) announced${bgp.error ? `; last apply failed: ${bgp.error}` : ''}\n`);
+        if (bgp.peers.length) process.stdout.write(table(['PEER', 'ADDRESS', 'STATE', 'UPTIME', 'SENT', 'BFD'], bgp.peers.map((p) => [p.peer, p.address, p.state, p.uptime, p.prefixesSent, p.bfd ?? '-'])));
+      }
+      if (announcing.l2?.length) process.stdout.write(`\nL2: answering ARP for ${announcing.l2.map((a) => `${a.address} (${a.devices.join(',')})`).join(', ')}\n`);
       process.stdout.write('\nattached:\n');
       process.stdout.write(links.length ? table(['WHERE', 'PROGRAM', 'ID', 'LOADED'], links.map((l) => [l.where, l.program, l.id, l.loaded])) : '(nothing found: is the agent running here?)\n');
     });

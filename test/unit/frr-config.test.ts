@@ -24,6 +24,7 @@ const input = (o: Partial<BgpInput>): BgpInput => ({ node: NODE, nodes: [NODE], 
 
 const CASES: Array<[string, Partial<BgpInput>]> = [
   ['one-peer', { services: [lb('web', '10.0.100.1'), lb('dns', '10.0.100.2')] }],
+  ['graceful-restart', { peers: [peer('router', { gracefulRestart: true })], services: [lb('web', '10.0.100.1')] }],
   ['bfd-password-multihop', {
     peers: [peer('core', { peerAddress: '192.168.1.1', peerASN: 65000, bfd: { receiveIntervalMs: 100, transmitIntervalMs: 100, detectMultiplier: 3 }, passwordSecretRef: { name: 'bgp', key: 'password' }, ebgpMultihop: 4, gracefulRestart: false, holdTimeSeconds: 30, keepaliveTimeSeconds: 10 })],
     passwords: new Map([['core', 's3cr3t!']]),
@@ -71,7 +72,7 @@ describe('what a node announces', () => {
   });
 
   it('ETP=Local: only Services with a ready endpoint here', () => {
-    expect(bgpNodeConfig(input(CASES[3]![1]))!.prefixes.map((p) => p.prefix)).toEqual(['10.0.100.1/32']);
+    expect(bgpNodeConfig(input(CASES.find(([n]) => n === 'etp-local')![1]))!.prefixes.map((p) => p.prefix)).toEqual(['10.0.100.1/32']);
   });
 
   it('an advertisement that does not select the node announces nothing from it', () => {
