@@ -45,7 +45,7 @@ demo: build
 	@bash scripts/demo.sh
 
 ## bench: the benchmarks with quick settings, < 10 min (bench/results/quick/); see bench/README.md
-BENCH_REPORTS := forwarding rules-scaling agent-sync packet-cost snat-capacity ipam l2
+BENCH_REPORTS := forwarding rules-scaling agent-sync packet-cost snat-capacity ipam l2 bgp
 bench: build
 	@rm -rf bench/results/quick
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/forwarding.ts --seconds 3 --rr-seconds 1 --repeat 3
@@ -55,6 +55,7 @@ bench: build
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/snat-capacity.ts --seconds 15 --concurrency 16
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/ipam.ts --services 1000,10000 --repeat 1
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/l2.ts --addresses 10,1000 --seconds 10 --repeat 3
+	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/bgp.ts --repeat 3 --connections 30
 	@cat $(BENCH_REPORTS:%=bench/results/quick/%.md) > bench/results/quick/README.md
 
 ## bench-full: the full run committed under bench/results/full/ (about 35 min)
@@ -67,6 +68,7 @@ bench-full: build
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/snat-capacity.ts --seconds 30 --concurrency 16
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/ipam.ts --services 1000,10000,30000 --repeat 3
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/l2.ts --addresses 10,1000 --seconds 20 --repeat 5
+	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/bgp.ts --repeat 5 --connections 60
 	@cat $(BENCH_REPORTS:%=bench/results/full/%.md) > bench/results/full/README.md
 
 ## cleanup: remove testbeds and sandboxes left by crashed runs
