@@ -18,7 +18,7 @@ for _ in $(seq 1 100); do
   [[ $out == Hostname:* ]] && break
   sleep 0.2
 done
-# The operator gives the LoadBalancer addresses (the sandbox routes them to the nodes).
+# The operator gives the LoadBalancer addresses; the nodes announce them to the router by BGP.
 for _ in $(seq 1 100); do
   out=$(fetch client http://10.0.100.11/)
   [[ $out == Hostname:* ]] && break
@@ -31,14 +31,14 @@ for _ in 1 2 3 4; do echo "  toolbox → 10.96.0.100:80      $(fetch pod/toolbox
 step "2. NodePort 30080, curled on each node from the client (10.0.10.2)"
 for ip in 10.0.30.21 10.0.30.22 10.0.30.23; do echo "  client → $ip:30080   $(fetch client http://$ip:30080/)"; done
 
-step "3. LoadBalancer: the operator gave the address (pool 'default'); the client curls it (routed to the nodes, ECMP)"
+step "3. LoadBalancer: the operator gave the address (pool 'default'); the client curls it (every node announces it by BGP; the router spreads flows, ECMP)"
 ferry lb list --kubeconfig "${FERRY_SANDBOX_STATE:-/run/ferry/sandboxes}/$NAME/kubeconfig" | sed 's/^/  /'
 for _ in 1 2 3; do echo "  client → 10.0.100.1:80      $(fetch client http://10.0.100.1/)"; done
 
 step "4. externalTrafficPolicy: the pod 'solo' runs on node-1 only"
 echo "  ETP=Cluster, client → node-2:30090 (remote backend, SNAT):   $(fetch client http://10.0.30.22:30090/)"
 echo "  ETP=Cluster, client → LB 10.0.100.10:                       $(fetch client http://10.0.100.10/)"
-echo "  ETP=Local,   client → LB 10.0.100.11 (routed to node-1 only): $(fetch client http://10.0.100.11/)"
+echo "  ETP=Local,   client → LB 10.0.100.11 (only node-1 announces it): $(fetch client http://10.0.100.11/)"
 echo "  ETP=Local,   client → node-2:30091 (no local endpoint: dropped): $(fetch client http://10.0.30.22:30091/)"
 
 step "5. SNAT against DSR: the same remote backend (solo, on node-1) through node-2"
@@ -47,7 +47,36 @@ echo "  DSR,  client → node-2:30092: $(fetch client http://10.0.30.22:30092/)"
 echo "  (DSR keeps the client address, and node-1 answers the client directly: node-2 sees no reply."
 echo "   The whole sandbox runs DSR with: ferry sandbox up --mode dsr, or --mode hybrid for DSR on TCP only.)"
 
-step "6. L2 announcements: a pool in the node subnet; the router asks by ARP, one node answers from BPF"
+step "6. BGP: FRR beside each agent announces the LB addresses; the router keeps one path per node and BFD watches each"
+ferry bgp peers --pathspace "fys-$NAME-node-1" | sed 's/^/  node-1: /'
+# The router's namespace directly: polling through `ferry sandbox exec` would add ≈ 0.2 s a look.
+routes() { ip -n "fys-$NAME-router" route show 10.0.100.10 | tr '\t' ' ' | paste -sd' ' - | sed 's/  */ /g'; }
+# Wait until the router has a path through every node and BFD is up with node-3.
+bfd3() { vtysh -N "fys-$NAME-router" -c 'show bfd peer 10.0.30.23 json' 2>/dev/null | tr -d ' \n' | grep -c '"status":"up"' || true; }
+for _ in $(seq 1 100); do
+  now=$(routes)
+  [[ $now == *10.0.30.21* && $now == *10.0.30.22* && $now == *10.0.30.23* && $(bfd3) == 1 ]] && break
+  sleep 0.2
+done
+echo "  router: $(routes)"
+echo "  cutting node-3 off the network (solo, the backend, is on node-1), a request every 0.1 s from the client to 10.0.100.10:"
+ferry sandbox exec --name "$NAME" client -- sh -c 'ok=0; lost=0; for i in $(seq 1 40); do if curl -s -o /dev/null --max-time 0.5 http://10.0.100.10/; then ok=$((ok+1)); else lost=$((lost+1)); fi; sleep 0.1; done; echo "$ok answered, $lost lost"' > "/tmp/ferry-demo-$NAME-loop" &
+loop=$!
+sleep 1
+cut=$(date +%s%N)
+ferry sandbox link down --name "$NAME" node-3 >/dev/null
+for _ in $(seq 1 200); do
+  now=$(routes)
+  [[ $now != *10.0.30.23* ]] && break
+  sleep 0.02
+done
+echo "  after $(( ($(date +%s%N) - cut) / 1000000 )) ms (BFD): $now"
+wait "$loop"
+echo "  requests: $(cat "/tmp/ferry-demo-$NAME-loop")"; rm -f "/tmp/ferry-demo-$NAME-loop"
+ferry sandbox link up --name "$NAME" node-3 >/dev/null
+echo "  (node-3 is back on the network: its session comes back in a few seconds, and its path with it)"
+
+step "7. L2 announcements: a pool in the node subnet; the router asks by ARP, one node answers from BPF"
 KC="${FERRY_SANDBOX_STATE:-/run/ferry/sandboxes}/$NAME/kubeconfig"
 ferry sandbox apply --name "$NAME" -f demo/l2.yaml >/dev/null
 for _ in $(seq 1 100); do
@@ -89,6 +118,7 @@ cat <<TXT
   node bin/ferry.js sandbox pod unready --name $NAME solo      # watch ETP=Local traffic stop
   node bin/ferry.js sandbox link down --name $NAME node-2      # pull node-2's cable (link up: back)
   node bin/ferry.js lb list --kubeconfig $KC                   # addresses, pools, who announces them
+  node bin/ferry.js bgp routes --pathspace fys-$NAME-router    # what the router learnt by BGP
   node bin/ferry.js sandbox kubectl --name $NAME get svc          # needs Debian's kubectl
   node bin/ferry.js service list --pin-dir /sys/fs/bpf/fys-$NAME-node-2
 Tear down:

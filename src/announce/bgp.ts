@@ -244,3 +244,22 @@ export function bgpNodeConfig(input: BgpInput): BgpNodeConfig | undefined {
   const ipKey = (p: string) => p.split(/[./]/).map((x) => x.padStart(3, '0')).join('.');
   return { asn, routerId, peers: sessions.sort((a, b) => (a.name < b.name ? -1 : 1)), prefixes: [...byPrefix.values()].sort((a, b) => (ipKey(a.prefix) < ipKey(b.prefix) ? -1 : 1)), problems };
 }
+
+/**
+ * Which nodes the BGP resources make announce each address (`ferry lb list`), as each
+ * node's agent would decide it, assuming healthy datapaths and present passwords: whether a
+ * session is up is FRR's to say (`ferry bgp peers`).
+ */
+export function bgpAnnouncers(input: Omit<BgpInput, 'node' | 'passwords' | 'datapathHealthy' | 'unprogrammed'>): Map<string, string[]> {
+  const passwords = new Map(input.peers.filter((p) => p.passwordSecretRef).map((p) => [p.name, 'assumed-present']));
+  const byIp = new Map<string, string[]>();
+  for (const node of input.nodes) {
+    const cfg = bgpNodeConfig({ ...input, node, passwords, datapathHealthy: true });
+    for (const p of cfg?.peers.length ? cfg.prefixes : []) {
+      const ip = p.prefix.replace(/\/32$/, '');
+      byIp.set(ip, [...(byIp.get(ip) ?? []), node.metadata?.name ?? '']);
+    }
+  }
+  for (const names of byIp.values()) names.sort();
+  return byIp;
+}

@@ -3,10 +3,11 @@
 // reads, formats and prints.
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
-import { CoordinationV1Api, CoreV1Api, CustomObjectsApi } from '@kubernetes/client-node';
+import { CoordinationV1Api, CoreV1Api, CustomObjectsApi, DiscoveryV1Api, type V1Service } from '@kubernetes/client-node';
 import { parseAllDocuments, stringify } from 'yaml';
 import { ErrorCode, FerryError } from '../errors.js';
 import { addressRows, poolRows, type AnnouncerClaim } from '../ipam/lb-view.js';
+import { bgpAnnouncers, parseBgpAdvertisement, parseBgpPeer, type CustomObject } from '../announce/bgp.js';
 import { HEARTBEAT_KIND, HEARTBEAT_LABEL, readHeartbeat } from '../announce/heartbeats.js';
 import { migrate } from '../ipam/migrate.js';
 import { POOL_GROUP, POOL_PLURAL, POOL_VERSION, type PoolObject } from '../ipam/pool-resource.js';
@@ -24,6 +25,25 @@ async function readClaims(kc: ReturnType<typeof kubeConfig>, namespace: string):
     });
   } catch {
     return []; // no access to the Leases: the column stays empty
+  }
+}
+
+/**
+ * Address → the nodes the BGPPeers and BGPAdvertisements make announce it. Empty when the
+ * BGP CRDs are not installed or not readable: the column then shows L2 only.
+ */
+async function readBgpAnnouncers(kc: ReturnType<typeof kubeConfig>, services: V1Service[]): Promise<Map<string, string[]>> {
+  const custom = kc.makeApiClient(CustomObjectsApi);
+  const list = (plural: string) => custom.listClusterCustomObject({ group: 'ferry.dev', version: 'v1alpha1', plural }) as Promise<{ items: CustomObject[] }>;
+  try {
+    const [peers, advertisements, nodes, slices] = await Promise.all([
+      list('bgppeers'), list('bgpadvertisements'),
+      kc.makeApiClient(CoreV1Api).listNode(), kc.makeApiClient(DiscoveryV1Api).listEndpointSliceForAllNamespaces(),
+    ]);
+    if (peers.items.length === 0) return new Map();
+    return bgpAnnouncers({ nodes: nodes.items, services, slices: slices.items, peers: peers.items.map(parseBgpPeer), advertisements: advertisements.items.map(parseBgpAdvertisement) });
+  } catch {
+    return new Map();
   }
 }
 
@@ -51,13 +71,14 @@ function print(format: string, rows: Array<Record<string, string>>, empty: strin
 export function registerLb(program: Command): void {
   const lb = program.command('lb').description('LoadBalancer addresses and pools (from the API server)');
   lb.command('list')
-    .description('every LoadBalancer address: its pool, the Services sharing it, their ports, the node announcing it; then Services still waiting and why')
+    .description('every LoadBalancer address: its pool, the Services sharing it, their ports, the nodes announcing it (L2: the heartbeat owner; BGP: the nodes the resources select; sessions: ferry bgp peers); then Services still waiting and why')
     .option('--kubeconfig <file>', 'kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)')
     .option('--namespace <ns>', 'the agents\' namespace (their heartbeat Leases)', 'kube-system')
     .option('-o, --output <format>', 'table or json', 'table')
     .action(async (o: { kubeconfig?: string; namespace: string; output: string }) => {
       const { kc, services, pools } = await readCluster(o.kubeconfig);
-      const { addresses, waiting } = addressRows(services, pools, await readClaims(kc, o.namespace));
+      const [claims, bgp] = await Promise.all([readClaims(kc, o.namespace), readBgpAnnouncers(kc, services)]);
+      const { addresses, waiting } = addressRows(services, pools, claims, bgp);
       if (o.output === 'json') {
         process.stdout.write(`${JSON.stringify({ addresses, waiting }, null, 2)}\n`);
         return;

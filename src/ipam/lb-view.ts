@@ -15,7 +15,10 @@ export interface AddressRow {
   services: string[];
   ports: string[];
   trafficPolicy: string;
-  /** Who answers ARP for it (L2 announcements), as the nodes' heartbeats claim. */
+  /**
+   * Who announces it: the node answering ARP for it (L2), as the nodes' heartbeats claim,
+   * and the nodes the BGP resources make announce it.
+   */
   announcedBy: string;
 }
 
@@ -45,7 +48,8 @@ export interface PoolRow {
   message: string;
 }
 
-export function addressRows(services: readonly V1Service[], pools: readonly PoolObject[], claims: readonly AnnouncerClaim[] = []): { addresses: AddressRow[]; waiting: WaitingRow[] } {
+/** `bgp`: address → the nodes announcing it by BGP (announce/bgp.ts `bgpAnnouncers`). */
+export function addressRows(services: readonly V1Service[], pools: readonly PoolObject[], claims: readonly AnnouncerClaim[] = [], bgp: ReadonlyMap<string, readonly string[]> = new Map()): { addresses: AddressRow[]; waiting: WaitingRow[] } {
   const resolved = resolvePools(pools.map(poolInput));
   const byIp = new Map<string, AddressRow>();
   const waiting: WaitingRow[] = [];
@@ -59,7 +63,7 @@ export function addressRows(services: readonly V1Service[], pools: readonly Pool
       continue;
     }
     for (const ip of ips) {
-      const row = byIp.get(ip) ?? { address: ip, pool: (isIPv4(ip) && resolved.find((p) => !p.conflictWith && poolContains(p, ipToInt(ip)))?.name) || '-', services: [], ports: [], trafficPolicy: '', announcedBy: announcedBy(ip, claims) };
+      const row = byIp.get(ip) ?? { address: ip, pool: (isIPv4(ip) && resolved.find((p) => !p.conflictWith && poolContains(p, ipToInt(ip)))?.name) || '-', services: [], ports: [], trafficPolicy: '', announcedBy: announcedBy(ip, claims, bgp.get(ip) ?? []) };
       row.services.push(key);
       row.ports.push(...(s.spec.ports ?? []).map((p) => `${p.port}/${p.protocol ?? 'TCP'}`));
       const etp = s.spec.externalTrafficPolicy ?? 'Cluster';
@@ -73,14 +77,15 @@ export function addressRows(services: readonly V1Service[], pools: readonly Pool
 
 /**
  * `node-2 (l2)`: the node whose fresh heartbeat claims the address; only when no fresh one
- * does, the stale claimers, `node-3 (l2, stale 12s)`; `-` when nobody claims it.
+ * does, the stale claimers, `node-3 (l2, stale 12s)`. Then `node-1, node-2 (bgp)`; `-` when
+ * nobody announces it.
  */
-function announcedBy(ip: string, claims: readonly AnnouncerClaim[]): string {
+function announcedBy(ip: string, claims: readonly AnnouncerClaim[], bgpNodes: readonly string[]): string {
   const by = claims.filter((c) => c.addresses.includes(ip));
   const fresh = by.filter((c) => c.ageSeconds <= c.durationSeconds);
-  if (fresh.length) return fresh.map((c) => `${c.node} (l2)`).join(', ');
-  if (by.length === 0) return '-';
-  return by.map((c) => `${c.node} (l2, stale ${Math.round(c.ageSeconds)}s)`).join(', ');
+  const l2 = fresh.length ? fresh.map((c) => `${c.node} (l2)`) : by.map((c) => `${c.node} (l2, stale ${Math.round(c.ageSeconds)}s)`);
+  const parts = bgpNodes.length ? [...l2, `${bgpNodes.join(', ')} (bgp)`] : l2;
+  return parts.length ? parts.join(', ') : '-';
 }
 
 export function poolRows(pools: readonly PoolObject[]): PoolRow[] {

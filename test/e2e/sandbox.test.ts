@@ -42,7 +42,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'sandbox lifecycle', () => {
     expect(out).toMatch(/toolbox → 10\.96\.0\.100:80 +Hostname: whoami-\S+ RemoteAddr: 10\.244\.2\.\d+:/);
     for (const ip of ['10.0.30.21', '10.0.30.22', '10.0.30.23']) expect(out).toMatch(new RegExp(`client → ${ip.replace(/\./g, '\\.')}:30080 +Hostname: whoami-`));
     expect(out).toMatch(/ETP=Cluster, client → node-2:30090 \(remote backend, SNAT\): +Hostname: solo RemoteAddr: 10\.0\.30\.22:/);
-    expect(out).toMatch(/ETP=Local, +client → LB 10\.0\.100\.11 \(routed to node-1 only\): Hostname: solo RemoteAddr: 10\.0\.10\.2:/);
+    expect(out).toMatch(/ETP=Local, +client → LB 10\.0\.100\.11 \(only node-1 announces it\): Hostname: solo RemoteAddr: 10\.0\.10\.2:/);
     expect(out).toMatch(/ETP=Local, +client → node-2:30091 \(no local endpoint: dropped\): curl: \(28\)/);
     expect(out).toMatch(/SNAT, client → node-2:30090: Hostname: solo RemoteAddr: 10\.0\.30\.22:/);
     expect(out).toMatch(/DSR, +client → node-2:30092: Hostname: solo RemoteAddr: 10\.0\.10\.2:/);
@@ -54,6 +54,15 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'sandbox lifecycle', () => {
     expect(takeover[2]).not.toBe(first![1]);
     expect(Number(takeover[1])).toBeLessThan(5000); // polled through `ferry sandbox exec`, each ≈ 0.2 s
     expect(out).toMatch(/10\.0\.30\.200 now announced by node-\d/);
+    // BGP: node-1's session with the router is up with BFD; the router has a path per node,
+    // and node-3's leaves when its link is cut.
+    expect(out).toMatch(/node-1: 10\.0\.30\.1 +64513 +Established .* up \(100\/100 ms × 3\)/);
+    const ecmp = /router: (.*)/.exec(out.slice(out.indexOf('6. BGP')))![1]!;
+    for (const ip of ['10.0.30.21', '10.0.30.22', '10.0.30.23']) expect(ecmp).toContain(`via ${ip}`);
+    const after = /after \d+ ms \(BFD\): (.*)/.exec(out)![1]!;
+    expect(after).not.toContain('10.0.30.23');
+    expect(after).toContain('10.0.30.21');
+    expect(Number(/requests: (\d+) answered/.exec(out.slice(out.indexOf('6. BGP')))![1])).toBeGreaterThan(30);
     expect(Number(/demo took (\d+) s/.exec(out)![1])).toBeLessThan(120);
   });
 });

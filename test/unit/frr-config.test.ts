@@ -7,7 +7,8 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { bgpNodeConfig, parseBgpAdvertisement, parseBgpPeer, type BgpInput } from '../../src/announce/bgp.js';
+import { bgpAnnouncers, bgpNodeConfig, parseBgpAdvertisement, parseBgpPeer, type BgpInput } from '../../src/announce/bgp.js';
+import { addressRows } from '../../src/ipam/lb-view.js';
 import { EMPTY_FRR, frrCommands, frrText, parseRunning, renderFrr } from '../../src/announce/frr-config.js';
 import { REPO_ROOT } from '../harness/paths.js';
 
@@ -107,6 +108,32 @@ describe('what a node announces', () => {
     const cfg = bgpNodeConfig(input({ peers: [peer('router', { passwordSecretRef: { name: 'bgp', key: 'pw' } })], passwords: new Map([['router', 'ok\n router bgp 1']]) }))!;
     expect(cfg.peers).toEqual([]);
     expect(cfg.problems.join(' ')).toMatch(/password .* not printable ASCII/);
+  });
+});
+
+describe('who announces an address (ferry lb list)', () => {
+  const nodes = [node('node-1', '10.0.30.21', { rack: 'a' }), node('node-2', '10.0.30.22', { rack: 'a' }), node('node-3', '10.0.30.23', { rack: 'b' }), node('node-4', '10.0.30.24', { rack: 'a', 'node.kubernetes.io/exclude-from-external-load-balancers': '' })];
+  const services = [lb('web', '10.0.100.1'), lb('solo', '10.0.100.2', { etp: 'Local' }), lb('none', '10.0.100.3', { etp: 'Local' })];
+  const slices = [slice('solo', 'node-2'), slice('none', 'node-1', false)];
+
+  it('every node a peer selects (not excluded), ETP=Local only where a ready endpoint is; a password Secret counts as present', () => {
+    const bgp = bgpAnnouncers({ nodes, services, slices, peers: [peer('router', { nodeSelector: { matchLabels: { rack: 'a' } }, passwordSecretRef: { name: 'bgp', key: 'pw' } })], advertisements: [ad('all')] });
+    expect(Object.fromEntries(bgp)).toEqual({ '10.0.100.1': ['node-1', 'node-2'], '10.0.100.2': ['node-2'] });
+  });
+
+  it('no advertisement: nobody', () => {
+    expect(bgpAnnouncers({ nodes, services, slices, peers: [peer('router', {})], advertisements: [] }).size).toBe(0);
+  });
+
+  it('the ANNOUNCED-BY column joins L2 owners and BGP speakers', () => {
+    const bgp = bgpAnnouncers({ nodes, services, slices, peers: [peer('router', {})], advertisements: [ad('all')] });
+    const claims = [{ node: 'node-3', addresses: ['10.0.100.3'], ageSeconds: 1, durationSeconds: 15 }];
+    const rows = addressRows(services, [], claims, bgp).addresses;
+    expect(rows.map((r) => [r.address, r.announcedBy])).toEqual([
+      ['10.0.100.1', 'node-1, node-2, node-3 (bgp)'],
+      ['10.0.100.2', 'node-2 (bgp)'],
+      ['10.0.100.3', 'node-3 (l2)'],
+    ]);
   });
 });
 
