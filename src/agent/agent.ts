@@ -193,6 +193,9 @@ export class Agent {
       syncPeriodMs: cfg.syncPeriodSeconds * 1000,
       extraNodeAddresses: cfg.nodePortAddresses,
       nodeName: cfg.nodeName,
+      // BGP announces a new Service's address once its frontends are in the maps, and
+      // leaves out what did not fit.
+      onSynced: () => bgp?.kick(),
     });
     const frameSender = new FrameSender();
     announcer = new Announcer({

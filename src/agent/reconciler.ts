@@ -56,6 +56,8 @@ export interface ReconcilerDeps {
   extraNodeAddresses: string[];
   nodeName: string;
   clock?: Clock;
+  /** After every sync that programmed the datapath (announcements follow what it holds). */
+  onSynced?: () => void;
 }
 
 export class Reconciler {
@@ -183,6 +185,7 @@ export class Reconciler {
       for (const t of triggers) this.d.metrics.programmingDuration.observe(Math.max(0, now - t) / 1000);
       this.report(desired);
       this.reportFailures(stats.failures);
+      this.d.onSynced?.();
       // A Service that did not fit may fit once this sync's removals freed room.
       if (stats.failures.length > 0 && stats.frontendsRemoved + stats.backendsRemoved > 0) this.retryLater();
       if (stats.entriesWritten + stats.entriesDeleted > 0 || flushed.ct + flushed.nat > 0) {

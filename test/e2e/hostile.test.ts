@@ -76,7 +76,8 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'hostile traffic against a s
     let out = '';
     monitor.stdout.on('data', (d: Buffer) => (out += d.toString()));
     const done = new Promise<void>((r) => monitor.once('exit', () => r()));
-    await new Promise((r) => setTimeout(r, 500)); // the monitor turns events on
+    // Events flow once the monitor has turned them on (a fixed wait lost the race on a busy machine).
+    await eventually(async () => PinnedDatapath.with(pins(1), (dp) => dp.map('ferry_monitor').lookup(0)?.flags ?? 0), (f) => f !== 0, 10_000);
     // Naming an address that is no frontend (a spoofing relay), a real NodePort of the other
     // node while this one is in snat mode, and sent to the NodePort itself.
     sendRawIPv4(sb.net.client.netns, [
@@ -88,7 +89,9 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'hostile traffic against a s
     expect((await counter(1, 'DROP_DSR_INVALID')) - before).toBe(3n);
     const bindings = PinnedDatapath.with(pins(1), (dp) => dp.map('nat4').entries().map(([, v]) => v));
     expect(bindings.filter((b) => b.clientPort >= 41001 && b.clientPort <= 41003)).toEqual([]);
+    const timeout = setTimeout(() => monitor.kill(), 10_000); // report, not hang, if no event comes
     await done;
+    clearTimeout(timeout);
     expect(JSON.parse(out.trim().split('\n')[0]!)).toMatchObject({ type: 'drop', reasonName: 'dsr_invalid' });
   });
 
