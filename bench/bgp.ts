@@ -15,21 +15,12 @@ import { Testbed } from '../src/sandbox/netns/testbed.js';
 import type { NodeInfo } from '../src/sandbox/network.js';
 import { Sandbox, type ForwardingMode } from '../src/sandbox/sandbox.js';
 import { WORKLOADS_BIN } from '../src/sandbox/workloads/spawn.js';
+import { sleep, until } from './wait.js';
 import { fmtStat, markdownTable, progress, publish, stat } from './report.js';
 
 const { values } = parseArgs({ options: { repeat: { type: 'string' }, connections: { type: 'string' } } });
 const REPEAT = Number(values.repeat ?? 5);
 const CONNECTIONS = Number(values.connections ?? 60);
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-async function until<T>(what: string, fn: () => Promise<T>, ok: (v: T) => boolean, ms = 30_000, every = 20): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (ok(v)) return v;
-    if (Date.now() > end) throw new Error(`${what}: not after ${ms} ms`);
-    await sleep(every);
-  }
-}
 
 /** Apply time: a node's FRR, from none to N addresses, and one more at N. */
 async function applyTimes(): Promise<Array<{ addresses: number; fullMs: number[]; oneMoreMs: number[] }>> {

@@ -7,6 +7,7 @@ import { pino } from 'pino';
 import { SandboxApi } from '../src/sandbox/api-client.js';
 import type { NodeInfo } from '../src/sandbox/network.js';
 import { Sandbox } from '../src/sandbox/sandbox.js';
+import { sleep, until } from './wait.js';
 import { fmtStat, markdownTable, progress, publish, stat } from './report.js';
 
 const { values } = parseArgs({ options: { addresses: { type: 'string' }, seconds: { type: 'string' }, repeat: { type: 'string' } } });
@@ -15,16 +16,6 @@ const SECONDS = Number(values.seconds ?? 20);
 const REPEAT = Number(values.repeat ?? 5);
 const BENCH_POOL = { name: 'bench', cidr: '10.0.128.0/21' };
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-async function until<T>(what: string, fn: () => Promise<T> | T, ok: (v: T) => boolean, ms = 60_000, every = 50): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (ok(v)) return v;
-    if (Date.now() > end) throw new Error(`${what}: not after ${ms} ms`);
-    await sleep(every);
-  }
-}
 
 /** Addresses claimed by some node, from the heartbeat Leases in the store. */
 function claimed(sb: Sandbox): Map<string, string> {

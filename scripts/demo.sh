@@ -7,6 +7,17 @@ NAME=${FERRY_DEMO_NAME:-demo}
 ferry() { node bin/ferry.js "$@"; }
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 fetch() { ferry sandbox exec --name "$NAME" "$1" -- curl -sS --max-time 3 "$2" 2>&1 | grep -E '^(Hostname|RemoteAddr)|curl' | paste -sd' ' - || true; }
+# 40 requests from the client to URL, one every INTERVAL s, in the background; then
+# loop_report waits for them and prints how many were answered.
+loop_start() {
+  ferry sandbox exec --name "$NAME" client -- sh -c "ok=0; lost=0; for i in \$(seq 1 40); do if curl -s -o /dev/null --max-time 0.5 $1; then ok=\$((ok+1)); else lost=\$((lost+1)); fi; sleep $2; done; echo \"\$ok answered, \$lost lost\"" > "/tmp/ferry-demo-$NAME-loop" &
+  loop=$!
+  sleep 1
+}
+loop_report() {
+  wait "$loop"
+  echo "  requests: $(cat "/tmp/ferry-demo-$NAME-loop")"; rm -f "/tmp/ferry-demo-$NAME-loop"
+}
 
 started=$(date +%s)
 step "A 3-node cluster in network namespaces (router, client, nodes, test API server, one ferry agent per node, ferry operator)"
@@ -60,9 +71,7 @@ for _ in $(seq 1 100); do
 done
 echo "  router: $(routes)"
 echo "  cutting node-3 off the network (solo, the backend, is on node-1), a request every 0.1 s from the client to 10.0.100.10:"
-ferry sandbox exec --name "$NAME" client -- sh -c 'ok=0; lost=0; for i in $(seq 1 40); do if curl -s -o /dev/null --max-time 0.5 http://10.0.100.10/; then ok=$((ok+1)); else lost=$((lost+1)); fi; sleep 0.1; done; echo "$ok answered, $lost lost"' > "/tmp/ferry-demo-$NAME-loop" &
-loop=$!
-sleep 1
+loop_start http://10.0.100.10/ 0.1
 cut=$(date +%s%N)
 ferry sandbox link down --name "$NAME" node-3 >/dev/null
 for _ in $(seq 1 200); do
@@ -71,8 +80,7 @@ for _ in $(seq 1 200); do
   sleep 0.02
 done
 echo "  after $(( ($(date +%s%N) - cut) / 1000000 )) ms (BFD): $now"
-wait "$loop"
-echo "  requests: $(cat "/tmp/ferry-demo-$NAME-loop")"; rm -f "/tmp/ferry-demo-$NAME-loop"
+loop_report
 ferry sandbox link up --name "$NAME" node-3 >/dev/null
 echo "  (node-3 is back on the network: its session comes back in a few seconds, and its path with it)"
 
@@ -89,9 +97,7 @@ owner=$(ferry lb list --kubeconfig "$KC" | awk '$1 == "10.0.30.200" { print $(NF
 arp() { ferry sandbox exec --name "$NAME" router -- arping -c 1 -w 2 -I nodes 10.0.30.200 2>/dev/null | grep -io 'reply from .*\]' || true; }
 echo "  router: who has 10.0.30.200?  $(arp)"
 echo "  cutting $owner off the network (its switch port down), a request every 0.2 s from the client:"
-ferry sandbox exec --name "$NAME" client -- sh -c 'ok=0; lost=0; for i in $(seq 1 40); do if curl -s -o /dev/null --max-time 0.5 http://10.0.30.200/; then ok=$((ok+1)); else lost=$((lost+1)); fi; sleep 0.2; done; echo "$ok answered, $lost lost"' > "/tmp/ferry-demo-$NAME-loop" &
-loop=$!
-sleep 1
+loop_start http://10.0.30.200/ 0.2
 cut=$(date +%s%N)
 ferry sandbox link down --name "$NAME" "$owner" >/dev/null
 before=$(arp)
@@ -101,8 +107,7 @@ for _ in $(seq 1 100); do
   sleep 0.05
 done
 echo "  after $(( ($(date +%s%N) - cut) / 1000000 )) ms: $now"
-wait "$loop"
-echo "  requests: $(cat "/tmp/ferry-demo-$NAME-loop")"; rm -f "/tmp/ferry-demo-$NAME-loop"
+loop_report
 ferry lb list --kubeconfig "$KC" | awk '$1 == "10.0.30.200" { print "  10.0.30.200 now announced by " $(NF-1) }'
 ferry sandbox link up --name "$NAME" "$owner" >/dev/null
 echo "  ($owner is back on the network; the address stays where it is: no flapping)"

@@ -18,6 +18,7 @@ import { kubectlFor } from '../harness/kubectl.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
 import { eventually } from '../harness/wait.js';
+import { whoamiPod } from '../harness/objects.js';
 
 const FERRY = join(REPO_ROOT, 'bin', 'ferry.js');
 let sb: Sandbox;
@@ -30,13 +31,7 @@ kind: Service
 metadata: { name: ${name}, namespace: default }
 spec: { type: LoadBalancer, externalTrafficPolicy: ${etp}, selector: { app: ${selector} }, ports: [{ port: 80, targetPort: 8080 }] }
 `;
-const podYaml = (name: string, app: string, on: string) => `
-apiVersion: v1
-kind: Pod
-metadata: { name: ${name}, namespace: default, labels: { app: ${app} } }
-spec: { nodeName: ${on}, containers: [{ name: c, image: traefik/whoami, ports: [{ containerPort: 8080 }] }] }
-`;
-const ipOf = async (name: string) => ((JSON.parse((await kubectl(['get', 'svc', name, '-o', 'json'])).out || '{}') as { status?: { loadBalancer?: { ingress?: Array<{ ip: string }> } } }).status?.loadBalancer?.ingress ?? []).map((i) => i.ip).join(',');
+const ipOf = (name: string) => kubectl.lbAddresses(name);
 
 /** The router's next hops for `ip` learned by BGP (node addresses), sorted. */
 async function nexthops(ip: string): Promise<string[]> {
@@ -57,8 +52,8 @@ function requestLoop(from: Host, url: string) {
 
 beforeAll(async () => {
   sb = await Sandbox.up({ name: 'bgpe', nodes: 3, mode: 'snat', log: pino({ level: 'silent' }), agentEnv: { FERRY_MIN_SYNC_PERIOD_MS: '20' } });
-  for (const n of sb.net.nodes) expect((await kubectl.apply(podYaml(`web-${n.name.slice(-1)}`, 'web', n.name))).code).toBe(0);
-  expect((await kubectl.apply(podYaml('solo', 'solo', 'node-1'))).code).toBe(0);
+  for (const n of sb.net.nodes) expect((await kubectl.apply(whoamiPod(`web-${n.name.slice(-1)}`, 'web', n.name))).code).toBe(0);
+  expect((await kubectl.apply(whoamiPod('solo', 'solo', 'node-1'))).code).toBe(0);
   await sb.settle();
 }, 180_000);
 afterAll(async () => {
@@ -88,7 +83,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'BGP announcements', () => {
     expect(await eventually(() => nexthops(ip), (h) => h.join() === '10.0.30.21', 20_000)).toEqual(['10.0.30.21']);
     await kubectl(['delete', 'pod', 'solo']);
     const t0 = Date.now();
-    expect((await kubectl.apply(podYaml('solo-moved', 'solo', 'node-3'))).code).toBe(0);
+    expect((await kubectl.apply(whoamiPod('solo-moved', 'solo', 'node-3'))).code).toBe(0);
     await sb.settle();
     expect(await eventually(() => nexthops(ip), (h) => h.join() === '10.0.30.23', 20_000, 20)).toEqual(['10.0.30.23']);
     process.stdout.write(`BGP, ETP=Local: the route followed the pod to node-3 in ${Date.now() - t0} ms (pod created, ready, announced, learned)\n`);

@@ -18,6 +18,7 @@ import { kubectlFor } from '../harness/kubectl.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
 import { eventually } from '../harness/wait.js';
+import { whoamiPod } from '../harness/objects.js';
 
 const FERRY = join(REPO_ROOT, 'bin', 'ferry.js');
 let sb: Sandbox;
@@ -34,13 +35,7 @@ spec:
   selector: { app: ${o.selector} }
   ports: ${o.ports ?? '[{ port: 80, targetPort: 8080 }]'}
 `;
-const podYaml = (name: string, app: string, node: string) => `
-apiVersion: v1
-kind: Pod
-metadata: { name: ${name}, namespace: default, labels: { app: ${app} } }
-spec: { nodeName: ${node}, containers: [{ name: c, image: traefik/whoami, ports: [{ containerPort: 8080 }] }] }
-`;
-const ipOf = async (name: string) => ((JSON.parse((await kubectl(['get', 'svc', name, '-o', 'json'])).out || '{}') as { status?: { loadBalancer?: { ingress?: Array<{ ip: string }> } } }).status?.loadBalancer?.ingress ?? []).map((i) => i.ip).join(',');
+const ipOf = (name: string) => kubectl.lbAddresses(name);
 
 /** The MACs that answer an ARP request for `ip` from the router, over three requests. */
 async function answering(ip: string): Promise<string[]> {
@@ -82,8 +77,8 @@ function outage(samples: Array<{ at: number; ok: boolean }>, from: number): { fa
 beforeAll(async () => {
   sb = await Sandbox.up({ name: 'l2e', nodes: 3, mode: 'snat', announce: 'l2', log: pino({ level: 'silent' }), agentEnv: { FERRY_MIN_SYNC_PERIOD_MS: '20' } });
   for (const n of sb.net.nodes) macs.set(n.name, /link\/ether (\S+)/.exec(await n.host.ip('link', 'show', 'eth0'))![1]!);
-  for (const [i, n] of sb.net.nodes.entries()) expect((await kubectl.apply(podYaml(`web-${i + 1}`, 'web', n.name))).code).toBe(0);
-  expect((await kubectl.apply(podYaml('solo', 'solo', 'node-1'))).code).toBe(0);
+  for (const [i, n] of sb.net.nodes.entries()) expect((await kubectl.apply(whoamiPod(`web-${i + 1}`, 'web', n.name))).code).toBe(0);
+  expect((await kubectl.apply(whoamiPod('solo', 'solo', 'node-1'))).code).toBe(0);
   await sb.settle();
 }, 180_000);
 afterAll(async () => {
@@ -125,7 +120,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'L2 announcements', () => {
     expect((await sb.net.client.exec(['curl', '-sS', '--max-time', '2', `http://${ip}/`])).stdout).toMatch(/Hostname: solo/);
     // The pod moves to node-3.
     await kubectl(['delete', 'pod', 'solo']);
-    expect((await kubectl.apply(podYaml('solo-moved', 'solo', 'node-3'))).code).toBe(0);
+    expect((await kubectl.apply(whoamiPod('solo-moved', 'solo', 'node-3'))).code).toBe(0);
     await sb.settle();
     const after = await eventually(() => answering(ip), (a) => a.length === 1 && nodeWithMac(a[0]) === 'node-3', 20_000);
     expect(nodeWithMac(after[0])).toBe('node-3');
