@@ -63,7 +63,7 @@ bench-full: build
 	@rm -rf bench/results/full
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/forwarding.ts --seconds 8 --rr-seconds 3 --repeat 5
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/rules-scaling.ts --services 1,1000,10000,30000,100000 --count 1000 --repeat 5 --nft-max 30000
-	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/agent-sync.ts --services 1000,10000,50000 --changes 100
+	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/agent-sync.ts --services 1000,10000,50000,100000 --changes 100
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/packet-cost.ts --services 100000 --repeat 100000
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/snat-capacity.ts --seconds 30 --concurrency 16
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/ipam.ts --services 1000,10000,30000 --repeat 3

@@ -23,6 +23,7 @@ export const ErrorCode = {
   TestRun: 'FERRY_TEST_RUN',
   Netns: 'FERRY_NETNS',
   Config: 'FERRY_CONFIG',
+  Internal: 'FERRY_INTERNAL',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 

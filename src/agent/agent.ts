@@ -2,10 +2,10 @@
 // (adopting pinned maps and links, so a restart neither flushes nor drops) → watchers →
 // first sync only after every cache is complete → health and metrics servers → periodic
 // conntrack GC. On stop it leaves the datapath running for the next agent.
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { join } from 'node:path';
-import { CoreV1Api, DiscoveryV1Api, type V1EndpointSlice, type V1Lease, type V1Node, type V1Service } from '@kubernetes/client-node';
+import { CoreV1Api, type V1EndpointSlice, type V1Lease, type V1Node, type V1Service } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
 import { collectConntrack, collectOrphans } from '../datapath/ct-gc.js';
 import type { WriteFailure } from '../datapath/write-plan.js';
@@ -27,6 +27,9 @@ import { HeartbeatWriter } from './heartbeat-writer.js';
 import { netnsCookie } from '../sys/socket.js';
 import { EventQueue, eventSink, type EventSink } from '../k8s/events.js';
 import { Watcher } from '../k8s/watcher.js';
+import { leanNode, leanService, leanSlice } from '../k8s/lean.js';
+import { Session } from 'node:inspector/promises';
+import { SliceIndex } from '../model/slice-index.js';
 import { nodeView } from '../model/desired.js';
 import type { AgentConfig } from './config.js';
 import { ProxyHealth, ServiceHealthServers, startProxyHealthServer } from './health.js';
@@ -72,7 +75,6 @@ export class Agent {
     const started = Date.now();
     const kc = kubeConfig(cfg.kubeconfig);
     const core = apiClient(kc, CoreV1Api);
-    const discovery = apiClient(kc, DiscoveryV1Api);
 
     // The node's addresses decide the SNAT address and the NodePort frontends.
     let node: V1Node | undefined;
@@ -128,35 +130,37 @@ export class Agent {
     let reconciler: Reconciler | undefined;
     let announcer: Announcer | undefined;
     const onError = (what: string) => (err: unknown, retryInMs: number) => log.warn({ watch: what, err: (err as Error)?.message ?? String(err), retryInMs }, 'watch failed; the datapath keeps its state');
-    const services = new Watcher<V1Service>('services', kc, '/api/v1/services', () => core.listServiceForAllNamespaces(), {
+    const json = new JsonClient(kc);
+    const sliceIndex = new SliceIndex();
+    const services = new Watcher<V1Service>('services', json, '/api/v1/services', {
       onChange: (_k, svc) => {
         reconciler?.serviceChanged(svc);
         announcer?.kick();
         bgp?.kick();
       },
       onError: onError('services'),
-    });
-    const slices = new Watcher<V1EndpointSlice>('endpointslices', kc, '/apis/discovery.k8s.io/v1/endpointslices', () => discovery.listEndpointSliceForAllNamespaces(), {
-      onChange: (_k, s) => {
+    }, { transform: leanService });
+    const slices = new Watcher<V1EndpointSlice>('endpointslices', json, '/apis/discovery.k8s.io/v1/endpointslices', {
+      onChange: (kind, s) => {
+        sliceIndex.update(kind, s);
         reconciler?.sliceChanged(s);
         announcer?.kick();
         bgp?.kick();
       },
       onError: onError('endpointslices'),
-    });
+    }, { transform: leanSlice });
     // Every Node: this one's addresses and state, and every node's addresses (DSR options
     // naming them, LB IPs and externalIPs that are node addresses).
-    const nodes = new Watcher<V1Node>('nodes', kc, '/api/v1/nodes', () => core.listNode(), {
+    const nodes = new Watcher<V1Node>('nodes', json, '/api/v1/nodes', {
       onChange: () => {
         reconciler?.nodeChanged();
         announcer?.kick();
         bgp?.kick();
       },
       onError: onError('nodes'),
-    });
+    }, { transform: leanNode });
     // L2 announcements: the policies (a cluster without the CRD announces nothing) and every
     // node's heartbeat Lease. Neither holds up the datapath's first sync.
-    const json = new JsonClient(kc);
     const quietWhenMissing = (what: string) => {
       let missing = false;
       return (err: unknown, retryInMs: number) => {
@@ -164,23 +168,23 @@ export class Agent {
         missing = true;
       };
     };
-    const policies = new Watcher<L2PolicyObject & { metadata?: { name?: string } }>('l2announcementpolicies', kc, L2_POLICY_PATH, () => json.request('GET', L2_POLICY_PATH), {
+    const policies = new Watcher<L2PolicyObject & { metadata?: { name?: string } }>('l2announcementpolicies', json, L2_POLICY_PATH, {
       onChange: () => announcer?.kick(),
       onError: quietWhenMissing('l2announcementpolicies'),
     });
     // BGP: peers and advertisements (a cluster without the CRDs announces nothing).
     let bgp: BgpSpeaker | undefined;
-    const bgpPeers = new Watcher<CustomObject & { metadata?: { name?: string } }>('bgppeers', kc, BGP_PEER_PATH, () => json.request('GET', BGP_PEER_PATH), { onChange: () => bgp?.kick(), onError: quietWhenMissing('bgppeers') });
-    const bgpAds = new Watcher<CustomObject & { metadata?: { name?: string } }>('bgpadvertisements', kc, BGP_ADVERTISEMENT_PATH, () => json.request('GET', BGP_ADVERTISEMENT_PATH), { onChange: () => bgp?.kick(), onError: quietWhenMissing('bgpadvertisements') });
+    const bgpPeers = new Watcher<CustomObject & { metadata?: { name?: string } }>('bgppeers', json, BGP_PEER_PATH, { onChange: () => bgp?.kick(), onError: quietWhenMissing('bgppeers') });
+    const bgpAds = new Watcher<CustomObject & { metadata?: { name?: string } }>('bgpadvertisements', json, BGP_ADVERTISEMENT_PATH, { onChange: () => bgp?.kick(), onError: quietWhenMissing('bgpadvertisements') });
     const leasePath = `/apis/coordination.k8s.io/v1/namespaces/${encodeURIComponent(cfg.namespace)}/leases`;
     const heartbeatSelector = `${HEARTBEAT_LABEL}=${HEARTBEAT_KIND}`;
-    const leases = new Watcher<V1Lease>('heartbeats', kc, leasePath, () => json.request('GET', `${leasePath}?labelSelector=${encodeURIComponent(heartbeatSelector)}`), {
+    const leases = new Watcher<V1Lease>('heartbeats', json, leasePath, {
       onChange: (kind, lease) => announcer?.leaseChanged(kind, lease),
       onError: onError('heartbeats'),
     }, { labelSelector: heartbeatSelector });
 
     reconciler = new Reconciler({
-      source: { services: () => services.list(), service: (ns, name) => services.get(ns, name), slices: () => slices.list(), node: () => nodes.get(undefined, cfg.nodeName), nodes: () => nodes.list() },
+      source: { services: () => services.list(), service: (ns, name) => services.get(ns, name), slices: () => slices.list(), slicesOf: (ns, name) => sliceIndex.of(ns, name), node: () => nodes.get(undefined, cfg.nodeName), nodes: () => nodes.list() },
       writer,
       nodeAddresses: new NodeAddressWriter(datapath.maps.node4_addrs),
       maps: datapath.maps,
@@ -191,6 +195,7 @@ export class Agent {
       events: eventSink(kc, 'ferry', cfg.nodeName),
       minSyncPeriodMs: cfg.minSyncPeriodMs,
       syncPeriodMs: cfg.syncPeriodSeconds * 1000,
+      fullSyncPeriodMs: cfg.fullSyncPeriodSeconds * 1000,
       extraNodeAddresses: cfg.nodePortAddresses,
       nodeName: cfg.nodeName,
       // BGP announces a new Service's address once its frontends are in the maps, and
@@ -243,12 +248,21 @@ export class Agent {
     const agent = new Agent(cfg, log, datapath, reconciler, writer, metrics, watchers, serviceHealth, announcer, bgp);
     agent.frameSender = frameSender;
     try {
+      // FERRY_CPU_PROFILE=file: a CPU profile of the list and first sync (node --cpu-prof
+      // cannot be used: its timer signals interrupt the BPF verifier at load).
+      const profile = process.env.FERRY_CPU_PROFILE ? await startCpuProfile() : undefined;
+      const watching = Date.now();
       for (const w of watchers) w.start();
       // Never act on a partial cache.
       await Promise.all(synced.map((w) => w.synced));
+      const listed = Date.now();
       await reconciler.syncNow();
       reconciler.start();
-      log.info({ ms: Date.now() - started, services: services.list().length, slices: slices.list().length, frontends: reconciler.last?.frontends.length ?? 0 }, 'initial sync done');
+      const done = Date.now();
+      if (profile) await profile.stopTo(process.env.FERRY_CPU_PROFILE!);
+      // ms: from the start; loadMs: the datapath loaded and attached; listMs: the caches
+      // listed; syncMs: the first sync (model and maps).
+      log.info({ ms: done - started, loadMs: watching - started, listMs: listed - watching, syncMs: done - listed, services: services.list().length, slices: slices.list().length, frontends: reconciler.frontendCount }, 'initial sync done');
       if (cfg.healthzBindAddress) agent.servers.push(await startProxyHealthServer(health, cfg.healthzBindAddress, metrics));
       if (cfg.metricsBindAddress) agent.servers.push(await agent.startMetricsServer(cfg.metricsBindAddress));
       agent.collect(); // and so the map fill is known before the first scrape
@@ -295,7 +309,7 @@ export class Agent {
       node: this.cfg.nodeName,
       lastSync: this.reconciler.syncs > 0 ? new Date(this.reconciler.lastSyncAt).toISOString() : undefined,
       unprogrammed: this.reconciler.failures.slice(0, 100),
-      conflicts: this.reconciler.last?.conflicts.length ?? 0,
+      conflicts: this.reconciler.conflictCount,
       l2: this.announcer.status().slice(0, 1000),
       bgp: this.bgp.status(),
     };
@@ -332,4 +346,19 @@ export class Agent {
     for (const s of this.servers.splice(0)) await closeServer(s);
     this.datapath.release();
   }
+}
+
+/** The inspector's CPU profiler, started now; stopTo writes a .cpuprofile (Chrome DevTools, speedscope). */
+async function startCpuProfile(): Promise<{ stopTo(file: string): Promise<void> }> {
+  const session = new Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.start');
+  return {
+    async stopTo(file: string) {
+      const { profile } = await session.post('Profiler.stop');
+      writeFileSync(file, JSON.stringify(profile));
+      session.disconnect();
+    },
+  };
 }

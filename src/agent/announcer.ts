@@ -57,7 +57,8 @@ export interface OwnedAddress {
   since: string;
 }
 
-type Owned = { a: Announcement; devices: string[]; since: number };
+/** adopted: taken back from this node's own heartbeat after a restart (its Services not known yet). */
+type Owned = { a: Announcement; devices: string[]; since: number; adopted?: boolean };
 
 export class Announcer {
   private readonly clock: Clock;
@@ -172,6 +173,7 @@ export class Announcer {
         const had = this.owned.get(a.address);
         next.set(a.address, { a, devices: a.candidates.get(this.d.nodeName) ?? [], since: had?.since ?? now });
         if (!had) this.tookOver(a, heartbeats, live);
+        else if (!had.adopted) this.joined(a, had.a.services);
       }
     }
     for (const [address, o] of this.owned) {
@@ -194,7 +196,7 @@ export class Announcer {
     if (!mine || mine.renewedAt === undefined || now - mine.renewedAt >= mine.durationMs) return;
     // The others count this node alive until its last heartbeat (maybe a stop's long hold) runs out.
     this.lastRenewOk = Math.min(now, mine.renewedAt + mine.durationMs - this.d.leaseDurationMs);
-    for (const address of mine.claims) this.owned.set(address, { a: { address, services: [], local: false, candidates: new Map() }, devices: [], since: now });
+    for (const address of mine.claims) this.owned.set(address, { a: { address, services: [], local: false, candidates: new Map() }, devices: [], since: now, adopted: true });
   }
 
   /** Write the owned addresses into the datapath, answered for `validMs` (a lease duration). */
@@ -208,6 +210,16 @@ export class Announcer {
       if (leftOut.length) this.d.log.error({ leftOut: leftOut.length }, 'the l2_owned map is full: some owned addresses are not answered (raise mapSizes.l2Addresses)');
     } catch (e) {
       this.d.log.error({ err: (e as Error).message }, 'cannot write the l2_owned map');
+    }
+  }
+
+  /** A Service that came to an address this node already answers for (its status came later) hears so too. */
+  private joined(a: Announcement, before: readonly string[]): void {
+    for (const key of a.services) {
+      if (before.includes(key)) continue;
+      const [namespace = '', name = ''] = key.split('/');
+      const uid = this.d.source.service?.(namespace, name)?.metadata?.uid;
+      this.d.events?.normal({ kind: 'Service', namespace, name, ...(uid ? { uid } : {}) }, 'L2Announced', `${a.address} is now answered by ${this.d.nodeName}`).catch((e: Error) => this.d.log.debug({ err: e.message }, 'could not post an event'));
     }
   }
 

@@ -5,6 +5,12 @@ import { booleanSetting, configError as bad, hostPortSetting, integerSetting, lo
 import { DEFAULT_MAP_SIZES, DEFAULT_SNAT_PORTS, type MapSizes } from '../datapath/loader.js';
 import { isPrime } from '../datapath/maglev.js';
 
+/**
+ * V8 settings the agent runs with (the DaemonSet's command, the sandbox): a small young
+ * generation and slow heap growth keep its memory near what it holds.
+ */
+export const AGENT_NODE_FLAGS = ['--max-semi-space-size=4', '--heap-growing-percent=30'];
+
 export interface AgentConfig {
   nodeName: string;
   /** kubeconfig path; empty: in-cluster (on Talos, KubePrism at localhost:7445). */
@@ -25,6 +31,8 @@ export interface AgentConfig {
   /** Serve per-Service health check node ports on this address (empty: all). */
   healthCheckBindAddress: string;
   syncPeriodSeconds: number;
+  /** How often a sync reads the maps back and puts right whatever differs from the desired state. */
+  fullSyncPeriodSeconds: number;
   minSyncPeriodMs: number;
   ctGcIntervalSeconds: number;
   hashSeed: number;
@@ -65,6 +73,7 @@ export const DEFAULT_CONFIG: AgentConfig = {
   metricsBindAddress: '127.0.0.1:10249',
   healthCheckBindAddress: '',
   syncPeriodSeconds: 30,
+  fullSyncPeriodSeconds: 3600,
   minSyncPeriodMs: 100,
   ctGcIntervalSeconds: 30,
   hashSeed: 0,
@@ -142,6 +151,7 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
       case 'l2RenewIntervalMs':
       case 'l2StopHoldSeconds':
       case 'syncPeriodSeconds':
+      case 'fullSyncPeriodSeconds':
       case 'minSyncPeriodMs':
       case 'ctGcIntervalSeconds':
       case 'hashSeed':
@@ -150,7 +160,7 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
       case 'icmpRatePerSec':
       case 'icmpBurst': {
         const ranges: Record<string, [number, number]> = {
-          syncPeriodSeconds: [1, 86400], minSyncPeriodMs: [0, 60000], ctGcIntervalSeconds: [1, 3600], hashSeed: [0, 2 ** 32 - 1], snatPortMin: [1024, 65535], snatPortMax: [1024, 65535],
+          syncPeriodSeconds: [1, 86400], fullSyncPeriodSeconds: [10, 604800], minSyncPeriodMs: [0, 60000], ctGcIntervalSeconds: [1, 3600], hashSeed: [0, 2 ** 32 - 1], snatPortMin: [1024, 65535], snatPortMax: [1024, 65535],
           icmpRatePerSec: [1, 1_000_000], icmpBurst: [1, 1_000_000],
           l2LeaseDurationSeconds: [1, 300], l2RenewIntervalMs: [100, 60_000], l2StopHoldSeconds: [0, 3600],
         };

@@ -1,6 +1,6 @@
 // Metrics, with kube-proxy's names (so dashboards and alerts keep working after the switch)
 // and ferry's own (ferry_*): map fill, datapath drops and forwarded traffic, CT/NAT fill.
-import { Counter, Gauge, Histogram, Registry, exponentialBuckets } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, exponentialBuckets } from 'prom-client';
 import { counterTotal } from '../datapath/counters.js';
 import { DropReason, Stat, type MapName } from '../datapath/layouts.js';
 import type { DatapathReader } from '../datapath/pinned-view.js';
@@ -41,6 +41,8 @@ export class AgentMetrics {
 
   constructor() {
     const r = [this.registry];
+    // Process, heap, event-loop lag and GC pauses (nodejs_gc_duration_seconds), as every Node service has.
+    collectDefaultMetrics({ register: this.registry });
     const buckets = exponentialBuckets(0.001, 2, 15);
     this.syncDuration = new Histogram({ name: `${this.p}sync_proxy_rules_duration_seconds`, help: 'SyncProxyRules latency in seconds', buckets, registers: r });
     this.syncFullDuration = new Histogram({ name: `${this.p}sync_full_proxy_rules_duration_seconds`, help: 'SyncProxyRules latency in seconds for full resyncs', buckets, registers: r });

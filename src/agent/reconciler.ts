@@ -1,6 +1,7 @@
-// Desired state → maps. Changes are debounced (minSyncPeriod) and coalesced into one sync;
-// a periodic full sync runs too. Each sync recomputes the node's desired frontends from the
-// caches and lets the writer apply only the difference. Flows to removed backends are
+// Desired state → maps. Changes are debounced (minSyncPeriod) and coalesced into one sync.
+// A sync recomputes only the Services that changed (or whose frontends another Service's
+// change moved: frontend-table.ts) and has the writer write only those; a periodic full
+// sync reads the maps back and puts right whatever differs. Flows to removed backends are
 // flushed (kube-proxy's stale UDP flush), malformed objects reported once.
 import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
@@ -10,7 +11,8 @@ import type { ApplyStats } from '../datapath/writer.js';
 import type { WriteFailure } from '../datapath/write-plan.js';
 import { FerryError } from '../errors.js';
 import type { EventObject, EventSink } from '../k8s/events.js';
-import { combine, conflictText, nodeView, serviceOutcome, slicesByService, type DesiredState, type ServiceOutcome } from '../model/desired.js';
+import { conflictText, nodeView, serviceOutcome, slicesByService, type DesiredState } from '../model/desired.js';
+import { FrontendTable } from '../model/frontend-table.js';
 import { LABEL_SERVICE_NAME, serviceName } from '../model/service.js';
 import type { ProxyHealth, ServiceHealthServers } from './health.js';
 import type { AgentMetrics } from './metrics.js';
@@ -22,6 +24,8 @@ export interface ClusterSource {
   services(): readonly V1Service[];
   service(namespace: string, name: string): V1Service | undefined;
   slices(): readonly V1EndpointSlice[];
+  /** A Service's slices (an index kept from the watch events); absent: found in slices(). */
+  slicesOf?(namespace: string, name: string): readonly V1EndpointSlice[];
   /** This node. */
   node(): V1Node | undefined;
   /** Every node (this one too). */
@@ -35,7 +39,9 @@ export interface NodeAddressSink {
 
 /** What the reconciler needs of the service writer. */
 export interface FrontendWriter {
-  apply(desired: DesiredState['frontends']): ApplyStats;
+  apply(desired: DesiredState['frontends'], opts?: { reread?: boolean }): ApplyStats;
+  /** Only these Services (each with all its frontends); absent: every sync is a full apply. */
+  applyChanged?(changes: ReadonlyMap<string, DesiredState['frontends']>): ApplyStats;
 }
 
 /** After a failed sync, the next try comes this much later. */
@@ -53,6 +59,8 @@ export interface ReconcilerDeps {
   events?: EventSink;
   minSyncPeriodMs: number;
   syncPeriodMs: number;
+  /** How often the maps are read back and put right (default: an hour, as kube-proxy's full syncs). */
+  fullSyncPeriodMs?: number;
   extraNodeAddresses: string[];
   nodeName: string;
   clock?: Clock;
@@ -63,6 +71,7 @@ export interface ReconcilerDeps {
 export class Reconciler {
   private timer: Timer | undefined;
   private periodic: Timer | undefined;
+  private periodicFull: Timer | undefined;
   private retry: Timer | undefined;
   private readonly clock: Clock;
   /** When the last sync finished (ms since the epoch, by the clock). */
@@ -78,10 +87,23 @@ export class Reconciler {
   /** Services the last sync could not program (the maps were full). */
   failures: WriteFailure[] = [];
   /** Each Service's contribution, recomputed only when it or its slices changed. */
-  private readonly outcomes = new Map<string, ServiceOutcome>();
+  private readonly table = new FrontendTable();
   private readonly dirty = new Set<string>();
+  /** Every Service recomputed next sync (the node changed, or a sync failed). */
+  private pendingRecompute = true;
+  /** The next write is a full one, after reading the maps back (periodic, and the first). */
+  private pendingRepair = true;
   private stopped = false;
-  last: DesiredState | undefined;
+  /**
+   * Changes only queue until the first sync is asked for (the agent asks once every cache
+   * is listed): a sync on partly listed caches would program Services without endpoints.
+   */
+  private armed = false;
+  /** Services the maps could not take, by Service (they are tried again every sync). */
+  private readonly failed = new Map<string, WriteFailure>();
+  /** What was reported about each Service (reported once while it lasts). */
+  private readonly reportedOf = new Map<string, Set<string>>();
+  private readonly conflictCounts = new Map<string, { service: number; 'node-address': number }>();
   syncs = 0;
 
   constructor(private readonly d: ReconcilerDeps) {
@@ -89,11 +111,17 @@ export class Reconciler {
   }
 
   start(): void {
-    this.periodic = this.clock.setInterval(() => {
-      this.pendingFull = true;
-      this.schedule();
-    }, this.d.syncPeriodMs);
+    this.armed = true;
+    // Every syncPeriod a sync runs (changes missed by no event are none: it costs nothing
+    // then); every fullSyncPeriod the maps are read back and compared whole.
+    this.periodic = this.clock.setInterval(() => this.schedule(), this.d.syncPeriodMs);
     this.periodic.unref?.();
+    this.periodicFull = this.clock.setInterval(() => {
+      this.pendingFull = true;
+      this.pendingRepair = true;
+      this.schedule();
+    }, this.d.fullSyncPeriodMs ?? 3_600_000);
+    this.periodicFull.unref?.();
   }
 
   serviceChanged(svc: V1Service): void {
@@ -117,7 +145,24 @@ export class Reconciler {
     const node = this.d.source.node();
     if (node) this.d.health.syncNode(node);
     this.pendingFull = true;
+    this.pendingRecompute = true;
     this.queue();
+  }
+
+  /** Frontends programmed, and frontends lost to another Service or a node address. */
+  get frontendCount(): number {
+    return this.table.frontendCount;
+  }
+
+  get conflictCount(): number {
+    let n = 0;
+    for (const c of this.conflictCounts.values()) n += c.service + c['node-address'];
+    return n;
+  }
+
+  /** Everything the last sync computed (tests, and debugging). */
+  desiredState(): DesiredState {
+    return this.table.snapshot();
   }
 
   private queue(): void {
@@ -129,7 +174,7 @@ export class Reconciler {
   }
 
   private schedule(): void {
-    if (this.timer || this.stopped) return;
+    if (this.timer || this.stopped || !this.armed) return;
     const wait = Math.max(0, this.lastSyncAt + this.d.minSyncPeriodMs - this.clock.now());
     this.timer = this.clock.setTimeout(() => {
       this.timer = undefined;
@@ -139,6 +184,7 @@ export class Reconciler {
 
   /** Sync now (waiting for a sync already running). Never throws: failures are logged and retried. */
   async syncNow(): Promise<void> {
+    this.armed = true;
     if (this.running) {
       await this.running;
       if (this.pendingServices + this.pendingEndpoints === 0 && !this.pendingFull) return;
@@ -160,16 +206,31 @@ export class Reconciler {
       this.d.log.warn({ node: this.d.nodeName }, 'sync: this node is not in the API yet; keeping the datapath as it is');
       return;
     }
+    const recompute = this.pendingRecompute;
+    const repair = this.pendingRepair;
+    this.pendingRecompute = false;
+    this.pendingRepair = false;
     try {
       const view = nodeView(node, this.d.extraNodeAddresses, this.d.source.nodes());
       this.d.nodeAddresses?.apply(view.clusterNodeAddresses ?? []);
-      const desired = this.desired(full, view);
-      const stats = this.d.writer.apply(desired.frontends);
+      this.recompute(recompute, view);
+      const changed = this.table.takeChanged();
+      const whole = repair || recompute || !this.d.writer.applyChanged;
+      let stats: ApplyStats;
+      if (whole) {
+        stats = this.d.writer.apply(this.table.snapshot().frontends, { reread: repair });
+        this.failed.clear();
+      } else {
+        // Services that did not fit are tried again with every sync.
+        for (const name of this.failed.keys()) changed.add(name);
+        stats = this.d.writer.applyChanged!(new Map([...changed].map((name) => [name, this.table.frontendsOf(name)])));
+        for (const name of changed) this.failed.delete(name);
+      }
+      for (const f of stats.failures) this.failed.set(f.service, f);
       // Flows to removed backends, found by the backend (local, SNAT, DSR at either end).
       const flushed = flushFlowsTo(this.d.maps, stats.removedBackends, new Set(stats.removedBackendIds));
-      this.failures = stats.failures;
-      await this.d.serviceHealth.sync(desired.healthChecks);
-      this.last = desired;
+      this.failures = [...this.failed.values()];
+      await this.d.serviceHealth.sync(this.table.healthChecks());
       this.syncs++;
       this.lastSyncAt = this.clock.now();
       this.d.health.updated();
@@ -179,23 +240,25 @@ export class Reconciler {
       this.d.metrics.lastSync.setToCurrentTime();
       this.d.metrics.serviceChangesPending.set(this.pendingServices);
       this.d.metrics.endpointChangesPending.set(this.pendingEndpoints);
-      this.d.metrics.noLocalEndpoints.set({ traffic_policy: 'internal' }, desired.noLocalEndpoints.internal);
-      this.d.metrics.noLocalEndpoints.set({ traffic_policy: 'external' }, desired.noLocalEndpoints.external);
+      const noLocal = this.table.noLocalEndpoints();
+      this.d.metrics.noLocalEndpoints.set({ traffic_policy: 'internal' }, noLocal.internal);
+      this.d.metrics.noLocalEndpoints.set({ traffic_policy: 'external' }, noLocal.external);
       const now = this.clock.now();
       for (const t of triggers) this.d.metrics.programmingDuration.observe(Math.max(0, now - t) / 1000);
-      this.report(desired);
-      this.reportFailures(stats.failures);
+      this.report(whole ? [...this.table.services(), ...this.reportedOf.keys()] : changed);
+      this.reportFailures(this.failures);
       this.d.onSynced?.();
       // A Service that did not fit may fit once this sync's removals freed room.
       if (stats.failures.length > 0 && stats.frontendsRemoved + stats.backendsRemoved > 0) this.retryLater();
       if (stats.entriesWritten + stats.entriesDeleted > 0 || flushed.ct + flushed.nat > 0) {
-        this.d.log.info({ full, frontends: desired.frontends.length, ...stats, removedBackends: stats.removedBackends.length, flushedFlows: flushed.ct, seconds }, 'datapath synced');
+        this.d.log.info({ full: whole, frontends: this.table.frontendCount, ...stats, removedBackends: stats.removedBackends.length, flushedFlows: flushed.ct, seconds }, 'datapath synced');
       }
     } catch (e) {
       const code = e instanceof FerryError ? e.code : 'FERRY_INTERNAL';
       this.d.metrics.syncErrors.inc({ code });
       this.d.log.error({ err: e, code }, 'sync failed; will retry');
       this.pendingFull = true; // recompute everything: the failed sync consumed the dirty set
+      this.pendingRecompute = true;
       this.retryLater();
     }
   }
@@ -230,58 +293,74 @@ export class Reconciler {
     this.d.metrics.servicesUnprogrammed.set(failures.length);
   }
 
-  /** Recompute what changed (everything on a full sync) and merge. */
-  private desired(full: boolean, node: ReturnType<typeof nodeView>): DesiredState {
+  /** Recompute what changed (everything when asked) into the table. */
+  private recompute(all: boolean, node: ReturnType<typeof nodeView>): void {
     const dirty = [...this.dirty];
     this.dirty.clear();
-    if (full) {
+    if (all) {
       const bySvc = slicesByService(this.d.source.slices());
-      this.outcomes.clear();
+      const present = new Set<string>();
       for (const svc of this.d.source.services()) {
         const name = serviceName(svc);
-        this.outcomes.set(name, serviceOutcome(svc, bySvc.get(name) ?? [], node));
+        present.add(name);
+        this.table.set(name, serviceOutcome(svc, bySvc.get(name) ?? [], node));
       }
-    } else if (dirty.length > 0) {
-      const slices = this.d.source.slices();
-      for (const name of dirty) {
-        const [ns, n] = name.split('/') as [string, string];
-        const svc = this.d.source.service(ns, n);
-        if (!svc) {
-          this.outcomes.delete(name);
-          continue;
-        }
-        const mine = slices.filter((s) => s.metadata?.namespace === ns && s.metadata?.labels?.[LABEL_SERVICE_NAME] === n);
-        this.outcomes.set(name, serviceOutcome(svc, mine, node));
-      }
+      for (const name of [...this.table.services()]) if (!present.has(name)) this.table.set(name, undefined);
+      return;
     }
-    return combine(this.outcomes.values());
+    let everySlice: readonly V1EndpointSlice[] | undefined;
+    for (const name of dirty) {
+      const [ns, n] = name.split('/') as [string, string];
+      const svc = this.d.source.service(ns, n);
+      if (!svc) {
+        this.table.set(name, undefined);
+        continue;
+      }
+      const mine = this.d.source.slicesOf
+        ? [...this.d.source.slicesOf(ns, n)]
+        : (everySlice ??= this.d.source.slices()).filter((s) => s.metadata?.namespace === ns && s.metadata?.labels?.[LABEL_SERVICE_NAME] === n);
+      this.table.set(name, serviceOutcome(svc, mine, node));
+    }
   }
 
-  private report(desired: DesiredState): void {
-    const seen = new Set<string>();
-    for (const r of desired.rejected) {
-      const key = `${r.kind}/${r.namespace}/${r.name}: ${r.error}`;
-      seen.add(key);
-      if (this.reported.has(key)) continue;
-      this.d.metrics.rejectedObjects.inc({ kind: r.kind });
-      this.d.log.warn({ kind: r.kind, namespace: r.namespace, name: r.name, error: r.error }, 'skipping a malformed object; everything else keeps working');
-      this.d.events?.warn(r, 'FerryRejected', `ferry skips this ${r.kind}: ${r.error}`).catch((e: Error) => this.d.log.debug({ err: e.message }, 'could not post an event'));
+  /** Problems of these Services (malformed objects, conflicts, what is ignored), each reported once while it lasts. */
+  private report(services: Iterable<string>): void {
+    for (const name of new Set(services)) {
+      const p = this.table.problemsOf(name);
+      const before = this.reportedOf.get(name) ?? new Set<string>();
+      const seen = new Set<string>();
+      for (const r of p.rejected) {
+        const key = `${r.kind}/${r.namespace}/${r.name}: ${r.error}`;
+        seen.add(key);
+        if (before.has(key)) continue;
+        this.d.metrics.rejectedObjects.inc({ kind: r.kind });
+        this.d.log.warn({ kind: r.kind, namespace: r.namespace, name: r.name, error: r.error }, 'skipping a malformed object; everything else keeps working');
+        this.d.events?.warn(r, 'FerryRejected', `ferry skips this ${r.kind}: ${r.error}`).catch((e: Error) => this.d.log.debug({ err: e.message }, 'could not post an event'));
+      }
+      const counts = { service: 0, 'node-address': 0 };
+      for (const c of p.conflicts) {
+        const text = conflictText(c);
+        counts[c.ownerKind === 'NodeAddress' ? 'node-address' : 'service']++;
+        seen.add(text);
+        if (before.has(text)) continue;
+        this.d.log.warn({ service: c.service, frontend: c.frontend, kind: c.kind, owner: c.owner, ownerKind: c.ownerKind }, text);
+        this.d.events?.warn(this.serviceRef(c.service), c.ownerKind === 'NodeAddress' ? 'FerryNodeAddress' : 'FerryFrontendConflict', text).catch((e: Error) => this.d.log.debug({ err: e.message }, 'could not post an event'));
+      }
+      for (const i of p.ignored) {
+        if (!before.has(i)) this.d.log.info({ ignored: i }, 'not programmed');
+        seen.add(i);
+      }
+      if (seen.size) this.reportedOf.set(name, seen);
+      else this.reportedOf.delete(name);
+      if (counts.service + counts['node-address']) this.conflictCounts.set(name, counts);
+      else this.conflictCounts.delete(name);
     }
-    const conflicts = { service: 0, 'node-address': 0 };
-    for (const c of desired.conflicts) {
-      const text = conflictText(c);
-      conflicts[c.ownerKind === 'NodeAddress' ? 'node-address' : 'service']++;
-      seen.add(text);
-      if (this.reported.has(text)) continue;
-      this.d.log.warn({ service: c.service, frontend: c.frontend, kind: c.kind, owner: c.owner, ownerKind: c.ownerKind }, text);
-      this.d.events?.warn(this.serviceRef(c.service), c.ownerKind === 'NodeAddress' ? 'FerryNodeAddress' : 'FerryFrontendConflict', text).catch((e: Error) => this.d.log.debug({ err: e.message }, 'could not post an event'));
+    const total = { service: 0, 'node-address': 0 };
+    for (const c of this.conflictCounts.values()) {
+      total.service += c.service;
+      total['node-address'] += c['node-address'];
     }
-    for (const [kind, n] of Object.entries(conflicts)) this.d.metrics.frontendConflicts.set({ kind }, n);
-    for (const i of desired.ignored) {
-      if (!this.reported.has(i)) this.d.log.info({ ignored: i }, 'not programmed');
-      seen.add(i);
-    }
-    this.reported = seen;
+    for (const [kind, n] of Object.entries(total)) this.d.metrics.frontendConflicts.set({ kind }, n);
   }
 
   async stop(): Promise<void> {
@@ -289,6 +368,7 @@ export class Reconciler {
     if (this.timer) this.clock.clearTimeout(this.timer);
     if (this.retry) this.clock.clearTimeout(this.retry);
     if (this.periodic) this.clock.clearInterval(this.periodic);
+    if (this.periodicFull) this.clock.clearInterval(this.periodicFull);
     await this.running;
   }
 }

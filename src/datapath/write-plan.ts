@@ -5,8 +5,8 @@
 // and keeps what it had, and every other Service is programmed. Only IDs are allocated
 // here; nothing is written.
 import { ErrorCode } from '../errors.js';
-import { backendId, frontendId, type BackendSpec, type FrontendKind, type FrontendSpec, type ProtoName } from '../model/frontend.js';
-import type { IdAllocator } from './ids.js';
+import { frontendId, type BackendSpec, type FrontendKind, type FrontendSpec, type ProtoName } from '../model/frontend.js';
+import { backendKey, type IdAllocator } from './ids.js';
 import { BackendFlags, LbFlags, LbScope, Proto, type Lb4Backend, type Lb4Key, type Lb4Service } from './layouts.js';
 import type { MaglevBuild, MaglevTables } from './maglev-tables.js';
 import { SourceRangeSet } from './source-ranges.js';
@@ -23,6 +23,8 @@ export interface FrontendState {
   backendIds: number[];
   /** Terminating backends kept for the flows they still serve, in no slot. */
   drainingIds: number[];
+  /** It holds its address's "unknown port → drop" entry (with every other frontend there that does). */
+  wildcard: boolean;
 }
 
 /** A Service the maps could not take this sync, and why. */
@@ -45,6 +47,8 @@ export interface WritePlan {
   /** Frontends whose state changed without a new master entry. */
   states: Array<[string, FrontendState]>;
   specs: Array<[string, FrontendSpec]>;
+  /** The Service of every frontend this sync planned or kept (incremental syncs: of the changed Services). */
+  owners: Array<[string, string]>;
   newWildcards: string[];
   /** Slots of shrunk frontends, then removed frontends (master first). */
   serviceDeletes: Lb4Key[];
@@ -61,7 +65,7 @@ export interface WriterState {
   backends: ReadonlyMap<number, Lb4Backend>;
   wildcards: ReadonlySet<string>;
   lastSpecs: ReadonlyMap<string, FrontendSpec>;
-  backendIds: IdAllocator;
+  backendIds: IdAllocator<number>;
   revNatIds: IdAllocator;
   affinityIds: IdAllocator;
   maglev: MaglevTables;
@@ -69,6 +73,11 @@ export interface WriterState {
   fidOf(f: FrontendSpec, scope: number): string;
   /** Entries lb4_services and lb4_src_ranges can hold. */
   capacity: { services: number; sourceRanges: number };
+  /** Frontend ids by Service, as the last syncs left them. */
+  byService: ReadonlyMap<string, ReadonlySet<string>>;
+  /** How many frontends use each backend id, and hold each address's wildcard entry. */
+  backendRefs: ReadonlyMap<number, number>;
+  wildcardRefs: ReadonlyMap<string, number>;
 }
 
 interface ScopedFrontend {
@@ -89,11 +98,13 @@ const kindFlag: Record<FrontendKind, number> = {
 export const emptyService: Lb4Service = { backendId: 0, count: 0, revNatId: 0, flags: 0, affinityId: 0, affinityTimeout: 0 };
 
 /** The Service a frontend belongs to: "ns/name" of "ns/name:port". */
-const serviceOf = (f: FrontendSpec) => (f.service ? f.service.slice(0, f.service.lastIndexOf(':')) : frontendId(f));
+export const serviceOf = (f: FrontendSpec) => (f.service ? f.service.slice(0, f.service.lastIndexOf(':')) : frontendId(f));
 
 /** Backends in one order on every node (address, then port), whatever order the slices had. */
 function canonical(backends: BackendSpec[]): BackendSpec[] {
-  return [...backends].sort((a, b) => ipv4FromString(a.address) - ipv4FromString(b.address) || a.port - b.port);
+  if (backends.length < 2) return backends;
+  const keyed = backends.map((b) => [ipv4FromString(b.address) * 65_536 + b.port, b] as const);
+  return keyed.sort((a, b) => a[0] - b[0]).map(([, b]) => b);
 }
 
 /** The "known address, unknown port → drop" entry is only for addresses the model says
@@ -103,27 +114,31 @@ const wantsWildcard = (sf: ScopedFrontend) =>
 
 class Planner {
   readonly plan: WritePlan = {
-    backendWrites: [], reverseNat: [], names: [], slotWrites: [], maglevBuilds: new Map(), newRanges: [], masterWrites: [], states: [], specs: [],
+    backendWrites: [], reverseNat: [], names: [], slotWrites: [], maglevBuilds: new Map(), newRanges: [], masterWrites: [], states: [], specs: [], owners: [],
     newWildcards: [], serviceDeletes: [], removedFrontends: [], staleWildcards: [], staleRanges: [], staleBackends: [], failures: [],
   };
   private readonly wantBackends = new Map<number, Lb4Backend>();
   private readonly wantFrontends = new Set<string>();
   private readonly wantWildcards = new Set<string>();
   private readonly wantRanges = new Set<string>();
-  /** What the maps can still take this sync: removals only free room after the writes. */
-  private readonly room: { entries: number; backends: number; revNat: number; affinity: number; tables: number; ranges: number };
+  /** What the maps can still take this sync (removals only free room after the writes); counted when first needed. */
+  private roomLeft: { entries: number; backends: number; revNat: number; affinity: number; tables: number; ranges: number } | undefined;
 
-  constructor(private readonly st: WriterState) {
+  constructor(private readonly st: WriterState) {}
+
+  private get room(): NonNullable<Planner['roomLeft']> {
+    if (this.roomLeft) return this.roomLeft;
+    const st = this.st;
     let entries = st.wildcards.size;
     for (const fs of st.frontends.values()) entries += 1 + fs.backendIds.length;
-    this.room = {
+    return (this.roomLeft = {
       entries: st.capacity.services - entries,
       backends: st.backendIds.free(),
       revNat: st.revNatIds.free(),
       affinity: st.affinityIds.free(),
       tables: st.maglev.free(),
       ranges: st.capacity.sourceRanges - st.ranges.size,
-    };
+    });
   }
 
   /** One entry per lookup scope: external always, internal where its backends differ. */
@@ -149,21 +164,41 @@ class Planner {
     // taken whole if they fit.
     const changed: Array<[string, ScopedFrontend[]]> = [];
     for (const [name, g] of groups) {
-      if (g.every((sf) => this.unchanged(sf))) for (const sf of g) this.keep(sf.fid, sf.f);
+      if (g.every((sf) => this.unchanged(sf))) for (const sf of g) this.keep(sf.fid, name, sf.f);
       else changed.push([name, g]);
     }
     changed.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    for (const [name, g] of changed) {
-      const short = this.shortfall(g);
-      if (!short) {
-        for (const sf of g) this.planFrontend(sf);
-        continue;
-      }
-      this.plan.failures.push({ service: name, code: ErrorCode.MapFull, error: short });
-      for (const sf of g) if (this.st.frontends.has(sf.fid)) this.keep(sf.fid);
-    }
+    for (const [name, g] of changed) this.planService(name, g);
     this.finish();
     return this.plan;
+  }
+
+  /**
+   * Only the Services named (each with every frontend it now has; none: it is gone): the
+   * rest of the maps stays as it is, so a sync costs what changed, not what exists.
+   */
+  runChanged(changes: ReadonlyMap<string, FrontendSpec[]>): WritePlan {
+    const names = [...changes.keys()].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    for (const name of names) {
+      const g = changes.get(name)!.flatMap((f) => this.scoped(f));
+      const had = this.st.byService.get(name);
+      const same = g.length === (had?.size ?? 0) && g.every((sf) => had!.has(sf.fid) && this.unchanged(sf));
+      if (same) for (const sf of g) this.keep(sf.fid, name, sf.f);
+      else this.planService(name, g);
+    }
+    this.finishChanged(names);
+    return this.plan;
+  }
+
+  /** A Service's frontends, taken whole if they fit. */
+  private planService(name: string, g: ScopedFrontend[]): void {
+    const short = this.shortfall(g);
+    if (!short) {
+      for (const sf of g) this.planFrontend(sf, name);
+      return;
+    }
+    this.plan.failures.push({ service: name, code: ErrorCode.MapFull, error: short });
+    for (const sf of g) if (this.st.frontends.has(sf.fid)) this.keep(sf.fid, name);
   }
 
   /**
@@ -172,7 +207,7 @@ class Planner {
    */
   private shortfall(g: ScopedFrontend[]): string | undefined {
     const need = { entries: 0, backends: 0, revNat: 0, affinity: 0, tables: 0, ranges: 0 };
-    const newBackends = new Set<string>();
+    const newBackends = new Set<number>();
     const newAddresses = new Set<string>();
     const newTables = new Set<string>();
     for (const sf of g) {
@@ -182,7 +217,7 @@ class Planner {
       if (!have) need.revNat++;
       if (wantsWildcard(sf) && !this.st.wildcards.has(sf.f.address) && !this.wantWildcards.has(sf.f.address)) newAddresses.add(sf.f.address);
       for (const b of [...sf.backends, ...(sf.f.drainingBackends ?? [])]) {
-        const key = backendId(b, sf.f.proto);
+        const key = backendKey(b.address, b.port, Proto[sf.f.proto]);
         if (this.st.backendIds.get(key) === undefined) newBackends.add(key);
       }
       if ((sf.f.affinityTimeout ?? 0) > 0 && this.st.affinityIds.get(sf.f.service ?? frontendId(sf.f)) === undefined) need.affinity++;
@@ -203,7 +238,7 @@ class Planner {
   }
 
   private wantBackend(b: BackendSpec, proto: ProtoName, terminating: boolean): number {
-    const id = this.st.backendIds.allocate(backendId(b, proto));
+    const id = this.st.backendIds.allocate(backendKey(b.address, b.port, Proto[proto]));
     const flags = (b.local ? BackendFlags.LB_BACKEND_F_LOCAL : 0) | (terminating ? BackendFlags.LB_BACKEND_F_TERMINATING : 0);
     const value: Lb4Backend = { address: b.address, port: b.port, proto: Proto[proto], flags };
     const prev = this.wantBackends.get(id);
@@ -213,25 +248,31 @@ class Planner {
   }
 
   /** A frontend keeps what the maps hold for it (unchanged, or its change did not fit). */
-  private keep(fid: string, spec?: FrontendSpec): void {
+  private keep(fid: string, service: string, spec?: FrontendSpec): void {
     if (this.wantFrontends.has(fid)) return;
     const known = this.st.frontends.get(fid)!;
     this.wantFrontends.add(fid);
+    this.plan.owners.push([fid, service]);
     for (const id of [...known.backendIds, ...known.drainingIds]) {
       const b = this.st.backends.get(id);
-      if (b && !this.wantBackends.has(id)) this.wantBackends.set(id, b);
+      if (!b) continue;
+      // Its view of the backend is what the map holds, merged as wantBackend() merges.
+      const prev = this.wantBackends.get(id);
+      this.wantBackends.set(id, prev ? { ...prev, flags: prev.flags | b.flags } : b);
     }
     if (this.st.wildcards.has(known.key.address) && known.key.scope === LbScope.LB_SCOPE_EXTERNAL) this.wantWildcards.add(known.key.address);
     const ranges = spec ? SourceRangeSet.entries(known.revNatId, known.key.scope === LbScope.LB_SCOPE_EXTERNAL ? spec.sourceRanges : undefined) : this.st.ranges.writtenFor(known.revNatId);
     for (const r of ranges) this.wantRanges.add(r);
   }
 
-  private planFrontend(sf: ScopedFrontend): void {
+  private planFrontend(sf: ScopedFrontend, service: string): void {
     const { f, scope, fid } = sf;
     if (this.wantFrontends.has(fid)) return; // duplicates are the model's bug; first wins
-    if (this.unchanged(sf)) return this.keep(fid, f);
+    if (this.unchanged(sf)) return this.keep(fid, service, f);
     this.wantFrontends.add(fid);
-    if (wantsWildcard(sf)) this.wantWildcards.add(f.address);
+    this.plan.owners.push([fid, service]);
+    const wildcard = wantsWildcard(sf);
+    if (wildcard) this.wantWildcards.add(f.address);
     const ids = canonical(sf.backends).map((b) => this.wantBackend(b, f.proto, Boolean(b.terminating)));
     const drainingIds = (f.drainingBackends ?? []).map((b) => this.wantBackend(b, f.proto, true));
     this.plan.specs.push([fid, f]);
@@ -260,10 +301,67 @@ class Planner {
         return `${b.address}:${b.port}/${b.proto}`;
       }), this.plan.maglevBuilds)
       : 0;
-    const changed = !have || have.backendIds.length !== ids.length || have.flags !== flags || have.affinityTimeout !== affinityTimeout || have.affinityId !== affinityId || have.revNatId !== revNatId || have.tableId !== tableId;
-    const state: FrontendState = { key, revNatId, flags, affinityId, affinityTimeout, tableId, backendIds: ids, drainingIds };
+    const changed = !have || have.wildcard !== wildcard || have.backendIds.length !== ids.length || have.flags !== flags || have.affinityTimeout !== affinityTimeout || have.affinityId !== affinityId || have.revNatId !== revNatId || have.tableId !== tableId;
+    const state: FrontendState = { key, revNatId, flags, affinityId, affinityTimeout, tableId, backendIds: ids, drainingIds, wildcard };
     if (changed) this.plan.masterWrites.push([key, { backendId: tableId, count: ids.length, revNatId, flags, affinityId, affinityTimeout }, fid, state]);
     else this.plan.states.push([fid, state]);
+  }
+
+  /**
+   * finish() for the changed Services only: what they no longer have goes, and a backend
+   * or wildcard goes when the last frontend using it lets go (reference counts).
+   */
+  private finishChanged(names: readonly string[]): void {
+    const { st, plan } = this;
+    plan.newRanges = st.ranges.added(this.wantRanges);
+    for (const a of this.wantWildcards) if (!st.wildcards.has(a)) plan.newWildcards.push(a);
+    const next = new Map<string, FrontendState>();
+    for (const [, , fid, state] of plan.masterWrites) next.set(fid, state);
+    for (const [fid, state] of plan.states) next.set(fid, state);
+    const dBackends = new Map<number, number>();
+    const dWildcards = new Map<string, number>();
+    /** References this sync's frontends let go of (what stays is held by Services not in it). */
+    const released = new Map<number, number>();
+    const count = (fs: FrontendState, by: number) => {
+      for (const id of [...fs.backendIds, ...fs.drainingIds]) {
+        dBackends.set(id, (dBackends.get(id) ?? 0) + by);
+        if (by < 0) released.set(id, (released.get(id) ?? 0) + 1);
+      }
+      if (fs.wildcard) dWildcards.set(fs.key.address, (dWildcards.get(fs.key.address) ?? 0) + by);
+    };
+    const rangesOf = (fs: FrontendState) => (fs.flags & LbFlags.LB_F_SOURCE_RANGES ? st.ranges.writtenFor(fs.revNatId) : []);
+    const staleRanges = new Set<string>();
+    const seen = new Set<string>();
+    const replace = (fid: string, old: FrontendState) => {
+      seen.add(fid);
+      for (const r of rangesOf(old)) staleRanges.add(r);
+      const now = next.get(fid);
+      if (now) {
+        count(old, -1);
+        count(now, +1);
+      } else if (!this.wantFrontends.has(fid)) {
+        count(old, -1);
+        plan.serviceDeletes.push(old.key, ...old.backendIds.map((_, i) => ({ ...old.key, slot: i + 1 })));
+        plan.removedFrontends.push([fid, old]);
+      }
+    };
+    for (const name of names) for (const fid of st.byService.get(name) ?? []) replace(fid, st.frontends.get(fid)!);
+    // A frontend that moved here from a Service not in this sync.
+    for (const [fid, now] of next) {
+      if (seen.has(fid)) continue;
+      const old = st.frontends.get(fid);
+      if (old) replace(fid, old);
+      else count(now, +1);
+    }
+    // A backend other Services' frontends still use keeps their view of it too (as finish() does).
+    for (const [id, b] of this.wantBackends) {
+      const have = st.backends.get(id);
+      const value = have && (st.backendRefs.get(id) ?? 0) - (released.get(id) ?? 0) > 0 ? { ...b, flags: b.flags | have.flags } : b;
+      if (!have || have.address !== value.address || have.port !== value.port || have.proto !== value.proto || have.flags !== value.flags) plan.backendWrites.push([id, value]);
+    }
+    plan.staleRanges = [...staleRanges].filter((r) => !this.wantRanges.has(r));
+    for (const [a, d] of dWildcards) if (d < 0 && (st.wildcardRefs.get(a) ?? 0) + d <= 0 && !this.wantWildcards.has(a)) plan.staleWildcards.push(a);
+    for (const [id, d] of dBackends) if (d < 0 && (st.backendRefs.get(id) ?? 0) + d <= 0 && !this.wantBackends.has(id)) plan.staleBackends.push(id);
   }
 
   /** Backend writes, new wildcards and ranges, then everything nothing wants any more. */
@@ -289,4 +387,9 @@ class Planner {
 /** Plan one sync: see the top of this file. */
 export function planWrites(st: WriterState, specs: FrontendSpec[]): WritePlan {
   return new Planner(st).run(specs);
+}
+
+/** Plan a sync of the named Services only (the writer has seen a full sync before). */
+export function planChangedWrites(st: WriterState, changes: ReadonlyMap<string, FrontendSpec[]>): WritePlan {
+  return new Planner(st).runChanged(changes);
 }

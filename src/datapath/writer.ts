@@ -6,13 +6,14 @@
 // master entry (which makes the new slots visible at once), then wildcard entries; stale
 // slots, frontends, wildcards, ranges, backends and tables are removed last.
 import { LbFlags, LbScope, protoName, type Lb4Backend, type Lb4Key } from './layouts.js';
-import { IdAllocator } from './ids.js';
+import { IdAllocator, backendKey } from './ids.js';
 import type { DatapathMaps } from './loader.js';
 import { MaglevTables } from './maglev-tables.js';
 import { readServiceTable } from './service-table.js';
 import { SourceRangeSet } from './source-ranges.js';
-import { emptyService, planWrites, type FrontendState, type WriteFailure, type WritePlan, type WriterState } from './write-plan.js';
-import { backendId, frontendId, type FrontendSpec } from '../model/frontend.js';
+import { emptyService, planChangedWrites, planWrites, type FrontendState, type WriteFailure, type WritePlan, type WriterState } from './write-plan.js';
+import { ErrorCode, FerryError } from '../errors.js';
+import { frontendId, type FrontendSpec } from '../model/frontend.js';
 
 export { sourceRangeKey } from './source-ranges.js';
 
@@ -36,7 +37,7 @@ export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | '
 const wildcardKey = (address: string): Lb4Key => ({ address, port: 0, proto: 0, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 });
 
 export class ServiceWriter implements WriterState {
-  readonly backendIds: IdAllocator;
+  readonly backendIds: IdAllocator<number>;
   readonly revNatIds: IdAllocator;
   /** One id per Service port with ClientIP affinity, shared by all its frontends. */
   readonly affinityIds = new IdAllocator('affinity', 65_535, 'fewer Services with sessionAffinity');
@@ -50,6 +51,14 @@ export class ServiceWriter implements WriterState {
   /** Frontend ids by spec object and scope: the model hands the same objects back for
    * unchanged Services, and at 100k frontends the ids are worth not rebuilding. */
   private readonly fids = new WeakMap<FrontendSpec, string[]>();
+  /** Frontend ids by Service, and each one's Service (kept by every sync since a full one). */
+  readonly byService = new Map<string, Set<string>>();
+  private readonly serviceOfFid = new Map<string, string>();
+  /** How many frontends use each backend id and hold each address's wildcard. */
+  readonly backendRefs = new Map<number, number>();
+  readonly wildcardRefs = new Map<string, number>();
+  /** A full apply has run since the view was last read from the maps: applyChanged may run. */
+  private indexed = false;
   ranges!: SourceRangeSet;
   maglev!: MaglevTables;
   readonly capacity: { services: number; sourceRanges: number };
@@ -58,7 +67,7 @@ export class ServiceWriter implements WriterState {
     private readonly maps: ServiceMaps,
     private readonly opts: { maglevTableSize?: number } = {},
   ) {
-    this.backendIds = new IdAllocator('backend', maps.lb4_backends.maxEntries, 'mapSizes.backends');
+    this.backendIds = new IdAllocator<number>('backend', maps.lb4_backends.maxEntries, 'mapSizes.backends');
     this.revNatIds = new IdAllocator('reverse-NAT', maps.lb4_reverse_nat.maxEntries, 'mapSizes.reverseNat');
     this.capacity = { services: maps.lb4_services.maxEntries, sourceRanges: maps.lb4_src_ranges.maxEntries };
     this.restore();
@@ -71,12 +80,14 @@ export class ServiceWriter implements WriterState {
     const table = readServiceTable(this.maps);
     for (const [id, b] of table.backends) {
       this.backends.set(id, b);
-      this.backendIds.restore(backendId(b, protoName(b.proto)), id);
+      this.backendIds.restore(backendKey(b.address, b.port, b.proto), id);
     }
     for (const a of table.wildcards) this.wildcards.add(a);
     for (const { key, master: v, backendIds } of table.frontends) {
       const fid = `${frontendId({ address: key.address, port: key.port, proto: protoName(key.proto) })}#${key.scope}`;
-      this.frontends.set(fid, { key, revNatId: v.revNatId, flags: v.flags, affinityId: v.affinityId, affinityTimeout: v.affinityTimeout, tableId: v.backendId, backendIds, drainingIds: [] });
+      const state: FrontendState = { key, revNatId: v.revNatId, flags: v.flags, affinityId: v.affinityId, affinityTimeout: v.affinityTimeout, tableId: v.backendId, backendIds, drainingIds: [], wildcard: key.scope === LbScope.LB_SCOPE_EXTERNAL && this.wildcards.has(key.address) };
+      this.frontends.set(fid, state);
+      this.account(undefined, state);
       this.revNatIds.restore(fid, v.revNatId);
       // Claimed again by the frontend's Service port on its first sync.
       if (v.affinityId) this.affinityIds.restoreUnclaimed(v.affinityId);
@@ -98,11 +109,30 @@ export class ServiceWriter implements WriterState {
   /**
    * Make the maps hold exactly `desired`. On failure (a full map, say) the maps may hold
    * part of the change: the in-memory view is rebuilt from them, so the next apply
-   * continues from what is really there.
+   * continues from what is really there. With `reread`, the view is read from the maps
+   * first, so whatever changed them behind the writer's back is put right.
    */
-  apply(desired: FrontendSpec[]): ApplyStats {
+  apply(desired: FrontendSpec[], opts: { reread?: boolean } = {}): ApplyStats {
     try {
-      return this.write(planWrites(this, desired));
+      if (opts.reread) this.resync();
+      const stats = this.write(planWrites(this, desired));
+      this.indexed = true;
+      return stats;
+    } catch (e) {
+      this.resync();
+      throw e;
+    }
+  }
+
+  /**
+   * Make the maps hold `changes` (Service → every frontend it now has) and leave every
+   * other Service as it is. Needs a full apply first (the view of which frontends belong to
+   * which Service comes from it).
+   */
+  applyChanged(changes: ReadonlyMap<string, FrontendSpec[]>): ApplyStats {
+    if (!this.indexed) throw new FerryError({ code: ErrorCode.Internal, op: 'apply changed Services', cause: 'no full apply since the maps were read', hint: 'apply the whole desired state first' });
+    try {
+      return this.write(planChangedWrites(this, changes));
     } catch (e) {
       this.resync();
       throw e;
@@ -117,7 +147,50 @@ export class ServiceWriter implements WriterState {
     this.backendIds.clear();
     this.revNatIds.clear();
     this.affinityIds.clear();
+    this.byService.clear();
+    this.serviceOfFid.clear();
+    this.backendRefs.clear();
+    this.wildcardRefs.clear();
+    this.indexed = false;
     this.restore();
+  }
+
+  /** Reference counts: `old` lets go of its backends and wildcard, `next` takes its own. */
+  private account(old: FrontendState | undefined, next: FrontendState | undefined): void {
+    const bump = <K>(m: Map<K, number>, k: K, by: number) => {
+      const n = (m.get(k) ?? 0) + by;
+      if (n > 0) m.set(k, n);
+      else m.delete(k);
+    };
+    for (const [fs, by] of [[old, -1], [next, +1]] as const) {
+      if (!fs) continue;
+      for (const id of fs.backendIds) bump(this.backendRefs, id, by);
+      for (const id of fs.drainingIds) bump(this.backendRefs, id, by);
+      if (fs.wildcard) bump(this.wildcardRefs, fs.key.address, by);
+    }
+  }
+
+  private own(fid: string, service: string | undefined): void {
+    const was = this.serviceOfFid.get(fid);
+    if (was === service) return;
+    if (was !== undefined) {
+      const set = this.byService.get(was)!;
+      set.delete(fid);
+      if (set.size === 0) this.byService.delete(was);
+    }
+    if (service === undefined) {
+      this.serviceOfFid.delete(fid);
+      return;
+    }
+    this.serviceOfFid.set(fid, service);
+    let set = this.byService.get(service);
+    if (!set) this.byService.set(service, (set = new Set()));
+    set.add(fid);
+  }
+
+  private setState(fid: string, state: FrontendState): void {
+    this.account(this.frontends.get(fid), state);
+    this.frontends.set(fid, state);
   }
 
   fidOf(f: FrontendSpec, scope: number): string {
@@ -150,12 +223,13 @@ export class ServiceWriter implements WriterState {
     stats.entriesWritten += this.ranges.write(plan.newRanges);
     if (plan.masterWrites.length > 0) {
       m.lb4_services.updateBatch(plan.masterWrites.map(([k, v]) => [k, v]));
-      for (const [, , fid, state] of plan.masterWrites) this.frontends.set(fid, state);
+      for (const [, , fid, state] of plan.masterWrites) this.setState(fid, state);
       stats.entriesWritten += plan.masterWrites.length;
       stats.frontendsWritten += plan.masterWrites.length;
     }
-    for (const [fid, state] of plan.states) this.frontends.set(fid, state);
+    for (const [fid, state] of plan.states) this.setState(fid, state);
     for (const [fid, f] of plan.specs) this.lastSpecs.set(fid, f);
+    for (const [fid, service] of plan.owners) this.own(fid, service);
     if (plan.newWildcards.length > 0) {
       m.lb4_services.updateBatch(plan.newWildcards.map((a) => [wildcardKey(a), { ...emptyService, flags: LbFlags.LB_F_WILDCARD }]));
       for (const a of plan.newWildcards) this.wildcards.add(a);
@@ -168,6 +242,8 @@ export class ServiceWriter implements WriterState {
     for (const a of plan.staleWildcards) this.wildcards.delete(a);
     // A removed frontend's reverse NAT goes after its entries: replies in flight still map.
     for (const [fid, st] of plan.removedFrontends) {
+      this.account(st, undefined);
+      this.own(fid, undefined);
       this.frontends.delete(fid);
       this.lastSpecs.delete(fid);
       m.lb4_reverse_nat.delete(st.revNatId);
@@ -183,11 +259,12 @@ export class ServiceWriter implements WriterState {
         stats.removedBackends.push(b);
         stats.removedBackendIds.push(id);
         this.backends.delete(id);
-        this.backendIds.retire(backendId(b, protoName(b.proto)));
+        this.backendIds.retire(backendKey(b.address, b.port, b.proto));
       }
       stats.backendsRemoved += plan.staleBackends.length;
     }
-    this.collectIds();
+    // Maglev tables and affinity ids can only fall free when a frontend changed or went.
+    if (plan.masterWrites.length + plan.states.length + plan.removedFrontends.length > 0) this.collectIds();
     return stats;
   }
 

@@ -66,14 +66,27 @@ export function ipv4ToString(n: number): string {
   return `${n >>> 24}.${(n >>> 16) & 255}.${(n >>> 8) & 255}.${n & 255}`;
 }
 export function ipv4FromString(s: string): number {
-  const parts = s.split('.');
-  if (parts.length !== 4) throw codecError('encode ipv4', `"${s}" is not an IPv4 address`);
+  // By hand, character by character: the writer encodes hundreds of thousands of these.
   let n = 0;
-  for (const p of parts) {
-    if (!/^\d{1,3}$/.test(p) || Number(p) > 255) throw codecError('encode ipv4', `"${s}" is not an IPv4 address`);
-    n = n * 256 + Number(p);
+  let part = 0;
+  let digits = 0;
+  let dots = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 48 && c <= 57) {
+      part = part * 10 + (c - 48);
+      if (++digits > 3 || part > 255) throw codecError('encode ipv4', `"${s}" is not an IPv4 address`);
+    } else if (c === 46 && digits > 0 && dots < 3) {
+      n = n * 256 + part;
+      part = 0;
+      digits = 0;
+      dots++;
+    } else {
+      throw codecError('encode ipv4', `"${s}" is not an IPv4 address`);
+    }
   }
-  return n;
+  if (dots !== 3 || digits === 0) throw codecError('encode ipv4', `"${s}" is not an IPv4 address`);
+  return n * 256 + part;
 }
 
 /** What a BTF scalar must look like to match a codec field. */

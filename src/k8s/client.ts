@@ -113,6 +113,57 @@ export class JsonClient {
     return this.cached;
   }
 
+  /**
+   * A watch: GET `path` and hand each line of the answer (one JSON watch event) to
+   * `onEvent` until the server ends it (resolves) or it fails or `signal` aborts (rejects).
+   */
+  async watch(path: string, onEvent: (event: { type: string; object: unknown }) => void, signal: AbortSignal): Promise<void> {
+    const url = new URL(`${this.server}${path}`);
+    const { headers: auth, agent } = await this.credentials(url, 'GET');
+    return new Promise<void>((resolve, reject) => {
+      if (signal.aborted) return reject(new Error(`watch ${path}: aborted`));
+      const req = (url.protocol === 'https:' ? https : http).request(url, { method: 'GET', headers: { ...auth, accept: 'application/json' }, agent }, (res) => {
+        const status = res.statusCode ?? 0;
+        if (status >= 300) {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => reject(new ApiStatusError(status, `watch ${path}: ${status}: ${Buffer.concat(chunks).toString('utf8').slice(0, 500)}`)));
+          return;
+        }
+        res.setEncoding('utf8');
+        let partial = '';
+        res.on('data', (chunk: string) => {
+          const lines = (partial + chunk).split('\n');
+          partial = lines.pop()!;
+          for (const line of lines) {
+            if (!line.trim()) continue;
+            let event: { type: string; object: unknown };
+            try {
+              event = JSON.parse(line) as { type: string; object: unknown };
+            } catch (e) {
+              reject(new Error(`watch ${path}: an event is not JSON: ${(e as Error).message}`));
+              req.destroy();
+              return;
+            }
+            onEvent(event);
+          }
+        });
+        res.on('end', () => resolve());
+        res.on('error', reject);
+        res.on('aborted', () => reject(new Error(`watch ${path}: the server closed the stream`)));
+      });
+      // Reject first, then close without an error (an error event there would find no listener).
+      const abort = () => {
+        reject(new Error(`watch ${path}: aborted`));
+        req.destroy();
+      };
+      signal.addEventListener('abort', abort, { once: true });
+      req.on('close', () => signal.removeEventListener('abort', abort));
+      req.on('error', reject);
+      req.end();
+    });
+  }
+
   async request<T>(method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE', path: string, body?: unknown, contentType = 'application/json'): Promise<T> {
     const url = new URL(`${this.server}${path}`);
     const { headers: auth, agent } = await this.credentials(url, method);

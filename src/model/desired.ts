@@ -3,7 +3,7 @@
 import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
 import { isIPv4 } from 'node:net';
 import type { FrontendSpec } from './frontend.js';
-import { frontendId } from './frontend.js';
+import { FrontendTable } from './frontend-table.js';
 import { LABEL_SERVICE_NAME, serviceFrontends, serviceName, skipReason, type NodeView, type SkipReason } from './service.js';
 import { validateEndpointSlice, validateService } from './validate.js';
 
@@ -45,14 +45,6 @@ export function conflictText(c: FrontendConflict): string {
   if (c.ownerKind === 'NodeAddress') return `${c.kind} ${c.frontend} of ${c.service} is a node's address: the Service gets its own ports there, the node keeps every other`;
   return `${c.frontend} (${c.kind}) of ${c.service} is already ${c.owner}'s ${c.ownerKind}: not programmed for ${c.service}`;
 }
-
-/**
- * Who wins a frontend two Services ask for. A ClusterIP is allocated by the API server and
- * is its Service's alone: it always wins over an externalIP or LoadBalancer IP that a user
- * set to the same address and port. NodePorts are allocated too, and come next. Between
- * equals, the Service first in name order keeps it.
- */
-const CLAIM_ORDER: Array<FrontendSpec['kind'][]> = [['ClusterIP'], ['NodePort'], ['LoadBalancer', 'ExternalIP']];
 
 export const ZONE_LABEL = 'topology.kubernetes.io/zone';
 
@@ -100,37 +92,11 @@ export function serviceOutcome(svc: V1Service, slices: V1EndpointSlice[], node: 
   return out;
 }
 
-/** Merge per-Service outcomes: allocated addresses first (CLAIM_ORDER), then name order. */
+/** Merge per-Service outcomes: allocated addresses first (frontend-table.ts), then name order. */
 export function combine(outcomes: Iterable<ServiceOutcome>, orphanRejections: Rejected[] = []): DesiredState {
-  const out: DesiredState = { frontends: [], healthChecks: [], rejected: [...orphanRejections], skipped: [], conflicts: [], ignored: [], noLocalEndpoints: { internal: 0, external: 0 } };
-  const taken = new Map<string, { service: string; kind: FrontendSpec['kind'] }>();
-  const sorted = [...outcomes].sort((a, b) => (a.service < b.service ? -1 : a.service > b.service ? 1 : 0));
-  for (const kinds of CLAIM_ORDER) {
-    for (const o of sorted) {
-      for (const f of o.result?.frontends ?? []) {
-        if (!kinds.includes(f.kind)) continue;
-        const id = frontendId(f);
-        const owner = taken.get(id);
-        if (owner) {
-          if (owner.service !== o.service || owner.kind !== f.kind) out.conflicts.push({ service: o.service, frontend: id, kind: f.kind, owner: owner.service, ownerKind: owner.kind });
-          continue;
-        }
-        taken.set(id, { service: o.service, kind: f.kind });
-        out.frontends.push(f);
-      }
-    }
-  }
-  for (const o of sorted) {
-    out.rejected.push(...o.rejected);
-    if (o.skipped) out.skipped.push({ service: o.service, reason: o.skipped });
-    const r = o.result;
-    if (!r) continue;
-    if (r.health) out.healthChecks.push({ service: o.service, ...r.health });
-    for (const a of r.nodeAddresses) out.conflicts.push({ service: o.service, frontend: a.address, kind: a.kind, owner: 'a node', ownerKind: 'NodeAddress' });
-    for (const p of r.noLocalEndpoints) out.noLocalEndpoints[p]++;
-    out.ignored.push(...r.ignored.map((i) => `${o.service}: ${i}`));
-  }
-  return out;
+  const table = new FrontendTable();
+  for (const o of outcomes) table.set(o.service, o);
+  return table.snapshot(orphanRejections);
 }
 
 /** The slices of each Service, by `namespace/name` (from the service-name label). */

@@ -124,14 +124,11 @@ export class Operator {
     });
     const onError = (what: string) => (err: unknown, retryInMs: number) =>
       this.log.warn({ watch: what, err: (err as Error)?.message ?? String(err), retryInMs, ...(what === 'loadbalancerippools' ? { hint: 'is the LoadBalancerIPPool CRD installed? kubectl apply -f deploy/crds/' } : {}) }, 'watch failed');
-    // Lists as plain JSON (client-node's typed lists give every object every field: 10k
-    // Services would cost tens of MiB more, and their deserialisation a second of CPU).
-    type List<T> = { items: T[]; metadata?: { resourceVersion?: string } };
-    this.services = new Watcher<V1Service>('services', kc, '/api/v1/services', () => json.request<List<V1Service>>('GET', '/api/v1/services'), {
+    this.services = new Watcher<V1Service>('services', json, '/api/v1/services', {
       onChange: (kind, svc) => this.serviceChanged(kind, svc),
       onError: onError('services'),
     });
-    this.pools = new Watcher<Pool>('loadbalancerippools', kc, POOL_PATH, () => json.request<List<Pool>>('GET', POOL_PATH), {
+    this.pools = new Watcher<Pool>('loadbalancerippools', json, POOL_PATH, {
       onChange: (kind, pool) => this.poolChanged(kind, pool),
       onError: onError('loadbalancerippools'),
     });

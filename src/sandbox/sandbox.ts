@@ -15,6 +15,7 @@ import { serviceAllocator } from './controllers/allocator.js';
 import { reconcileEndpointSlices } from './controllers/endpointslices.js';
 import { parse as parseYaml } from 'yaml';
 import { OPERATOR_NODE_FLAGS } from '../operator/operator.js';
+import { AGENT_NODE_FLAGS } from '../agent/config.js';
 import { LoadBalancerRoutes } from './controllers/lb-routes.js';
 import { startFrr, type FrrInstance } from './frr.js';
 import { Kubelet, reconcileDeployments } from './controllers/workloads.js';
@@ -209,7 +210,7 @@ export class Sandbox {
     mkdirSync(pinDir, { recursive: true });
     this.tb.ownPath(pinDir);
     const p = node.host.spawn(
-      [process.execPath, FERRY_BIN, 'agent', '--node-name', node.name, '--kubeconfig', this.agentKubeconfig, '--devices', node.device, '--pin-dir', pinDir, '--cgroup-root', node.host.cgroup],
+      [process.execPath, ...AGENT_NODE_FLAGS, FERRY_BIN, 'agent', '--node-name', node.name, '--kubeconfig', this.agentKubeconfig, '--devices', node.device, '--pin-dir', pinDir, '--cgroup-root', node.host.cgroup],
       { ...process.env, FERRY_CGROUP_MUST_BE_ROOT: 'false', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:10249', FERRY_FORWARDING_MODE: this.opts.mode, ...(this.announce === 'bgp' ? { FERRY_FRR_PATHSPACE: node.host.netns } : {}), ...this.opts.agentEnv },
     );
     this.agents.set(node.name, p);

@@ -24,6 +24,7 @@ class World {
   readonly agents = new Map<string, { a: Announcer; map: Map<string, bigint>; garps: string[]; cut: boolean; dead: boolean; deaf?: boolean }>();
   services: V1Service[] = [lb('web', '10.0.30.200'), lb('dns', '10.0.30.201'), lb('shop', '10.0.30.202')];
   writes = 0;
+  events: string[] = [];
 
   start(name: string): void {
     const self = { a: undefined as unknown as Announcer, map: new Map<string, bigint>(), garps: [] as string[], cut: false, dead: false };
@@ -48,6 +49,7 @@ class World {
         },
       },
       sendFrames: (_i, frames) => void self.garps.push(...frames.map((f) => `${f.subarray(28, 32).join('.')}`)),
+      events: { normal: async (o, reason, text) => void this.events.push(`${reason} ${o.name}: ${text}`), warn: async () => {} } as unknown as AnnouncerDeps['events'],
       metrics: new AgentMetrics(),
       log: pino({ level: 'silent' }),
       leaseDurationMs: LEASE_MS,
@@ -95,6 +97,17 @@ describe('announcer (three agents, manual clock)', () => {
     expect(few).toBeGreaterThanOrEqual(55);
     expect(few).toBeLessThanOrEqual(65);
     expect(w.writes - mid).toBe(few);
+  });
+
+  it('a Service that joins an address already answered for (its status came later) gets its L2Announced too, once', async () => {
+    const w = new World();
+    for (const n of NODES) w.start(n);
+    await settle(w, 3000);
+    const owner = w.answering('10.0.30.201')[0];
+    w.services = [...w.services, lb('dns-udp', '10.0.30.201')];
+    await settle(w, 2000);
+    expect(w.events.filter((e) => e.startsWith('L2Announced dns:'))).toEqual([`L2Announced dns: 10.0.30.201 is now answered by ${owner}`]);
+    expect(w.events.filter((e) => e.startsWith('L2Announced dns-udp:'))).toEqual([`L2Announced dns-udp: 10.0.30.201 is now answered by ${owner}`]);
   });
 
   it('the owner\'s agent dies: another node answers within a lease duration (plus a renew), with gratuitous ARPs', async () => {

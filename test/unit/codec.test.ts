@@ -50,5 +50,8 @@ describe('helpers', () => {
   it('converts IPv4 addresses both ways', () => {
     expect(ipv4ToString(ipv4FromString('255.0.10.1'))).toBe('255.0.10.1');
     expect(ipv4FromString('10.0.0.1')).toBe(0x0a000001);
+    for (const bad of ['1.2.3', '1.2.3.4.5', '1..2.3', '1234.1.1.1', '1.2.3.', '.1.2.3', ' 1.2.3.4', '1.2.3.256', '1.2.3.4a', '', '1.2.3.-4']) {
+      expect(() => ipv4FromString(bad), bad).toThrow(/not an IPv4 address/);
+    }
   });
 });

@@ -1,8 +1,10 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_CONFIG, configFromEnv, loadConfig, mergeConfig } from '../../src/agent/config.js';
+import { parseAllDocuments } from 'yaml';
+import { AGENT_NODE_FLAGS, DEFAULT_CONFIG, configFromEnv, loadConfig, mergeConfig } from '../../src/agent/config.js';
+import { REPO_ROOT } from '../harness/paths.js';
 
 describe('agent configuration', () => {
   it('layers file, environment and flags, later winning', () => {
@@ -35,5 +37,16 @@ describe('agent configuration', () => {
 
   it('requires a node name', () => {
     expect(() => loadConfig({ env: {} })).toThrow(/config nodeName: is not set \(set --node-name, FERRY_NODE_NAME or NODE_NAME/);
+  });
+
+  it('the DaemonSet runs the agent with the V8 flags the benchmark measured', () => {
+    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'ferry.yaml'), 'utf8')).map((d) => d.toJSON() as { kind?: string; spec?: { template: { spec: { containers: Array<{ name: string; command?: string[] }> } } } });
+    const agent = docs.find((d) => d?.kind === 'DaemonSet')!.spec!.template.spec.containers.find((c) => c.name === 'agent')!;
+    expect(agent.command).toEqual(['node', ...AGENT_NODE_FLAGS, '/opt/ferry/bin/ferry.js', 'agent', '--config', '/etc/ferry/ferry.yaml']);
+  });
+
+  it('checks the full sync period', () => {
+    expect(loadConfig({ env: { NODE_NAME: 'n', FERRY_FULL_SYNC_PERIOD_SECONDS: '600' } }).fullSyncPeriodSeconds).toBe(600);
+    expect(() => loadConfig({ env: { NODE_NAME: 'n', FERRY_FULL_SYNC_PERIOD_SECONDS: '1' } })).toThrow(/fullSyncPeriodSeconds/);
   });
 });

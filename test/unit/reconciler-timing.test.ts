@@ -1,6 +1,6 @@
 // The reconciler's timing on a manual clock: changes within minSyncPeriod are coalesced
-// into one sync, a failed sync is retried after SYNC_RETRY_MS, the periodic full sync
-// runs every syncPeriod. No wall-clock waits.
+// into one sync, a failed sync is retried after SYNC_RETRY_MS, a sync runs every
+// syncPeriod and one that reads the maps back every fullSyncPeriod. No wall-clock waits.
 import type { V1Node, V1Service } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
@@ -17,9 +17,11 @@ const noStats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backends
 
 class RecordingWriter implements FrontendWriter {
   applied: FrontendSpec[][] = [];
+  kinds: string[] = [];
   failNext = 0;
-  apply(desired: FrontendSpec[]): ApplyStats {
+  apply(desired: FrontendSpec[], opts: { reread?: boolean } = {}): ApplyStats {
     this.applied.push(desired);
+    this.kinds.push(opts.reread ? 'reread' : 'full');
     if (this.failNext > 0) {
       this.failNext--;
       throw new Error('map full');
@@ -28,9 +30,17 @@ class RecordingWriter implements FrontendWriter {
   }
 }
 
-function setup(minSyncPeriodMs: number, syncPeriodMs = 3_600_000) {
+/** A writer that also takes changed Services alone, as the real one does. */
+class IncrementalRecordingWriter extends RecordingWriter {
+  applyChanged(changes: ReadonlyMap<string, FrontendSpec[]>): ApplyStats {
+    this.kinds.push(`changed:${[...changes.keys()].join(',')}`);
+    return noStats;
+  }
+}
+
+function setup(minSyncPeriodMs: number, syncPeriodMs = 3_600_000, o: { incremental?: boolean; fullSyncPeriodMs?: number } = {}) {
   const clock = new ManualClock();
-  const writer = new RecordingWriter();
+  const writer = o.incremental ? new IncrementalRecordingWriter() : new RecordingWriter();
   let services: V1Service[] = [svc('a', '10.96.0.1')];
   const health = new ProxyHealth(60_000, clock);
   const r = new Reconciler({
@@ -44,6 +54,7 @@ function setup(minSyncPeriodMs: number, syncPeriodMs = 3_600_000) {
     log: pino({ level: 'silent' }),
     minSyncPeriodMs,
     syncPeriodMs,
+    fullSyncPeriodMs: o.fullSyncPeriodMs,
     extraNodeAddresses: [],
     nodeName: 'node-1',
     clock,
@@ -66,6 +77,16 @@ describe('reconciler timing', () => {
     expect(writer.applied[1]!.map((f) => f.address).sort()).toEqual(['10.96.0.1', '10.96.0.2', '10.96.0.3']);
     await clock.advance(10_000);
     expect(writer.applied).toHaveLength(2);
+    await r.stop();
+  });
+
+  it('does not sync on changes before the first sync is asked for (caches still listing)', async () => {
+    const { clock, writer, r } = setup(0);
+    r.serviceChanged(svc('a', '10.96.0.1'));
+    await clock.advance(10_000);
+    expect(writer.applied).toHaveLength(0);
+    await r.syncNow();
+    expect(writer.applied).toHaveLength(1);
     await r.stop();
   });
 
@@ -93,6 +114,23 @@ describe('reconciler timing', () => {
     expect(writer.applied).toHaveLength(2);
     await clock.advance(30_000);
     expect(writer.applied).toHaveLength(3);
+    await r.stop();
+    expect(clock.waiting).toBe(0);
+  });
+
+  it('writes only the changed Services; reads the maps back at the start and every fullSyncPeriod', async () => {
+    const { clock, writer, r, set } = setup(0, 30_000, { incremental: true, fullSyncPeriodMs: 120_000 });
+    await r.syncNow();
+    r.start();
+    set([svc('a', '10.96.0.1'), svc('b', '10.96.0.2')]);
+    r.serviceChanged(svc('b', '10.96.0.2'));
+    await clock.advance(0);
+    await clock.advance(30_000); // a periodic sync with nothing new
+    await clock.advance(90_000); // the full one (and the periodic one at the same time)
+    expect(writer.kinds[0]).toBe('reread');
+    expect(writer.kinds[1]).toBe('changed:default/b');
+    expect(writer.kinds.slice(2)).toContain('changed:');
+    expect(writer.kinds.filter((k) => k === 'reread')).toHaveLength(2);
     await r.stop();
     expect(clock.waiting).toBe(0);
   });

@@ -27,6 +27,56 @@ export const RESOURCES: ResourceDef[] = [
 export const apiVersionOf = (r: ResourceDef) => (r.group ? `${r.group}/${r.version}` : r.version);
 const BOOKMARK_INTERVAL_MS = 5_000;
 
+/**
+ * A list in pages as the real API server serves it (`limit`, `continue`): objects in key
+ * order; the token names the list's resourceVersion and the last key served. Later pages
+ * come from the current state, not a snapshot (the double keeps none); a token from before
+ * the history's reach is 410 Expired, as after an etcd compaction.
+ */
+function paginate(listKey: string, list: () => KObject[], limitParam: string | null, token: string | null, currentRv: number, expired: (rv: number) => boolean):
+  { items: KObject[]; rv: string; metadata: { resourceVersion: string; continue?: string; remainingItemCount?: number } } | { code: number; error: string } {
+  const limit = limitParam ? Number(limitParam) : 0;
+  if (!Number.isInteger(limit) || limit < 0) return { code: 400, error: `limit ${limitParam}: not a non-negative integer` };
+  let rv = String(currentRv);
+  let after = '';
+  if (token) {
+    try {
+      const t = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as { rv: string; after: string };
+      if (typeof t.rv !== 'string' || typeof t.after !== 'string') throw new Error('shape');
+      ({ rv, after } = t);
+    } catch {
+      return { code: 400, error: 'continue: not a token this server gave' };
+    }
+    if (expired(Number(rv))) return { code: 410, error: `continue: resourceVersion ${rv} is too old; list again from the start` };
+  }
+  if (!limit && !token) return { items: list(), rv, metadata: { resourceVersion: rv } };
+  const sorted = sortedByKey(listKey, list);
+  // The first key after `after` (binary search: a 50k list in pages of 500 is 100 pages).
+  let lo = 0;
+  let hi = sorted.length;
+  while (after && lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (sorted[mid]![0] <= after) lo = mid + 1;
+    else hi = mid;
+  }
+  const rest = sorted.length - lo;
+  if (!limit || rest <= limit) return { items: sorted.slice(lo).map(([, o]) => o), rv, metadata: { resourceVersion: rv } };
+  const items = sorted.slice(lo, lo + limit);
+  const next = Buffer.from(JSON.stringify({ rv, after: items[items.length - 1]![0] })).toString('base64url');
+  return { items: items.map(([, o]) => o), rv, metadata: { resourceVersion: rv, continue: next, remainingItemCount: rest - limit } };
+}
+
+/** Objects in key order, kept for the next page while the list (resource, selectors, resourceVersion) is the same. */
+const sortedLists = new Map<string, Array<readonly [string, KObject]>>();
+function sortedByKey(listKey: string, list: () => KObject[]): Array<readonly [string, KObject]> {
+  let keys = sortedLists.get(listKey);
+  if (keys) return keys;
+  keys = list().map((o) => [Store.key(o.metadata.namespace, o.metadata.name ?? ''), o] as const).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  if (sortedLists.size >= 8) sortedLists.delete(sortedLists.keys().next().value!);
+  sortedLists.set(listKey, keys);
+  return keys;
+}
+
 function status(code: number, reason: string, message: string): object {
   return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code };
 }
@@ -201,10 +251,18 @@ export class TestApiServer {
     try {
       if (method === 'GET' && !name && (watch === 'true' || watch === '1')) return this.watch(def, namespace, url, res);
       if (method === 'GET' && !name) {
-        const items = this.store.list(plural, namespace).filter((o) => matchesLabels(o.metadata.labels, url.searchParams.get('labelSelector')) && matchesFields(o, url.searchParams.get('fieldSelector')));
-        const rv = String(this.store.resourceVersion);
-        if (table) return this.send(res, 200, toTable(def, items, rv));
-        return this.send(res, 200, { kind: `${def.kind}List`, apiVersion: apiVersionOf(def), metadata: { resourceVersion: rv }, items: items.map((o) => this.typed(def, o)) });
+        const labelSel = url.searchParams.get('labelSelector');
+        const fieldSel = url.searchParams.get('fieldSelector');
+        // Page after page of one list reuses the objects in key order while nothing changed.
+        const listKey = `${plural}|${namespace ?? ''}|${labelSel ?? ''}|${fieldSel ?? ''}|${this.store.resourceVersion}`;
+        const all = () => {
+          const items = this.store.list(plural, namespace);
+          return labelSel || fieldSel ? items.filter((o) => matchesLabels(o.metadata.labels, labelSel) && matchesFields(o, fieldSel)) : items;
+        };
+        const page = paginate(listKey, all, url.searchParams.get('limit'), url.searchParams.get('continue'), this.store.resourceVersion, (rv) => this.store.since(plural, rv) === 'gone');
+        if ('error' in page) return this.send(res, page.code, status(page.code, page.code === 410 ? 'Expired' : 'BadRequest', page.error));
+        if (table) return this.send(res, 200, toTable(def, page.items, page.rv));
+        return this.send(res, 200, { kind: `${def.kind}List`, apiVersion: apiVersionOf(def), metadata: page.metadata, items: page.items.map((o) => this.typed(def, o)) });
       }
       if (method === 'GET') {
         const o = this.store.get(plural, namespace, name!);
