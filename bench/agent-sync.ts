@@ -26,12 +26,13 @@ function rssMiB(pid: number): number {
 }
 
 /** The agent's GC pauses so far (prom-client's nodejs_gc_duration_seconds), from its metrics port in the node's namespace. */
-async function gcStats(node: { host: { exec(cmd: string[]): Promise<{ stdout: string }> } }): Promise<{ count: number; sum: number; over10ms: number }> {
+async function gcStats(node: { host: { exec(cmd: string[]): Promise<{ stdout: string }> } }): Promise<{ count: number; sum: number; over10ms: number; heapUsedMiB: number; heapTotalMiB: number; externalMiB: number }> {
   const text = (await node.host.exec(['curl', '-s', '--max-time', '5', 'http://127.0.0.1:10249/metrics'])).stdout;
   const total = (re: RegExp) => [...text.matchAll(re)].reduce((a, m) => a + Number(m[1]), 0);
   const count = total(/^nodejs_gc_duration_seconds_count\{[^}]*\} (\S+)$/gm);
   const upTo10ms = total(/^nodejs_gc_duration_seconds_bucket\{le="0\.01",[^}]*\} (\S+)$/gm);
-  return { count, sum: total(/^nodejs_gc_duration_seconds_sum\{[^}]*\} (\S+)$/gm), over10ms: count - upTo10ms };
+  const mib = (name: string) => Math.round(total(new RegExp(`^${name} (\\S+)$`, 'gm')) / 2 ** 20);
+  return { count, sum: total(/^nodejs_gc_duration_seconds_sum\{[^}]*\} (\S+)$/gm), over10ms: count - upTo10ms, heapUsedMiB: mib('nodejs_heap_size_used_bytes'), heapTotalMiB: mib('nodejs_heap_size_total_bytes'), externalMiB: mib('nodejs_external_memory_bytes') };
 }
 
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))]!;
@@ -103,6 +104,8 @@ async function run(n: number) {
       services: n, endpointsPerService: ENDPOINTS, initialSyncMs: syncMs, ...phases, rssMiB: Math.round(Math.max(rss, rssAfter)),
       propagationMs: { p50: pct(lat, 0.5), p99: pct(lat, 0.99), samples: lat.length },
       gcDuringChanges: { pauses: gcAfter.count - gcBefore.count, seconds: gcAfter.sum - gcBefore.sum, over10ms: gcAfter.over10ms - gcBefore.over10ms },
+      // Where the RSS is: V8's heap (used of total) and memory outside it (Buffers), after the changes.
+      heap: { usedMiB: gcAfter.heapUsedMiB, totalMiB: gcAfter.heapTotalMiB, externalMiB: gcAfter.externalMiB },
     };
   } finally {
     await c.down();

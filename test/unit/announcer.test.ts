@@ -49,7 +49,7 @@ class World {
         },
       },
       sendFrames: (_i, frames) => void self.garps.push(...frames.map((f) => `${f.subarray(28, 32).join('.')}`)),
-      events: { normal: async (o, reason, text) => void this.events.push(`${reason} ${o.name}: ${text}`), warn: async () => {} } as unknown as AnnouncerDeps['events'],
+      events: { normal: async (o: { name: string }, reason: string, text: string) => void this.events.push(`${reason} ${o.name}: ${text}`), warn: async () => {} } as unknown as AnnouncerDeps['events'],
       metrics: new AgentMetrics(),
       log: pino({ level: 'silent' }),
       leaseDurationMs: LEASE_MS,
