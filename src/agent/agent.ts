@@ -5,7 +5,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { join } from 'node:path';
-import { CoreV1Api, type V1EndpointSlice, type V1Lease, type V1Node, type V1Service } from '@kubernetes/client-node';
+import type { V1EndpointSlice, V1Lease, V1Node, V1Service } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
 import { collectConntrack, collectOrphans } from '../datapath/ct-gc.js';
 import type { WriteFailure } from '../datapath/write-plan.js';
@@ -13,7 +13,8 @@ import { Datapath, defaultObjectsDir } from '../datapath/loader.js';
 import { ServiceWriter } from '../datapath/writer.js';
 import { NodeAddressWriter } from '../datapath/node-addresses.js';
 import { ErrorCode, FerryError } from '../errors.js';
-import { JsonClient, apiClient, kubeConfig } from '../k8s/client.js';
+import { apiAccess } from '../k8s/access.js';
+import { JsonClient } from '../k8s/client.js';
 import { HEARTBEAT_KIND, HEARTBEAT_LABEL } from '../announce/heartbeats.js';
 import { L2_POLICY_PATH, type L2PolicyObject } from '../announce/policy.js';
 import { L2AddressWriter } from '../datapath/l2-announcements.js';
@@ -73,14 +74,14 @@ export class Agent {
 
   static async start(cfg: AgentConfig, log: Logger = agentLogger(cfg.logLevel)): Promise<Agent> {
     const started = Date.now();
-    const kc = kubeConfig(cfg.kubeconfig);
-    const core = apiClient(kc, CoreV1Api);
+    const access = apiAccess(cfg.kubeconfig);
+    const json = new JsonClient(access);
 
     // The node's addresses decide the SNAT address and the NodePort frontends.
     let node: V1Node | undefined;
     for (;;) {
       try {
-        node = await core.readNode({ name: cfg.nodeName });
+        node = await json.request<V1Node>('GET', `/api/v1/nodes/${encodeURIComponent(cfg.nodeName)}`);
         break;
       } catch (e) {
         log.warn({ node: cfg.nodeName, err: (e as Error).message }, 'cannot read this node yet; retrying');
@@ -130,7 +131,6 @@ export class Agent {
     let reconciler: Reconciler | undefined;
     let announcer: Announcer | undefined;
     const onError = (what: string) => (err: unknown, retryInMs: number) => log.warn({ watch: what, err: (err as Error)?.message ?? String(err), retryInMs }, 'watch failed; the datapath keeps its state');
-    const json = new JsonClient(kc);
     const sliceIndex = new SliceIndex();
     const services = new Watcher<V1Service>('services', json, '/api/v1/services', {
       onChange: (_k, svc) => {
@@ -192,7 +192,7 @@ export class Agent {
       serviceHealth,
       metrics,
       log,
-      events: eventSink(kc, 'ferry', cfg.nodeName),
+      events: eventSink(access, 'ferry', cfg.nodeName),
       minSyncPeriodMs: cfg.minSyncPeriodMs,
       syncPeriodMs: cfg.syncPeriodSeconds * 1000,
       fullSyncPeriodMs: cfg.fullSyncPeriodSeconds * 1000,
@@ -218,7 +218,7 @@ export class Agent {
       l2: new L2AddressWriter(datapath.maps.l2_owned),
       sendFrames: (ifindex, frames) => void frameSender.send(ifindex, frames),
       // Bounded: a thousand addresses taken over at once must not be a thousand requests at once.
-      events: boundedEvents(eventSink(kc, 'ferry', cfg.nodeName), log),
+      events: boundedEvents(eventSink(access, 'ferry', cfg.nodeName), log),
       metrics,
       log: log.child({ part: 'l2' }),
       leaseDurationMs: cfg.l2LeaseDurationSeconds * 1000,

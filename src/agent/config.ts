@@ -6,12 +6,13 @@ import { DEFAULT_MAP_SIZES, DEFAULT_SNAT_PORTS, type MapSizes } from '../datapat
 import { isPrime } from '../datapath/maglev.js';
 
 /**
- * V8 settings the agent runs with (the DaemonSet's command, the sandbox): gc exposed, so
- * the start's garbage is collected once the first sync is done. A small young generation
- * and slow heap growth (as the operator runs) took 150 MiB off at 50k Services but put
- * major collections under load: one-change p99 201 ms against 29 ms (bench/agent-sync.ts).
+ * V8 settings the agent runs with (the DaemonSet's command, the sandbox): a small young
+ * generation, and gc exposed so that the start's garbage is collected once the first sync
+ * is done. Slow heap growth as well (the operator's --heap-growing-percent=20..30) took
+ * more memory off at 50k Services but put major collections under load: one-change p99
+ * 201 ms against 26–33 ms (bench/agent-sync.ts).
  */
-export const AGENT_NODE_FLAGS = ['--expose-gc'];
+export const AGENT_NODE_FLAGS = ['--max-semi-space-size=4', '--expose-gc'];
 
 export interface AgentConfig {
   nodeName: string;

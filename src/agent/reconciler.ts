@@ -194,7 +194,6 @@ export class Reconciler {
   }
 
   private async sync(): Promise<void> {
-    const full = this.pendingFull;
     const triggers = this.triggers;
     this.pendingFull = false;
     this.pendingServices = 0;
@@ -236,7 +235,7 @@ export class Reconciler {
       this.d.health.updated();
       const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
       this.d.metrics.syncDuration.observe(seconds);
-      (full ? this.d.metrics.syncFullDuration : this.d.metrics.syncPartialDuration).observe(seconds);
+      (whole ? this.d.metrics.syncFullDuration : this.d.metrics.syncPartialDuration).observe(seconds);
       this.d.metrics.lastSync.setToCurrentTime();
       this.d.metrics.serviceChangesPending.set(this.pendingServices);
       this.d.metrics.endpointChangesPending.set(this.pendingEndpoints);

@@ -11,7 +11,7 @@ import { bgpAnnouncers, parseBgpAdvertisement, parseBgpPeer, type CustomObject }
 import { HEARTBEAT_KIND, HEARTBEAT_LABEL, readHeartbeat } from '../announce/heartbeats.js';
 import { migrate } from '../ipam/migrate.js';
 import { POOL_GROUP, POOL_PLURAL, POOL_VERSION, type PoolObject } from '../ipam/pool-resource.js';
-import { kubeConfig } from '../k8s/client.js';
+import { kubeConfig } from '../k8s/kubeconfig-client.js';
 import { table } from './table.js';
 
 /** The nodes' heartbeat Leases (L2 announcements) in `namespace`: who claims which address. */
@@ -98,6 +98,9 @@ export function registerLb(program: Command): void {
       print(o.output, poolRows(pools) as unknown as Array<Record<string, string>>, '(no pools: create a LoadBalancerIPPool)');
     });
 
+}
+
+export function registerMigrate(program: Command): void {
   program.command('migrate')
     .description('MetalLB IPAddressPools, CiliumLoadBalancerIPPools and their Service annotations → ferry (YAML in, YAML out for kubectl apply)')
     .option('-f, --filename <file...>', 'YAML files (- or none: stdin); kubectl get -o yaml lists work')

@@ -3,28 +3,30 @@ import { Command } from 'commander';
 import { FerryError } from '../errors.js';
 import { registerCompile } from './compile-command.js';
 import { registerAgent } from './agent-command.js';
-import { registerOperator } from './operator-command.js';
-import { registerLb } from './lb-commands.js';
 import { registerBgp } from './bgp-commands.js';
 import { registerService } from './service-command.js';
 import { registerInspect } from './inspect-commands.js';
 
 /**
- * Commands for development machines only (the sandbox, its test API server, testbed
- * cleanup). They are imported only when asked for, or for the help text, so that
- * `ferry agent` on a node never loads test code.
+ * Commands imported only when asked for, or for the help text: the development ones (the
+ * sandbox, its test API server, testbed cleanup), so that `ferry agent` on a node never
+ * loads test code; and those built on @kubernetes/client-node (the operator, `lb`,
+ * `migrate`), so that the agent does not carry that library's 70 MiB.
  */
-const DEV_COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {
+const LAZY_COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {
   sandbox: async () => (await import('./sandbox-command.js')).registerSandbox,
   'test-apiserver': async () => (await import('./test-apiserver-command.js')).registerTestApiServer,
   testbed: async () => (await import('./testbed-command.js')).registerTestbed,
+  operator: async () => (await import('./operator-command.js')).registerOperator,
+  lb: async () => (await import('./lb-commands.js')).registerLb,
+  migrate: async () => (await import('./lb-commands.js')).registerMigrate,
 };
 
-/** The dev commands this command line needs: the one it names, or all for help. */
-export function devCommandsFor(argv: readonly string[]): string[] {
+/** The lazily imported commands this command line needs: the one it names, or all for help. */
+export function lazyCommandsFor(argv: readonly string[]): string[] {
   const first = argv.slice(2).find((a) => !a.startsWith('-'));
-  if (first === undefined || first === 'help') return Object.keys(DEV_COMMANDS);
-  return first in DEV_COMMANDS ? [first] : [];
+  if (first === undefined || first === 'help') return Object.keys(LAZY_COMMANDS);
+  return first in LAZY_COMMANDS ? [first] : [];
 }
 
 export async function main(argv: string[]): Promise<void> {
@@ -39,13 +41,11 @@ export async function main(argv: string[]): Promise<void> {
     .showHelpAfterError();
   registerCompile(program);
   registerAgent(program);
-  registerOperator(program);
-  registerLb(program);
   registerBgp(program);
   registerService(program);
   registerInspect(program);
   try {
-    for (const name of devCommandsFor(argv)) (await DEV_COMMANDS[name]!())(program);
+    for (const name of lazyCommandsFor(argv)) (await LAZY_COMMANDS[name]!())(program);
     await program.parseAsync(argv);
   } catch (e) {
     process.exitCode = reportError(e, Boolean(program.opts().verbose));

@@ -59,6 +59,8 @@ export class ServiceWriter implements WriterState {
   readonly wildcardRefs = new Map<string, number>();
   /** A full apply has run since the view was last read from the maps: applyChanged may run. */
   private indexed = false;
+  /** The view was just read from the maps and nothing was written since (a reread would read the same). */
+  private fresh = false;
   ranges!: SourceRangeSet;
   maglev!: MaglevTables;
   readonly capacity: { services: number; sourceRanges: number };
@@ -75,6 +77,7 @@ export class ServiceWriter implements WriterState {
 
   /** Rebuild the in-memory view (and the IDs) from what the maps hold. */
   private restore(): void {
+    this.fresh = true;
     this.ranges = new SourceRangeSet(this.maps.lb4_src_ranges);
     this.maglev = new MaglevTables(this.maps.lb4_maglev, this.opts.maglevTableSize ?? 0);
     const table = readServiceTable(this.maps);
@@ -114,7 +117,7 @@ export class ServiceWriter implements WriterState {
    */
   apply(desired: FrontendSpec[], opts: { reread?: boolean } = {}): ApplyStats {
     try {
-      if (opts.reread) this.resync();
+      if (opts.reread && !this.fresh) this.resync();
       const stats = this.write(planWrites(this, desired));
       this.indexed = true;
       return stats;
@@ -201,6 +204,7 @@ export class ServiceWriter implements WriterState {
 
   /** Make the plan's writes, in make-before-break order. */
   private write(plan: WritePlan): ApplyStats {
+    this.fresh = false;
     const stats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [], removedBackendIds: [], failures: plan.failures };
     const m = this.maps;
     if (plan.backendWrites.length > 0) {
@@ -209,8 +213,8 @@ export class ServiceWriter implements WriterState {
       stats.backendsWritten += plan.backendWrites.length;
       stats.entriesWritten += plan.backendWrites.length;
     }
-    for (const [id, v] of plan.reverseNat) m.lb4_reverse_nat.update(id, v);
-    for (const [id, name] of plan.names) m.lb4_names.update(id, { name: Buffer.from(name.slice(0, 95)) });
+    if (plan.reverseNat.length > 0) m.lb4_reverse_nat.updateBatch(plan.reverseNat);
+    if (plan.names.length > 0) m.lb4_names.updateBatch(plan.names.map(([id, name]) => [id, { name: Buffer.from(name.slice(0, 95)) }]));
     if (plan.slotWrites.length > 0) {
       m.lb4_services.updateBatch(plan.slotWrites);
       stats.entriesWritten += plan.slotWrites.length;
@@ -241,13 +245,16 @@ export class ServiceWriter implements WriterState {
     if (deletes.length > 0) stats.entriesDeleted += m.lb4_services.deleteBatch(deletes);
     for (const a of plan.staleWildcards) this.wildcards.delete(a);
     // A removed frontend's reverse NAT goes after its entries: replies in flight still map.
+    if (plan.removedFrontends.length > 0) {
+      const ids = plan.removedFrontends.map(([, st]) => st.revNatId);
+      m.lb4_reverse_nat.deleteBatch(ids);
+      m.lb4_names.deleteBatch(ids);
+    }
     for (const [fid, st] of plan.removedFrontends) {
       this.account(st, undefined);
       this.own(fid, undefined);
       this.frontends.delete(fid);
       this.lastSpecs.delete(fid);
-      m.lb4_reverse_nat.delete(st.revNatId);
-      m.lb4_names.delete(st.revNatId);
       this.revNatIds.release(fid);
       stats.frontendsRemoved++;
     }

@@ -1,5 +1,5 @@
 // Kubernetes Events, so `kubectl describe` shows what ferry did with an object and why.
-import type { KubeConfig } from '@kubernetes/client-node';
+import type { ApiAccess } from './access.js';
 import { JsonClient } from './client.js';
 
 export interface EventObject {
@@ -16,8 +16,8 @@ export interface EventSink {
   normal(obj: EventObject, reason: string, message: string): Promise<void>;
 }
 
-export function eventSink(kc: KubeConfig, component: string, nodeName: string): EventSink {
-  const api = new JsonClient(kc);
+export function eventSink(access: ApiAccess, component: string, nodeName: string): EventSink {
+  const api = new JsonClient(access);
   const post = async (obj: EventObject, type: 'Normal' | 'Warning', reason: string, message: string) => {
     const now = new Date().toISOString();
     const namespace = obj.namespace || 'default';

@@ -4,7 +4,7 @@
 // matter), or at once when the holder gave it up (on a clean stop). A leader that cannot
 // renew within the renew deadline steps down before anyone else may take over.
 import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease } from '@kubernetes/client-node';
-import { apiClient } from './client.js';
+import { apiClient } from './kubeconfig-client.js';
 import { systemClock, type Clock, type Timer } from '../clock.js';
 
 export interface LeaderOptions {

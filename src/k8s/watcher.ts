@@ -137,13 +137,16 @@ export class Watcher<T extends object> {
     }
   }
 
+  /** A backoff wait that stop() cuts short (and that leaves no listener behind on a long outage). */
   private sleep(ms: number): Promise<void> {
     return new Promise((resolve) => {
-      const t = setTimeout(resolve, ms);
-      this.abort.signal.addEventListener('abort', () => {
+      const wake = () => {
         clearTimeout(t);
+        this.abort.signal.removeEventListener('abort', wake);
         resolve();
-      }, { once: true });
+      };
+      const t = setTimeout(wake, ms);
+      this.abort.signal.addEventListener('abort', wake, { once: true });
     });
   }
 

@@ -10,7 +10,8 @@ import { pino, type Logger } from 'pino';
 import { systemClock, type Clock, type Timer } from '../clock.js';
 import { POOL_PATH, type PoolObject } from '../ipam/pool-resource.js';
 import { serviceKey } from '../ipam/service-request.js';
-import { JsonClient, kubeConfig } from '../k8s/client.js';
+import { JsonClient } from '../k8s/client.js';
+import { kubeConfig, kubeConfigAccess } from '../k8s/kubeconfig-client.js';
 import { EventQueue, eventSink } from '../k8s/events.js';
 import { LeaderElector, leaseApi } from '../k8s/leader.js';
 import { Watcher } from '../k8s/watcher.js';
@@ -95,7 +96,8 @@ export class Operator {
     };
     // Status writes are merge patches of the status subresource, conditional on the
     // resourceVersion the decision was made on (a 409 sends the Service round again).
-    const json = new JsonClient(kc);
+    const access = kubeConfigAccess(kc);
+    const json = new JsonClient(access);
     const patchStatus = <T extends { metadata?: { resourceVersion?: string } }>(path: string, obj: T, status: object) =>
       json.request<T>('PATCH', `${path}/status`, { metadata: { resourceVersion: obj.metadata?.resourceVersion }, status }, 'application/merge-patch+json');
     this.serviceWrites = new WriteQueue<V1Service>({
@@ -111,7 +113,7 @@ export class Operator {
       onResult: written('pool'),
       now: () => clock.now(),
     });
-    this.events = new EventQueue(eventSink(kc, 'ferry-operator', cfg.identity), {
+    this.events = new EventQueue(eventSink(access, 'ferry-operator', cfg.identity), {
       max: EVENT_QUEUE_MAX,
       concurrency: EVENT_CONCURRENCY,
       // Addresses first: Events wait while status writes are under way.

@@ -5,6 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { JsonClient } from '../../src/k8s/client.js';
+import { kubeConfigAccess } from '../../src/k8s/kubeconfig-client.js';
 import { leanNode, leanSlice } from '../../src/k8s/lean.js';
 import { Watcher } from '../../src/k8s/watcher.js';
 import { TestApiServer, matchesFields, matchesLabels, mergePatch } from '../../src/sandbox/apiserver/server.js';
@@ -47,7 +48,7 @@ describe('test API server with @kubernetes/client-node', () => {
   it('feeds a watcher: synced only after the full list, then every change', async () => {
     for (let i = 0; i < 50; i++) server.store.create('services', svc(`s${i}`) as never);
     const seen: string[] = [];
-    const w = new Watcher<V1Service>('services', new JsonClient(kc), '/api/v1/services', { onChange: (k, o) => seen.push(`${k} ${o.metadata?.name}`), onError: () => {} });
+    const w = new Watcher<V1Service>('services', new JsonClient(kubeConfigAccess(kc)), '/api/v1/services', { onChange: (k, o) => seen.push(`${k} ${o.metadata?.name}`), onError: () => {} });
     w.start();
     await w.synced;
     expect(w.list().length).toBe(50);
@@ -60,7 +61,7 @@ describe('test API server with @kubernetes/client-node', () => {
   it('answers a watch from a compacted resourceVersion with 410, and the watcher re-lists', async () => {
     const slice = (name: string): V1EndpointSlice => ({ metadata: { name, namespace: 'default', labels: { 'kubernetes.io/service-name': 'web' } }, addressType: 'IPv4', endpoints: [] });
     server.store.create('endpointslices', slice('a') as never);
-    const w = new Watcher<V1EndpointSlice>('slices', new JsonClient(kc), '/apis/discovery.k8s.io/v1/endpointslices', { onChange: () => {}, onError: () => {} });
+    const w = new Watcher<V1EndpointSlice>('slices', new JsonClient(kubeConfigAccess(kc)), '/apis/discovery.k8s.io/v1/endpointslices', { onChange: () => {}, onError: () => {} });
     w.start();
     await w.synced;
     // The API server goes away; meanwhile history is compacted and objects change.
@@ -77,7 +78,7 @@ describe('test API server with @kubernetes/client-node', () => {
   it('lists in pages: every object once, the cache complete before anything is told', async () => {
     for (let i = 0; i < 1203; i++) server.store.create('services', svc(`s${String(i).padStart(4, '0')}`) as never);
     let sizeAtFirstEvent = -1;
-    const w: Watcher<V1Service> = new Watcher<V1Service>('services', new JsonClient(kc), '/api/v1/services', {
+    const w: Watcher<V1Service> = new Watcher<V1Service>('services', new JsonClient(kubeConfigAccess(kc)), '/api/v1/services', {
       onChange: () => {
         if (sizeAtFirstEvent < 0) sizeAtFirstEvent = w.size;
       },
@@ -93,7 +94,7 @@ describe('test API server with @kubernetes/client-node', () => {
 
   it('a page token from before a compaction is 410, and the watcher starts the list again', async () => {
     for (let i = 0; i < 20; i++) server.store.create('services', svc(`s${i}`) as never);
-    const json = new JsonClient(kc);
+    const json = new JsonClient(kubeConfigAccess(kc));
     const first = await json.request<{ metadata: { continue?: string } }>('GET', '/api/v1/services?limit=5');
     expect(first.metadata.continue).toBeTruthy();
     for (let i = 0; i < 3; i++) server.store.create('services', svc(`t${i}`) as never);
@@ -104,8 +105,8 @@ describe('test API server with @kubernetes/client-node', () => {
   it('drops managedFields and last-applied, keeps only what the transform keeps', async () => {
     server.store.create('endpointslices', { metadata: { name: 'a', namespace: 'default', labels: { 'kubernetes.io/service-name': 'web' }, managedFields: [{ manager: 'x' }], annotations: { 'kubectl.kubernetes.io/last-applied-configuration': '{}', 'endpoints.kubernetes.io/last-change-trigger-time': '2026-01-01T00:00:00Z' } }, addressType: 'IPv4', endpoints: [{ addresses: ['10.244.1.5'], nodeName: 'n1', conditions: { ready: true }, targetRef: { kind: 'Pod', name: 'p', namespace: 'default' } }] } as never);
     server.store.create('nodes', { metadata: { name: 'n1' }, status: { addresses: [{ type: 'InternalIP', address: '10.0.30.21' }], images: [{ names: ['a'], sizeBytes: 1 }] } } as never);
-    const slices = new Watcher<V1EndpointSlice>('slices', new JsonClient(kc), '/apis/discovery.k8s.io/v1/endpointslices', { onChange: () => {}, onError: () => {} }, { transform: leanSlice });
-    const nodes = new Watcher('nodes', new JsonClient(kc), '/api/v1/nodes', { onChange: () => {}, onError: () => {} }, { transform: leanNode });
+    const slices = new Watcher<V1EndpointSlice>('slices', new JsonClient(kubeConfigAccess(kc)), '/apis/discovery.k8s.io/v1/endpointslices', { onChange: () => {}, onError: () => {} }, { transform: leanSlice });
+    const nodes = new Watcher('nodes', new JsonClient(kubeConfigAccess(kc)), '/api/v1/nodes', { onChange: () => {}, onError: () => {} }, { transform: leanNode });
     slices.start();
     nodes.start();
     await Promise.all([slices.synced, nodes.synced]);
@@ -118,7 +119,7 @@ describe('test API server with @kubernetes/client-node', () => {
 
   it('a watch ends after its timeout and is opened again from where it was; changes keep coming', async () => {
     const seen: string[] = [];
-    const w = new Watcher<V1Service>('services', new JsonClient(kc), '/api/v1/services', { onChange: (k, o) => seen.push(`${k} ${o.metadata?.name}`), onError: () => {} }, { watchTimeoutSeconds: [1, 1] });
+    const w = new Watcher<V1Service>('services', new JsonClient(kubeConfigAccess(kc)), '/api/v1/services', { onChange: (k, o) => seen.push(`${k} ${o.metadata?.name}`), onError: () => {} }, { watchTimeoutSeconds: [1, 1] });
     w.start();
     await w.synced;
     await until(() => w.stats.watches >= 3, 10_000);
@@ -144,7 +145,7 @@ describe('test API server with @kubernetes/client-node', () => {
     const k = new KubeConfig();
     k.loadFromOptions({ clusters: [{ name: 'c', server: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, skipTLSVerify: true }], users: [{ name: 'u' }], contexts: [{ name: 'x', cluster: 'c', user: 'u' }], currentContext: 'x' });
     const errors: string[] = [];
-    const w = new Watcher<V1Service>('services', new JsonClient(k), '/api/v1/services', { onChange: () => {}, onError: (e) => errors.push((e as Error).message) }, { watchTimeoutSeconds: [1, 1], silenceMarginMs: 500 });
+    const w = new Watcher<V1Service>('services', new JsonClient(kubeConfigAccess(k)), '/api/v1/services', { onChange: () => {}, onError: (e) => errors.push((e as Error).message) }, { watchTimeoutSeconds: [1, 1], silenceMarginMs: 500 });
     w.start();
     await w.synced;
     await until(() => watches >= 2, 10_000);

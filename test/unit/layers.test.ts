@@ -2,7 +2,7 @@
 // datapath → ebpf, with model and k8s beside datapath; cli → operator → ipam and k8s;
 // agent → announce → ipam; model, ipam and announce do no I/O; ebpf knows no Kubernetes;
 // nothing outside datapath/ writes a map; the agent's command loads no sandbox or test
-// code; nothing in src/ imports test/ or bench/.
+// code and not @kubernetes/client-node (types only); nothing in src/ imports test/ or bench/.
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -110,6 +110,9 @@ export function violations(sources: Map<string, string>): string[] {
   };
   walk('cli/main.ts');
   for (const f of seen) if (f.startsWith('sandbox/')) out.push(`cli/main.ts loads ${f} statically: the agent's binary must not load sandbox or test code`);
+  for (const f of seen) {
+    for (const i of graph.get(f)!) if (i.to === '@kubernetes/client-node' && !i.typeOnly) out.push(`cli/main.ts loads @kubernetes/client-node statically through ${f}:${i.line}: the agent must not carry it (import it lazily)`);
+  }
   return out;
 }
 
@@ -127,6 +130,7 @@ describe('layer rules', () => {
     bad.set('agent/oops.ts', "export function f(dp: { maps: { ct4: { delete(k: unknown): void } } }) {\n  dp.maps.ct4.delete({});\n}\n");
     bad.set('cli/main.ts', `${sources.get('cli/main.ts')}\nimport { Sandbox } from '../sandbox/sandbox.js';\n`);
     bad.set('datapath/oops.ts', "import { x } from '../../test/harness/paths.js';\nimport { Reconciler } from '../agent/reconciler.js';\n");
+    bad.set('agent/agent.ts', `${sources.get('agent/agent.ts')}\nimport { CoreV1Api } from '@kubernetes/client-node';\n`);
     const v = violations(bad);
     expect(v).toContainEqual('ebpf/oops.ts:1: ebpf may not import model/desired.ts');
     expect(v).toContainEqual('ebpf/oops.ts:2: ebpf/ knows no Kubernetes (@kubernetes/client-node)');
@@ -135,6 +139,7 @@ describe('layer rules', () => {
     expect(v).toContainEqual('cli/main.ts loads sandbox/sandbox.ts statically: the agent\'s binary must not load sandbox or test code');
     expect(v).toContainEqual('datapath/oops.ts:1: imports ../test/harness/paths.ts from outside src/');
     expect(v).toContainEqual('datapath/oops.ts:2: datapath may not import agent/reconciler.ts');
+    expect(v.some((x) => x.startsWith('cli/main.ts loads @kubernetes/client-node statically through agent/agent.ts:'))).toBe(true);
   });
 
   it('reads import forms: type-only, re-exports, multi-line', () => {
