@@ -5,6 +5,7 @@ import { MAP_NAMES, isMapName, dumpKeysHex, dumpMap, flushConntrack, listFlows, 
 import { explain } from '../datapath/explain.js';
 import { watchEvents, type DatapathEvent, type EventKind } from '../datapath/monitor.js';
 import { attachedPrograms } from '../datapath/attachments.js';
+import { uninstall, uninstallPlan } from '../datapath/uninstall.js';
 import { defaultObjectsDir } from '../datapath/loader.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { table } from './table.js';
@@ -76,6 +77,23 @@ export function registerInspect(program: Command): void {
       if (!o.yes) throw new Error('ct flush: this resets every north-south flow; add --yes to confirm');
       const r = flushConntrack(o.pinDir);
       process.stdout.write(`deleted ${r.ct} conntrack and ${r.nat} NAT entries\n`);
+    });
+
+  program.command('uninstall')
+    .description('take ferry off this node once its agent is stopped: tc filters on every device, the socket hooks, every pin (without --yes: what it would do)')
+    .option('--pin-dir <dir>', 'the agent\'s pin directory', PIN_DIR)
+    .option('--netns <name>', 'the network namespace of the devices (a sandbox node)')
+    .option('--yes', 'really do it')
+    .action((o: { pinDir: string; netns?: string; yes?: boolean }) => {
+      if (!o.yes) {
+        const plan = uninstallPlan(o);
+        process.stdout.write(`would detach: ${plan.tcFilters.join(', ') || '(no tc filters)'}\nwould remove: ${plan.pins.length} pins in ${o.pinDir} (maps and socket-hook links)\n`);
+        throw new Error('uninstall: stop the agent first (delete the DaemonSet), then add --yes');
+      }
+      const r = uninstall(o);
+      process.stdout.write(`detached: ${r.tcFilters.join(', ') || '(no tc filters)'}\nunpinned: ${r.cgroupLinks.length} socket-hook links; removed ${r.pins} pins${r.pinDirRemoved ? ` and ${o.pinDir}` : ''}\n`);
+      if (r.left.length) throw new FerryError({ code: ErrorCode.Attach, op: 'uninstall', cause: `still attached: ${r.left.join(', ')}`, hint: 'a filter at another handle or priority: tc filter show dev DEV ingress' });
+      process.stdout.write('the socket hooks detach when no process holds them: if an agent still runs, stop it\n');
     });
 
   program.command('nat')

@@ -110,3 +110,16 @@ export function attachTc(program: Program, o: TcAttachOptions): Link {
   }
   return new TcLink(program.name, where, hook, opts, created, openSync('/proc/thread-self/ns/net', 'r'));
 }
+
+/**
+ * Detach the filter at ferry's handle and priority from a device (in the calling thread's
+ * netns), whoever attached it: uninstall, after the agent is gone. false: there was none.
+ */
+export function detachTcFilter(ifname: string, direction: TcDirection, o: { handle?: number; priority?: number } = {}): boolean {
+  const ifindex = ifindexOf(ifname);
+  const hook: TcHook = { sz: TC_HOOK_SIZE, ifindex, attach_point: direction === 'ingress' ? BPF_TC_INGRESS : BPF_TC_EGRESS, parent: 0 };
+  const rc = libbpf().tcDetach(hook, { sz: TC_OPTS_SIZE, prog_fd: 0, flags: 0, prog_id: 0, handle: o.handle ?? DEFAULT_TC_HANDLE, priority: o.priority ?? DEFAULT_TC_PRIORITY });
+  if (rc === 0) return true;
+  if (['ENOENT', 'ENODEV', 'EINVAL'].includes(errnoName(rc))) return false;
+  throw errnoError(`detach the tc ${direction} filter of ${ifname}`, rc, ErrorCode.Attach);
+}

@@ -17,9 +17,9 @@ const REQUEST_TIMEOUT_MS = 30_000;
 const AUTH_REFRESH_MS = 1_000;
 
 /**
- * Plain JSON requests with the kubeconfig's credentials, for the hot paths (the operator's
- * status writes): client-node's typed clients spend most of a small request's CPU in their
- * (de)serializers and fetch layers, which a merge patch of a status does not need.
+ * Plain JSON requests and watches with an ApiAccess's credentials: the agent's whole API
+ * traffic, and the operator's hot paths (client-node's typed clients spend most of a small
+ * request's CPU in their (de)serializers and fetch layers).
  */
 export class JsonClient {
   private readonly server: string;

@@ -1,0 +1,54 @@
+// Taking ferry off a node once its agent is gone: the tc filters on every device (the
+// agent leaves them attached so that traffic flows across restarts), the socket hooks
+// (pinned links: unpinned, they detach when no process holds them), and every pin. Without
+// this, deleting the DaemonSet would leave ClusterIPs steered to stale backends until a
+// reboot.
+import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { detachTcFilter, type TcDirection } from '../ebpf/link-tc.js';
+import { inNetns } from '../sys/netns.js';
+import { attachedPrograms } from './attachments.js';
+
+export interface UninstallReport {
+  /** `tc ingress eth0`, … */
+  tcFilters: string[];
+  /** Pinned cgroup links removed (the hooks detach with them once no agent holds them). */
+  cgroupLinks: string[];
+  /** Pins removed (maps, links) and whether the pin directory is gone. */
+  pins: number;
+  pinDirRemoved: boolean;
+  /** ferry's tc filters still attached afterwards (another handle or priority than ferry's). */
+  left: string[];
+}
+
+/** ferry's tc filters (in `netns`, or this one), by device and direction. */
+function ferryTcFilters(netns?: string): Array<{ ifname: string; direction: TcDirection }> {
+  return attachedPrograms(netns)
+    .filter((a) => a.where.startsWith('tc '))
+    .map((a) => {
+      const [, direction, ifname] = a.where.split(' ');
+      return { ifname: ifname!, direction: direction as TcDirection };
+    });
+}
+
+export function uninstall(o: { pinDir: string; netns?: string }): UninstallReport {
+  const report: UninstallReport = { tcFilters: [], cgroupLinks: [], pins: 0, pinDirRemoved: false, left: [] };
+  const run = <T>(fn: () => T): T => (o.netns ? inNetns(o.netns, fn) : fn());
+  for (const f of ferryTcFilters(o.netns)) {
+    if (run(() => detachTcFilter(f.ifname, f.direction))) report.tcFilters.push(`tc ${f.direction} ${f.ifname}`);
+  }
+  report.left = ferryTcFilters(o.netns).map((f) => `tc ${f.direction} ${f.ifname}`);
+  if (existsSync(o.pinDir)) {
+    const pins = readdirSync(o.pinDir);
+    report.cgroupLinks = pins.filter((p) => p.startsWith('link_'));
+    report.pins = pins.length;
+    rmSync(o.pinDir, { recursive: true, force: true });
+    report.pinDirRemoved = !existsSync(o.pinDir);
+  }
+  return report;
+}
+
+/** What uninstall would take off, without touching it. */
+export function uninstallPlan(o: { pinDir: string; netns?: string }): { tcFilters: string[]; pins: string[] } {
+  return { tcFilters: ferryTcFilters(o.netns).map((f) => `tc ${f.direction} ${f.ifname}`), pins: existsSync(o.pinDir) ? readdirSync(o.pinDir).map((p) => join(o.pinDir, p)) : [] };
+}
