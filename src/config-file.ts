@@ -10,7 +10,10 @@ export function configError(key: string, what: string, allowed: string): FerryEr
 }
 
 /** HOST:PORT, [v6]:PORT or :PORT. */
-export const isHostPort = (s: string) => /^(\d{1,3}(\.\d{1,3}){3}|\[[0-9a-f:]+\]|[a-z0-9.-]*):\d{1,5}$/i.test(s);
+export const isHostPort = (s: string) => {
+  const m = /^(\d{1,3}(\.\d{1,3}){3}|\[[0-9a-f:]+\]|[a-z0-9.-]*):(\d{1,5})$/i.exec(s);
+  return m !== null && Number(m[3]) <= 65535;
+};
 
 /** A YAML mapping of settings (an empty file is an empty mapping). */
 export function readConfigFile(file: string): Record<string, unknown> {

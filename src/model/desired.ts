@@ -80,15 +80,21 @@ export function serviceOutcome(svc: V1Service, slices: V1EndpointSlice[], node: 
   for (const s of slices) {
     const v = validateEndpointSlice(s);
     if (v.ok) good.push(s);
-    else out.rejected.push({ kind: 'EndpointSlice', namespace: s.metadata?.namespace ?? '', name: s.metadata?.name ?? '', error: v.error });
+    else out.rejected.push({ kind: 'EndpointSlice', namespace: String(s.metadata?.namespace ?? ''), name: String(s.metadata?.name ?? ''), error: v.error });
   }
   const v = validateService(svc);
   if (!v.ok) {
-    out.rejected.push({ kind: 'Service', namespace: svc.metadata?.namespace ?? '', name: svc.metadata?.name ?? '', error: v.error });
+    out.rejected.push({ kind: 'Service', namespace: String(svc.metadata?.namespace ?? ''), name: String(svc.metadata?.name ?? ''), error: v.error });
     return out;
   }
-  out.skipped = skipReason(svc);
-  if (!out.skipped) out.result = serviceFrontends(svc, good, node);
+  try {
+    out.skipped = skipReason(svc);
+    if (!out.skipped) out.result = serviceFrontends(svc, good, node);
+  } catch (e) {
+    // A shape the checks above did not foresee: this Service is refused, never the sync.
+    out.skipped = undefined;
+    out.rejected.push({ kind: 'Service', namespace: String(svc.metadata?.namespace ?? ''), name: String(svc.metadata?.name ?? ''), error: `cannot be read: ${(e as Error).message}` });
+  }
   return out;
 }
 
