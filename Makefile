@@ -3,7 +3,7 @@ SHELL := /bin/bash
 NPX := npx --no-install
 
 
-.PHONY: all setup build build-ts build-bpf typecheck test test-unit test-bpf test-e2e demo bench bench-full cleanup clean
+.PHONY: all setup build build-ts build-bpf typecheck test test-unit test-bpf test-e2e demo bench bench-full reliability cleanup clean
 
 all: build
 
@@ -59,6 +59,12 @@ bench: build
 	@cat $(BENCH_REPORTS:%=bench/results/quick/%.md) > bench/results/quick/README.md
 
 ## bench-full: the full run committed under bench/results/full/ (about 35 min)
+## reliability: what exists of the reliability suite (agent restarts under traffic, 1M
+## packets of the differential test, generated malformed input); results in bench/results/reliability/
+reliability: build
+	@FERRY_BENCH_RESULTS=bench/results/reliability $(NPX) tsx bench/reliability.ts --restarts 20 --crashes 5
+	@CI=true FERRY_DIFF_PACKETS=1000000 $(NPX) vitest run test/bpf/differential.test.ts test/unit/malformed.test.ts
+
 bench-full: build
 	@rm -rf bench/results/full
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/forwarding.ts --seconds 8 --rr-seconds 3 --repeat 5
