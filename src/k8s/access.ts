@@ -13,6 +13,8 @@ import { ErrorCode, FerryError } from '../errors.js';
 /** What a request needs: the server, and headers and a connection pool for it. */
 export interface ApiAccess {
   server: string;
+  /** Sent as User-Agent, so audit logs (and the tests) tell the agent from the operator. */
+  userAgent?: string;
   credentials(url: URL, method: string): Promise<{ headers: Record<string, string>; agent: http.Agent | undefined }>;
 }
 
@@ -33,7 +35,7 @@ interface Parts {
 
 const fail = (op: string, cause: string, hint?: string) => new FerryError({ code: ErrorCode.Config, op, cause, ...(hint ? { hint } : {}) });
 
-function access(p: Parts): ApiAccess {
+function access(p: Parts, userAgent: string): ApiAccess {
   const tls = p.server.startsWith('https:');
   const agent = tls
     ? new https.Agent({ keepAlive: true, maxSockets: MAX_SOCKETS, ca: p.ca, cert: p.cert, key: p.key, rejectUnauthorized: !p.insecure })
@@ -42,6 +44,7 @@ function access(p: Parts): ApiAccess {
   let readAt = 0;
   return {
     server: p.server.replace(/\/+$/, ''),
+    userAgent,
     async credentials() {
       if (p.tokenFile && Date.now() - readAt > TOKEN_REREAD_MS) {
         try {
@@ -58,7 +61,7 @@ function access(p: Parts): ApiAccess {
 }
 
 /** In-cluster credentials, from the service account mount (`dir` for tests). */
-export function inClusterAccess(env: NodeJS.ProcessEnv = process.env, dir = IN_CLUSTER_DIR): ApiAccess {
+export function inClusterAccess(env: NodeJS.ProcessEnv = process.env, dir = IN_CLUSTER_DIR, userAgent = 'ferry-agent'): ApiAccess {
   const host = env.KUBERNETES_SERVICE_HOST;
   const port = env.KUBERNETES_SERVICE_PORT;
   if (!host || !port) throw fail('load in-cluster config', 'KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set', 'run in a pod with a service account, or pass --kubeconfig');
@@ -69,11 +72,11 @@ export function inClusterAccess(env: NodeJS.ProcessEnv = process.env, dir = IN_C
     throw fail('load in-cluster config', (e as Error).message, 'is the service account mounted (automountServiceAccountToken)?');
   }
   const server = `https://${host.includes(':') ? `[${host}]` : host}:${port}`;
-  return access({ server, ca, insecure: false, tokenFile: join(dir, 'token') });
+  return access({ server, ca, insecure: false, tokenFile: join(dir, 'token') }, userAgent);
 }
 
 /** A kubeconfig file's current context: server, CA, client certificate or token. */
-export function kubeconfigAccess(path: string): ApiAccess {
+export function kubeconfigAccess(path: string, userAgent = 'ferry-agent'): ApiAccess {
   const op = `read kubeconfig ${path}`;
   let doc: Record<string, unknown>;
   try {
@@ -106,7 +109,7 @@ export function kubeconfigAccess(path: string): ApiAccess {
       key: data(user['client-key-data'], user['client-key']),
       token: typeof user.token === 'string' ? user.token : undefined,
       tokenFile: typeof user.tokenFile === 'string' ? (isAbsolute(user.tokenFile) ? user.tokenFile : join(base, user.tokenFile)) : undefined,
-    });
+    }, userAgent);
   } catch (e) {
     if (e instanceof FerryError) throw e;
     throw fail(op, (e as Error).message, 'a file the kubeconfig names cannot be read');

@@ -48,7 +48,7 @@ export class JsonClient {
     const { headers: auth, agent } = await this.credentials(url, 'GET');
     return new Promise<void>((resolve, reject) => {
       if (signal.aborted) return reject(new Error(`watch ${path}: aborted`));
-      const req = (url.protocol === 'https:' ? https : http).request(url, { method: 'GET', headers: { ...auth, accept: 'application/json' }, agent }, (res) => {
+      const req = (url.protocol === 'https:' ? https : http).request(url, { method: 'GET', headers: { ...auth, accept: 'application/json', 'user-agent': this.access.userAgent ?? 'ferry' }, agent }, (res) => {
         const status = res.statusCode ?? 0;
         if (status >= 300) {
           const chunks: Buffer[] = [];
@@ -94,7 +94,7 @@ export class JsonClient {
     const url = new URL(`${this.server}${path}`);
     const { headers: auth, agent } = await this.credentials(url, method);
     const payload = body === undefined ? undefined : JSON.stringify(body);
-    const headers: Record<string, string> = { ...auth, accept: 'application/json', ...(payload !== undefined ? { 'content-type': contentType, 'content-length': String(Buffer.byteLength(payload)) } : {}) };
+    const headers: Record<string, string> = { ...auth, accept: 'application/json', 'user-agent': this.access.userAgent ?? 'ferry', ...(payload !== undefined ? { 'content-type': contentType, 'content-length': String(Buffer.byteLength(payload)) } : {}) };
     return new Promise<T>((resolve, reject) => {
       const req = (url.protocol === 'https:' ? https : http).request(url, { method, headers, agent, timeout: REQUEST_TIMEOUT_MS }, (res) => {
         const chunks: Buffer[] = [];

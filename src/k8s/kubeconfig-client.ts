@@ -78,12 +78,13 @@ function keptAlive(agents: Map<string, http.Agent>, made: http.Agent): http.Agen
 }
 
 /** JsonClient's credentials from a KubeConfig: its headers, and a kept-alive agent with its TLS options. */
-export function kubeConfigAccess(kc: KubeConfig): ApiAccess {
+export function kubeConfigAccess(kc: KubeConfig, userAgent = 'ferry'): ApiAccess {
   const cluster = kc.getCurrentCluster();
   if (!cluster) throw new FerryError({ code: ErrorCode.Config, op: 'make an API client', cause: 'no current cluster' });
   const agents = new Map<string, http.Agent>();
   return {
     server: cluster.server,
+    userAgent,
     async credentials(url: URL, method: string) {
       const ctx = new RequestContext(url.toString(), method as HttpMethod);
       await kc.applySecurityAuthentication(ctx);

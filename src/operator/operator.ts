@@ -96,7 +96,7 @@ export class Operator {
     };
     // Status writes are merge patches of the status subresource, conditional on the
     // resourceVersion the decision was made on (a 409 sends the Service round again).
-    const access = kubeConfigAccess(kc);
+    const access = kubeConfigAccess(kc, 'ferry-operator');
     const json = new JsonClient(access);
     const patchStatus = <T extends { metadata?: { resourceVersion?: string } }>(path: string, obj: T, status: object) =>
       json.request<T>('PATCH', `${path}/status`, { metadata: { resourceVersion: obj.metadata?.resourceVersion }, status }, 'application/merge-patch+json');

@@ -204,4 +204,18 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'L2 announcements', () => {
     expect(denied, JSON.stringify(denied)).toEqual([]);
     expect(new Set(l2.map((a) => `${a.verb} ${a.resource}`))).toEqual(new Set(['list l2announcementpolicies', 'watch l2announcementpolicies', 'list leases', 'watch leases', 'get leases', 'create leases', 'update leases']));
   });
+
+  it('every request an agent made is one its RBAC allows, and the RBAC grants nothing it does not use (bar a BGP password Secret)', () => {
+    type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] };
+    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'ferry.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; metadata: { namespace?: string }; rules?: Rule[] });
+    const rules = docs.filter((d) => d.kind === 'ClusterRole' || (d.kind === 'Role' && d.metadata.namespace === 'kube-system')).flatMap((d) => d.rules ?? []);
+    const agent = sb.api.access.filter((a) => a.userAgent === 'ferry-agent');
+    expect(agent.length).toBeGreaterThan(50);
+    const denied = agent.filter((a) => !rules.some((r) => r.apiGroups.includes(a.group) && r.resources.includes(a.resource) && r.verbs.includes(a.verb)));
+    expect(denied, JSON.stringify(denied.slice(0, 5))).toEqual([]);
+    const used = new Set(agent.map((a) => `${a.group}/${a.resource} ${a.verb}`));
+    const granted = rules.flatMap((r) => r.apiGroups.flatMap((g) => r.resources.flatMap((res) => r.verbs.map((v) => `${g}/${res} ${v}`))));
+    // A BGPPeer's password Secret is read only when one names it (bgp.test.ts has none).
+    expect(granted.filter((g) => !used.has(g) && g !== '/secrets get')).toEqual([]);
+  });
 });
