@@ -160,11 +160,6 @@ export class Reconciler {
     return n;
   }
 
-  /** Everything the last sync computed (tests, and debugging). */
-  desiredState(): DesiredState {
-    return this.table.snapshot();
-  }
-
   private queue(): void {
     this.d.health.queuedUpdate();
     this.d.metrics.lastQueued.setToCurrentTime();

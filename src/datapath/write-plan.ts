@@ -71,8 +71,9 @@ export interface WriterState {
   maglev: MaglevTables;
   ranges: SourceRangeSet;
   fidOf(f: FrontendSpec, scope: number): string;
-  /** Entries lb4_services and lb4_src_ranges can hold. */
+  /** Entries lb4_services and lb4_src_ranges can hold, and lb4_services holds now. */
   capacity: { services: number; sourceRanges: number };
+  serviceEntries(): number;
   /** Frontend ids by Service, as the last syncs left them. */
   byService: ReadonlyMap<string, ReadonlySet<string>>;
   /** How many frontends use each backend id, and hold each address's wildcard entry. */
@@ -98,7 +99,7 @@ const kindFlag: Record<FrontendKind, number> = {
 export const emptyService: Lb4Service = { backendId: 0, count: 0, revNatId: 0, flags: 0, affinityId: 0, affinityTimeout: 0 };
 
 /** The Service a frontend belongs to: "ns/name" of "ns/name:port". */
-export const serviceOf = (f: FrontendSpec) => (f.service ? f.service.slice(0, f.service.lastIndexOf(':')) : frontendId(f));
+const serviceOf = (f: FrontendSpec) => (f.service ? f.service.slice(0, f.service.lastIndexOf(':')) : frontendId(f));
 
 /** Backends in one order on every node (address, then port), whatever order the slices had. */
 function canonical(backends: BackendSpec[]): BackendSpec[] {
@@ -129,10 +130,8 @@ class Planner {
   private get room(): NonNullable<Planner['roomLeft']> {
     if (this.roomLeft) return this.roomLeft;
     const st = this.st;
-    let entries = st.wildcards.size;
-    for (const fs of st.frontends.values()) entries += 1 + fs.backendIds.length;
     return (this.roomLeft = {
-      entries: st.capacity.services - entries,
+      entries: st.capacity.services - st.serviceEntries(),
       backends: st.backendIds.free(),
       revNat: st.revNatIds.free(),
       affinity: st.affinityIds.free(),

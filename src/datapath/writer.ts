@@ -57,6 +57,8 @@ export class ServiceWriter implements WriterState {
   /** How many frontends use each backend id and hold each address's wildcard. */
   readonly backendRefs = new Map<number, number>();
   readonly wildcardRefs = new Map<string, number>();
+  /** lb4_services entries the frontends hold (master and slots), kept with the reference counts. */
+  private frontendEntries = 0;
   /** A full apply has run since the view was last read from the maps: applyChanged may run. */
   private indexed = false;
   /** The view was just read from the maps and nothing was written since (a reread would read the same). */
@@ -99,9 +101,12 @@ export class ServiceWriter implements WriterState {
 
   /** Entries the service maps hold, from the writer's own view (no map walk). */
   entryCounts(): { lb4_services: number; lb4_backends: number; lb4_reverse_nat: number } {
-    let services = this.wildcards.size;
-    for (const fs of this.frontends.values()) services += 1 + fs.backendIds.length;
-    return { lb4_services: services, lb4_backends: this.backends.size, lb4_reverse_nat: this.frontends.size };
+    return { lb4_services: this.serviceEntries(), lb4_backends: this.backends.size, lb4_reverse_nat: this.frontends.size };
+  }
+
+  /** Entries lb4_services holds: every frontend's master and slots, and the wildcards. */
+  serviceEntries(): number {
+    return this.wildcards.size + this.frontendEntries;
   }
 
   /** Frontend keys currently programmed (for tests and the CLI). */
@@ -154,6 +159,7 @@ export class ServiceWriter implements WriterState {
     this.serviceOfFid.clear();
     this.backendRefs.clear();
     this.wildcardRefs.clear();
+    this.frontendEntries = 0;
     this.indexed = false;
     this.restore();
   }
@@ -167,6 +173,7 @@ export class ServiceWriter implements WriterState {
     };
     for (const [fs, by] of [[old, -1], [next, +1]] as const) {
       if (!fs) continue;
+      this.frontendEntries += by * (1 + fs.backendIds.length);
       for (const id of fs.backendIds) bump(this.backendRefs, id, by);
       for (const id of fs.drainingIds) bump(this.backendRefs, id, by);
       if (fs.wildcard) bump(this.wildcardRefs, fs.key.address, by);

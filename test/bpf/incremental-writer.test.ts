@@ -97,6 +97,7 @@ describeWith(['root', 'bpffs', 'netns'], 'incremental service writer', () => {
       for (const fs of inc.writer.frontends.values()) for (const id of [...fs.backendIds, ...fs.drainingIds]) refs.set(id, (refs.get(id) ?? 0) + 1);
       expect(new Map([...inc.writer.backendRefs].sort()), `seed ${seed}`).toEqual(new Map([...refs].sort()));
       expect(new Set(inc.writer.wildcardRefs.keys()), `seed ${seed}`).toEqual(new Set(inc.writer.wildcards));
+      expect(inc.writer.serviceEntries(), `seed ${seed}: lb4_services entries`).toBe([...inc.dp.maps.lb4_services.keys()].length);
     };
     for (let i = 0; i < 30; i++) {
       services.set(`s${i}`, randomService(i));

@@ -18,7 +18,7 @@ import { kubectlFor } from '../harness/kubectl.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
 import { eventually } from '../harness/wait.js';
-import { whoamiPod } from '../harness/objects.js';
+import { webEverywhereSoloOnNode1, whoamiPod } from '../harness/objects.js';
 
 const FERRY = join(REPO_ROOT, 'bin', 'ferry.js');
 let sb: Sandbox;
@@ -77,8 +77,7 @@ function outage(samples: Array<{ at: number; ok: boolean }>, from: number): { fa
 beforeAll(async () => {
   sb = await Sandbox.up({ name: 'l2e', nodes: 3, mode: 'snat', announce: 'l2', log: pino({ level: 'silent' }), agentEnv: { FERRY_MIN_SYNC_PERIOD_MS: '20' } });
   for (const n of sb.net.nodes) macs.set(n.name, /link\/ether (\S+)/.exec(await n.host.ip('link', 'show', 'eth0'))![1]!);
-  for (const [i, n] of sb.net.nodes.entries()) expect((await kubectl.apply(whoamiPod(`web-${i + 1}`, 'web', n.name))).code).toBe(0);
-  expect((await kubectl.apply(whoamiPod('solo', 'solo', 'node-1'))).code).toBe(0);
+  await webEverywhereSoloOnNode1(kubectl, sb.net.nodes);
   await sb.settle();
 }, 180_000);
 afterAll(async () => {
