@@ -137,6 +137,7 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 		if (ct)
 			count_stat(STAT_CT_REBALANCED, p->len);
 		fresh.created_ns = now;
+		fresh.ifindex = skb->ifindex;
 		fresh.backend_id = id;
 		fresh.rev_nat_id = svc->rev_nat_id;
 		fresh.flags = (b->flags & LB_BACKEND_F_LOCAL) ? CT_F_LOCAL : use_dsr(svc, p->proto) ? CT_F_DSR : CT_F_SNAT;

@@ -56,7 +56,7 @@ struct ct4_entry {
 	__u64 packets;
 	__u64 bytes;
 	__u32 client_seq_next; /* TCP: host order, the sequence number the client sends next */
-	__u8 pad[4];
+	__u32 ifindex;         /* the device the flow arrived on (layout 2; 0 in flows from layout 1) */
 };
 
 struct nat4_entry {

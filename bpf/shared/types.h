@@ -9,4 +9,12 @@
 
 #include <linux/types.h>
 
+/* The layout of the pinned maps, as a whole. Bump it when a struct in bpf/shared that a
+ * pinned map holds changes, and give src/datapath/layout-history.ts the old layout and its
+ * converter: an agent upgrading from the previous layout then migrates the live maps
+ * instead of refusing them. */
+enum ferry_layout {
+	FERRY_LAYOUT_VERSION = 2,
+};
+
 #endif

@@ -21,6 +21,7 @@ struct ferry_enum_witness {
 	enum ferry_event_type event_type;
 	enum ferry_monitor_flags monitor_flags;
 	enum ferry_hook hook;
+	enum ferry_layout layout;
 };
 
 const volatile struct ferry_enum_witness ferry_enum_witness = {};

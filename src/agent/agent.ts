@@ -10,6 +10,7 @@ import { pino, type Logger } from 'pino';
 import { collectConntrack, collectOrphans } from '../datapath/ct-gc.js';
 import type { WriteFailure } from '../datapath/write-plan.js';
 import { Datapath, defaultObjectsDir } from '../datapath/loader.js';
+import { LAYOUT_VERSION } from '../datapath/layouts.js';
 import { ServiceWriter } from '../datapath/writer.js';
 import { NodeAddressWriter } from '../datapath/node-addresses.js';
 import { ErrorCode, FerryError } from '../errors.js';
@@ -113,10 +114,12 @@ export class Agent {
     try {
       for (const dev of cfg.devices) datapath.attachDevice(dev);
       datapath.attachCgroup({ path: cfg.cgroupRoot, expect: cfg.cgroupMustBeRoot ? 'hierarchy-root' : 'subtree' }, { pinLinks: true });
+      datapath.completeMigration();
     } catch (e) {
       datapath.release();
       throw e;
     }
+    for (const m of datapath.migrated) log.info({ ...m, toLayout: LAYOUT_VERSION }, m.fromLayout === LAYOUT_VERSION ? 'map resized, entries kept' : 'map migrated to the new layout');
     log.info({ pinDir: cfg.pinDir, devices: cfg.devices, cgroup: cfg.cgroupRoot, snatIPv4, forwarding: cfg.forwardingMode, adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length }, 'datapath loaded');
 
     const metrics = new AgentMetrics();

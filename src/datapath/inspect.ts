@@ -4,6 +4,7 @@
 import { BackendFlags, CtFlags, DropReason, LbFlags, LbScope, Stat, mapSpecs, protoName, type MapName } from './layouts.js';
 import { clearConntrack, monotonicNs } from './ct-gc.js';
 import { PinnedDatapath } from './pinned-view.js';
+import { interfaceName } from '../sys/interfaces.js';
 import { readServiceTable } from './service-table.js';
 
 /** The names of the datapath's maps. */
@@ -83,6 +84,8 @@ export interface FlowRow {
   flow: string;
   backend: string;
   nat: string;
+  /** The device the flow arrived on ('-': unknown, a flow from before layout 2). */
+  device: string;
   flags: string;
   expires: string;
   packets: number;
@@ -101,6 +104,7 @@ export function listFlows(pinDir: string, filter: { service?: string; backend?: 
           frontend: `${k.daddr}:${k.dport}`,
           backend: b ? `${b.address}:${b.port}` : `(gone: ${v.backendId})`,
           nat: v.flags & CtFlags.CT_F_SNAT ? `${v.natAddr}:${v.natPort}` : '-',
+          device: v.ifindex ? (interfaceName(v.ifindex) ?? `if${v.ifindex}`) : '-',
           flags: flagNames(v.flags, CtFlags, 'CT_F_'),
           expires: ageText(v.expiresNs),
           packets: Number(v.packets),

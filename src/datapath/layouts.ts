@@ -78,6 +78,9 @@ export const DropReason = {
 export const EventType = { EVENT_DROP: 1, EVENT_TRACE: 2 } as const;
 export const MonitorFlags = { MONITOR_DROPS: 1 << 0, MONITOR_TRACES: 1 << 1 } as const;
 export const Hook = { HOOK_TC_INGRESS: 0, HOOK_TC_EGRESS: 1 } as const;
+/** The pinned maps' layout (bpf/shared/types.h); older ones are in layout-history.ts. */
+export const Layout = { FERRY_LAYOUT_VERSION: 2 } as const;
+export const LAYOUT_VERSION = Layout.FERRY_LAYOUT_VERSION;
 
 /** Every mirrored enum, by its C name. */
 export const sharedEnums: Record<string, Record<string, number>> = {
@@ -94,6 +97,7 @@ export const sharedEnums: Record<string, Record<string, number>> = {
   ferry_event_type: EventType,
   ferry_monitor_flags: MonitorFlags,
   ferry_hook: Hook,
+  ferry_layout: Layout,
 };
 
 export const lb4KeyCodec = structCodec('lb4_key', {
@@ -188,7 +192,7 @@ export const ct4EntryCodec = structCodec('ct4_entry', {
   packets: { type: 'u64' },
   bytes: { type: 'u64' },
   clientSeqNext: { type: 'u32' },
-  pad: { type: 'pad', length: 4 },
+  ifindex: { type: 'u32' },
 });
 export type Ct4Entry = ReturnType<typeof ct4EntryCodec.decode>;
 

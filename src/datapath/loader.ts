@@ -15,6 +15,7 @@ import { FwdMode, mapSpecs, type DatapathMaps, type MapName } from './layouts.js
 
 export type { DatapathMaps } from './layouts.js';
 import { isPrime } from './maglev.js';
+import { LayoutMigration, type MigratedMap } from './layout-migration.js';
 import type { Codec } from '../ebpf/codec.js';
 
 export interface MapSizes {
@@ -123,8 +124,10 @@ export class Datapath {
   readonly links: Link[] = [];
   /** Maglev table size the tc program was loaded with (0: off). */
   maglevTableSize = 0;
+  private readonly migration: LayoutMigration;
 
-  private constructor(tc: BpfObject, sock: BpfObject, sizes: MapSizes, readonly pinDir: string) {
+  private constructor(tc: BpfObject, sock: BpfObject, sizes: MapSizes, readonly pinDir: string, migration: LayoutMigration) {
+    this.migration = migration;
     this.tc = tc;
     this.sock = sock;
     this.sizes = sizes;
@@ -143,11 +146,13 @@ export class Datapath {
     if (cfg.maglevTableSize && !isPrime(cfg.maglevTableSize)) {
       throw new FerryError({ code: ErrorCode.Config, op: 'load datapath', cause: `maglevTableSize ${cfg.maglevTableSize} is not prime`, hint: 'use a prime such as 16381, 4093 or 1021' });
     }
+    // Pinned maps of an older layout, or of other sizes, are migrated rather than refused.
+    const migration = new LayoutMigration();
     const configure = (obj: BpfObject) => {
       for (const [name, setting] of Object.entries(sizeOf)) if (setting) obj.setMaxEntries(name, sizes[setting]);
       obj.setConstant('hash_seed', cfg.hashSeed ?? 0);
       obj.setConstant('host_netns_cookie', cfg.hostNetnsCookie ?? 0n);
-      obj.pinMaps({ dir: cfg.pinDir });
+      obj.pinMaps({ dir: cfg.pinDir, replace: migration.decide });
     };
     const tc = BpfObject.open(join(cfg.objectsDir, 'tc.bpf.o'));
     let sock: BpfObject | undefined;
@@ -167,20 +172,36 @@ export class Datapath {
       if (cfg.icmpRatePerSec !== undefined) tc.setConstant('icmp_rate_per_sec', cfg.icmpRatePerSec);
       if (cfg.icmpBurst !== undefined) tc.setConstant('icmp_burst', cfg.icmpBurst);
       tc.load();
+      migration.migrate(tc); // before sock loads: it adopts the pins tc leaves
       // The node's settings, for tools that load a twin of this program (ferry explain).
       rmSync(join(cfg.pinDir, RODATA_PIN), { force: true });
       tc.pinRodata(join(cfg.pinDir, RODATA_PIN));
       sock = BpfObject.open(join(cfg.objectsDir, 'sock.bpf.o'));
       configure(sock);
       sock.load(); // adopts the maps tc just pinned
-      const dp = new Datapath(tc, sock, sizes, cfg.pinDir);
+      migration.migrate(sock);
+      const dp = new Datapath(tc, sock, sizes, cfg.pinDir, migration);
       dp.maglevTableSize = cfg.maglevTableSize ?? 0;
       return dp;
     } catch (e) {
+      migration.close();
       sock?.close();
       tc.close();
       throw e;
     }
+  }
+
+  /** Pinned maps this load migrated from another layout or size (empty on a plain restart). */
+  get migrated(): readonly MigratedMap[] {
+    return this.migration.migrated;
+  }
+
+  /**
+   * Call once the programs are attached: copies the flows the programs of the previous
+   * build created while this one loaded, and lets the previous maps go.
+   */
+  completeMigration(): void {
+    this.migration.catchUp();
   }
 
   /** tc ingress and egress on an external device (in the calling thread's netns). */
@@ -210,6 +231,7 @@ export class Datapath {
 
   /** Detach everything and close: the datapath stops (tests, uninstall). */
   close(): void {
+    this.migration.close();
     for (const l of this.links.splice(0).reverse()) l.close();
     this.sock.close();
     this.tc.close();
@@ -221,6 +243,7 @@ export class Datapath {
    * restarts; the next agent adopts all of it.
    */
   release(): void {
+    this.migration.close();
     for (const l of this.links.splice(0).reverse()) l.disown();
     this.sock.close();
     this.tc.close();

@@ -1,12 +1,12 @@
 // A compiled BPF object: open → configure (.rodata constants, map sizes, pins) → load →
 // find programs and maps → close. One owner, one cleanup path.
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { Btf, BtfKind } from './btf.js';
 import { Codec, assertLayout } from './codec.js';
 import { ErrorCode, FerryError, codeForErrno, errnoError, errnoHint, errnoMessage, errnoName } from '../errors.js';
 import { captureLibbpfMessages, libbpf, type LibbpfMessage, type Pointer } from './libbpf.js';
-import { BpfMap, bpffsHint, mapInfoByFd } from './map.js';
+import { BpfMap, bpffsHint, mapInfoByFd, type MapInfo } from './map.js';
 import { layoutDiff } from './layout-diff.js';
 import { track, untrack, type Resource } from './resources.js';
 import { parseVerifierFailure } from './verifier.js';
@@ -34,12 +34,35 @@ export interface PinOptions {
   dir: string;
   /** Which maps to pin; all non-internal maps when omitted. */
   maps?: string[];
+  /**
+   * Asked about each pinned map that differs from the object's (layout, type or size).
+   * true: load a fresh map and pin it as `<name>_next`, leaving the old pin for the caller
+   * to migrate from; false, or no callback: refuse to load, naming the differences.
+   */
+  replace?: (pinned: PinnedMismatch) => boolean;
+}
+
+/** A pinned map unlike the object's map of the same name. */
+export interface PinnedMismatch {
+  name: string;
+  path: string;
+  info: MapInfo;
+  /** The BTF the kernel keeps for the pinned map (undefined if it has none). */
+  btf: Btf | undefined;
+  diffs: string[];
 }
 
 /** What happened to each pinned map during load. */
 export interface PinReport {
   adopted: string[];
   created: string[];
+  /** Loaded fresh beside a pinned map of another layout or size; pinned as `<name>_next`. */
+  replaced: string[];
+}
+
+/** Where a replacement for a pinned map waits while the caller migrates into it. */
+export function nextPinPath(path: string): string {
+  return `${path}_next`; // bpffs refuses names with dots
 }
 
 export class BpfObject implements Resource {
@@ -51,7 +74,7 @@ export class BpfObject implements Resource {
   private readonly rodata: { map: Pointer; data: Buffer } | undefined;
   private pinOpts: PinOptions | undefined;
   private adoptedFds: number[] = [];
-  readonly pinReport: PinReport = { adopted: [], created: [] };
+  readonly pinReport: PinReport = { adopted: [], created: [], replaced: [] };
 
   private constructor(path: string, handle: Pointer) {
     this.path = path;
@@ -221,10 +244,14 @@ export class BpfObject implements Resource {
       if (info.keySize !== want.keySize) diffs.push(`key size: pinned ${info.keySize}, object ${want.keySize}`);
       if (info.valueSize !== want.valueSize) diffs.push(`value size: pinned ${info.valueSize}, object ${want.valueSize}`);
       if (info.maxEntries !== want.maxEntries) diffs.push(`max entries: pinned ${info.maxEntries}, object ${want.maxEntries}`);
-      if (info.btfId !== 0) {
-        const pinnedBtf = kernelBtf(info.btfId);
+      const pinnedBtf = info.btfId !== 0 ? kernelBtf(info.btfId) : undefined;
+      if (pinnedBtf) {
         diffs.push(...layoutDiff(pinnedBtf, info.btfKeyTypeId, this.btf, lb.mapBtfKeyTypeId(m.handle)).map((d) => `key ${d}`));
         diffs.push(...layoutDiff(pinnedBtf, info.btfValueTypeId, this.btf, lb.mapBtfValueTypeId(m.handle)).map((d) => `value ${d}`));
+      }
+      if (diffs.length > 0 && this.pinOpts!.replace?.({ name, path, info, btf: pinnedBtf, diffs })) {
+        this.pinReport.replaced.push(name);
+        continue;
       }
       if (diffs.length > 0) {
         throw new FerryError({
@@ -256,10 +283,14 @@ export class BpfObject implements Resource {
     this.loaded = true;
     for (const name of this.pinnedNames()) {
       if (this.pinReport.adopted.includes(name)) continue;
-      const path = join(this.pinOpts!.dir, name);
+      let path = join(this.pinOpts!.dir, name);
+      if (this.pinReport.replaced.includes(name)) {
+        path = nextPinPath(path);
+        rmSync(path, { force: true }); // left by an upgrade that stopped half-way
+      }
       const pinRc = lb.objPin(lb.mapFd(this.mapHandle(name).handle), path);
       if (pinRc < 0) throw errnoError(`pin map ${name} at ${path}`, pinRc, ErrorCode.MapOp, bpffsHint(pinRc));
-      this.pinReport.created.push(name);
+      if (!this.pinReport.replaced.includes(name)) this.pinReport.created.push(name);
     }
   }
 

@@ -44,7 +44,11 @@ export interface DatapathNode extends FixtureTarget {
   close(): Promise<void>;
 }
 
-export async function datapathNode(cfg: Partial<DatapathConfig> = {}): Promise<DatapathNode> {
+/**
+ * `prepare` runs before the datapath loads, with the pin directory and the node's
+ * namespace: to leave there what an earlier agent would have (an upgrade test).
+ */
+export async function datapathNode(cfg: Partial<DatapathConfig> = {}, prepare?: (pinDir: string, host: Host) => Promise<void>): Promise<DatapathNode> {
   const tb = await Testbed.create();
   let dp: Datapath | undefined;
   const pinDir = join('/sys/fs/bpf', `${tb.prefix}-node`);
@@ -60,6 +64,7 @@ export async function datapathNode(cfg: Partial<DatapathConfig> = {}): Promise<D
     await tb.route(host, REMOTE_POD_CIDR, OTHER_NODE_IP);
     await host.execOk(['sysctl', '-qw', 'net.ipv4.ip_forward=1']);
     mkdirSync(pinDir);
+    await prepare?.(pinDir, host);
     dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: NODE_IP, hashSeed: 0x5eed, hostNetnsCookie: netnsCookie(host.netns), ...cfg });
     const d = dp;
     const writer = new ServiceWriter(d.maps, { maglevTableSize: d.maglevTableSize });

@@ -18,3 +18,8 @@ export function interfaceInfo(name: string): InterfaceInfo {
   }
   return { name, ifindex, mac };
 }
+
+/** The name of this network namespace's interface with that index, if any. */
+export function interfaceName(ifindex: number): string | undefined {
+  return ifindex ? libc().ifIndexToName(ifindex) : undefined;
+}

@@ -8,6 +8,8 @@ export const CLONE_NEWNET = 0x40000000;
 interface Libc {
   setns(fd: number, nstype: number): number;
   ifNameToIndex(name: string): number;
+  /** The name, or undefined when no interface has that index here. */
+  ifIndexToName(ifindex: number): string | undefined;
   errno(): number;
 }
 
@@ -19,9 +21,14 @@ export function libc(): Libc {
   const lib = k.load('libc.so.6');
   const setns = lib.func('int setns(int fd, int nstype)');
   const ifNameToIndex = lib.func('unsigned int if_nametoindex(const char *name)');
+  const ifIndexToName = lib.func('void *if_indextoname(unsigned int ifindex, _Out_ uint8_t *ifname)');
   bound = {
     setns: (fd, type) => setns(fd, type),
     ifNameToIndex: (name) => ifNameToIndex(name),
+    ifIndexToName: (ifindex) => {
+      const buf = Buffer.alloc(16); // IF_NAMESIZE
+      return ifIndexToName(ifindex, buf) ? buf.toString('utf8').replace(/\0.*$/s, '') : undefined;
+    },
     errno: () => k.errno(),
   };
   return bound;

@@ -73,9 +73,9 @@ export class Host {
   }
 
   /** Start a long-lived process inside the host; the testbed ends it on destroy. */
-  spawn(cmd: readonly string[], env: NodeJS.ProcessEnv = process.env): Proc {
+  spawn(cmd: readonly string[], env: NodeJS.ProcessEnv = process.env, opts: { stdin?: boolean } = {}): Proc {
     const [c, a] = this.argv(cmd);
-    const child = spawn(c, a, { stdio: ['ignore', 'pipe', 'pipe'], env });
+    const child = spawn(c, a, { stdio: [opts.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'], env });
     if (child.pid === undefined) throw new Error(`spawn ${cmd.join(' ')} in ${this.name}: failed`);
     const pid = child.pid;
     let out = '';

@@ -1,0 +1,46 @@
+// The pinned maps' past layouts, and how an entry of each becomes an entry of the next.
+// An agent finding a pinned map in one of these layouts migrates it (layout-migration.ts);
+// one it finds in a layout it does not know, it refuses. When bpf/shared changes a struct
+// a pinned map holds: bump FERRY_LAYOUT_VERSION, and add the old codec and its converter.
+import { structCodec, type Codec } from '../ebpf/codec.js';
+import { ct4KeyCodec, type Ct4Entry, type MapName } from './layouts.js';
+
+export interface PastLayout {
+  /** The last layout version with this shape. */
+  version: number;
+  key: Codec<unknown>;
+  value: Codec<unknown>;
+  /** One entry in the next version's shape. */
+  upgrade(key: unknown, value: unknown): { key: unknown; value: unknown };
+}
+
+/** Layout 1: before the flow's arrival device. */
+const ct4EntryV1Codec = structCodec('ct4_entry', {
+  expiresNs: { type: 'u64' },
+  createdNs: { type: 'u64' },
+  backendId: { type: 'u32' },
+  revNatId: { type: 'u32' },
+  natAddr: { type: 'ipv4' },
+  natPort: { type: 'be16' },
+  flags: { type: 'u8' },
+  tcpFlags: { type: 'u8' },
+  packets: { type: 'u64' },
+  bytes: { type: 'u64' },
+  clientSeqNext: { type: 'u32' },
+  pad: { type: 'pad', length: 4 },
+});
+
+/** Oldest first, per map; a map absent here has had one layout since layout 1. */
+export const layoutHistory: Partial<Record<MapName, PastLayout[]>> = {
+  ct4: [
+    {
+      version: 1,
+      key: ct4KeyCodec as Codec<unknown>,
+      value: ct4EntryV1Codec as Codec<unknown>,
+      upgrade: (key, value) => ({ key, value: { ...(value as ReturnType<typeof ct4EntryV1Codec.decode>), ifindex: 0 } satisfies Ct4Entry }),
+    },
+  ],
+};
+
+/** The oldest layout an agent of this build upgrades from. */
+export const OLDEST_UPGRADABLE_LAYOUT = 1;

@@ -1,0 +1,174 @@
+// Upgrading a node whose pinned maps another ferry build made, in another layout or size.
+// Each such map is loaded fresh, its entries copied through the converters of
+// layout-history.ts, and the fresh map takes over the old one's pin before the new programs
+// are attached. The old programs keep running on the old maps until their hooks are
+// replaced, so once the new ones are attached a second pass copies the flows the old
+// programs created meanwhile. A layout this build cannot convert is refused, with what to do.
+import { renameSync } from 'node:fs';
+import { u32Codec, type Codec } from '../ebpf/codec.js';
+import { libbpf } from '../ebpf/libbpf.js';
+import { BpfMap, MapType, UpdateFlag } from '../ebpf/map.js';
+import { nextPinPath, type BpfObject, type PinnedMismatch } from '../ebpf/object.js';
+import { ErrorCode, FerryError, errnoError, errnoName } from '../errors.js';
+import { layoutHistory, OLDEST_UPGRADABLE_LAYOUT, type PastLayout } from './layout-history.js';
+import { LAYOUT_VERSION, mapSpecs, type MapName } from './layouts.js';
+
+/** Maps the programs write (flows, bindings): the ones the second pass catches up. */
+const WRITTEN_BY_DATAPATH = new Set<string>(['ct4', 'nat4', 'frag4', 'lb4_affinity', 'lb4_sock_rev']);
+
+type CopyKind = 'entries' | 'per-cpu' | 'map-references' | 'none';
+
+interface Plan {
+  path: string;
+  kind: CopyKind;
+  /** The pinned map's layout. */
+  key: Codec<unknown>;
+  value: Codec<unknown>;
+  /** Converters from the pinned layout to the current one (empty: same layout, other size or type). */
+  chain: PastLayout[];
+  /** The layout the pinned map has: a past version, or the current one. */
+  fromLayout: number;
+}
+
+export interface MigratedMap {
+  map: string;
+  fromLayout: number;
+  /** Entries copied before the new programs were attached, and after. */
+  copied: number;
+  caughtUp: number;
+  /** Entries that could not be copied (the new map is smaller, or refused them). */
+  dropped: number;
+}
+
+export class LayoutMigration {
+  private readonly plans = new Map<string, Plan>();
+  private readonly oldMaps = new Map<string, { old: BpfMap<unknown, unknown>; fresh: BpfMap<unknown, unknown>; plan: Plan }>();
+  readonly migrated: MigratedMap[] = [];
+
+  /** For PinOptions.replace: plan one pinned map's migration, or refuse it loudly. */
+  readonly decide = (m: PinnedMismatch): boolean => {
+    this.plans.set(m.name, planFor(m));
+    return true;
+  };
+
+  /** After an object's load: fill each fresh map from the old one and move it onto the old pin. */
+  migrate(obj: BpfObject): void {
+    for (const name of obj.pinReport.replaced) {
+      const plan = this.plans.get(name);
+      if (!plan) continue;
+      const result: MigratedMap = { map: name, fromLayout: plan.fromLayout, copied: 0, caughtUp: 0, dropped: 0 };
+      if (plan.kind !== 'none') {
+        const spec = mapSpecs[name as MapName];
+        const fresh = obj.map(name, spec.key as Codec<unknown>, spec.value as Codec<unknown>);
+        const old = openOld(plan);
+        const { copied, dropped } = copyEntries(old, fresh, plan, UpdateFlag.Any);
+        result.copied = copied;
+        result.dropped = dropped;
+        if (WRITTEN_BY_DATAPATH.has(name)) this.oldMaps.set(name, { old, fresh, plan });
+        else old.close();
+      }
+      try {
+        renameSync(nextPinPath(plan.path), plan.path);
+      } catch (e) {
+        throw new FerryError({ code: ErrorCode.MapOp, op: `move the new ${name} onto ${plan.path}`, cause: (e as Error).message, hint: 'is bpffs mounted read-write?' });
+      }
+      this.migrated.push(result);
+    }
+  }
+
+  /** Once the new programs are attached: copy what the old ones wrote since, then let the old maps go. */
+  catchUp(): void {
+    for (const [name, { old, fresh, plan }] of this.oldMaps) {
+      const { copied, dropped } = copyEntries(old, fresh, plan, UpdateFlag.NoExist);
+      const result = this.migrated.find((m) => m.map === name)!;
+      result.caughtUp = copied;
+      result.dropped += dropped;
+      old.close();
+    }
+    this.oldMaps.clear();
+  }
+
+  close(): void {
+    for (const { old } of this.oldMaps.values()) old.close();
+    this.oldMaps.clear();
+  }
+}
+
+function planFor(m: PinnedMismatch): Plan {
+  const base = { path: m.path, chain: [], fromLayout: LAYOUT_VERSION };
+  if (m.info.type === MapType.Ringbuf) return { ...base, kind: 'none', key: u32Codec, value: u32Codec };
+  const spec = mapSpecs[m.name as MapName] as { key: Codec<unknown>; value: Codec<unknown> } | undefined;
+  if (!spec) throw unknownLayout(m, 'ferry does not know this map');
+  if (m.info.type === MapType.HashOfMaps || m.info.type === MapType.ArrayOfMaps) return { ...base, kind: 'map-references', key: spec.key, value: spec.value };
+  const kind: CopyKind = ([MapType.PercpuArray, MapType.PercpuHash, MapType.LruPercpuHash] as number[]).includes(m.info.type) ? 'per-cpu' : 'entries';
+  if (!m.btf) throw unknownLayout(m, 'the pinned map carries no BTF');
+  const matches = (key: Codec<unknown>, value: Codec<unknown>) =>
+    key.size === m.info.keySize && value.size === m.info.valueSize && key.diff(m.btf!, m.info.btfKeyTypeId).length === 0 && value.diff(m.btf!, m.info.btfValueTypeId).length === 0;
+  if (matches(spec.key, spec.value)) return { ...base, kind, key: spec.key, value: spec.value };
+  const past = layoutHistory[m.name as MapName] ?? [];
+  const at = past.findIndex((p) => matches(p.key, p.value));
+  if (at < 0) throw unknownLayout(m, `its layout is neither layout ${LAYOUT_VERSION} nor one this ferry converts (from layout ${OLDEST_UPGRADABLE_LAYOUT} on)`);
+  return { ...base, kind, key: past[at]!.key, value: past[at]!.value, chain: past.slice(at), fromLayout: past[at]!.version };
+}
+
+function unknownLayout(m: PinnedMismatch, why: string): FerryError {
+  return new FerryError({
+    code: ErrorCode.Layout,
+    op: `upgrade pinned map ${m.path}`,
+    cause: `${why}: ${m.diffs.join('; ')}`,
+    hint: 'another ferry build made it that this one cannot upgrade from: roll out a release between the two first, or run "ferry uninstall --yes" on this node and start the agent again (flows through the node are cut)',
+    detail: m.diffs.join('\n'),
+  });
+}
+
+function openOld(plan: Plan): BpfMap<unknown, unknown> {
+  const fd = libbpf().objGet(plan.path);
+  if (fd < 0) throw errnoError(`open the old map ${plan.path}`, fd, ErrorCode.MapOp);
+  return new BpfMap(fd, plan.key, plan.value, { ownsFd: true });
+}
+
+function convert(plan: Plan, key: unknown, value: unknown): { key: unknown; value: unknown } {
+  let e = { key, value };
+  for (const step of plan.chain) e = step.upgrade(e.key, e.value);
+  return e;
+}
+
+/** Copy every entry; with NoExist, only the ones the fresh map lacks. */
+function copyEntries(old: BpfMap<unknown, unknown>, fresh: BpfMap<unknown, unknown>, plan: Plan, flag: UpdateFlag): { copied: number; dropped: number } {
+  let copied = 0;
+  let dropped = 0;
+  const put = (key: unknown, value: unknown) => {
+    try {
+      fresh.update(key, value, flag);
+      copied++;
+    } catch (e) {
+      if (!(flag === UpdateFlag.NoExist && e instanceof FerryError && e.errno !== undefined && errnoName(e.errno) === 'EEXIST')) dropped++;
+    }
+  };
+  if (plan.kind === 'per-cpu') {
+    for (const [k, perCpu] of old.entriesPerCpu()) {
+      const converted = perCpu.map((v) => convert(plan, k, v));
+      put(converted[0]!.key, converted.map((c) => c.value));
+    }
+  } else if (plan.kind === 'map-references') {
+    // Reading a map of maps gives inner map ids; writing one takes file descriptors.
+    for (const [k, id] of old.entries()) {
+      const fd = libbpf().mapGetFdById(id as number);
+      if (fd < 0) {
+        dropped++;
+        continue;
+      }
+      try {
+        put(k, fd);
+      } finally {
+        libbpf().close(fd);
+      }
+    }
+  } else {
+    for (const [k, v] of old.entries()) {
+      const c = convert(plan, k, v);
+      put(c.key, c.value);
+    }
+  }
+  return { copied, dropped };
+}

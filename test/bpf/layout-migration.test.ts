@@ -1,0 +1,150 @@
+// Upgrades across map layouts, on real maps and programs. The previous release (layout 1,
+// test/fixtures/releases) loads its datapath with its own code and opens flows through its
+// own program; this build then loads over the same pins: conntrack is converted, the flows
+// go on to the same backend through the same SNAT port, and a flow the old program opens
+// while the new one loads is caught up once the new one is attached. Also: a resize keeps
+// the entries; a layout this build cannot convert is refused with what to do.
+import { mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { LAYOUT_VERSION } from '../../src/datapath/layouts.js';
+import { Datapath, defaultObjectsDir } from '../../src/datapath/loader.js';
+import { createMap, MapType } from '../../src/ebpf/map.js';
+import { ErrorCode, FerryError } from '../../src/errors.js';
+import { ifindexOf } from '../../src/ebpf/link-tc.js';
+import { u32Codec, structCodec } from '../../src/ebpf/codec.js';
+import { inNetns } from '../../src/sys/netns.js';
+import { buildPacket, ipv4, tcp } from '../../src/packet/build.js';
+import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
+import { NODE_IP, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { CLIENT_PORT, REMOTE_POD, TC_SERVICES, clientTcp, syn } from '../../src/sandbox/fixtures/tc.js';
+import { startReleaseDatapath, unpackRelease, type ReleaseDatapath, type UnpackedRelease } from '../../src/sandbox/previous-release.js';
+import { describeWith } from '../harness/requirements.js';
+
+const REMOTE_NODEPORT = 30081;
+
+/** Source and destination of a translated packet, as the backend's node sees it. */
+function tuple(out: Buffer): string {
+  const ip = (at: number) => [...out.subarray(at, at + 4)].join('.');
+  return `${ip(26)}:${out.readUInt16BE(34)} → ${ip(30)}:${out.readUInt16BE(36)}`;
+}
+const ackFrom = (sport: number) => buildPacket(clientTcp(NODE_IP, REMOTE_NODEPORT, { sport, flags: 'A', seq: 1001 }));
+
+let release: UnpackedRelease;
+let node: DatapathNode;
+let old: ReleaseDatapath;
+/** What the old program made of flow 1's SYN; of flow 2's, sent after the new load. */
+let firstSyn = '';
+let secondSyn: { retval: number; data: Buffer };
+/** Before the second pass: did the new conntrack have flow 2? */
+let secondBeforeCatchUp = true;
+const SECOND_PORT = CLIENT_PORT + 1;
+
+beforeAll(async () => {
+  release = unpackRelease();
+  node = await datapathNode({}, async (pinDir, host) => {
+    // The previous agent's datapath, by its own code: loaded and pinned, Services written.
+    // Its process stays, holding its programs, so that they can still see packets.
+    old = await startReleaseDatapath(release, host, { pinDir, snatIPv4: NODE_IP, hashSeed: 0x5eed });
+    await old.apply(TC_SERVICES);
+    const ifindex = inNetns(host.netns, () => ifindexOf('eth0'));
+    const r = await old.run('tc_ingress', syn(NODE_IP, REMOTE_NODEPORT), ifindex);
+    expect(r.retval).toBe(TcVerdict.REDIRECT);
+    firstSyn = tuple(r.data);
+  });
+  node.writer.apply(TC_SERVICES);
+  // The old program still sees packets until the new one is attached.
+  secondSyn = await old.run('tc_ingress', syn(NODE_IP, REMOTE_NODEPORT, { sport: SECOND_PORT }), node.ifindex);
+  secondBeforeCatchUp = node.dp.maps.ct4.entries().some(([k]) => k.sport === SECOND_PORT);
+  node.dp.completeMigration();
+}, 60_000);
+afterAll(async () => {
+  await old?.proc.stop();
+  await node?.close();
+  release?.remove();
+});
+
+describeWith(['root', 'bpffs', 'netns'], 'upgrading the pinned maps across layouts', () => {
+  it('converts layout 1 conntrack, and a flow opened by the old program goes on through the new one', () => {
+    expect(release.commit).toMatch(/^[0-9a-f]{7,40}$/);
+    const ct = node.dp.migrated.find((m) => m.map === 'ct4');
+    expect(ct).toMatchObject({ fromLayout: 1, copied: 1, caughtUp: 1, dropped: 0 });
+    // Only conntrack changed between the layouts: every other map was adopted as it was.
+    expect(node.dp.migrated.map((m) => m.map)).toEqual(['ct4']);
+    expect(node.dp.tc.pinReport.adopted).toContain('nat4');
+    expect(readdirSync(node.pinDir).filter((f) => f.endsWith('_next'))).toEqual([]);
+
+    const flows = node.dp.maps.ct4.entries();
+    const first = flows.find(([k]) => k.sport === CLIENT_PORT);
+    expect(first).toBeDefined();
+    const [key, entry] = first!;
+    expect(key).toMatchObject({ sport: CLIENT_PORT, dport: REMOTE_NODEPORT });
+    expect(entry).toMatchObject({ ifindex: 0, natAddr: NODE_IP, natPort: CLIENT_PORT });
+
+    expect(firstSyn).toBe(`${NODE_IP}:${CLIENT_PORT} → ${REMOTE_POD}:8080`);
+    const r = node.run('tc_ingress', ackFrom(CLIENT_PORT));
+    expect(r.retval).toBe(TcVerdict.REDIRECT);
+    expect(tuple(r.data)).toBe(firstSyn);
+  });
+
+  it('catches up a flow the old program opened while the new one loaded', () => {
+    expect(secondSyn.retval).toBe(TcVerdict.REDIRECT);
+    expect(secondBeforeCatchUp).toBe(false);
+    expect(node.dp.migrated.find((m) => m.map === 'ct4')).toMatchObject({ caughtUp: 1, dropped: 0 });
+    const next = node.run('tc_ingress', ackFrom(SECOND_PORT));
+    expect(tuple(next.data)).toBe(tuple(secondSyn.data));
+    // A flow the new program opens records the device it came in on.
+    node.run('tc_ingress', syn(NODE_IP, REMOTE_NODEPORT, { sport: CLIENT_PORT + 2 }));
+    const fresh = node.dp.maps.ct4.entries().find(([k]) => k.sport === CLIENT_PORT + 2);
+    expect(fresh?.[1].ifindex).toBe(node.ifindex);
+  });
+});
+
+describeWith(['root', 'bpffs'], 'resizing and refusing pinned maps', () => {
+  const pinDir = join('/sys/fs/bpf', `ferry-layout-${process.pid}`);
+  const load = (conntrack: number) => Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: '10.0.0.1', mapSizes: { conntrack } });
+
+  it('a new conntrack size keeps every flow', () => {
+    mkdirSync(pinDir);
+    try {
+      const first = load(4096);
+      const entry = { expiresNs: 1n, createdNs: 1n, backendId: 3, revNatId: 4, natAddr: '10.0.0.1', natPort: 1024, flags: 2, tcpFlags: 2, packets: 1n, bytes: 60n, clientSeqNext: 7, ifindex: 9 };
+      for (let i = 0; i < 100; i++) first.maps.ct4.update({ saddr: '10.1.0.1', daddr: '10.2.0.1', sport: 1000 + i, dport: 80, proto: 6 }, entry);
+      first.release();
+      const second = load(8192);
+      try {
+        expect(second.migrated).toEqual([{ map: 'ct4', fromLayout: LAYOUT_VERSION, copied: 100, caughtUp: 0, dropped: 0 }]);
+        expect(second.maps.ct4.maxEntries).toBe(8192);
+        expect(second.maps.ct4.entries()).toHaveLength(100);
+        expect(second.maps.ct4.lookup({ saddr: '10.1.0.1', daddr: '10.2.0.1', sport: 1042, dport: 80, proto: 6 })).toEqual(entry);
+      } finally {
+        second.close();
+      }
+    } finally {
+      rmSync(pinDir, { recursive: true, force: true });
+    }
+  });
+
+  it('a layout it cannot convert is refused, with what to do, and nothing is changed', () => {
+    mkdirSync(pinDir);
+    try {
+      // A conntrack map of a shape no ferry made.
+      const alien = createMap({ type: MapType.LruHash, name: 'ct4', key: u32Codec, value: structCodec('alien', { a: { type: 'u64' } }), maxEntries: 16 });
+      alien.update(1, { a: 5n });
+      alien.pin(join(pinDir, 'ct4'));
+      alien.close();
+      let err: unknown;
+      try {
+        load(4096).close();
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(FerryError);
+      expect((err as FerryError).code).toBe(ErrorCode.Layout);
+      expect((err as FerryError).message).toMatch(/upgrade pinned map .*ct4: .*(no BTF|neither layout).*ferry uninstall --yes/s);
+      expect(readdirSync(pinDir).filter((f) => f.endsWith('_next'))).toEqual([]);
+    } finally {
+      rmSync(pinDir, { recursive: true, force: true });
+    }
+  });
+});
