@@ -6,8 +6,8 @@ import { Btf, BtfKind } from './btf.js';
 import { Codec, assertLayout } from './codec.js';
 import { ErrorCode, FerryError, codeForErrno, errnoError, errnoHint, errnoMessage, errnoName } from '../errors.js';
 import { captureLibbpfMessages, libbpf, type LibbpfMessage, type Pointer } from './libbpf.js';
-import { BpfMap, bpffsHint, mapInfoByFd, type MapInfo } from './map.js';
-import { layoutDiff } from './layout-diff.js';
+import { BpfMap, bpffsHint } from './map.js';
+import { comparePinned, nextPinPath, type PinOptions, type PinReport } from './pin-compare.js';
 import { track, untrack, type Resource } from './resources.js';
 import { parseVerifierFailure } from './verifier.js';
 
@@ -29,41 +29,8 @@ interface MapHandle {
   internal: boolean;
 }
 
-export interface PinOptions {
-  /** bpffs directory; maps are pinned as `<dir>/<map name>`. */
-  dir: string;
-  /** Which maps to pin; all non-internal maps when omitted. */
-  maps?: string[];
-  /**
-   * Asked about each pinned map that differs from the object's (layout, type or size).
-   * true: load a fresh map and pin it as `<name>_next`, leaving the old pin for the caller
-   * to migrate from; false, or no callback: refuse to load, naming the differences.
-   */
-  replace?: (pinned: PinnedMismatch) => boolean;
-}
-
-/** A pinned map unlike the object's map of the same name. */
-export interface PinnedMismatch {
-  name: string;
-  path: string;
-  info: MapInfo;
-  /** The BTF the kernel keeps for the pinned map (undefined if it has none). */
-  btf: Btf | undefined;
-  diffs: string[];
-}
-
-/** What happened to each pinned map during load. */
-export interface PinReport {
-  adopted: string[];
-  created: string[];
-  /** Loaded fresh beside a pinned map of another layout or size; pinned as `<name>_next`. */
-  replaced: string[];
-}
-
-/** Where a replacement for a pinned map waits while the caller migrates into it. */
-export function nextPinPath(path: string): string {
-  return `${path}_next`; // bpffs refuses names with dots
-}
+export type { PinOptions, PinnedMismatch, PinReport } from './pin-compare.js';
+export { nextPinPath } from './pin-compare.js';
 
 export class BpfObject implements Resource {
   readonly path: string;
@@ -237,18 +204,7 @@ export class BpfObject implements Resource {
       const fd = lb.objGet(path);
       if (fd < 0) throw errnoError(op, fd, ErrorCode.MapOp, bpffsHint(fd));
       this.adoptedFds.push(fd);
-      const info = mapInfoByFd(fd);
-      const want = { type: lb.mapType(m.handle), keySize: lb.mapKeySize(m.handle), valueSize: lb.mapValueSize(m.handle), maxEntries: lb.mapMaxEntries(m.handle) };
-      const diffs: string[] = [];
-      if (info.type !== want.type) diffs.push(`type: pinned ${info.type}, object ${want.type}`);
-      if (info.keySize !== want.keySize) diffs.push(`key size: pinned ${info.keySize}, object ${want.keySize}`);
-      if (info.valueSize !== want.valueSize) diffs.push(`value size: pinned ${info.valueSize}, object ${want.valueSize}`);
-      if (info.maxEntries !== want.maxEntries) diffs.push(`max entries: pinned ${info.maxEntries}, object ${want.maxEntries}`);
-      const pinnedBtf = info.btfId !== 0 ? kernelBtf(info.btfId) : undefined;
-      if (pinnedBtf) {
-        diffs.push(...layoutDiff(pinnedBtf, info.btfKeyTypeId, this.btf, lb.mapBtfKeyTypeId(m.handle)).map((d) => `key ${d}`));
-        diffs.push(...layoutDiff(pinnedBtf, info.btfValueTypeId, this.btf, lb.mapBtfValueTypeId(m.handle)).map((d) => `value ${d}`));
-      }
+      const { info, btf: pinnedBtf, diffs } = comparePinned(fd, m.handle, this.btf);
       if (diffs.length > 0 && this.pinOpts!.replace?.({ name, path, info, btf: pinnedBtf, diffs })) {
         this.pinReport.replaced.push(name);
         continue;
