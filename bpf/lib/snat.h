@@ -7,6 +7,7 @@
 #include "maps.h"
 #include "ct.h"
 #include "lb.h"
+#include "hash.h"
 
 /* A binding is being taken over: the old flow's conntrack entry must not keep sending
  * through the port (unless the client reopened that tuple and it now uses another). */
@@ -58,9 +59,19 @@ static __always_inline int snat4_binding_reclaimable(const struct nat4_entry *ol
 	return (old->flags & CT_F_SNAT) && !(old->flags & CT_F_ESTABLISHED);
 }
 
+/* The flow's own binding, left behind when its conntrack entry was lost (ct4 is an LRU
+ * map: a full one forgets its least recently used flows): the same client and frontend.
+ * Taking it back keeps the tuple the backend knows, so the connection goes on. */
+static __always_inline int snat4_binding_ours(const struct nat4_entry *old, const struct nat4_entry *want)
+{
+	return old->client_addr == want->client_addr && old->client_port == want->client_port &&
+	       old->frontend_addr == want->frontend_addr && old->frontend_port == want->frontend_port;
+}
+
 /* Reserve the reply tuple (backend → node:port) for a new SNAT binding: the client's own
- * port if free, else random ports in range; with none free, a never-established flow's
- * port. Returns the port (network order) or 0. */
+ * port if free, then a port from the flow's hash (the same every time, so that a flow whose
+ * conntrack entry was lost finds its binding again), then random ports in range; with none
+ * free, a never-established flow's port. Returns the port (network order) or 0. */
 static __always_inline __be16 snat4_reserve(struct __sk_buff *skb, const struct pkt4 *p, const struct lb4_backend *b,
 					    const struct lb4_key *fe, __u32 rev_nat_id, __u64 now)
 {
@@ -81,6 +92,8 @@ static __always_inline __be16 snat4_reserve(struct __sk_buff *skb, const struct 
 	};
 	__u16 port = bpf_ntohs(p->sport);
 	__u32 span = (__u32)snat_port_max - snat_port_min + 1;
+	__u16 hashed = snat_port_min + flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed) % span;
+	__u32 first_hashed = (port < snat_port_min || port > snat_port_max) ? 0 : 1;
 	__be16 victim = 0;
 	__u32 i;
 
@@ -89,7 +102,9 @@ static __always_inline __be16 snat4_reserve(struct __sk_buff *skb, const struct 
 
 		if (i > snat_retries)
 			break;
-		if (i > 0 || port < snat_port_min || port > snat_port_max)
+		if (i == first_hashed)
+			port = hashed;
+		else if (i > first_hashed)
 			port = snat_port_min + (bpf_get_prandom_u32() % span);
 		reply.dport = bpf_htons(port);
 		if (snat4_port_in_use(skb, &reply))
@@ -99,6 +114,11 @@ static __always_inline __be16 snat4_reserve(struct __sk_buff *skb, const struct 
 		old = bpf_map_lookup_elem(&nat4, &reply);
 		if (!old)
 			continue;
+		if (snat4_binding_ours(old, &nat)) {
+			if (bpf_map_update_elem(&nat4, &reply, &nat, BPF_EXIST) == 0)
+				return reply.dport;
+			continue;
+		}
 		if (snat4_binding_over(old, now)) {
 			snat4_forget_flow(old, &reply);
 			if (bpf_map_update_elem(&nat4, &reply, &nat, BPF_EXIST) == 0)

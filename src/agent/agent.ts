@@ -204,6 +204,13 @@ export class Agent {
       // BGP announces a new Service's address once its frontends are in the maps, and
       // leaves out what did not fit.
       onSynced: () => bgp?.kick(),
+      reclaimIds: () => {
+        if (writer.retiredBackendIds === 0) return 0;
+        const o = collectOrphans(datapath.maps);
+        metrics.ctCollected.inc({ map: 'ct4' }, o.ctDeleted);
+        metrics.ctCollected.inc({ map: 'nat4' }, o.natDeleted);
+        return writer.releaseRetiredBackends(o.backendIdsInFlows);
+      },
     });
     const frameSender = new FrameSender();
     announcer = new Announcer({

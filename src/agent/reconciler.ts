@@ -66,6 +66,11 @@ export interface ReconcilerDeps {
   clock?: Clock;
   /** After every sync that programmed the datapath (announcements follow what it holds). */
   onSynced?: () => void;
+  /**
+   * When Services did not fit: free the ids of removed backends that no flow uses any more
+   * (a conntrack pass, otherwise left to the periodic GC). Returns how many were freed.
+   */
+  reclaimIds?: () => number;
 }
 
 export class Reconciler {
@@ -242,8 +247,8 @@ export class Reconciler {
       this.report(whole ? [...this.table.services(), ...this.reportedOf.keys()] : changed);
       this.reportFailures(this.failures);
       this.d.onSynced?.();
-      // A Service that did not fit may fit once this sync's removals freed room.
-      if (stats.failures.length > 0 && stats.frontendsRemoved + stats.backendsRemoved > 0) this.retryLater();
+      // A Service that did not fit may fit once this sync's removals, or ids reclaimed now, freed room.
+      if (stats.failures.length > 0 && (stats.frontendsRemoved + stats.backendsRemoved > 0 || (this.d.reclaimIds?.() ?? 0) > 0)) this.retryLater();
       if (stats.entriesWritten + stats.entriesDeleted > 0 || flushed.ct + flushed.nat > 0) {
         this.d.log.info({ full: whole, frontends: this.table.frontendCount, ...stats, removedBackends: stats.removedBackends.length, flushedFlows: flushed.ct, seconds }, 'datapath synced');
       }

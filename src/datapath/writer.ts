@@ -290,6 +290,11 @@ export class ServiceWriter implements WriterState {
     for (const id of ids) if (!this.backends.has(id)) this.backendIds.quarantine(id);
   }
 
+  /** Backend ids of removed backends, kept from reuse until no flow points at them. */
+  get retiredBackendIds(): number {
+    return this.backendIds.retiredCount;
+  }
+
   /** Retired backend ids no flow points at (`inFlows`) become free. Returns how many. */
   releaseRetiredBackends(inFlows: ReadonlySet<number>): number {
     return this.backendIds.releaseRetired((id) => inFlows.has(id));

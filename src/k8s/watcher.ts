@@ -9,7 +9,12 @@
 import { ApiStatusError, type JsonClient } from './client.js';
 
 export const BACKOFF_INITIAL_MS = 200;
-export const BACKOFF_MAX_MS = 10_000;
+/**
+ * Short, so that a node converges within about 2 s of the API server's return however long
+ * it was away (kube-proxy has no such bound). Each wait is jittered down to half, which
+ * spreads the reconnects of many nodes; a refused connection costs the server little.
+ */
+export const BACKOFF_MAX_MS = 1_500;
 const PAGE_SIZE = 500;
 /** Watches ask the server to end them after a random time in this range (seconds). */
 const WATCH_TIMEOUT_S: [number, number] = [20, 40];
@@ -129,7 +134,7 @@ export class Watcher<T extends object> {
           this.rv = ''; // too old: list again at once
           continue;
         }
-        const wait = this.backoff;
+        const wait = Math.round(this.backoff * (0.5 + Math.random() / 2));
         this.backoff = Math.min(this.backoff * 2, BACKOFF_MAX_MS);
         this.events.onError(err, wait);
         await this.sleep(wait);

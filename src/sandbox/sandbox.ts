@@ -91,6 +91,8 @@ export interface SandboxOptions {
   log: Logger;
   /** Extra environment for the agents (tests shorten intervals). */
   agentEnv?: Record<string, string>;
+  /** The ferry command the agents start from (default: this build's): a previous release's, for upgrade tests. */
+  agentBin?: string;
   /** Extra environment for the operator replicas. */
   operatorEnv?: Record<string, string>;
   /** bgp (default): the router learns the pool by BGP; l2: the pool is in the node subnet and ferry answers ARP; routes: the sandbox routes it. */
@@ -204,14 +206,17 @@ export class Sandbox {
     return join('/sys/fs/bpf', `${this.tb.prefix}-${node.name}`);
   }
 
-  /** Start (or restart) a node's agent; resolves after its first sync (30 s at most unless told). */
-  async startAgent(node: NodeInfo, timeoutMs = 30_000): Promise<Proc> {
+  /**
+   * Start (or restart) a node's agent; resolves after its first sync (30 s at most unless
+   * told). `bin`: another build's ferry command (an upgrade test); `env`: extra settings.
+   */
+  async startAgent(node: NodeInfo, timeoutMs = 30_000, opts: { bin?: string; env?: NodeJS.ProcessEnv } = {}): Promise<Proc> {
     const pinDir = this.pinDir(node);
     mkdirSync(pinDir, { recursive: true });
     this.tb.ownPath(pinDir);
     const p = node.host.spawn(
-      [process.execPath, ...AGENT_NODE_FLAGS, FERRY_BIN, 'agent', '--node-name', node.name, '--kubeconfig', this.agentKubeconfig, '--devices', node.device, '--pin-dir', pinDir, '--cgroup-root', node.host.cgroup],
-      { ...process.env, FERRY_CGROUP_MUST_BE_ROOT: 'false', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:10249', FERRY_FORWARDING_MODE: this.opts.mode, ...(this.announce === 'bgp' ? { FERRY_FRR_PATHSPACE: node.host.netns } : {}), ...this.opts.agentEnv },
+      [process.execPath, ...AGENT_NODE_FLAGS, opts.bin ?? this.opts.agentBin ?? FERRY_BIN, 'agent', '--node-name', node.name, '--kubeconfig', this.agentKubeconfig, '--devices', node.device, '--pin-dir', pinDir, '--cgroup-root', node.host.cgroup],
+      { ...process.env, FERRY_CGROUP_MUST_BE_ROOT: 'false', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:10249', FERRY_FORWARDING_MODE: this.opts.mode, ...(this.announce === 'bgp' ? { FERRY_FRR_PATHSPACE: node.host.netns } : {}), ...this.opts.agentEnv, ...opts.env },
     );
     this.agents.set(node.name, p);
     for (const end = Date.now() + timeoutMs; Date.now() < end; ) {

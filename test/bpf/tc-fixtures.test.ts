@@ -45,6 +45,24 @@ describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
     expect(sport).toBeLessThanOrEqual(DEFAULT_SNAT_PORTS.max);
   });
 
+  it('a flow whose conntrack entry was lost (LRU eviction) finds its SNAT binding again: same port, same backend', () => {
+    const ephemeral = 41000; // outside the SNAT range: the port comes from the flow's hash
+    const first = node.run('tc_ingress', syn(NODE_IP, 30081, { sport: ephemeral }));
+    expect(first.retval).toBe(TcVerdict.REDIRECT);
+    const tcpOf = (b: Buffer) => decodePacket(b).find((l) => l.name === 'tcp')!.fields;
+    const port = tcpOf(first.data).sport as number;
+    expect(port).toBeGreaterThanOrEqual(DEFAULT_SNAT_PORTS.min);
+    expect(port).toBeLessThanOrEqual(DEFAULT_SNAT_PORTS.max);
+    for (const [k] of node.dp.maps.ct4.entries()) node.dp.maps.ct4.delete(k);
+    const later = node.run('tc_ingress', buildPacket([fromRouter, ipv4({ src: CLIENT_IP, dst: NODE_IP, ttl: 63, id: 0x1234 }), tcp({ sport: ephemeral, dport: 30081, flags: 'A', seq: 1001 })]));
+    expect(later.retval).toBe(TcVerdict.REDIRECT);
+    expect(tcpOf(later.data).sport).toBe(port);
+    expect(node.dp.maps.nat4.entries()).toHaveLength(1);
+    // Another client on that port still gets a port of its own.
+    const other = node.run('tc_ingress', syn(NODE_IP, 30081, { sport: ephemeral, src: '10.0.10.3' }));
+    expect(tcpOf(other.data).sport).not.toBe(port);
+  });
+
   it('loadBalancerSourceRanges follow the Service: widen them, and a denied source passes', () => {
     const denied = syn(RANGED_LB_IP, 80, { src: '10.0.10.200' });
     expect(node.run('tc_ingress', denied).retval).toBe(TcVerdict.SHOT);

@@ -32,13 +32,15 @@ class RecordingWriter implements FrontendWriter {
 
 /** A writer that also takes changed Services alone, as the real one does. */
 class IncrementalRecordingWriter extends RecordingWriter {
+  /** Services that do not fit, until room is made. */
+  full = new Set<string>();
   applyChanged(changes: ReadonlyMap<string, FrontendSpec[]>): ApplyStats {
     this.kinds.push(`changed:${[...changes.keys()].join(',')}`);
-    return noStats;
+    return { ...noStats, failures: [...changes.keys()].filter((n) => this.full.has(n)).map((service) => ({ service, code: 'FERRY_MAP_FULL', error: 'needs 1 more backend ids, 0 left' })) };
   }
 }
 
-function setup(minSyncPeriodMs: number, syncPeriodMs = 3_600_000, o: { incremental?: boolean; fullSyncPeriodMs?: number } = {}) {
+function setup(minSyncPeriodMs: number, syncPeriodMs = 3_600_000, o: { incremental?: boolean; fullSyncPeriodMs?: number; reclaimIds?: () => number } = {}) {
   const clock = new ManualClock();
   const writer = o.incremental ? new IncrementalRecordingWriter() : new RecordingWriter();
   let services: V1Service[] = [svc('a', '10.96.0.1')];
@@ -55,6 +57,7 @@ function setup(minSyncPeriodMs: number, syncPeriodMs = 3_600_000, o: { increment
     minSyncPeriodMs,
     syncPeriodMs,
     fullSyncPeriodMs: o.fullSyncPeriodMs,
+    reclaimIds: o.reclaimIds,
     extraNodeAddresses: [],
     nodeName: 'node-1',
     clock,
@@ -133,5 +136,31 @@ describe('reconciler timing', () => {
     expect(writer.kinds.filter((k) => k === 'reread')).toHaveLength(2);
     await r.stop();
     expect(clock.waiting).toBe(0);
+  });
+
+  it('a Service that did not fit is tried again at once when ids are reclaimed, not at the next change', async () => {
+    let reclaimable = 0;
+    let reclaims = 0;
+    const { clock, writer, r, set } = setup(0, 3_600_000, { incremental: true, reclaimIds: () => (reclaims++, reclaimable) });
+    await r.syncNow();
+    r.start();
+    const w = writer as IncrementalRecordingWriter;
+    w.full.add('default/b');
+    set([svc('a', '10.96.0.1'), svc('b', '10.96.0.2')]);
+    r.serviceChanged(svc('b', '10.96.0.2'));
+    await clock.advance(0);
+    expect(w.kinds.slice(1)).toEqual(['changed:default/b']);
+    expect(reclaims).toBe(1);
+    // Nothing to reclaim: no retry (a full map does not spin).
+    await clock.advance(10 * SYNC_RETRY_MS);
+    expect(w.kinds).toHaveLength(2);
+    // A removal retired ids; the next sync's failure reclaims them and retries.
+    reclaimable = 1;
+    r.serviceChanged(svc('a', '10.96.0.1'));
+    await clock.advance(0);
+    w.full.clear();
+    await clock.advance(SYNC_RETRY_MS);
+    expect(w.kinds.slice(2)).toEqual(['changed:default/a,default/b', 'changed:default/b']);
+    await r.stop();
   });
 });

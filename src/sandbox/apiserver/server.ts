@@ -191,6 +191,11 @@ export class TestApiServer {
     return a ? `http://${a.host}:${a.port}` : undefined;
   }
 
+  /** Serving now (between start and stop). */
+  get listening(): boolean {
+    return this.server !== undefined;
+  }
+
   /** Stop serving: close every watch and refuse connections (the store stays). */
   async stop(): Promise<void> {
     for (const w of this.watches) w.destroy();

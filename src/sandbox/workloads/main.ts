@@ -24,6 +24,11 @@
 //                                  N long-lived TCP connections to an echo server, each sending
 //                                  8 bytes every 100 ms and wanting them back within 1 s, for S
 //                                  seconds: print how many survived and when the others broke
+//   steady --targets tcp:IP:PORT,udp:IP:PORT,... [--interval-ms 20] [--timeout-ms 2000]
+//                                  until stopped, one request per target every interval
+//                                  (TCP: a new connection, an HTTP GET, the reply's status
+//                                  line; UDP: a new socket, a datagram echoed): prints a JSON
+//                                  line per failure at once and per second the counts
 //   rr --to IP:PORT --seconds S [--udp] [--new-connection] [--size N]
 //                                  request/response for S seconds (netperf's TCP_RR,
 //                                  TCP_CRR, UDP_RR): print the count and p50/p90/p99 in µs
@@ -31,6 +36,7 @@ import { createSocket } from 'node:dgram';
 import { createServer } from 'node:http';
 import { connect, createServer as createTcpServer, type Socket } from 'node:net';
 import { hostname, networkInterfaces } from 'node:os';
+import { hold, steady } from './steady.js';
 import { parseArgs } from 'node:util';
 
 function target(s: string | undefined): { host: string; port: number } {
@@ -325,43 +331,6 @@ async function connectRate(to: { host: string; port: number }, seconds: number, 
   process.stdout.write(`${JSON.stringify({ seconds, concurrency, ok, failed, perSecond })}\n`);
 }
 
-/** N long-lived connections, pinged every 100 ms; a connection breaks on an error, a close or a 1 s silence. */
-async function hold(to: { host: string; port: number }, count: number, seconds: number): Promise<void> {
-  const start = Date.now();
-  const broke: Array<number | undefined> = Array.from({ length: count }, () => undefined);
-  const sockets: Socket[] = [];
-  for (let i = 0; i < count; i++) {
-    const s = await new Promise<Socket>((resolve, reject) => {
-      const c = connect(to, () => resolve(c));
-      c.once('error', reject);
-    });
-    s.setNoDelay(true);
-    let lastReply = Date.now();
-    const fail = () => {
-      if (broke[i] === undefined) broke[i] = Date.now() - start;
-    };
-    s.on('data', () => (lastReply = Date.now()));
-    s.on('error', fail);
-    s.on('close', fail);
-    const t = setInterval(() => {
-      if (broke[i] !== undefined) return clearInterval(t);
-      if (Date.now() - lastReply > 1000) {
-        fail();
-        s.destroy();
-        return clearInterval(t);
-      }
-      s.write('ping-...');
-    }, 100);
-    sockets.push(s);
-  }
-  process.stdout.write(`holding ${count}\n`);
-  await new Promise((r) => setTimeout(r, seconds * 1000));
-  const result = { count, survived: broke.filter((b) => b === undefined).length, brokeAtMs: broke.filter((b) => b !== undefined) };
-  process.stdout.write(`${JSON.stringify(result)}\n`);
-  for (const s of sockets) s.destroy();
-  process.exit(0);
-}
-
 async function main(): Promise<void> {
   const [cmd, ...rest] = process.argv.slice(2);
   const { values } = parseArgs({
@@ -370,6 +339,7 @@ async function main(): Promise<void> {
       port: { type: 'string' }, name: { type: 'string' }, to: { type: 'string' }, connected: { type: 'boolean' },
       size: { type: 'string' }, count: { type: 'string' }, seconds: { type: 'string' }, udp: { type: 'boolean' },
       'new-connection': { type: 'boolean' }, reset: { type: 'boolean' }, targets: { type: 'string' }, 'listen-loopback': { type: 'boolean' }, concurrency: { type: 'string' },
+      'interval-ms': { type: 'string' }, 'timeout-ms': { type: 'string' },
     },
   });
   switch (cmd) {
@@ -391,6 +361,8 @@ async function main(): Promise<void> {
       return connectProbe((values.targets ?? '').split(',').filter(Boolean), Boolean(values['listen-loopback']));
     case 'hold':
       return hold(target(values.to), Number(values.count ?? 10), Number(values.seconds ?? 10));
+    case 'steady':
+      return steady((values.targets ?? '').split(',').filter(Boolean), Number(values['interval-ms'] ?? 20), Number(values['timeout-ms'] ?? 2000));
     case 'rr':
       return requestResponse(target(values.to), Number(values.seconds ?? 2), Number(values.size ?? 64), values.udp ? 'udp' : values['new-connection'] ? 'tcp-new' : 'tcp');
     default:

@@ -1,0 +1,124 @@
+// Load that runs as long as a reliability scenario does: new requests at a steady rate
+// (steady), and long-lived connections that must not break (hold).
+import { createSocket } from 'node:dgram';
+import { connect, type Socket } from 'node:net';
+
+interface Target {
+  name: string;
+  proto: 'tcp' | 'udp';
+  host: string;
+  port: number;
+}
+
+function parseTarget(s: string): Target {
+  const m = /^(tcp|udp):(.+):(\d+)$/.exec(s);
+  if (!m) throw new Error(`a target is tcp:IP:PORT or udp:IP:PORT, got ${s}`);
+  return { name: s, proto: m[1] as 'tcp' | 'udp', host: m[2]!, port: Number(m[3]) };
+}
+
+/** A new connection, an HTTP GET, and the status line back: the error, or undefined when it worked. */
+function httpOnce(t: Target, timeoutMs: number): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    let got = '';
+    const s = connect(t.port, t.host);
+    const done = (err: string | undefined) => {
+      clearTimeout(timer);
+      s.destroy();
+      resolve(err);
+    };
+    const timer = setTimeout(() => done('timeout'), timeoutMs);
+    s.once('connect', () => s.write('GET / HTTP/1.0\r\nHost: probe\r\n\r\n'));
+    s.on('data', (d: Buffer) => {
+      got += d.toString('latin1');
+      if (got.length >= 12) done(/^HTTP\/1\.[01] 200/.test(got) ? undefined : `reply ${got.slice(0, 12)}`);
+    });
+    s.once('error', (e: NodeJS.ErrnoException) => done(e.code ?? e.message));
+    s.once('close', () => done(got ? `short reply ${got.slice(0, 12)}` : 'closed'));
+  });
+}
+
+/** A new socket, one datagram, and the same bytes back. */
+function udpOnce(t: Target, seq: number, timeoutMs: number): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const s = createSocket('udp4');
+    const payload = Buffer.from(`probe-${process.pid}-${seq}`);
+    const done = (err: string | undefined) => {
+      clearTimeout(timer);
+      s.close();
+      resolve(err);
+    };
+    const timer = setTimeout(() => done('timeout'), timeoutMs);
+    s.on('message', (m) => {
+      if (m.equals(payload)) done(undefined);
+    });
+    s.once('error', (e: NodeJS.ErrnoException) => done(e.code ?? e.message));
+    s.send(payload, t.port, t.host);
+  });
+}
+
+export async function steady(specs: string[], intervalMs: number, timeoutMs: number): Promise<void> {
+  const targets = specs.map(parseTarget);
+  const counts = new Map(targets.map((t) => [t.name, { ok: 0, failed: 0 }]));
+  let stopping = false;
+  const flush = () => {
+    process.stdout.write(`${JSON.stringify({ at: Date.now(), counts: Object.fromEntries([...counts].map(([k, v]) => [k, [v.ok, v.failed]])) })}\n`);
+    for (const c of counts.values()) c.ok = c.failed = 0;
+  };
+  const ticker = setInterval(flush, 1000);
+  process.once('SIGTERM', () => (stopping = true));
+  const loop = async (t: Target) => {
+    for (let seq = 0; !stopping; seq++) {
+      const start = Date.now();
+      const err = t.proto === 'tcp' ? await httpOnce(t, timeoutMs) : await udpOnce(t, seq, timeoutMs);
+      const c = counts.get(t.name)!;
+      if (err === undefined) c.ok++;
+      else {
+        c.failed++;
+        process.stdout.write(`${JSON.stringify({ at: start, target: t.name, error: err })}\n`);
+      }
+      await new Promise((r) => setTimeout(r, Math.max(0, intervalMs - (Date.now() - start))));
+    }
+  };
+  await Promise.all(targets.map(loop));
+  clearInterval(ticker);
+  flush();
+  process.exit(0);
+}
+
+/** N long-lived connections, pinged every 100 ms; a connection breaks on an error, a close or a 1 s silence. */
+export async function hold(to: { host: string; port: number }, count: number, seconds: number): Promise<void> {
+  const start = Date.now();
+  const broke: Array<number | undefined> = Array.from({ length: count }, () => undefined);
+  const sockets: Socket[] = [];
+  for (let i = 0; i < count; i++) {
+    const s = await new Promise<Socket>((resolve, reject) => {
+      const c = connect(to, () => resolve(c));
+      c.once('error', reject);
+    });
+    s.setNoDelay(true);
+    let lastReply = Date.now();
+    const fail = () => {
+      if (broke[i] === undefined) broke[i] = Date.now() - start;
+    };
+    s.on('data', () => (lastReply = Date.now()));
+    s.on('error', fail);
+    s.on('close', fail);
+    const t = setInterval(() => {
+      if (broke[i] !== undefined) return clearInterval(t);
+      if (Date.now() - lastReply > 1000) {
+        fail();
+        s.destroy();
+        return clearInterval(t);
+      }
+      s.write('ping-...');
+    }, 100);
+    sockets.push(s);
+  }
+  process.stdout.write(`holding ${count}\n`);
+  await new Promise((r) => setTimeout(r, seconds * 1000));
+  const result = { count, survived: broke.filter((b) => b === undefined).length, brokeAtMs: broke.filter((b) => b !== undefined) };
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+  for (const s of sockets) s.destroy();
+  process.exit(0);
+}
+
