@@ -59,11 +59,12 @@ bench: build
 	@cat $(BENCH_REPORTS:%=bench/results/quick/%.md) > bench/results/quick/README.md
 
 ## bench-full: the full run committed under bench/results/full/ (about 35 min)
-## reliability: what exists of the reliability suite (agent restarts under traffic, 1M
-## packets of the differential test, generated malformed input); results in bench/results/reliability/
+## reliability: the reliability suite (about 45 min): agent restarts, a rolling upgrade across a
+## map-layout change, a 5-minute API outage, full maps, a 30-minute soak, all under load; 1M
+## packets of the differential test; generated malformed input. Results in bench/results/reliability/
 reliability: build
-	@FERRY_BENCH_RESULTS=bench/results/reliability $(NPX) tsx bench/reliability.ts --restarts 20 --crashes 5
-	@CI=true FERRY_DIFF_PACKETS=1000000 $(NPX) vitest run test/bpf/differential.test.ts test/unit/malformed.test.ts
+	@FERRY_BENCH_RESULTS=bench/results/reliability $(NPX) tsx bench/reliability.ts --restarts 20 --crashes 5 --outage 300 --soak 1800
+	@CI=true FERRY_DIFF_PACKETS=1000000 FERRY_DIFF_SEED=20261201 $(NPX) vitest run test/bpf/differential.test.ts test/unit/malformed.test.ts --reporter=default --reporter=json --outputFile.json=bench/results/reliability/differential-and-malformed.json
 
 bench-full: build
 	@rm -rf bench/results/full

@@ -10,7 +10,7 @@ export interface BarChart { title: string; yLabel: string; groups: string[]; ser
 
 export interface LinePoint { x: number; y: number; spread?: Whisker }
 export interface LineSeries { name: string; points: LinePoint[] }
-export interface LineChart { title: string; xLabel: string; yLabel: string; series: LineSeries[]; logY?: boolean }
+export interface LineChart { title: string; xLabel: string; yLabel: string; series: LineSeries[]; logY?: boolean; /** x from 0, linear (time); default: log x (counts). */ linearX?: boolean }
 
 const COLORS = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#b07aa1', '#edc948', '#9c755f'];
 const W = 760;
@@ -33,8 +33,9 @@ function linearTicks(max: number): number[] {
   return ticks;
 }
 
-/** Powers of ten covering [min, max]. */
+/** Powers of ten covering [min, max] (both > 0: a log axis has no place for 0). */
 function logTicks(min: number, max: number): number[] {
+  if (!(min > 0 && max >= min && Number.isFinite(max))) throw new Error(`a log axis needs values > 0, got ${min}..${max} (use a linear axis)`);
   const ticks: number[] = [];
   for (let e = Math.floor(Math.log10(min)); e <= Math.ceil(Math.log10(max)); e++) ticks.push(10 ** e);
   return ticks;
@@ -92,9 +93,11 @@ export function lineChart(c: LineChart): string {
   const pts = c.series.flatMap((s) => s.points);
   const xs = pts.map((p) => p.x);
   const ys = pts.flatMap((p) => [p.y, p.spread?.hi ?? p.y, p.spread?.lo ?? p.y]).filter((v) => v > 0);
-  const xTicks = logTicks(Math.min(...xs), Math.max(...xs));
   const lx = (v: number) => Math.log10(v);
-  const x = (v: number) => M.left + ((lx(v) - lx(xTicks[0]!)) / (lx(xTicks[xTicks.length - 1]!) - lx(xTicks[0]!) || 1)) * PW;
+  const xTicks = c.linearX ? linearTicks(Math.max(...xs)) : logTicks(Math.min(...xs), Math.max(...xs));
+  const x = c.linearX
+    ? (v: number) => M.left + (v / xTicks[xTicks.length - 1]!) * PW
+    : (v: number) => M.left + ((lx(v) - lx(xTicks[0]!)) / (lx(xTicks[xTicks.length - 1]!) - lx(xTicks[0]!) || 1)) * PW;
   let yTicks: number[];
   let y: (v: number) => number;
   if (c.logY) {

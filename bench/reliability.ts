@@ -123,9 +123,9 @@ async function main(): Promise<void> {
           markdownTable(loadHeader, [loadRow('soak', r.load)]),
         ],
         plots: [
-          { file: 'soak-rss.svg', caption: 'Agent resident memory over the soak', svg: lineChart({ title: 'Agent RSS', xLabel: 'minutes', yLabel: 'MiB', series: ['node-1', 'node-2'].map((n) => ({ name: n, points: r.samples.map((s) => ({ x: minutes(s.atS), y: s.rssMiB[n]! })) })) }) },
-          { file: 'soak-occupancy.svg', caption: 'node-1 conntrack and NAT entries over the soak', svg: lineChart({ title: 'Occupancy on node-1', xLabel: 'minutes', yLabel: 'entries', series: [{ name: 'ct4', points: r.samples.map((s) => ({ x: minutes(s.atS), y: s.ct4 })) }, { name: 'nat4', points: r.samples.map((s) => ({ x: minutes(s.atS), y: s.nat4 })) }] }) },
-          { file: 'soak-requests.svg', caption: 'Requests and failed requests per sample interval', svg: lineChart({ title: 'Requests per interval', xLabel: 'minutes', yLabel: 'requests', series: [{ name: 'requests', points: r.samples.map((s) => ({ x: minutes(s.atS), y: s.requests })) }, { name: 'failed', points: r.samples.map((s) => ({ x: minutes(s.atS), y: s.failed })) }] }) },
+          { file: 'soak-rss.svg', caption: 'Agent resident memory over the soak', svg: lineChart({ linearX: true, title: 'Agent RSS', xLabel: 'minutes', yLabel: 'MiB', series: ['node-1', 'node-2'].map((n) => ({ name: n, points: r.samples.map((s) => ({ x: minutes(s.atS), y: s.rssMiB[n]! })) })) }) },
+          { file: 'soak-occupancy.svg', caption: 'node-1 conntrack and NAT entries over the soak', svg: lineChart({ linearX: true, title: 'Occupancy on node-1', xLabel: 'minutes', yLabel: 'entries', series: [{ name: 'ct4', points: r.samples.map((s) => ({ x: minutes(s.atS), y: s.ct4 })) }, { name: 'nat4', points: r.samples.map((s) => ({ x: minutes(s.atS), y: s.nat4 })) }] }) },
+          { file: 'soak-requests.svg', caption: 'Requests and failed requests per sample interval', svg: lineChart({ linearX: true, title: 'Requests per interval', xLabel: 'minutes', yLabel: 'requests', series: [{ name: 'requests', points: r.samples.map((s) => ({ x: minutes(s.atS), y: s.requests })) }, { name: 'failed', points: r.samples.map((s) => ({ x: minutes(s.atS), y: s.failed })) }] }) },
         ],
         data: r,
       });

@@ -2,7 +2,7 @@
 // (adopting pinned maps and links, so a restart neither flushes nor drops) → watchers →
 // first sync only after every cache is complete → health and metrics servers → periodic
 // conntrack GC. On stop it leaves the datapath running for the next agent.
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { join } from 'node:path';
 import type { V1EndpointSlice, V1Lease, V1Node, V1Service } from '@kubernetes/client-node';
@@ -11,6 +11,10 @@ import { collectConntrack, collectOrphans } from '../datapath/ct-gc.js';
 import type { WriteFailure } from '../datapath/write-plan.js';
 import { Datapath, defaultObjectsDir } from '../datapath/loader.js';
 import { LAYOUT_VERSION } from '../datapath/layouts.js';
+import { chooseDevices } from './devices.js';
+import { DeviceScanner } from './device-scanner.js';
+import { startCpuProfile } from './cpu-profile.js';
+import { defaultRouteDevices, readLinks } from '../sys/links.js';
 import { ServiceWriter } from '../datapath/writer.js';
 import { NodeAddressWriter } from '../datapath/node-addresses.js';
 import { ErrorCode, FerryError } from '../errors.js';
@@ -30,7 +34,6 @@ import { netnsCookie } from '../sys/socket.js';
 import { EventQueue, eventSink, type EventSink } from '../k8s/events.js';
 import { Watcher } from '../k8s/watcher.js';
 import { leanNode, leanService, leanSlice } from '../k8s/lean.js';
-import { Session } from 'node:inspector/promises';
 import { SliceIndex } from '../model/slice-index.js';
 import { nodeView } from '../model/desired.js';
 import type { AgentConfig } from './config.js';
@@ -57,6 +60,7 @@ function boundedEvents(sink: EventSink, log: Logger): EventSink {
 export class Agent {
   private readonly servers: Server[] = [];
   private gcTimer: NodeJS.Timeout | undefined;
+  private deviceScanner: DeviceScanner | undefined;
   private frameSender: FrameSender | undefined;
   /** ct4 and nat4 fill as the last GC pass saw it. */
   private sampledFill: Record<string, number> = {};
@@ -77,6 +81,24 @@ export class Agent {
     const started = Date.now();
     const access = apiAccess(cfg.kubeconfig);
     const json = new JsonClient(access);
+    // Health answers from the start: a liveness probe must not kill an agent that waits for
+    // the API server or lists a large cluster (/readyz says when the first sync is done).
+    const metrics = new AgentMetrics();
+    const health = new ProxyHealth(2 * cfg.syncPeriodSeconds * 1000);
+    const early: Server[] = cfg.healthzBindAddress ? [await startProxyHealthServer(health, cfg.healthzBindAddress, metrics)] : [];
+    try {
+      return await Agent.startWithHealth(cfg, log, { started, json, access, metrics, health, early });
+    } catch (e) {
+      for (const s of early) await closeServer(s);
+      throw e;
+    }
+  }
+
+  private static async startWithHealth(
+    cfg: AgentConfig,
+    log: Logger,
+    { started, json, access, metrics, health, early }: { started: number; json: JsonClient; access: ReturnType<typeof apiAccess>; metrics: AgentMetrics; health: ProxyHealth; early: Server[] },
+  ): Promise<Agent> {
 
     // The node's addresses decide the SNAT address and the NodePort frontends.
     let node: V1Node | undefined;
@@ -95,6 +117,7 @@ export class Agent {
       throw new FerryError({ code: ErrorCode.Config, op: 'choose the SNAT address', cause: `node ${cfg.nodeName} has no IPv4 InternalIP`, hint: 'set snatIPv4' });
     }
 
+    const devices = chooseDevices(readLinks(), defaultRouteDevices(), view.addresses, cfg.devices);
     mkdirSync(cfg.pinDir, { recursive: true });
     const datapath = Datapath.load({
       objectsDir: cfg.objectsDir || defaultObjectsDir(),
@@ -112,18 +135,19 @@ export class Agent {
       hostNetnsCookie: netnsCookie(),
     });
     try {
-      for (const dev of cfg.devices) datapath.attachDevice(dev);
-      datapath.attachCgroup({ path: cfg.cgroupRoot, expect: cfg.cgroupMustBeRoot ? 'hierarchy-root' : 'subtree' }, { pinLinks: true });
+      // After an upgrade across layouts, flows the previous programs open until the switch
+      // are copied on both sides of it; conntrack matters to the tc programs only.
+      datapath.catchUpMigration();
+      for (const dev of devices) datapath.attachDevice(dev);
       datapath.completeMigration();
+      datapath.attachCgroup({ path: cfg.cgroupRoot, expect: cfg.cgroupMustBeRoot ? 'hierarchy-root' : 'subtree' }, { pinLinks: true });
     } catch (e) {
       datapath.release();
       throw e;
     }
     for (const m of datapath.migrated) log.info({ ...m, toLayout: LAYOUT_VERSION }, m.fromLayout === LAYOUT_VERSION ? 'map resized, entries kept' : 'map migrated to the new layout');
-    log.info({ pinDir: cfg.pinDir, devices: cfg.devices, cgroup: cfg.cgroupRoot, snatIPv4, forwarding: cfg.forwardingMode, adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length }, 'datapath loaded');
+    log.info({ pinDir: cfg.pinDir, devices, devicesFrom: cfg.devices.length ? 'config' : 'node addresses and default routes', cgroup: cfg.cgroupRoot, snatIPv4, forwarding: cfg.forwardingMode, adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length }, 'datapath loaded');
 
-    const metrics = new AgentMetrics();
-    const health = new ProxyHealth(2 * cfg.syncPeriodSeconds * 1000);
     health.syncNode(node);
     const serviceHealth = new ServiceHealthServers(health, cfg.healthCheckBindAddress, (svc, e) => log.error({ service: svc, err: e.message }, 'cannot serve the health check node port'));
     const writer = new ServiceWriter(datapath.maps, { maglevTableSize: datapath.maglevTableSize });
@@ -215,7 +239,7 @@ export class Agent {
     const frameSender = new FrameSender();
     announcer = new Announcer({
       nodeName: cfg.nodeName,
-      devices: cfg.devices.flatMap((d) => {
+      devices: devices.flatMap((d) => {
         try {
           return [interfaceInfo(d)];
         } catch (e) {
@@ -256,6 +280,7 @@ export class Agent {
     const synced = [services, slices, nodes] as unknown as Watcher<never>[];
     const watchers = [...synced, policies, leases, bgpPeers, bgpAds] as unknown as Watcher<never>[];
     const agent = new Agent(cfg, log, datapath, reconciler, writer, metrics, watchers, serviceHealth, announcer, bgp);
+    agent.servers.push(...early.splice(0)); // the agent closes them from now on
     agent.frameSender = frameSender;
     try {
       // FERRY_CPU_PROFILE=file: a CPU profile of the list and first sync (node --cpu-prof
@@ -276,11 +301,13 @@ export class Agent {
       // ms: from the start; loadMs: the datapath loaded and attached; listMs: the caches
       // listed; syncMs: the first sync (model and maps).
       log.info({ ms: done - started, loadMs: watching - started, listMs: listed - watching, syncMs: done - listed, services: services.list().length, slices: slices.list().length, frontends: reconciler.frontendCount }, 'initial sync done');
-      if (cfg.healthzBindAddress) agent.servers.push(await startProxyHealthServer(health, cfg.healthzBindAddress, metrics));
+      health.markReady();
       if (cfg.metricsBindAddress) agent.servers.push(await agent.startMetricsServer(cfg.metricsBindAddress));
       agent.collect(); // and so the map fill is known before the first scrape
       agent.gcTimer = setInterval(() => agent.collect(), cfg.ctGcIntervalSeconds * 1000);
       agent.gcTimer.unref();
+      agent.deviceScanner = new DeviceScanner(datapath, cfg.devices, view.addresses, log);
+      agent.deviceScanner.start(cfg.deviceScanSeconds * 1000);
       announcer.start();
       bgp.start();
     } catch (e) {
@@ -349,6 +376,7 @@ export class Agent {
   /** Stop watching and serving; leave the datapath running (pinned) for the next agent. */
   async stop(): Promise<void> {
     if (this.gcTimer) clearInterval(this.gcTimer);
+    this.deviceScanner?.stop();
     // First, so the addresses this node answers for are held over the restart.
     await this.announcer.stop();
     await this.bgp.stop();
@@ -359,19 +387,4 @@ export class Agent {
     for (const s of this.servers.splice(0)) await closeServer(s);
     this.datapath.release();
   }
-}
-
-/** The inspector's CPU profiler, started now; stopTo writes a .cpuprofile (Chrome DevTools, speedscope). */
-async function startCpuProfile(): Promise<{ stopTo(file: string): Promise<void> }> {
-  const session = new Session();
-  session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.start');
-  return {
-    async stopTo(file: string) {
-      const { profile } = await session.post('Profiler.stop');
-      writeFileSync(file, JSON.stringify(profile));
-      session.disconnect();
-    },
-  };
 }

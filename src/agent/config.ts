@@ -4,6 +4,7 @@ import { isIPv4 } from 'node:net';
 import { booleanSetting, configError as bad, hostPortSetting, integerSetting, logLevelSetting, readConfigFile, settingsFromEnv, type LogLevel } from '../config-file.js';
 import { DEFAULT_MAP_SIZES, DEFAULT_SNAT_PORTS, type MapSizes } from '../datapath/loader.js';
 import { isPrime } from '../datapath/maglev.js';
+import { deviceEntryProblem } from './devices.js';
 
 /**
  * V8 settings the agent runs with (the DaemonSet's command, the sandbox): a small young
@@ -18,7 +19,7 @@ export interface AgentConfig {
   nodeName: string;
   /** kubeconfig path; empty: in-cluster (on Talos, KubePrism at localhost:7445). */
   kubeconfig: string;
-  /** External devices for tc (NodePort, LB IPs, externalIPs). */
+  /** External devices for tc (NodePort, LB IPs, externalIPs): names or patterns; empty: the node addresses' and default routes' devices. */
   devices: string[];
   /** The address remote flows are SNATed to; default: the node's first InternalIP. */
   snatIPv4: string;
@@ -38,6 +39,8 @@ export interface AgentConfig {
   fullSyncPeriodSeconds: number;
   minSyncPeriodMs: number;
   ctGcIntervalSeconds: number;
+  /** How often the devices are chosen again; a new one (hotplug) gets the tc programs. */
+  deviceScanSeconds: number;
   hashSeed: number;
   /** Remote backends through snat, dsr, or hybrid (DSR for TCP, SNAT for UDP). */
   forwardingMode: 'snat' | 'dsr' | 'hybrid';
@@ -79,6 +82,7 @@ export const DEFAULT_CONFIG: AgentConfig = {
   fullSyncPeriodSeconds: 3600,
   minSyncPeriodMs: 100,
   ctGcIntervalSeconds: 30,
+  deviceScanSeconds: 5,
   hashSeed: 0,
   forwardingMode: 'snat',
   maglevTableSize: 0,
@@ -133,7 +137,8 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
         const list = typeof value === 'string' ? value.split(',').map((s) => s.trim()).filter(Boolean) : value;
         if (!Array.isArray(list) || list.some((x) => typeof x !== 'string')) throw bad(where, `is ${JSON.stringify(value)}`, 'a list of strings (or a comma-separated string)');
         if (key === 'nodePortAddresses' && list.some((x) => !isIPv4(x as string))) throw bad(where, `has a non-IPv4 entry`, 'IPv4 addresses');
-        if (key === 'devices' && list.some((x) => !/^[a-zA-Z0-9_.-]{1,15}$/.test(x as string))) throw bad(where, 'has an invalid interface name', 'interface names of at most 15 characters');
+        const problem = key === 'devices' ? list.map((x) => deviceEntryProblem(x as string)).find(Boolean) : undefined;
+        if (problem) throw bad(where, `has an entry that ${problem}`, 'interface names (at most 15 characters) or patterns such as enp.*');
         out[key] = list as string[];
         break;
       }
@@ -157,13 +162,14 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
       case 'fullSyncPeriodSeconds':
       case 'minSyncPeriodMs':
       case 'ctGcIntervalSeconds':
+      case 'deviceScanSeconds':
       case 'hashSeed':
       case 'snatPortMin':
       case 'snatPortMax':
       case 'icmpRatePerSec':
       case 'icmpBurst': {
         const ranges: Record<string, [number, number]> = {
-          syncPeriodSeconds: [1, 86400], fullSyncPeriodSeconds: [10, 604800], minSyncPeriodMs: [0, 60000], ctGcIntervalSeconds: [1, 3600], hashSeed: [0, 2 ** 32 - 1], snatPortMin: [1024, 65535], snatPortMax: [1024, 65535],
+          syncPeriodSeconds: [1, 86400], fullSyncPeriodSeconds: [10, 604800], minSyncPeriodMs: [0, 60000], ctGcIntervalSeconds: [1, 3600], deviceScanSeconds: [1, 3600], hashSeed: [0, 2 ** 32 - 1], snatPortMin: [1024, 65535], snatPortMax: [1024, 65535],
           icmpRatePerSec: [1, 1_000_000], icmpBurst: [1, 1_000_000],
           l2LeaseDurationSeconds: [1, 300], l2RenewIntervalMs: [100, 60_000], l2StopHoldSeconds: [0, 3600],
         };

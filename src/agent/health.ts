@@ -16,6 +16,8 @@ function rfc3339(d: Date): string {
 export class ProxyHealth {
   private lastUpdated: Date | undefined;
   private oldestPendingQueued: Date | undefined;
+  /** The first sync is done: the datapath serves what the API says (/readyz). */
+  private ready = false;
   private nodeEligible = true;
 
   constructor(
@@ -36,6 +38,20 @@ export class ProxyHealth {
   updated(): void {
     this.oldestPendingQueued = undefined;
     this.lastUpdated = this.date();
+  }
+
+  /** After the first sync: /readyz answers 200 from now on. */
+  markReady(): void {
+    this.ready = true;
+  }
+
+  /**
+   * ferry's own /readyz, for the DaemonSet's startup and readiness probes: 503 until the
+   * first sync is done (kube-proxy's /healthz and /livez answer 200 while starting, so a
+   * liveness probe never kills a long first sync).
+   */
+  readiness(): { status: number; body: string } {
+    return { status: this.ready ? 200 : 503, body: `{"ready": ${this.ready}}` };
   }
 
   syncNode(node: { metadata?: { deletionTimestamp?: Date | string }; spec?: { taints?: { key: string }[] } }): void {
@@ -74,6 +90,11 @@ export async function startProxyHealthServer(health: ProxyHealth, addr: string, 
   const { host, port } = parseHostPort(addr);
   return listen((req, res) => {
     const path = new URL(req.url ?? '/', 'http://x').pathname;
+    if (path === '/readyz') {
+      const r = health.readiness();
+      writeJson(res, r.status, r.body);
+      return;
+    }
     if (path !== '/healthz' && path !== '/livez') {
       res.writeHead(404).end('404 page not found\n');
       return;

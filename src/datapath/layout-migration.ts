@@ -76,16 +76,18 @@ export class LayoutMigration {
     }
   }
 
-  /** Once the new programs are attached: copy what the old ones wrote since, then let the old maps go. */
+  /**
+   * Copy what the old programs created since the last pass (entries the fresh maps lack).
+   * Called right before the new programs are attached, which leaves few flows made in
+   * between, and right after, which copies those.
+   */
   catchUp(): void {
     for (const [name, { old, fresh, plan }] of this.oldMaps) {
       const { copied, dropped } = copyEntries(old, fresh, plan, UpdateFlag.NoExist);
       const result = this.migrated.find((m) => m.map === name)!;
-      result.caughtUp = copied;
+      result.caughtUp += copied;
       result.dropped += dropped;
-      old.close();
     }
-    this.oldMaps.clear();
   }
 
   close(): void {

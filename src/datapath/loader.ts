@@ -125,6 +125,7 @@ export class Datapath {
   /** Maglev table size the tc program was loaded with (0: off). */
   maglevTableSize = 0;
   private readonly migration: LayoutMigration;
+  private readonly deviceLinks = new Map<string, Link[]>();
 
   private constructor(tc: BpfObject, sock: BpfObject, sizes: MapSizes, readonly pinDir: string, migration: LayoutMigration) {
     this.migration = migration;
@@ -197,17 +198,39 @@ export class Datapath {
   }
 
   /**
-   * Call once the programs are attached: copies the flows the programs of the previous
-   * build created while this one loaded, and lets the previous maps go.
+   * An upgrade's last steps: call `catchUpMigration` right before attaching the tc programs
+   * and `completeMigration` right after. Each copies the flows the previous build's
+   * programs created meanwhile; the second also lets the previous maps go.
    */
+  catchUpMigration(): void {
+    this.migration.catchUp();
+  }
+
   completeMigration(): void {
     this.migration.catchUp();
+    this.migration.close();
   }
 
   /** tc ingress and egress on an external device (in the calling thread's netns). */
   attachDevice(ifname: string): void {
-    this.links.push(attachTc(this.tc.program('tc_ingress'), { ifname, direction: 'ingress' }));
-    this.links.push(attachTc(this.tc.program('tc_egress'), { ifname, direction: 'egress' }));
+    const links = [attachTc(this.tc.program('tc_ingress'), { ifname, direction: 'ingress' }), attachTc(this.tc.program('tc_egress'), { ifname, direction: 'egress' })];
+    this.links.push(...links);
+    this.deviceLinks.set(ifname, links);
+  }
+
+  /** Devices the tc programs were attached to (by this process). */
+  attachedDevices(): string[] {
+    return [...this.deviceLinks.keys()];
+  }
+
+  /** A device that is gone (its filters went with it): its links are dropped, not detached. */
+  forgetDevice(ifname: string): void {
+    const links = this.deviceLinks.get(ifname) ?? [];
+    this.deviceLinks.delete(ifname);
+    for (const l of links) {
+      l.disown();
+      this.links.splice(this.links.indexOf(l), 1);
+    }
   }
 
   /**

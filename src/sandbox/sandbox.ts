@@ -208,20 +208,25 @@ export class Sandbox {
 
   /**
    * Start (or restart) a node's agent; resolves after its first sync (30 s at most unless
-   * told). `bin`: another build's ferry command (an upgrade test); `env`: extra settings.
+   * told). `bin`: another build's ferry command (an upgrade test); `env`: extra settings;
+   * `devices: ''`: none named, the agent chooses; `capabilities`: the only ones it has (as
+   * a container's securityContext gives them; e.g. ['bpf', 'net_admin']).
    */
-  async startAgent(node: NodeInfo, timeoutMs = 30_000, opts: { bin?: string; env?: NodeJS.ProcessEnv } = {}): Promise<Proc> {
+  async startAgent(node: NodeInfo, timeoutMs = 30_000, opts: { bin?: string; env?: NodeJS.ProcessEnv; devices?: string; capabilities?: string[] } = {}): Promise<Proc> {
+    const devices = opts.devices ?? node.device;
+    // Root keeps only what the bounding set allows across exec, as in a container without privileged.
+    const limit = opts.capabilities ? ['setpriv', `--bounding-set=-all,${opts.capabilities.map((c) => `+${c}`).join(',')}`, '--'] : [];
     const pinDir = this.pinDir(node);
     mkdirSync(pinDir, { recursive: true });
     this.tb.ownPath(pinDir);
     const p = node.host.spawn(
-      [process.execPath, ...AGENT_NODE_FLAGS, opts.bin ?? this.opts.agentBin ?? FERRY_BIN, 'agent', '--node-name', node.name, '--kubeconfig', this.agentKubeconfig, '--devices', node.device, '--pin-dir', pinDir, '--cgroup-root', node.host.cgroup],
+      [...limit, process.execPath, ...AGENT_NODE_FLAGS, opts.bin ?? this.opts.agentBin ?? FERRY_BIN, 'agent', '--node-name', node.name, '--kubeconfig', this.agentKubeconfig, ...(devices ? ['--devices', devices] : []), '--pin-dir', pinDir, '--cgroup-root', node.host.cgroup],
       { ...process.env, FERRY_CGROUP_MUST_BE_ROOT: 'false', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:10249', FERRY_FORWARDING_MODE: this.opts.mode, ...(this.announce === 'bgp' ? { FERRY_FRR_PATHSPACE: node.host.netns } : {}), ...this.opts.agentEnv, ...opts.env },
     );
     this.agents.set(node.name, p);
     for (const end = Date.now() + timeoutMs; Date.now() < end; ) {
       if (p.output().includes('initial sync done')) return p;
-      if (p.child.exitCode !== null) break;
+      if (p.child.exitCode !== null || p.child.signalCode !== null) break; // exited, or killed
       await new Promise((r) => setTimeout(r, 25));
     }
     throw new Error(`agent on ${node.name} did not start:\n${p.output().slice(-4000)}`);

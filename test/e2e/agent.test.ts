@@ -123,6 +123,42 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
     c.store.delete('services', 'default', 'broken');
   });
 
+  it('answers /livez from its start while the API server is away, /readyz once synced; with no devices named it chooses the node\'s', async () => {
+    const node1 = c.net.node(1);
+    const get = async (path: string) => (await node1.host.exec(['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '--max-time', '1', `http://127.0.0.1:10256${path}`])).stdout;
+    await c.stopAgent(node1);
+    await c.api.stop();
+    const starting = c.startAgent(node1, 60_000, { devices: '' });
+    try {
+      await eventually(() => get('/livez'), (s) => s === '200', 15_000);
+      expect(await get('/readyz')).toBe('503');
+    } finally {
+      await c.api.start();
+    }
+    const agent = await starting;
+    expect(await get('/readyz')).toBe('200');
+    expect(agent.output()).toMatch(/"devices":\["eth0"\],"devicesFrom":"node addresses and default routes"/);
+    expect(await hostname(c.net.client, 'http://10.0.30.21:30080/')).toMatch(/^web-/);
+  });
+
+  it('attaches to a device that appears later and matches its pattern, and forgets it when it goes', async () => {
+    const node1 = c.net.node(1);
+    await c.stopAgent(node1);
+    const agent = await c.startAgent(node1, 60_000, { devices: 'eth0|hot[0-9]+', env: { FERRY_DEVICE_SCAN_SECONDS: '1' } });
+    const filters = async () => (await node1.host.exec(['tc', 'filter', 'show', 'dev', 'hot0', 'ingress'])).stdout;
+    await node1.host.ip('link', 'add', 'hot0', 'type', 'veth', 'peer', 'name', 'cold0');
+    try {
+      await node1.host.ip('link', 'set', 'hot0', 'up');
+      expect(await eventually(filters, (f) => f.includes('tc_ingress'), 10_000)).toContain('tc_ingress');
+      expect(agent.output()).toMatch(/"device":"hot0","msg":"device attached"/);
+      expect((await node1.host.exec(['tc', 'filter', 'show', 'dev', 'cold0', 'ingress'])).stdout).not.toContain('tc_ingress');
+    } finally {
+      await node1.host.exec(['ip', 'link', 'del', 'hot0']);
+    }
+    await eventually(async () => agent.output(), (o) => o.includes('"device":"hot0","msg":"device gone"'), 10_000);
+    expect(await hostname(c.net.client, 'http://10.0.30.21:30080/')).toMatch(/^web-/);
+  });
+
   it('restarts under continuous traffic without a single failed connection', async () => {
     const node1 = c.net.node(1);
     const load = c.net.client.spawn([process.execPath, WORKLOADS, 'connect-latency', '--to', '10.0.30.21:30080', '--count', '4000']);

@@ -26,7 +26,7 @@ describe('agent configuration', () => {
     [{ syncPeriodSeconds: 0 }, 'config syncPeriodSeconds (from flags): is 0 (an integer in 1..86400)'],
     [{ snatIPv4: '10.0.0.300' }, 'config snatIPv4 (from flags): is "10.0.0.300" (an IPv4 address)'],
     [{ healthzBindAddress: 'nope' }, 'config healthzBindAddress (from flags): is "nope" (HOST:PORT, e.g. 0.0.0.0:10256, or "" to disable)'],
-    [{ devices: 'a-very-long-interface-name' }, 'config devices (from flags): has an invalid interface name (interface names of at most 15 characters)'],
+    [{ devices: 'a-very-long-interface-name' }, 'config devices (from flags): has an entry that is an interface name longer than 15 characters (interface names (at most 15 characters) or patterns such as enp.*)'],
     [{ mapSizes: { cache: 5 } }, /^config mapSizes\.cache \(from flags\): is not a map size \(services, backends, /],
     [{ logLevel: 'loud' }, 'config logLevel (from flags): is "loud" (trace, debug, info, warn or error)'],
     [{ colour: 'blue' }, /^config colour: is not a setting \(from flags\) \(settings: nodeName, /],
@@ -43,6 +43,19 @@ describe('agent configuration', () => {
     const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'ferry.yaml'), 'utf8')).map((d) => d.toJSON() as { kind?: string; spec?: { template: { spec: { containers: Array<{ name: string; command?: string[] }> } } } });
     const agent = docs.find((d) => d?.kind === 'DaemonSet')!.spec!.template.spec.containers.find((c) => c.name === 'agent')!;
     expect(agent.command).toEqual(['node', ...AGENT_NODE_FLAGS, '/opt/ferry/bin/ferry.js', 'agent', '--config', '/etc/ferry/ferry.yaml']);
+  });
+
+  it('the DaemonSet\'s configuration loads, chooses its devices, keeps metrics on loopback, and probes /readyz before /livez', () => {
+    type Doc = { kind?: string; data?: Record<string, string>; spec?: { template: { spec: { containers: Array<{ name: string; startupProbe?: { httpGet: { path: string } }; readinessProbe?: { httpGet: { path: string } }; livenessProbe?: { httpGet: { path: string }; initialDelaySeconds?: number } }> } } } };
+    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'ferry.yaml'), 'utf8')).map((d) => d.toJSON() as Doc);
+    const file = join(mkdtempSync(join(tmpdir(), 'ferry-cm-')), 'ferry.yaml');
+    writeFileSync(file, docs.find((d) => d?.kind === 'ConfigMap')!.data!['ferry.yaml']!);
+    const cfg = loadConfig({ file, env: { NODE_NAME: 'n' } });
+    expect(cfg.devices).toEqual([]);
+    expect(cfg.metricsBindAddress).toBe('127.0.0.1:10249');
+    const agent = docs.find((d) => d?.kind === 'DaemonSet')!.spec!.template.spec.containers.find((c) => c.name === 'agent')!;
+    expect([agent.startupProbe?.httpGet.path, agent.readinessProbe?.httpGet.path, agent.livenessProbe?.httpGet.path]).toEqual(['/readyz', '/readyz', '/livez']);
+    expect(agent.livenessProbe?.initialDelaySeconds).toBeUndefined();
   });
 
   it('checks the full sync period', () => {

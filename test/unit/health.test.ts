@@ -20,6 +20,15 @@ describe('proxy health (:10256)', () => {
     expect(h.respond('/livez').status).toBe(200);
   });
 
+  it('/readyz (ferry\'s own) is 503 until the first sync, while /livez and /healthz answer 200 as kube-proxy\'s do', () => {
+    const h = new ProxyHealth(60_000, clock());
+    expect(h.readiness()).toEqual({ status: 503, body: '{"ready": false}' });
+    expect(h.respond('/livez').status).toBe(200);
+    h.updated();
+    h.markReady();
+    expect(h.readiness()).toEqual({ status: 200, body: '{"ready": true}' });
+  });
+
   it('formats bodies as kube-proxy does, with lastUpdated = now when healthy', () => {
     const c = clock();
     const h = new ProxyHealth(60_000, c);

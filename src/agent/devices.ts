@@ -1,0 +1,46 @@
+// The devices the tc programs attach to. Named in the config: those, where an entry that is
+// not a plain interface name is a regular expression matched against whole names ("enp.*",
+// "eth[0-9]+"). None named: the devices that carry the node's InternalIPs and those of the
+// default routes, as Cilium chooses them, so that a Talos node's enp3s0 needs no setting.
+import { ErrorCode, FerryError } from '../errors.js';
+import type { LinkInfo } from '../sys/links.js';
+
+/**
+ * An entry made of interface-name characters only is a name (eth0, bond0.100); one with any
+ * other character (* + [ ] ^ $ ( ) | ? \\) is a pattern.
+ */
+export function isInterfaceName(s: string): boolean {
+  return /^[a-zA-Z0-9_.-]+$/.test(s);
+}
+
+/** Why a devices entry is unusable, or undefined: a name of at most 15 characters (IFNAMSIZ - 1), or a pattern that compiles. */
+export function deviceEntryProblem(s: string): string | undefined {
+  if (isInterfaceName(s)) return s.length <= 15 ? undefined : 'is an interface name longer than 15 characters';
+  if (s.length > 64) return 'is a pattern longer than 64 characters';
+  try {
+    new RegExp(`^(?:${s})$`);
+    return undefined;
+  } catch (e) {
+    return `is not a valid pattern: ${(e as Error).message}`;
+  }
+}
+
+export function chooseDevices(links: LinkInfo[], defaultRouteDevices: string[], nodeAddresses: string[], wanted: string[]): string[] {
+  const usable = links.filter((l) => !l.loopback);
+  if (wanted.length > 0) {
+    const out: string[] = [];
+    for (const w of wanted) {
+      const matched = isInterfaceName(w) ? usable.filter((l) => l.name === w) : usable.filter((l) => new RegExp(`^(?:${w})$`).test(l.name));
+      if (matched.length === 0) {
+        throw new FerryError({ code: ErrorCode.Config, op: 'choose devices', cause: `no interface ${isInterfaceName(w) ? 'named' : 'matches'} "${w}" (have: ${usable.map((l) => l.name).join(', ') || 'none'})`, hint: 'set devices to the node\'s external interfaces, or leave it empty to choose them from the node\'s addresses and default routes' });
+      }
+      for (const l of matched) if (!out.includes(l.name)) out.push(l.name);
+    }
+    return out;
+  }
+  const chosen = usable.filter((l) => l.up && (l.addresses.some((a) => nodeAddresses.includes(a)) || defaultRouteDevices.includes(l.name))).map((l) => l.name);
+  if (chosen.length === 0) {
+    throw new FerryError({ code: ErrorCode.Config, op: 'choose devices', cause: `no up interface carries the node's addresses (${nodeAddresses.join(', ') || 'none'}) or a default route`, hint: 'set devices (names or patterns)' });
+  }
+  return chosen;
+}

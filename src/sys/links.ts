@@ -1,0 +1,34 @@
+// This network namespace's links, their IPv4 addresses and the default routes' devices, as
+// iproute2 reports them (`ip -j`): what the agent chooses its devices from.
+import { execFileSync } from 'node:child_process';
+import { ErrorCode, FerryError } from '../errors.js';
+
+export interface LinkInfo {
+  name: string;
+  up: boolean;
+  loopback: boolean;
+  addresses: string[];
+}
+
+function ipJson(args: string[]): unknown {
+  try {
+    return JSON.parse(execFileSync('ip', ['-j', ...args], { encoding: 'utf8', timeout: 5000 }) || '[]');
+  } catch (e) {
+    throw new FerryError({ code: ErrorCode.Config, op: `ip -j ${args.join(' ')}`, cause: (e as Error).message, hint: 'iproute2 (ip) must be installed' });
+  }
+}
+
+export function readLinks(): LinkInfo[] {
+  const rows = ipJson(['-4', 'addr', 'show']) as Array<{ ifname?: string; flags?: string[]; addr_info?: Array<{ local?: string }> }>;
+  return rows.filter((r) => typeof r.ifname === 'string').map((r) => ({
+    name: r.ifname!,
+    up: (r.flags ?? []).includes('UP'),
+    loopback: (r.flags ?? []).includes('LOOPBACK'),
+    addresses: (r.addr_info ?? []).map((a) => a.local).filter((a): a is string => typeof a === 'string'),
+  }));
+}
+
+export function defaultRouteDevices(): string[] {
+  const rows = ipJson(['-4', 'route', 'show', 'default']) as Array<{ dev?: string; nexthops?: Array<{ dev?: string }> }>;
+  return [...new Set(rows.flatMap((r) => [r.dev, ...(r.nexthops ?? []).map((n) => n.dev)]).filter((d): d is string => typeof d === 'string'))];
+}

@@ -1,0 +1,82 @@
+// The reliability suite, short (make reliability runs it long, with figures): agent
+// restarts, an API outage, full maps and a soak in one cluster; a rolling upgrade from the
+// previous release in another. Under steady TCP and UDP load through the NodePort, the
+// LoadBalancer IP and the ClusterIP, no request may fail.
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { reliabilityCluster, type LoadReport, type ReliabilityCluster } from '../../src/sandbox/reliability/cluster.js';
+import { exhaustionScenario } from '../../src/sandbox/reliability/exhaustion.js';
+import { outageScenario } from '../../src/sandbox/reliability/outage.js';
+import { restartsScenario } from '../../src/sandbox/reliability/restarts.js';
+import { soakScenario } from '../../src/sandbox/reliability/soak.js';
+import { upgradeScenario } from '../../src/sandbox/reliability/upgrade.js';
+import { unpackRelease } from '../../src/sandbox/previous-release.js';
+import { describeWith } from '../harness/requirements.js';
+
+/** Every stream carried requests, and none failed (the failures named if any). */
+function expectNoFailures(load: LoadReport): void {
+  expect(load.failures.slice(0, 5), `${load.failed} of ${load.requests} requests failed`).toEqual([]);
+  expect(load.failed).toBe(0);
+  expect(Object.keys(load.byTarget)).toHaveLength(6);
+  for (const [target, v] of Object.entries(load.byTarget)) expect(v.ok, target).toBeGreaterThan(20);
+}
+
+describeWith(['root', 'bpffs', 'cgroup2', 'netns'], 'reliability (short)', () => {
+  let c: ReliabilityCluster;
+  beforeAll(async () => {
+    c = await reliabilityCluster('rtrel');
+  }, 120_000);
+  afterAll(async () => {
+    await c?.down();
+  });
+
+  it('agent restarts (SIGTERM, SIGKILL, killed mid-start) under load: no request fails', async () => {
+    const r = await restartsScenario(c, { restarts: 4, crashes: 2 });
+    expect(r.rows.map((x) => [x.how, x.readyMs.length])).toEqual([['SIGTERM', 2], ['SIGKILL', 2], ['SIGKILL mid-start, then a start', 2]]);
+    expectNoFailures(r.load);
+  }, 180_000);
+
+  it('the API server away: the datapath holds, the agent lives, and the change made meanwhile lands when it is back', async () => {
+    const r = await outageScenario(c, { seconds: 15 });
+    expect(r).toMatchObject({ tableChanged: 0, livezFailed: 0, agentRestarted: false });
+    expect(r.checks).toBeGreaterThanOrEqual(3);
+    expect(r.convergedMs).toBeGreaterThanOrEqual(0);
+    expectNoFailures(r.load);
+  }, 180_000);
+
+  it('full maps: an explicit error and a metric, the rest keeps working, and recovery when room is made', async () => {
+    const r = await exhaustionScenario(c);
+    expect(r.services.refused).toBeGreaterThan(0);
+    expect(r.services.mapFullErrors).toBeGreaterThan(0);
+    expectNoFailures(r.services.load);
+    expect(r.nat.probesRefused).toBeGreaterThan(0);
+    expect(r.nat.natDrops).toBeGreaterThan(0);
+    expect(r.conntrack.survived).toBe(r.conntrack.held);
+    expectNoFailures(r.conntrack.load);
+  }, 300_000);
+
+  it('a soak with Service and endpoint churn: no request fails', async () => {
+    const r = await soakScenario(c, { seconds: 30, sampleEveryS: 10 });
+    expect(r.changes).toBeGreaterThanOrEqual(25);
+    expect(r.samples.length).toBeGreaterThanOrEqual(3);
+    expectNoFailures(r.load);
+  }, 180_000);
+});
+
+describeWith(['root', 'bpffs', 'cgroup2', 'netns'], 'reliability (short): a rolling upgrade from the previous release', () => {
+  const release = unpackRelease();
+  let c: ReliabilityCluster;
+  beforeAll(async () => {
+    c = await reliabilityCluster('rtupg', { agentBin: release.bin });
+  }, 120_000);
+  afterAll(async () => {
+    await c?.down();
+    release.remove();
+  });
+
+  it('upgrades node by node from map layout 1 under load: conntrack migrated, long-lived connections and new requests unharmed', async () => {
+    const r = await upgradeScenario(c, { fromCommit: release.commit, held: 16 });
+    for (const n of r.nodes) expect(n.migrated, n.node).toContainEqual(expect.objectContaining({ map: 'ct4', fromLayout: 1, dropped: 0 }));
+    expect(r.held).toMatchObject({ count: 16, survived: 16 });
+    expectNoFailures(r.load);
+  }, 180_000);
+});
