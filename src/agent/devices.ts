@@ -15,6 +15,7 @@ export function isInterfaceName(s: string): boolean {
 
 /** Why a devices entry is unusable, or undefined: a name of at most 15 characters (IFNAMSIZ - 1), or a pattern that compiles. */
 export function deviceEntryProblem(s: string): string | undefined {
+  if (s.trim() === '') return 'is empty';
   if (isInterfaceName(s)) return s.length <= 15 ? undefined : 'is an interface name longer than 15 characters';
   if (s.length > 64) return 'is a pattern longer than 64 characters';
   try {

@@ -19,12 +19,13 @@ function ipJson(args: string[]): unknown {
 }
 
 export function readLinks(): LinkInfo[] {
-  const rows = ipJson(['-4', 'addr', 'show']) as Array<{ ifname?: string; flags?: string[]; addr_info?: Array<{ local?: string }> }>;
+  // Every link (`ip -4 addr` would leave out the ones without an IPv4 address), its IPv4 addresses.
+  const rows = ipJson(['addr', 'show']) as Array<{ ifname?: string; flags?: string[]; addr_info?: Array<{ family?: string; local?: string }> }>;
   return rows.filter((r) => typeof r.ifname === 'string').map((r) => ({
     name: r.ifname!,
     up: (r.flags ?? []).includes('UP'),
     loopback: (r.flags ?? []).includes('LOOPBACK'),
-    addresses: (r.addr_info ?? []).map((a) => a.local).filter((a): a is string => typeof a === 'string'),
+    addresses: (r.addr_info ?? []).filter((a) => a.family === 'inet').map((a) => a.local).filter((a): a is string => typeof a === 'string'),
   }));
 }
 

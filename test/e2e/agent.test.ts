@@ -13,6 +13,10 @@ import { agentCluster, applyObject, podWith, sliceFor } from '../harness/agent-c
 import { eventually } from '../harness/wait.js';
 import { WORKLOADS } from '../../src/sandbox/mini-cluster.js';
 import { describeWith } from '../harness/requirements.js';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseAllDocuments } from 'yaml';
+import { REPO_ROOT } from '../harness/paths.js';
 
 let c: Sandbox;
 let web1: PodInfo;
@@ -149,7 +153,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
     await node1.host.ip('link', 'add', 'hot0', 'type', 'veth', 'peer', 'name', 'cold0');
     try {
       await node1.host.ip('link', 'set', 'hot0', 'up');
-      expect(await eventually(filters, (f) => f.includes('tc_ingress'), 10_000)).toContain('tc_ingress');
+      expect(await eventually(filters, (f) => f.includes('tc_ingress'), 10_000), agent.output().slice(-3000)).toContain('tc_ingress');
       expect(agent.output()).toMatch(/"device":"hot0","msg":"device attached"/);
       expect((await node1.host.exec(['tc', 'filter', 'show', 'dev', 'cold0', 'ingress'])).stdout).not.toContain('tc_ingress');
     } finally {
@@ -157,6 +161,21 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
     }
     await eventually(async () => agent.output(), (o) => o.includes('"device":"hot0","msg":"device gone"'), 10_000);
     expect(await hostname(c.net.client, 'http://10.0.30.21:30080/')).toMatch(/^web-/);
+  });
+
+  it('runs with only the capabilities the DaemonSet grants (no privileged), and not without CAP_SYS_ADMIN', async () => {
+    const node1 = c.net.node(1);
+    const granted = daemonSetCapabilities();
+    expect(granted).toEqual(['BPF', 'NET_ADMIN', 'SYS_ADMIN', 'NET_RAW']);
+    await c.stopAgent(node1);
+    const agent = await c.startAgent(node1, 60_000, { capabilities: granted.map((x) => x.toLowerCase()) });
+    expect(agent.output()).toMatch(/"adopted":\d+/);
+    expect(await hostname(c.net.client, 'http://10.0.30.21:30080/')).toMatch(/^web-/);
+    // Adopting the pinned maps reads their BTF by id, which the kernel allows CAP_SYS_ADMIN only.
+    await c.stopAgent(node1);
+    await expect(c.startAgent(node1, 15_000, { capabilities: granted.filter((x) => x !== 'SYS_ADMIN').map((x) => x.toLowerCase()) })).rejects.toThrow(/EPERM|not permitted/);
+    await c.stopAgent(node1);
+    await c.startAgent(node1);
   });
 
   it('restarts under continuous traffic without a single failed connection', async () => {
@@ -185,3 +204,15 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
     expect(await eventually(() => hostname(c.net.client, 'http://10.0.30.21:30080/'), (h) => h === 'web-2', 30_000)).toBe('web-2');
   });
 });
+
+/** The agent container's added capabilities, from deploy/kubernetes/ferry.yaml. */
+function daemonSetCapabilities(): string[] {
+  type Doc = { kind?: string; spec?: { template: { spec: { hostPID?: boolean; containers: Array<{ name: string; securityContext?: { privileged?: boolean; capabilities?: { add?: string[]; drop?: string[] } } }> } } } };
+  const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'ferry.yaml'), 'utf8')).map((d) => d.toJSON() as Doc);
+  const ds = docs.find((d) => d?.kind === 'DaemonSet')!.spec!.template.spec;
+  const sc = ds.containers.find((x) => x.name === 'agent')!.securityContext!;
+  expect(sc.privileged ?? false).toBe(false);
+  expect(ds.hostPID ?? false).toBe(false);
+  expect(sc.capabilities?.drop).toEqual(['ALL']);
+  return sc.capabilities?.add ?? [];
+}

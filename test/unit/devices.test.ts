@@ -38,6 +38,7 @@ describe('tc devices', () => {
 
   it('validates entries in the config: names, or patterns that compile', () => {
     expect(deviceEntryProblem('eth0.100')).toBeUndefined();
+    expect(deviceEntryProblem('')).toBe('is empty');
     expect(deviceEntryProblem('enp.*')).toBeUndefined();
     expect(deviceEntryProblem('enp[')).toMatch(/is not a valid pattern/);
     expect(deviceEntryProblem(`(${'x'.repeat(64)})`)).toMatch(/longer than 64/);
