@@ -156,6 +156,7 @@ export class Agent {
     writer.quarantineBackendIds(datapath.maps.ct4.entries().map(([, v]) => v.backendId));
 
     let reconciler: Reconciler | undefined;
+    let unfreeable = -1;
     let announcer: Announcer | undefined;
     const onError = (what: string) => (err: unknown, retryInMs: number) => log.warn({ watch: what, err: (err as Error)?.message ?? String(err), retryInMs }, 'watch failed; the datapath keeps its state');
     const sliceIndex = new SliceIndex();
@@ -229,11 +230,15 @@ export class Agent {
       // leaves out what did not fit.
       onSynced: () => bgp?.kick(),
       reclaimIds: () => {
-        if (writer.retiredBackendIds === 0) return 0;
+        // A conntrack walk: not again while the retired ids are those a walk could not free
+        // (their flows live on; the periodic GC frees them when they end).
+        if (writer.retiredBackendIds === 0 || writer.retiredBackendIds === unfreeable) return 0;
         const o = collectOrphans(datapath.maps);
         metrics.ctCollected.inc({ map: 'ct4' }, o.ctDeleted);
         metrics.ctCollected.inc({ map: 'nat4' }, o.natDeleted);
-        return writer.releaseRetiredBackends(o.backendIdsInFlows);
+        const freed = writer.releaseRetiredBackends(o.backendIdsInFlows);
+        unfreeable = writer.retiredBackendIds;
+        return freed;
       },
     });
     const frameSender = new FrameSender();
