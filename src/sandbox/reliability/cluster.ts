@@ -50,6 +50,8 @@ export interface ReliabilityCluster {
   down(): Promise<void>;
 }
 
+export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
 export async function waitFor<T>(what: string, fn: () => Promise<T> | T, ok: (v: T) => boolean, ms = 60_000, every = 100): Promise<T> {
   let last: T | undefined;
   for (const end = Date.now() + ms; Date.now() < end; ) {

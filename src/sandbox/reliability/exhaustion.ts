@@ -9,7 +9,7 @@
 //   it forgets the least recently used flow; live connections must survive that.
 import { readCounters } from '../../datapath/inspect.js';
 import { WORKLOADS_BIN } from '../workloads/spawn.js';
-import { ECHO_NODEPORT, mapFill, servedTable, startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster } from './cluster.js';
+import { ECHO_NODEPORT, mapFill, servedTable, startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster, sleep } from './cluster.js';
 
 export interface ExhaustionResult {
   services: { capacity: number; offered: number; refused: number; mapFullErrors: number; deleted: number; recoveredMs: number; load: LoadReport };
@@ -17,7 +17,6 @@ export interface ExhaustionResult {
   conntrack: { capacity: number; held: number; survived: number; load: LoadReport };
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const FILL = 20;
 
 async function metric(c: ReliabilityCluster, name: string): Promise<number> {

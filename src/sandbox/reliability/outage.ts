@@ -2,7 +2,7 @@
 // store, as writes to another API server replica would): the datapath must not change
 // during the outage, the agents must stay alive (their /livez healthy, never restarted),
 // and once it is back they must apply the changes quickly.
-import { HTTP_NODEPORT, httpStatus, servedTable, startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster } from './cluster.js';
+import { HTTP_NODEPORT, httpStatus, servedTable, startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster, sleep } from './cluster.js';
 
 export const LATE_NODEPORT = 30190;
 const LATE_CLUSTER_IP = '10.96.0.190';
@@ -20,11 +20,9 @@ export interface OutageResult {
   load: LoadReport;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 export async function outageScenario(c: ReliabilityCluster, opts: { seconds: number }): Promise<OutageResult> {
   const { sb, node1 } = c;
-  const livez = async () => (await node1.host.exec(['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '--max-time', '1', 'http://127.0.0.1:10256/livez'])).stdout;
+  const livez = () => httpStatus(node1.host, 'http://127.0.0.1:10256/livez');
   const pid = sb.agents.get(node1.name)!.pid;
   const before = servedTable(c, node1);
   const load = startSteadyLoad(c);

@@ -1,13 +1,11 @@
 // Agent restarts under load: node-1's agent stopped by SIGTERM, killed by SIGKILL (a moment
 // with no agent at all each time), and killed while it starts, then started again.
-import { startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster } from './cluster.js';
+import { startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster, sleep } from './cluster.js';
 
 export interface RestartsResult {
   rows: Array<{ how: string; count: number; readyMs: number[] }>;
   load: LoadReport;
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export async function restartsScenario(c: ReliabilityCluster, opts: { restarts: number; crashes: number }): Promise<RestartsResult> {
   const { sb, node1: node } = c;

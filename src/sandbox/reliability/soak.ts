@@ -1,7 +1,7 @@
 // A soak: steady load through every frontend while Services and their endpoints churn at a
 // bounded rate (one change a second), sampled over time: the agents' resident memory,
 // conntrack and NAT occupancy on node-1, and requests and failures per interval.
-import { mapFill, rssMiB, startSteadyLoad, type LoadReport, type ReliabilityCluster } from './cluster.js';
+import { mapFill, rssMiB, startSteadyLoad, type LoadReport, type ReliabilityCluster, sleep } from './cluster.js';
 
 export interface SoakSample {
   atS: number;
@@ -20,7 +20,6 @@ export interface SoakResult {
 }
 
 const CHURN_SERVICES = 10;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const churnService = (i: number) => ({ apiVersion: 'v1', kind: 'Service', metadata: { name: `churn-${i}`, namespace: 'default' }, spec: { ports: [{ port: 80, protocol: 'TCP' }] } });
 const churnSlice = (i: number, endpoints: string[]) => ({

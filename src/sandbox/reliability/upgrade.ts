@@ -4,7 +4,7 @@
 // remote through SNAT) must survive, and no new request may fail.
 import { FERRY_BIN } from '../sandbox.js';
 import { WORKLOADS_BIN } from '../workloads/spawn.js';
-import { ECHO_NODEPORT, startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster } from './cluster.js';
+import { ECHO_NODEPORT, startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster, sleep } from './cluster.js';
 
 export interface UpgradeResult {
   fromCommit: string;
@@ -12,8 +12,6 @@ export interface UpgradeResult {
   held: { count: number; survived: number; brokeAtMs: number[] };
   load: LoadReport;
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The cluster must have been started with the previous release's agents (`agentBin`). */
 export async function upgradeScenario(c: ReliabilityCluster, opts: { fromCommit: string; held: number }): Promise<UpgradeResult> {
