@@ -3,7 +3,7 @@ SHELL := /bin/bash
 NPX := npx --no-install
 
 
-.PHONY: all setup build build-ts build-bpf typecheck test test-unit test-bpf test-e2e demo bench bench-full reliability cleanup clean
+.PHONY: all setup build build-ts build-bpf image typecheck test test-unit test-bpf test-e2e demo bench bench-full reliability cleanup clean
 
 all: build
 
@@ -20,12 +20,16 @@ build-ts:
 build-bpf: build-ts
 	@node bin/ferry.js compile
 
+## image: the OCI image from Debian packages (build/image/ferry.tar; cached, see the script)
+image: build
+	@bash scripts/build-image.sh
+
 ## typecheck: the tests and benchmarks too, not only src/
 typecheck: setup
 	@$(NPX) tsc -p tsconfig.test.json
 
 ## test: every test (unit, bpf, e2e); bpf and e2e need root
-test: build typecheck
+test: build typecheck image
 	@mkdir -p build
 	@set -o pipefail; $(NPX) vitest run --reporter=verbose --reporter=json --outputFile.json=build/test-report.json; \
 	  status=$$?; node scripts/test-summary.mjs build/test-report.json || status=1; \

@@ -12,11 +12,13 @@ cd "$(dirname "$0")/.."
 #                procps (sysctl), bpftool (ferry status)
 #   bgp:         frr (the sandbox's router and nodes; vtysh checks ferry's configuration)
 #   benchmarks:  iperf3, iptables, nftables (kube-proxy-shaped rules)
+#   image:       mmdebstrap (the Debian root filesystem), umoci and skopeo (the OCI image),
+#                runc (the test that runs the agent from it)
 PACKAGES=(clang llvm libbpf-dev libbpf1 linux-libc-dev gcc libc6-dev
   iproute2 iputils-ping iputils-arping curl util-linux mount procps bpftool
-  frr iperf3 iptables nftables)
+  frr iperf3 iptables nftables mmdebstrap umoci skopeo runc)
 # The commands those packages must have put on PATH; checked at the end.
-COMMANDS=(clang cc bpftool ip tc ping arping vtysh curl nsenter unshare taskset mount sysctl iperf3 iptables-restore nft kubectl)
+COMMANDS=(clang cc bpftool ip tc ping arping vtysh curl nsenter unshare taskset mount sysctl iperf3 iptables-restore nft kubectl mmdebstrap umoci skopeo runc)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -23,6 +23,8 @@ import { Testbed, type Proc } from './netns/testbed.js';
 import { readRecords, pidAlive } from './netns/registry.js';
 import { destroyResources } from './netns/testbed.js';
 import { ClusterNetwork, NODE_NET, type NodeInfo } from './network.js';
+import { ContainerImage } from './container.js';
+import { agentSecurity } from './manifests.js';
 
 export const API_PORT = 6443;
 export const SANDBOX_STATE_ROOT = process.env.FERRY_SANDBOX_STATE ?? '/run/ferry/sandboxes';
@@ -93,6 +95,8 @@ export interface SandboxOptions {
   agentEnv?: Record<string, string>;
   /** The ferry command the agents start from (default: this build's): a previous release's, for upgrade tests. */
   agentBin?: string;
+  /** Run the agents from ferry's OCI image (runc; `make image`) instead of this build's files. */
+  agentImage?: { layout: string; tag: string };
   /** Extra environment for the operator replicas. */
   operatorEnv?: Record<string, string>;
   /** bgp (default): the router learns the pool by BGP; l2: the pool is in the node subnet and ferry answers ARP; routes: the sandbox routes it. */
@@ -140,6 +144,7 @@ export class Sandbox {
   readonly dir: string;
   readonly kubeconfig: string;
   private readonly agentKubeconfig: string;
+  private image: ContainerImage | undefined;
 
   private constructor(
     readonly opts: SandboxOptions,
@@ -179,6 +184,11 @@ export class Sandbox {
       });
       await api.start();
       const s = new Sandbox(opts, tb, net, store, api);
+      if (opts.agentImage) {
+        // The sandbox's FRR runs on this machine, not from the image: its vtysh would not match.
+        if (s.announce === 'bgp') throw new Error('sandbox: agentImage needs --announce l2 or routes');
+        s.image = await ContainerImage.unpack(tb, opts.agentImage.layout, opts.agentImage.tag);
+      }
       writeFileSync(s.kubeconfig, testKubeconfig(api.alsoUrl!));
       writeFileSync(s.agentKubeconfig, testKubeconfig(api.url));
       for (const ns of ['default', 'kube-system']) store.create('namespaces', { metadata: { name: ns } });
@@ -214,15 +224,27 @@ export class Sandbox {
    */
   async startAgent(node: NodeInfo, timeoutMs = 30_000, opts: { bin?: string; env?: NodeJS.ProcessEnv; devices?: string; capabilities?: string[] } = {}): Promise<Proc> {
     const devices = opts.devices ?? node.device;
-    // Root keeps only what the bounding set allows across exec, as in a container without privileged.
-    const limit = opts.capabilities ? ['setpriv', `--bounding-set=-all,${opts.capabilities.map((c) => `+${c}`).join(',')}`, '--'] : [];
     const pinDir = this.pinDir(node);
     mkdirSync(pinDir, { recursive: true });
     this.tb.ownPath(pinDir);
-    const p = node.host.spawn(
-      [...limit, process.execPath, ...AGENT_NODE_FLAGS, opts.bin ?? this.opts.agentBin ?? FERRY_BIN, 'agent', '--node-name', node.name, '--kubeconfig', this.agentKubeconfig, ...(devices ? ['--devices', devices] : []), '--pin-dir', pinDir, '--cgroup-root', node.host.cgroup],
-      { ...process.env, FERRY_CGROUP_MUST_BE_ROOT: 'false', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:10249', FERRY_FORWARDING_MODE: this.opts.mode, ...(this.announce === 'bgp' ? { FERRY_FRR_PATHSPACE: node.host.netns } : {}), ...this.opts.agentEnv, ...opts.env },
-    );
+    const args = ['agent', '--node-name', node.name, '--kubeconfig', this.agentKubeconfig, ...(devices ? ['--devices', devices] : []), '--pin-dir', pinDir, '--cgroup-root', node.host.cgroup];
+    const settings = { FERRY_CGROUP_MUST_BE_ROOT: 'false', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:10249', FERRY_FORWARDING_MODE: this.opts.mode, ...(this.announce === 'bgp' ? { FERRY_FRR_PATHSPACE: node.host.netns } : {}), ...this.opts.agentEnv, ...opts.env };
+    let p: Proc;
+    if (this.image && !opts.bin) {
+      const security = agentSecurity();
+      p = await this.image.run(node.host, `agent-${node.name}`, {
+        args: ['node', ...AGENT_NODE_FLAGS, '/opt/ferry/bin/ferry.js', ...args],
+        env: { NODE_NAME: node.name, ...(settings as Record<string, string>) },
+        capabilities: opts.capabilities ?? security.add,
+        uid: security.runAsUser,
+        workingDir: '/opt/ferry',
+        binds: [{ path: '/sys/fs/bpf', propagation: 'HostToContainer' }, { path: '/sys/fs/cgroup' }, { path: this.dir, readOnly: true }],
+      });
+    } else {
+      // Root keeps only what the bounding set allows across exec, as in a container without privileged.
+      const limit = opts.capabilities ? ['setpriv', `--bounding-set=-all,${opts.capabilities.map((c) => `+${c}`).join(',')}`, '--'] : [];
+      p = node.host.spawn([...limit, process.execPath, ...AGENT_NODE_FLAGS, opts.bin ?? this.opts.agentBin ?? FERRY_BIN, ...args], { ...process.env, ...settings });
+    }
     this.agents.set(node.name, p);
     for (const end = Date.now() + timeoutMs; Date.now() < end; ) {
       if (p.output().includes('initial sync done')) return p;

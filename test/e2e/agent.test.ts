@@ -13,10 +13,7 @@ import { agentCluster, applyObject, podWith, sliceFor } from '../harness/agent-c
 import { eventually } from '../harness/wait.js';
 import { WORKLOADS } from '../../src/sandbox/mini-cluster.js';
 import { describeWith } from '../harness/requirements.js';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { parseAllDocuments } from 'yaml';
-import { REPO_ROOT } from '../harness/paths.js';
+import { agentSecurity } from '../../src/sandbox/manifests.js';
 
 let c: Sandbox;
 let web1: PodInfo;
@@ -207,12 +204,9 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
 
 /** The agent container's added capabilities, from deploy/kubernetes/ferry.yaml. */
 function daemonSetCapabilities(): string[] {
-  type Doc = { kind?: string; spec?: { template: { spec: { hostPID?: boolean; containers: Array<{ name: string; securityContext?: { privileged?: boolean; capabilities?: { add?: string[]; drop?: string[] } } }> } } } };
-  const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'ferry.yaml'), 'utf8')).map((d) => d.toJSON() as Doc);
-  const ds = docs.find((d) => d?.kind === 'DaemonSet')!.spec!.template.spec;
-  const sc = ds.containers.find((x) => x.name === 'agent')!.securityContext!;
-  expect(sc.privileged ?? false).toBe(false);
-  expect(ds.hostPID ?? false).toBe(false);
-  expect(sc.capabilities?.drop).toEqual(['ALL']);
-  return sc.capabilities?.add ?? [];
+  const sc = agentSecurity();
+  expect(sc.privileged).toBe(false);
+  expect(sc.hostPID).toBe(false);
+  expect(sc.drop).toEqual(['ALL']);
+  return sc.add;
 }

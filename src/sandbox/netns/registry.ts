@@ -16,6 +16,8 @@ export interface TestbedRecord {
   pids: number[];
   /** Files and directories (pins, state) to remove with the testbed. */
   paths?: string[];
+  /** runc containers (state directory and id) to delete with the testbed. */
+  containers?: Array<{ root: string; id: string }>;
 }
 
 export function recordPath(prefix: string): string {

@@ -141,6 +141,7 @@ export class Testbed {
   private readonly hosts = new Map<string, Host>();
   private readonly procs = new Set<Proc>();
   private readonly paths: string[] = [];
+  private readonly containers: Array<{ root: string; id: string }> = [];
   private readonly cgroupRoot: string;
   private destroyed = false;
 
@@ -171,6 +172,7 @@ export class Testbed {
       cgroups: [this.cgroupRoot, ...[...this.hosts.values()].map((h) => h.cgroup)],
       pids: [...this.procs].map((p) => p.pid),
       paths: [...this.paths],
+      containers: [...this.containers],
     };
   }
 
@@ -187,6 +189,12 @@ export class Testbed {
   /** Remove this file or directory (a pin directory, say) with the testbed, even after a crash. */
   ownPath(path: string): void {
     if (!this.paths.includes(path)) this.paths.push(path);
+    this.save();
+  }
+
+  /** Delete this runc container (killing what runs in it) with the testbed, even after a crash. */
+  ownContainer(root: string, id: string): void {
+    if (!this.containers.some((c) => c.root === root && c.id === id)) this.containers.push({ root, id });
     this.save();
   }
 
@@ -285,6 +293,8 @@ export async function destroyResources(r: TestbedRecord): Promise<void> {
       }
     }
   }
+  // A container's processes live in runc's cgroup, not the host's: runc kills and removes them.
+  for (const c of r.containers ?? []) await exec('runc', ['--root', c.root, 'delete', '--force', c.id]);
   // Anything still inside the host cgroups was started there by this testbed.
   for (const cg of [...r.cgroups].reverse()) killCgroup(cg);
   for (const ns of r.namespaces) await exec('ip', ['netns', 'del', ns]);

@@ -1,0 +1,87 @@
+// The OCI image from `make image` (scripts/build-image.sh): what it holds, and the agent run
+// from it (runc, as a kubelet runs the DaemonSet's container: the node's network, read-only
+// root, only the added capabilities) in a 2-node sandbox, serving a NodePort and an L2 LB IP.
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync, readdirSync, readlinkSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { Sandbox } from '../../src/sandbox/sandbox.js';
+import { exec } from '../../src/sys/exec.js';
+import { REPO_ROOT } from '../harness/paths.js';
+import { describeWith } from '../harness/requirements.js';
+import { eventually } from '../harness/wait.js';
+
+const IMAGE = join(REPO_ROOT, 'build', 'image');
+const version = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')).version as string;
+let sb: Sandbox | undefined;
+
+describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'the ferry image', () => {
+  beforeAll(() => {
+    // Up to date after `make test` (which runs make image); built here when run alone.
+    const r = spawnSync('bash', [join(REPO_ROOT, 'scripts', 'build-image.sh')], { encoding: 'utf8', timeout: 600_000 });
+    expect(r.status, r.stderr + r.stdout).toBe(0);
+  }, 600_000);
+  afterAll(async () => {
+    await sb?.down();
+  }, 60_000);
+
+  it('is an OCI archive of Debian trixie with node 20, libbpf 1.5 and ferry, no compiler, no package lists, a non-root default user', async () => {
+    const meta = JSON.parse(readFileSync(join(IMAGE, 'ferry.json'), 'utf8')) as { digest: string; archiveBytes: number; layers: number };
+    expect(statSync(join(IMAGE, 'ferry.tar')).size).toBe(meta.archiveBytes);
+    const inspect = JSON.parse((await exec('skopeo', ['inspect', '--config', `oci-archive:${join(IMAGE, 'ferry.tar')}:ferry:${version}`])).stdout) as { config: { User: string; Entrypoint: string[] } };
+    expect(inspect.config.User).toBe('65532:65532');
+    expect(inspect.config.Entrypoint).toEqual(['node', '/opt/ferry/bin/ferry.js']);
+    const rootfs = join('/run/ferry/images', 'check');
+    await exec('rm', ['-rf', rootfs]);
+    try {
+      expect((await exec('umoci', ['unpack', '--image', `${join(IMAGE, 'oci')}:${version}`, rootfs])).code).toBe(0);
+      const root = join(rootfs, 'rootfs');
+      expect(readFileSync(join(root, 'etc/os-release'), 'utf8')).toMatch(/VERSION_CODENAME=trixie/);
+      const chroot = (cmd: string[]) => spawnSync('chroot', [root, ...cmd], { encoding: 'utf8' });
+      expect(chroot(['node', '--version']).stdout).toMatch(/^v20\./);
+      expect(readdirSync(join(root, 'usr/lib/x86_64-linux-gnu')).some((f) => /^libbpf\.so\.1\.5/.test(f))).toBe(true);
+      expect(chroot(['node', '/opt/ferry/bin/ferry.js', '--help']).stdout).toMatch(/Usage: ferry/);
+      for (const f of ['opt/ferry/build/bpf/tc.bpf.o', 'opt/ferry/build/bpf/sock.bpf.o', 'usr/sbin/bpftool', 'usr/lib/frr/watchfrr', 'usr/bin/ip']) expect(existsSync(join(root, f)), f).toBe(true);
+      for (const f of ['usr/bin/gcc', 'usr/bin/cc', 'usr/bin/clang', 'usr/bin/apt-get']) expect(existsSync(join(root, f)), f).toBe(false);
+      const files = (dir: string) => (readdirSync(join(root, dir), { recursive: true, withFileTypes: true }) as Array<{ isDirectory(): boolean; name: string }>).filter((e) => !e.isDirectory()).map((e) => e.name);
+      expect(files('var/lib/apt/lists').filter((f) => f !== 'lock')).toEqual([]);
+      expect(files('var/cache')).toEqual([]);
+      // koffi's library for this platform only, not its 17 others.
+      expect(readdirSync(join(root, 'opt/ferry/node_modules/koffi/build/koffi'))).toEqual(['linux_x64']);
+      // No test or benchmark dependency shipped.
+      for (const dev of ['vitest', 'typescript', 'tsx']) expect(existsSync(join(root, 'opt/ferry/node_modules', dev)), dev).toBe(false);
+    } finally {
+      await exec('rm', ['-rf', rootfs]);
+    }
+  });
+
+  it('runs the agent on every node of a sandbox, and the NodePort and the L2 LoadBalancer IP serve', async () => {
+    sb = await Sandbox.up({ name: 'image', nodes: 2, mode: 'snat', announce: 'l2', log: pino({ level: 'silent' }), agentImage: { layout: join(IMAGE, 'oci'), tag: version } });
+    // The agent's process runs the image's node, in its own pid namespace.
+    for (const node of sb.net.nodes) {
+      const state = JSON.parse((await exec('runc', ['--root', `/run/ferry/runc/${sb.tb.prefix}`, 'state', `agent-${node.name}`])).stdout) as { pid: number; status: string };
+      expect(state.status).toBe('running');
+      const exe = statSync(`/proc/${state.pid}/exe`);
+      const imageNode = statSync(`/run/ferry/images/${sb.tb.prefix}/rootfs/usr/bin/node`);
+      expect([exe.dev, exe.ino]).toEqual([imageNode.dev, imageNode.ino]);
+      expect(readlinkSync(`/proc/${state.pid}/ns/pid`)).not.toBe(readlinkSync('/proc/self/ns/pid'));
+      // Only the DaemonSet's capabilities: BPF(39) NET_ADMIN(12) SYS_ADMIN(21) NET_RAW(13).
+      const capEff = /CapEff:\s+([0-9a-f]+)/.exec(readFileSync(`/proc/${state.pid}/status`, 'utf8'))![1]!;
+      expect(BigInt(`0x${capEff}`)).toBe((1n << 39n) | (1n << 12n) | (1n << 21n) | (1n << 13n));
+    }
+    await sb.put('Deployment', {
+      apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'web', namespace: 'default' },
+      spec: { replicas: 2, selector: { matchLabels: { app: 'web' } }, template: { metadata: { labels: { app: 'web' } }, spec: { containers: [{ name: 'whoami', image: 'whoami', ports: [{ containerPort: 8080 }] }] } } },
+    });
+    await sb.put('Service', {
+      apiVersion: 'v1', kind: 'Service', metadata: { name: 'web', namespace: 'default' },
+      spec: { type: 'LoadBalancer', selector: { app: 'web' }, ports: [{ port: 80, targetPort: 8080, nodePort: 30080 }] },
+    });
+    const curl = async (url: string) => (await sb!.net.client.exec(['curl', '-sS', '--max-time', '2', url])).stdout;
+    for (const ip of ['10.0.30.21', '10.0.30.22']) expect(await eventually(() => curl(`http://${ip}:30080/`), (o) => /Hostname: web-/.test(o), 30_000)).toMatch(/Hostname: web-/);
+    const svc = await eventually(async () => sb!.store.get('services', 'default', 'web') as { status?: { loadBalancer?: { ingress?: Array<{ ip: string }> } } }, (s) => Boolean(s?.status?.loadBalancer?.ingress?.[0]?.ip), 30_000);
+    const lbIp = svc.status!.loadBalancer!.ingress![0]!.ip;
+    expect(await eventually(() => curl(`http://${lbIp}/`), (o) => /Hostname: web-/.test(o), 30_000)).toMatch(/Hostname: web-/);
+  });
+});
