@@ -3,8 +3,8 @@
 #
 #   layer 1  a Debian 13 (trixie) root filesystem from Debian's archive (mmdebstrap, the
 #            essential set plus the packages below: no apt, no compiler, no package lists)
-#   layer 2  /opt/ferry: dist/, bin/, the compiled BPF objects and the production node_modules
-#
+#   layer 2  /opt/ferry: dist/, bin/, the compiled BPF objects, the production node_modules
+#            and deploy/kubernetes, deploy/crds (what `ferry manifests` renders)
 # Output: build/image/ferry.tar (an OCI archive, skopeo's oci-archive:) and build/image/oci/
 # (the same as an OCI layout, for umoci unpack), build/image/ferry.json (digest and sizes).
 # Cached: the Debian layer by this script's contents, the image by the hash of everything it
@@ -38,7 +38,7 @@ mkdir -p "$OUT"
 hash_files() { sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1; }
 BASE_KEY=$( { echo "$SUITE $MIRROR $PACKAGES"; cat "$0"; } | sha256sum | cut -d' ' -f1 | cut -c1-16)
 APP_KEY=$( { echo "$BASE_KEY $SOURCE_DATE_EPOCH"; find dist bin build/bpf -maxdepth 1 -type f -print0 | hash_files;
-  find dist -type f -print0 | hash_files; sha256sum package.json package-lock.json; } | sha256sum | cut -d' ' -f1 | cut -c1-16)
+  find dist deploy/kubernetes deploy/crds -type f -print0 | hash_files; sha256sum package.json package-lock.json; } | sha256sum | cut -d' ' -f1 | cut -c1-16)
 
 if [ -z "${FERRY_IMAGE_FORCE:-}" ] && [ -f "$OUT/ferry.tar" ] && [ "$(cat "$OUT/inputs" 2>/dev/null)" = "$APP_KEY" ]; then
   echo "image: up to date ($OUT/ferry.tar, inputs $APP_KEY)"
@@ -74,6 +74,7 @@ STAGE="$OUT/stage/opt/ferry"
 rm -rf "$OUT/stage" && mkdir -p "$STAGE/build/bpf"
 cp -a dist bin package.json package-lock.json "$STAGE/"
 cp build/bpf/*.bpf.o "$STAGE/build/bpf/"
+mkdir -p "$STAGE/deploy" && cp -a deploy/kubernetes deploy/crds "$STAGE/deploy/" # ferry manifests
 find "$STAGE/dist" -name '*.map' -delete
 (cd "$STAGE" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error)
 # koffi ships a prebuilt library for every platform; keep this one's.

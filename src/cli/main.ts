@@ -6,6 +6,7 @@ import { registerAgent } from './agent-command.js';
 import { registerBgp } from './bgp-commands.js';
 import { registerService } from './service-command.js';
 import { registerInspect } from './inspect-commands.js';
+import { registerManifests } from './manifests-command.js';
 
 /**
  * Commands imported only when asked for, or for the help text: the development ones (the
@@ -44,6 +45,7 @@ export async function main(argv: string[]): Promise<void> {
   registerBgp(program);
   registerService(program);
   registerInspect(program);
+  registerManifests(program);
   try {
     for (const name of lazyCommandsFor(argv)) (await LAZY_COMMANDS[name]!())(program);
     await program.parseAsync(argv);

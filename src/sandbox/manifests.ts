@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
 
 const PACKAGE_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-export const AGENT_MANIFEST = join(PACKAGE_ROOT, 'deploy', 'kubernetes', 'ferry.yaml');
+export const AGENT_MANIFEST = join(PACKAGE_ROOT, 'deploy', 'kubernetes', 'base', 'agent.yaml');
 
 export interface AgentSecurity {
   privileged: boolean;

@@ -202,7 +202,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
   });
 });
 
-/** The agent container's added capabilities, from deploy/kubernetes/ferry.yaml. */
+/** The agent container's added capabilities, from deploy/kubernetes/base/agent.yaml. */
 function daemonSetCapabilities(): string[] {
   const sc = agentSecurity();
   expect(sc.privileged).toBe(false);

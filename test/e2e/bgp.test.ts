@@ -144,9 +144,9 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'BGP announcements', () => {
     expect(summary.ipv4Unicast?.peers?.['10.0.30.23']?.state).toBe('Established'); // the session stays
   });
 
-  it('every BGP request the agents made is one their RBAC (deploy/kubernetes/ferry.yaml) allows', () => {
+  it('every BGP request the agents made is one their RBAC (deploy/kubernetes/base/agent.yaml) allows', () => {
     type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] };
-    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'ferry.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; metadata: { namespace?: string }; rules?: Rule[] });
+    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'base', 'agent.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; metadata: { namespace?: string }; rules?: Rule[] });
     const rules = docs.filter((d) => d.kind === 'ClusterRole' || (d.kind === 'Role' && d.metadata.namespace === 'kube-system')).flatMap((d) => d.rules ?? []);
     const bgp = sb.api.access.filter((a) => a.userAgent !== SANDBOX_USER_AGENT && !a.userAgent?.startsWith('kubectl') && (a.resource === 'bgppeers' || a.resource === 'bgpadvertisements'));
     expect(bgp.length).toBeGreaterThan(3);

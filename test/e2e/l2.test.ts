@@ -191,9 +191,9 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'L2 announcements', () => {
     expect((await eventually(() => sb.net.client.exec(['curl', '-sS', '--max-time', '2', `http://${ip}/`]), (x) => x.code === 0)).code).toBe(0);
   });
 
-  it('every L2 request the agents made is one their RBAC (deploy/kubernetes/ferry.yaml) allows', () => {
+  it('every L2 request the agents made is one their RBAC (deploy/kubernetes/base/agent.yaml) allows', () => {
     type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] };
-    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'ferry.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; metadata: { namespace?: string }; rules?: Rule[] });
+    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'base', 'agent.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; metadata: { namespace?: string }; rules?: Rule[] });
     const rules = docs.filter((d) => d.kind === 'ClusterRole' || (d.kind === 'Role' && d.metadata.namespace === 'kube-system')).flatMap((d) => d.rules ?? []);
     // The agents' L2 requests: the policies, and the heartbeat Leases (the operator's Lease is its own business).
     const ours = (a: { userAgent?: string }) => a.userAgent !== SANDBOX_USER_AGENT && !a.userAgent?.startsWith('kubectl');
@@ -206,7 +206,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'L2 announcements', () => {
 
   it('every request an agent made is one its RBAC allows, and the RBAC grants nothing it does not use (bar a BGP password Secret)', () => {
     type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] };
-    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'ferry.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; metadata: { namespace?: string }; rules?: Rule[] });
+    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'base', 'agent.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; metadata: { namespace?: string }; rules?: Rule[] });
     const rules = docs.filter((d) => d.kind === 'ClusterRole' || (d.kind === 'Role' && d.metadata.namespace === 'kube-system')).flatMap((d) => d.rules ?? []);
     const agent = sb.api.access.filter((a) => a.userAgent === 'ferry-agent');
     expect(agent.length).toBeGreaterThan(50);

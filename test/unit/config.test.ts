@@ -40,14 +40,14 @@ describe('agent configuration', () => {
   });
 
   it('the DaemonSet runs the agent with the V8 flags the benchmark measured', () => {
-    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'ferry.yaml'), 'utf8')).map((d) => d.toJSON() as { kind?: string; spec?: { template: { spec: { containers: Array<{ name: string; command?: string[] }> } } } });
+    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'base', 'agent.yaml'), 'utf8')).map((d) => d.toJSON() as { kind?: string; spec?: { template: { spec: { containers: Array<{ name: string; command?: string[] }> } } } });
     const agent = docs.find((d) => d?.kind === 'DaemonSet')!.spec!.template.spec.containers.find((c) => c.name === 'agent')!;
     expect(agent.command).toEqual(['node', ...AGENT_NODE_FLAGS, '/opt/ferry/bin/ferry.js', 'agent', '--config', '/etc/ferry/ferry.yaml']);
   });
 
   it('the DaemonSet\'s configuration loads, chooses its devices, keeps metrics on loopback, and probes /readyz before /livez', () => {
     type Doc = { kind?: string; data?: Record<string, string>; spec?: { template: { spec: { containers: Array<{ name: string; startupProbe?: { httpGet: { path: string } }; readinessProbe?: { httpGet: { path: string } }; livenessProbe?: { httpGet: { path: string }; initialDelaySeconds?: number } }> } } } };
-    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'ferry.yaml'), 'utf8')).map((d) => d.toJSON() as Doc);
+    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'base', 'agent.yaml'), 'utf8')).map((d) => d.toJSON() as Doc);
     const file = join(mkdtempSync(join(tmpdir(), 'ferry-cm-')), 'ferry.yaml');
     writeFileSync(file, docs.find((d) => d?.kind === 'ConfigMap')!.data!['ferry.yaml']!);
     const cfg = loadConfig({ file, env: { NODE_NAME: 'n' } });

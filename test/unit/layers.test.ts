@@ -54,9 +54,10 @@ const ALLOWED: Record<string, string[]> = {
   k8s: ['model', 'clock', 'errors'],
   datapath: ['ebpf', 'model', 'packet', 'sys', 'errors'],
   build: ['errors'],
+  deploy: ['errors'],
   agent: ['datapath', 'model', 'k8s', 'announce', 'packet', 'sys', 'clock', 'config-file', 'errors'],
   operator: ['ipam', 'k8s', 'sys', 'clock', 'config-file', 'errors'],
-  cli: ['agent', 'operator', 'ipam', 'announce', 'datapath', 'model', 'k8s', 'build', 'packet', 'sys', 'errors', 'sandbox'],
+  cli: ['agent', 'operator', 'ipam', 'announce', 'datapath', 'model', 'k8s', 'build', 'deploy', 'packet', 'sys', 'errors', 'sandbox'],
   sandbox: ['agent', 'operator', 'datapath', 'model', 'k8s', 'ebpf', 'packet', 'sys', 'clock', 'errors'],
 };
 

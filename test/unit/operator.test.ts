@@ -1,7 +1,7 @@
 // `ferry operator` in this process against the test API server: it allocates and writes
 // status, conditions, Events and pool status; a restarted operator changes nothing; a
 // freed address goes to the Service waiting for it; and every request it makes is one
-// its RBAC in deploy/kubernetes/operator.yaml allows.
+// its RBAC in deploy/kubernetes/base/operator.yaml allows.
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -96,7 +96,7 @@ describe('ferry operator (in process)', () => {
     expect(await conditionOf('a')).toEqual({});
   });
 
-  it('makes only requests its RBAC (deploy/kubernetes/operator.yaml) allows', async () => {
+  it('makes only requests its RBAC (deploy/kubernetes/base/operator.yaml) allows', async () => {
     await call('POST', SERVICES, lb('a'));
     const op = await startOperator('one');
     await eventually(() => ipOf('a'), (ip) => ip !== '');
@@ -104,7 +104,7 @@ describe('ferry operator (in process)', () => {
     await op.stop(); // releases the Lease: an update too
     running.splice(running.indexOf(op), 1);
     type Rule = { apiGroups: string[]; resources: string[]; verbs: string[]; resourceNames?: string[] };
-    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'operator.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; metadata: { namespace?: string }; rules?: Rule[] });
+    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'base', 'operator.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; metadata: { namespace?: string }; rules?: Rule[] });
     const clusterRules = docs.filter((d) => d.kind === 'ClusterRole').flatMap((d) => d.rules ?? []);
     const roles = docs.filter((d) => d.kind === 'Role');
     const allows = (r: Rule, a: (typeof server.access)[number]) => r.apiGroups.includes(a.group) && r.resources.includes(a.resource) && r.verbs.includes(a.verb) && (!r.resourceNames || (a.name !== undefined && r.resourceNames.includes(a.name)));
@@ -117,7 +117,7 @@ describe('ferry operator (in process)', () => {
   });
 
   it('the Deployment starts it with the V8 flags the benchmark measured', () => {
-    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'operator.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; spec?: { template: { spec: { containers: Array<{ command?: string[] }> } } } });
+    const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'base', 'operator.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; spec?: { template: { spec: { containers: Array<{ command?: string[] }> } } } });
     const command = docs.find((d) => d.kind === 'Deployment')!.spec!.template.spec.containers[0]!.command!;
     expect(command).toEqual(['node', ...OPERATOR_NODE_FLAGS, '/opt/ferry/bin/ferry.js', 'operator']);
   });
