@@ -19,8 +19,9 @@ VERSION=$(node -p 'require("./package.json").version')
 SUITE=trixie
 MIRROR=${FERRY_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # nodejs (20.19 in trixie), libbpf1 (loaded through koffi), iproute2 (ip -j: devices),
-# bpftool (ferry status/uninstall), frr (the BGP container), ca-certificates (the API server).
-PACKAGES=nodejs,libbpf1,iproute2,bpftool,frr,ca-certificates
+# bpftool (ferry status/uninstall), frr (the BGP container), ca-certificates (the API server),
+# iptables and nftables (ferry cleanup-kube-proxy).
+PACKAGES=nodejs,libbpf1,iproute2,bpftool,frr,ca-certificates,iptables,nftables
 # The image's default user; the agent's DaemonSet runs as root (see deploy/kubernetes).
 UID_GID=65532
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}

@@ -7,6 +7,7 @@ import { registerBgp } from './bgp-commands.js';
 import { registerService } from './service-command.js';
 import { registerInspect } from './inspect-commands.js';
 import { registerManifests } from './manifests-command.js';
+import { registerCleanupKubeProxy } from './cleanup-kube-proxy-command.js';
 
 /**
  * Commands imported only when asked for, or for the help text: the development ones (the
@@ -46,6 +47,7 @@ export async function main(argv: string[]): Promise<void> {
   registerService(program);
   registerInspect(program);
   registerManifests(program);
+  registerCleanupKubeProxy(program);
   try {
     for (const name of lazyCommandsFor(argv)) (await LAZY_COMMANDS[name]!())(program);
     await program.parseAsync(argv);

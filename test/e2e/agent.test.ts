@@ -14,6 +14,9 @@ import { eventually } from '../harness/wait.js';
 import { WORKLOADS } from '../../src/sandbox/mini-cluster.js';
 import { describeWith } from '../harness/requirements.js';
 import { agentSecurity } from '../../src/sandbox/manifests.js';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { REPO_ROOT } from '../harness/paths.js';
 
 let c: Sandbox;
 let web1: PodInfo;
@@ -110,6 +113,18 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
     expect(value('ferry_datapath_packets_total{path="fwd_local"}')).toBeGreaterThan(0);
     expect(m.some((l) => l.startsWith('ferry_datapath_drops_total{reason="unknown_port"}'))).toBe(true);
     expect(await n1.execOk(['curl', '-sS', 'http://127.0.0.1:10249/proxyMode'])).toBe('ebpf');
+  });
+
+  it('serves every metric the Grafana dashboard (deploy/grafana/ferry.json) queries: the agent or the operator', async () => {
+    const dashboard = JSON.parse(readFileSync(join(REPO_ROOT, 'deploy', 'grafana', 'ferry.json'), 'utf8')) as { panels: Array<{ targets?: Array<{ expr: string }> }> };
+    const queried = new Set(dashboard.panels.flatMap((p) => p.targets ?? []).flatMap((t) => [...t.expr.matchAll(/\b(?:kubeproxy|ferry|process|nodejs)_[a-z0-9_]+/g)].map((m) => m[0])));
+    expect(queried.size).toBeGreaterThan(30);
+    const n1 = c.net.node(1).host;
+    const served = (await n1.execOk(['curl', '-sS', 'http://127.0.0.1:10249/metrics'])) + (await n1.execOk(['curl', '-sS', 'http://127.0.0.1:9253/metrics']));
+    // A sample, or for a labelled metric nothing has happened to yet, its TYPE line.
+    const has = (name: string) => new RegExp(`^${name}[{ ]`, 'm').test(served) || new RegExp(`^# TYPE ${name.replace(/_(bucket|sum|count)$/, '')} `, 'm').test(served);
+    expect([...queried].filter((m) => !has(m))).toEqual([]);
+    expect(has('ferry_not_a_metric')).toBe(false);
   });
 
   it('skips a malformed Service with an Event and a metric; everything else keeps working', async () => {

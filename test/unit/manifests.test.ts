@@ -26,7 +26,7 @@ function kubectlKustomize(overlay: string): KObject[] {
   return parseAllDocuments(r.stdout).map((d) => d.toJSON() as KObject);
 }
 
-const everything = () => [...renderObjects({ talos: true }), ...readObjects(join(KUSTOMIZE_ROOT, 'uninstall.yaml'))];
+const everything = () => [...renderObjects({ talos: true }), ...['uninstall.yaml', 'cleanup-kube-proxy.yaml'].flatMap((f) => readObjects(join(KUSTOMIZE_ROOT, f)))];
 
 describe('deploy/kubernetes', () => {
   it('ferry manifests renders each overlay as kubectl kustomize does', () => {
