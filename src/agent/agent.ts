@@ -242,16 +242,19 @@ export class Agent {
       },
     });
     const frameSender = new FrameSender();
+    const interfaceInfos = (names: readonly string[]) => names.flatMap((d) => {
+      try {
+        return [interfaceInfo(d)];
+      } catch (e) {
+        log.warn({ device: d, err: (e as Error).message }, 'this device answers no ARP for L2 announcements');
+        return [];
+      }
+    });
+    // The devices ARP is answered on follow the tc devices (hotplug: DeviceScanner).
+    let l2Devices = interfaceInfos(devices);
     announcer = new Announcer({
       nodeName: cfg.nodeName,
-      devices: devices.flatMap((d) => {
-        try {
-          return [interfaceInfo(d)];
-        } catch (e) {
-          log.warn({ device: d, err: (e as Error).message }, 'this device answers no ARP for L2 announcements');
-          return [];
-        }
-      }),
+      devices: () => l2Devices,
       source: { services: () => services.list(), service: (ns, name) => services.get(ns, name), slices: () => slices.list(), nodes: () => nodes.list(), policies: () => policies.list(), synced: () => policies.hasSynced && leases.hasSynced },
       heartbeat: new HeartbeatWriter(json, cfg.namespace, cfg.nodeName),
       l2: new L2AddressWriter(datapath.maps.l2_owned),
@@ -311,7 +314,10 @@ export class Agent {
       agent.collect(); // and so the map fill is known before the first scrape
       agent.gcTimer = setInterval(() => agent.collect(), cfg.ctGcIntervalSeconds * 1000);
       agent.gcTimer.unref();
-      agent.deviceScanner = new DeviceScanner(datapath, cfg.devices, view.addresses, log);
+      agent.deviceScanner = new DeviceScanner(datapath, cfg.devices, view.addresses, log, (attached) => {
+        l2Devices = interfaceInfos(attached);
+        announcer?.kick();
+      });
       agent.deviceScanner.start(cfg.deviceScanSeconds * 1000);
       announcer.start();
       bgp.start();

@@ -35,8 +35,8 @@ export interface AnnouncerSource {
 
 export interface AnnouncerDeps {
   nodeName: string;
-  /** The agent's devices: where its tc programs run, so where ARP can be answered. */
-  devices: readonly InterfaceInfo[];
+  /** The agent's devices now (they change with hotplug): where its tc programs run, so where ARP can be answered. */
+  devices(): readonly InterfaceInfo[];
   source: AnnouncerSource;
   heartbeat: HeartbeatSink;
   l2: { apply(wanted: readonly L2Announcement[], validMs: number): { leftOut: L2Announcement[] } };
@@ -133,7 +133,7 @@ export class Announcer {
     const policies = this.d.source.policies().map(parseL2Policy);
     this.reportPolicyErrors(policies);
     const me = this.d.source.nodes().find((n) => n.metadata?.name === this.d.nodeName);
-    const myDevices = this.d.devices.map((x) => x.name);
+    const myDevices = this.d.devices().map((x) => x.name);
     this.active = policies.some((p) => policyDevices(p, me?.metadata?.labels ?? {}, myDevices).length > 0);
     if (this.lastRenewOk === undefined && this.owned.size === 0) this.adoptOwnHeartbeat(now);
 
@@ -203,7 +203,7 @@ export class Announcer {
   private program(validMs = this.d.leaseDurationMs): void {
     const wanted: L2Announcement[] = [];
     for (const [address, o] of this.owned) {
-      for (const dev of this.d.devices) if (o.devices.includes(dev.name)) wanted.push({ ifindex: dev.ifindex, address, mac: dev.mac });
+      for (const dev of this.d.devices()) if (o.devices.includes(dev.name)) wanted.push({ ifindex: dev.ifindex, address, mac: dev.mac });
     }
     try {
       const { leftOut } = this.d.l2.apply(wanted, validMs);
@@ -254,7 +254,7 @@ export class Announcer {
     const now = this.clock.now();
     const due = this.garpDue.filter((g) => g.at <= now);
     this.garpDue = this.garpDue.filter((g) => g.at > now);
-    for (const dev of this.d.devices) {
+    for (const dev of this.d.devices()) {
       const frames = due.filter((g) => this.owned.get(g.address)?.devices.includes(dev.name)).map((g) => gratuitousArp(dev.mac, g.address));
       if (frames.length === 0 || this.stopped) continue;
       try {
@@ -281,7 +281,7 @@ export class Announcer {
       const claims = [...this.owned.keys()].sort();
       const recovering = this.cutOff || this.clock.now() < this.recoveringUntil;
       try {
-        await this.d.heartbeat.renew({ node: this.d.nodeName, devices: this.d.devices.map((x) => x.name), claims, durationMs, recovering });
+        await this.d.heartbeat.renew({ node: this.d.nodeName, devices: this.d.devices().map((x) => x.name), claims, durationMs, recovering });
         const first = this.lastRenewOk === undefined || this.cutOff;
         this.lastRenewOk = this.clock.now();
         if (this.cutOff) {

@@ -1,7 +1,9 @@
 // Devices come and go: a NIC hotplugged, a bond or VLAN made after boot. Every few seconds
 // the devices are chosen again (devices.ts); a chosen one without filters gets them, one
 // that is gone is forgotten. A device no longer chosen but still there keeps its filters
-// (traffic may still arrive on it).
+// (traffic may still arrive on it). A device deleted and made again under the same name
+// between two scans (a new ifindex) lost its filters: it is attached again. Each change is
+// reported, so the L2 announcer answers ARP on the devices the tc programs run on.
 import type { Logger } from 'pino';
 import type { Datapath } from '../datapath/loader.js';
 import { defaultRouteDevices, readLinks } from '../sys/links.js';
@@ -9,6 +11,8 @@ import { chooseDevices } from './devices.js';
 
 export class DeviceScanner {
   private timer: NodeJS.Timeout | undefined;
+  /** The ifindex each attached device had when last seen. */
+  private readonly ifindexes = new Map<string, number>();
 
   constructor(
     private readonly datapath: Pick<Datapath, 'attachDevice' | 'attachedDevices' | 'forgetDevice'>,
@@ -17,6 +21,8 @@ export class DeviceScanner {
     /** The node's addresses: what automatic devices are chosen by. */
     private readonly nodeAddresses: string[],
     private readonly log: Logger,
+    /** Called with the attached devices after any was attached or forgotten. */
+    private readonly onChange: (attached: string[]) => void = () => undefined,
   ) {}
 
   start(everyMs: number): void {
@@ -31,28 +37,39 @@ export class DeviceScanner {
   scan(): void {
     try {
       const links = readLinks();
-      const present = new Set(links.map((l) => l.name));
-      const attached = this.datapath.attachedDevices();
-      for (const d of attached) {
-        if (present.has(d)) continue;
+      const byName = new Map(links.map((l) => [l.name, l]));
+      let changed = false;
+      for (const d of this.datapath.attachedDevices()) {
+        const link = byName.get(d);
+        const known = this.ifindexes.get(d);
+        if (link && (known === undefined || known === link.ifindex)) {
+          this.ifindexes.set(d, link.ifindex);
+          continue;
+        }
         this.datapath.forgetDevice(d);
-        this.log.info({ device: d }, 'device gone');
+        this.ifindexes.delete(d);
+        changed = true;
+        this.log.info({ device: d }, link ? 'device replaced (a new ifindex)' : 'device gone');
       }
-      let chosen: string[];
+      const attached = this.datapath.attachedDevices();
+      let chosen: string[] = [];
       try {
         chosen = chooseDevices(links, defaultRouteDevices(), this.nodeAddresses, this.wanted);
       } catch {
-        return; // none chosen right now (an interface being renamed, say): keep what is attached
+        // none chosen right now (an interface being renamed, say): keep what is attached
       }
       for (const d of chosen) {
         if (attached.includes(d)) continue;
         try {
           this.datapath.attachDevice(d);
+          this.ifindexes.set(d, byName.get(d)?.ifindex ?? 0);
+          changed = true;
           this.log.info({ device: d }, 'device attached');
         } catch (e) {
           this.log.warn({ device: d, err: (e as Error).message }, 'cannot attach to a new device; will try again');
         }
       }
+      if (changed) this.onChange(this.datapath.attachedDevices());
     } catch (e) {
       this.log.warn({ err: (e as Error).message }, 'cannot list devices');
     }

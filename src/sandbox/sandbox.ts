@@ -19,11 +19,11 @@ import { AGENT_NODE_FLAGS } from '../agent/config.js';
 import { LoadBalancerRoutes } from './controllers/lb-routes.js';
 import { startFrr, type FrrInstance } from './frr.js';
 import { Kubelet, reconcileDeployments } from './controllers/workloads.js';
-import { Testbed, type Proc } from './netns/testbed.js';
+import { Testbed, destroyResources, type Proc } from './netns/testbed.js';
 import { readRecords, pidAlive } from './netns/registry.js';
-import { destroyResources } from './netns/testbed.js';
 import { ClusterNetwork, NODE_NET, type NodeInfo } from './network.js';
 import { ContainerImage } from './container.js';
+import { AGENT_USER, ClusterIdentity, OPERATOR_USER } from './cluster-identity.js';
 import { agentSecurity } from './manifests.js';
 
 export const API_PORT = 6443;
@@ -144,6 +144,7 @@ export class Sandbox {
   readonly dir: string;
   readonly kubeconfig: string;
   private readonly agentKubeconfig: string;
+  private readonly operatorKubeconfig: string;
   private image: ContainerImage | undefined;
 
   private constructor(
@@ -152,10 +153,13 @@ export class Sandbox {
     readonly net: ClusterNetwork,
     readonly store: Store,
     readonly api: TestApiServer,
+    /** CA, tokens and the enforced RBAC (identity.policy may be swapped by a test). */
+    readonly identity: ClusterIdentity,
   ) {
     this.dir = stateDir(opts.name);
     this.kubeconfig = join(this.dir, 'kubeconfig');
-    this.agentKubeconfig = join(this.dir, 'kubeconfig-nodes');
+    this.agentKubeconfig = identity.kubeconfig(AGENT_USER, api.url);
+    this.operatorKubeconfig = identity.kubeconfig(OPERATOR_USER, api.url);
     this.kubelet = new Kubelet({ store, net, log: opts.log.child({ controller: 'kubelet' }) });
     this.lbRoutes = new LoadBalancerRoutes(store, net);
   }
@@ -174,6 +178,8 @@ export class Sandbox {
       tb.ownPath(dir);
       const net = await ClusterNetwork.create(tb, { nodes: opts.nodes });
       const store = new Store();
+      // Agents and operators: TLS, their ServiceAccount's token, the manifests' RBAC enforced.
+      const identity = await ClusterIdentity.create(dir, NODE_NET.router, API_PORT);
       const api = new TestApiServer({
         store,
         netns: net.router.netns,
@@ -181,16 +187,16 @@ export class Sandbox {
         port: API_PORT,
         alsoListen: { host: '127.0.0.1', port: 0 },
         admit: serviceAllocator(store),
+        secure: { key: identity.key, cert: identity.cert, userOf: (t) => identity.userOf(t), policy: () => identity.policy },
       });
       await api.start();
-      const s = new Sandbox(opts, tb, net, store, api);
+      const s = new Sandbox(opts, tb, net, store, api, identity);
       if (opts.agentImage) {
         // The sandbox's FRR runs on this machine, not from the image: its vtysh would not match.
         if (s.announce === 'bgp') throw new Error('sandbox: agentImage needs --announce l2 or routes');
         s.image = await ContainerImage.unpack(tb, opts.agentImage.layout, opts.agentImage.tag);
       }
       writeFileSync(s.kubeconfig, testKubeconfig(api.alsoUrl!));
-      writeFileSync(s.agentKubeconfig, testKubeconfig(api.url));
       for (const ns of ['default', 'kube-system']) store.create('namespaces', { metadata: { name: ns } });
       for (const n of net.nodes) {
         store.create('nodes', {
@@ -290,7 +296,7 @@ export class Sandbox {
   startOperator(node: NodeInfo): Proc {
     const identity = `ferry-operator-${node.name}`;
     const p = node.host.spawn(
-      [process.execPath, ...OPERATOR_NODE_FLAGS, FERRY_BIN, 'operator', '--kubeconfig', this.agentKubeconfig, '--namespace', OPERATOR_NAMESPACE, '--identity', identity],
+      [process.execPath, ...OPERATOR_NODE_FLAGS, FERRY_BIN, 'operator', '--kubeconfig', this.operatorKubeconfig, '--namespace', OPERATOR_NAMESPACE, '--identity', identity],
       { ...process.env, FERRY_HEALTHZ_BIND_ADDRESS: '127.0.0.1:9254', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:9253', ...this.opts.operatorEnv },
     );
     this.operators.set(identity, p);
@@ -389,5 +395,6 @@ export class Sandbox {
     await Promise.all([...this.frr.values()].map((f) => f.stop()));
     await this.api.stop();
     await this.tb.destroy();
+    this.identity.checkSufficient(this.api.access);
   }
 }

@@ -3,6 +3,7 @@
 import { networkInterfaces } from 'node:os';
 import { ErrorCode, FerryError } from '../errors.js';
 import { libc } from './libc.js';
+import { linkMac } from './links.js';
 
 export interface InterfaceInfo {
   name: string;
@@ -12,9 +13,10 @@ export interface InterfaceInfo {
 
 export function interfaceInfo(name: string): InterfaceInfo {
   const ifindex = libc().ifNameToIndex(name);
-  const mac = networkInterfaces()[name]?.find((a) => a.mac && a.mac !== '00:00:00:00:00:00')?.mac;
+  // os.networkInterfaces() lists only interfaces with an address; ip(8) knows the rest.
+  const mac = networkInterfaces()[name]?.find((a) => a.mac && a.mac !== '00:00:00:00:00:00')?.mac ?? (ifindex ? linkMac(name) : undefined);
   if (!ifindex || !mac) {
-    throw new FerryError({ code: ErrorCode.Config, op: `read interface ${name}`, cause: !ifindex ? 'no such interface' : 'no MAC address (no address on it, or not Ethernet)', hint: 'devices must be Ethernet interfaces with an address' });
+    throw new FerryError({ code: ErrorCode.Config, op: `read interface ${name}`, cause: !ifindex ? 'no such interface' : 'no MAC address (not Ethernet)', hint: 'devices must be Ethernet interfaces' });
   }
   return { name, ifindex, mac };
 }

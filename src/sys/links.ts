@@ -5,6 +5,8 @@ import { ErrorCode, FerryError } from '../errors.js';
 
 export interface LinkInfo {
   name: string;
+  /** The kernel's index: a device deleted and made again under its name gets a new one. */
+  ifindex: number;
   up: boolean;
   loopback: boolean;
   addresses: string[];
@@ -20,9 +22,10 @@ function ipJson(args: string[]): unknown {
 
 export function readLinks(): LinkInfo[] {
   // Every link (`ip -4 addr` would leave out the ones without an IPv4 address), its IPv4 addresses.
-  const rows = ipJson(['addr', 'show']) as Array<{ ifname?: string; flags?: string[]; addr_info?: Array<{ family?: string; local?: string }> }>;
+  const rows = ipJson(['addr', 'show']) as Array<{ ifname?: string; ifindex?: number; flags?: string[]; addr_info?: Array<{ family?: string; local?: string }> }>;
   return rows.filter((r) => typeof r.ifname === 'string').map((r) => ({
     name: r.ifname!,
+    ifindex: r.ifindex ?? 0,
     up: (r.flags ?? []).includes('UP'),
     loopback: (r.flags ?? []).includes('LOOPBACK'),
     addresses: (r.addr_info ?? []).filter((a) => a.family === 'inet').map((a) => a.local).filter((a): a is string => typeof a === 'string'),
@@ -32,4 +35,11 @@ export function readLinks(): LinkInfo[] {
 export function defaultRouteDevices(): string[] {
   const rows = ipJson(['-4', 'route', 'show', 'default']) as Array<{ dev?: string; nexthops?: Array<{ dev?: string }> }>;
   return [...new Set(rows.flatMap((r) => [r.dev, ...(r.nexthops ?? []).map((n) => n.dev)]).filter((d): d is string => typeof d === 'string'))];
+}
+
+/** A link's MAC address (link/ether), if it has one. */
+export function linkMac(name: string): string | undefined {
+  const rows = ipJson(['link', 'show', 'dev', name]) as Array<{ link_type?: string; address?: string }>;
+  const r = rows[0];
+  return r?.link_type === 'ether' && r.address && r.address !== '00:00:00:00:00:00' ? r.address : undefined;
 }

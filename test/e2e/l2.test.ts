@@ -10,6 +10,7 @@ import { pino } from 'pino';
 import { parseAllDocuments } from 'yaml';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { SANDBOX_USER_AGENT } from '../../src/sandbox/api-client.js';
+import { ANNOTATION_DEVICES, heartbeatName } from '../../src/announce/heartbeats.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import type { NodeInfo } from '../../src/sandbox/network.js';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
@@ -189,6 +190,22 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'L2 announcements', () => {
     await new Promise((r) => setTimeout(r, 4000));
     expect(await owner(ip)).toBe(heir);
     expect((await eventually(() => sb.net.client.exec(['curl', '-sS', '--max-time', '2', `http://${ip}/`]), (x) => x.code === 0)).code).toBe(0);
+  });
+
+  it('a device hotplugged on a node is one ARP is answered on: its heartbeat carries it, and drops it when it goes', async () => {
+    const node = nodeInfo('node-3');
+    const devices = () => (sb.store.get('leases', 'kube-system', heartbeatName('node-3')) as { metadata?: { annotations?: Record<string, string> } } | undefined)?.metadata?.annotations?.[ANNOTATION_DEVICES];
+    await sb.stopAgent(node);
+    await sb.startAgent(node, 60_000, { devices: 'eth0|hot[0-9]+', env: { FERRY_DEVICE_SCAN_SECONDS: '1' } });
+    expect(await eventually(async () => devices(), (d) => d === 'eth0', 10_000)).toBe('eth0');
+    await node.host.ip('link', 'add', 'hot0', 'type', 'veth', 'peer', 'name', 'cold0');
+    try {
+      await node.host.ip('link', 'set', 'hot0', 'up');
+      expect(await eventually(async () => devices(), (d) => d === 'eth0,hot0', 10_000), sb.agents.get('node-3')?.output().slice(-3000)).toBe('eth0,hot0');
+    } finally {
+      await node.host.exec(['ip', 'link', 'del', 'hot0']);
+    }
+    expect(await eventually(async () => devices(), (d) => d === 'eth0', 10_000)).toBe('eth0');
   });
 
   it('every L2 request the agents made is one their RBAC (deploy/kubernetes/base/agent.yaml) allows', () => {

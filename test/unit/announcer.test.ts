@@ -11,6 +11,7 @@ import { Announcer, type AnnouncerDeps } from '../../src/agent/announcer.js';
 import { AgentMetrics } from '../../src/agent/metrics.js';
 import type { L2Announcement } from '../../src/datapath/l2-announcements.js';
 import { ManualClock } from '../harness/manual-clock.js';
+import type { InterfaceInfo } from '../../src/sys/interfaces.js';
 
 const LEASE_MS = 2000;
 const RENEW_MS = 500;
@@ -21,16 +22,18 @@ const lb = (name: string, ip: string): V1Service => ({ metadata: { name, namespa
 class World {
   readonly clock = new ManualClock();
   readonly leases = new Map<string, V1Lease>();
-  readonly agents = new Map<string, { a: Announcer; map: Map<string, bigint>; garps: string[]; cut: boolean; dead: boolean; deaf?: boolean }>();
+  readonly agents = new Map<string, { a: Announcer; map: Map<string, bigint>; garps: string[]; cut: boolean; dead: boolean; deaf?: boolean; devices: InterfaceInfo[] }>();
   services: V1Service[] = [lb('web', '10.0.30.200'), lb('dns', '10.0.30.201'), lb('shop', '10.0.30.202')];
   writes = 0;
   events: string[] = [];
+  /** Nodes that start with no device (one is hotplugged later). */
+  noDevices = new Set<string>();
 
   start(name: string): void {
-    const self = { a: undefined as unknown as Announcer, map: new Map<string, bigint>(), garps: [] as string[], cut: false, dead: false };
+    const self = { a: undefined as unknown as Announcer, map: new Map<string, bigint>(), garps: [] as string[], cut: false, dead: false, devices: this.noDevices.has(name) ? ([] as InterfaceInfo[]) : [{ name: 'eth0', ifindex: 2, mac: `02:00:00:00:00:0${name.slice(-1)}` }] };
     const deps: AnnouncerDeps = {
       nodeName: name,
-      devices: [{ name: 'eth0', ifindex: 2, mac: `02:00:00:00:00:0${name.slice(-1)}` }],
+      devices: () => self.devices,
       source: { services: () => this.services, slices: () => [], nodes: () => NODES.map(node), policies: () => [{ metadata: { name: 'all' }, spec: {} }], synced: () => true },
       heartbeat: {
         renew: async (hb: Heartbeat) => {
@@ -97,6 +100,20 @@ describe('announcer (three agents, manual clock)', () => {
     expect(few).toBeGreaterThanOrEqual(55);
     expect(few).toBeLessThanOrEqual(65);
     expect(w.writes - mid).toBe(few);
+  });
+
+  it('a node whose only device appears later (hotplug) becomes a candidate and answers on it', async () => {
+    const w = new World();
+    w.noDevices = new Set(NODES);
+    for (const n of NODES) w.start(n);
+    await settle(w, 3000);
+    expect(w.answering('10.0.30.200')).toEqual([]);
+    const n2 = w.agents.get('node-2')!;
+    n2.devices = [{ name: 'enp9s0', ifindex: 9, mac: '02:00:00:00:00:92' }];
+    n2.a.kick();
+    await settle(w, 3000);
+    for (const ip of ['10.0.30.200', '10.0.30.201', '10.0.30.202']) expect(w.answering(ip)).toEqual(['node-2']);
+    expect(n2.a.status().map((o) => o.devices)).toEqual([['enp9s0'], ['enp9s0'], ['enp9s0']]);
   });
 
   it('a Service that joins an address already answered for (its status came later) gets its L2Announced too, once', async () => {

@@ -5,7 +5,7 @@ import { chooseDevices, deviceEntryProblem } from '../../src/agent/devices.js';
 import { mergeConfig, DEFAULT_CONFIG } from '../../src/agent/config.js';
 import type { LinkInfo } from '../../src/sys/links.js';
 
-const link = (name: string, addresses: string[] = [], o: Partial<LinkInfo> = {}): LinkInfo => ({ name, up: true, loopback: false, addresses, ...o });
+const link = (name: string, addresses: string[] = [], o: Partial<LinkInfo> = {}): LinkInfo => ({ name, ifindex: 0, up: true, loopback: false, addresses, ...o });
 // A Talos bare-metal node: the node address on enp3s0, the default route on enp4s0 (a
 // second uplink), a down NIC, a bridge for pods, loopback.
 const talos = [

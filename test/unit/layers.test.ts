@@ -58,7 +58,7 @@ const ALLOWED: Record<string, string[]> = {
   agent: ['datapath', 'model', 'k8s', 'announce', 'packet', 'sys', 'clock', 'config-file', 'errors'],
   operator: ['ipam', 'k8s', 'sys', 'clock', 'config-file', 'errors'],
   cli: ['agent', 'operator', 'ipam', 'announce', 'datapath', 'model', 'k8s', 'build', 'deploy', 'packet', 'sys', 'errors', 'sandbox'],
-  sandbox: ['agent', 'operator', 'datapath', 'model', 'k8s', 'ebpf', 'packet', 'sys', 'clock', 'errors'],
+  sandbox: ['agent', 'operator', 'datapath', 'model', 'k8s', 'ebpf', 'packet', 'sys', 'clock', 'deploy', 'errors'],
 };
 
 /** Modules that mean I/O, kept out of the pure model. */

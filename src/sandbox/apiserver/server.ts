@@ -5,12 +5,15 @@
 // crd.ts), discovery and server-side tables for kubectl. It is not the real API server:
 // production talks to that.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { listeningSocketInNetns } from '../../sys/socket.js';
 import { crdResources, validateCustom, type ResourceDef } from './crd.js';
 import { discovery } from './discovery.js';
 import { Store, StoreError, type KObject } from './store.js';
+import { matchesFields, matchesLabels, mergePatch } from './query.js';
 import { toTable, wantsTable } from './tables.js';
+import { RbacPolicy } from './rbac.js';
 
 export const RESOURCES: ResourceDef[] = [
   { group: '', version: 'v1', plural: 'services', kind: 'Service', namespaced: true, statusSubresource: true, shortNames: ['svc'] },
@@ -81,45 +84,7 @@ function status(code: number, reason: string, message: string): object {
   return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code };
 }
 
-/** label selectors: `a`, `!a`, `a=b`, `a==b`, `a!=b`, comma-separated. */
-export function matchesLabels(labels: Record<string, string> | undefined, selector: string | null): boolean {
-  if (!selector) return true;
-  const l = labels ?? {};
-  return selector.split(',').map((s) => s.trim()).filter(Boolean).every((term) => {
-    let m: RegExpExecArray | null;
-    if ((m = /^!([^=!]+)$/.exec(term))) return !(m[1]! in l);
-    if ((m = /^([^=!]+)!=(.*)$/.exec(term))) return l[m[1]!] !== m[2];
-    if ((m = /^([^=!]+)==?(.*)$/.exec(term))) return l[m[1]!] === m[2];
-    return term in l;
-  });
-}
-
-/** A field selector (`a.b=v`, `a.b==v`, `a.b!=v`, comma-separated) on the object's fields. */
-export function matchesFields(obj: KObject, selector: string | null): boolean {
-  if (!selector) return true;
-  const field = (path: string) => {
-    let v: unknown = obj;
-    for (const part of path.split('.')) v = v && typeof v === 'object' ? (v as Record<string, unknown>)[part] : undefined;
-    return v === undefined || v === null ? '' : String(v);
-  };
-  return selector.split(',').every((term) => {
-    const m = /^([^!=]+)(!=|==|=)(.*)$/.exec(term.trim());
-    if (!m) return false;
-    return m[2] === '!=' ? field(m[1]!) !== m[3] : field(m[1]!) === m[3];
-  });
-}
-
-/** JSON merge patch (RFC 7386); strategic merge patches are treated the same way. */
-export function mergePatch(target: unknown, patch: unknown): unknown {
-  if (patch === null || typeof patch !== 'object' || Array.isArray(patch)) return patch;
-  const out: Record<string, unknown> = target && typeof target === 'object' && !Array.isArray(target) ? { ...(target as Record<string, unknown>) } : {};
-  for (const [k, v] of Object.entries(patch as Record<string, unknown>)) {
-    if (k === '$patch' || k.startsWith('$setElementOrder') || k.startsWith('$retainKeys') || k.startsWith('$deleteFromPrimitiveList')) continue;
-    if (v === null) delete out[k];
-    else out[k] = mergePatch(out[k], v);
-  }
-  return out;
-}
+export { matchesFields, matchesLabels, mergePatch } from './query.js';
 
 export interface TestApiServerOptions {
   port?: number;
@@ -131,6 +96,27 @@ export interface TestApiServerOptions {
   alsoListen?: { host: string; port: number; netns?: string };
   /** Admission: fill in or check an object before it is stored (clusterIP, nodePorts…). */
   admit?: (resource: string, obj: KObject, old: KObject | undefined) => void;
+  /**
+   * The main listener as a cluster's: TLS, bearer tokens (401 without a known one) and RBAC
+   * (403 for what the policy does not grant). The second listener stays plain and open:
+   * the tests' own administrator.
+   */
+  secure?: { key: string; cert: string; userOf(token: string): string | undefined; policy(): RbacPolicy };
+}
+
+export interface AccessRecord {
+  verb: string;
+  group: string;
+  resource: string;
+  namespace?: string;
+  name?: string;
+  userAgent?: string;
+  /** The authenticated user (secure listener only). */
+  user?: string;
+  /** false: refused by RBAC (403). */
+  allowed?: boolean;
+  /** The policy that decided (RbacPolicy.label). */
+  policy?: string;
 }
 
 export class TestApiServer {
@@ -141,7 +127,7 @@ export class TestApiServer {
   /** Requests served, by verb and resource (for tests). */
   readonly requests: string[] = [];
   /** The same as RBAC sees them: verb, API group, resource (with subresource), namespace. */
-  readonly access: Array<{ verb: string; group: string; resource: string; namespace?: string; name?: string; userAgent?: string }> = [];
+  readonly access: AccessRecord[] = [];
 
   constructor(private readonly opts: TestApiServerOptions = {}) {
     this.store = opts.store ?? new Store();
@@ -149,13 +135,15 @@ export class TestApiServer {
 
   get url(): string {
     if (!this.opts.port) throw new Error('test API server is not listening');
-    return `http://${this.opts.host ?? '127.0.0.1'}:${this.opts.port}`;
+    return `${this.opts.secure ? 'https' : 'http'}://${this.opts.host ?? '127.0.0.1'}:${this.opts.port}`;
   }
 
   async start(): Promise<void> {
-    this.server = createServer((req, res) => {
-      this.handle(req, res).catch((e: Error) => this.send(res, 500, status(500, 'InternalError', e.message)));
-    });
+    const serve = (secure: boolean) => (req: IncomingMessage, res: ServerResponse) => {
+      this.handle(req, res, secure).catch((e: Error) => this.send(res, 500, status(500, 'InternalError', e.message)));
+    };
+    const tls = this.opts.secure;
+    this.server = tls ? createHttpsServer({ key: tls.key, cert: tls.cert }, serve(true)) : createServer(serve(false));
     await new Promise<void>((resolve, reject) => {
       this.server!.once('error', reject);
       if (this.opts.netns) {
@@ -168,9 +156,7 @@ export class TestApiServer {
     if (!this.opts.port) this.opts.port = (this.server.address() as AddressInfo).port; // keep the port across restarts
     const also = this.opts.alsoListen;
     if (also) {
-      this.extra = createServer((req, res) => {
-        this.handle(req, res).catch((e: Error) => this.send(res, 500, status(500, 'InternalError', e.message)));
-      });
+      this.extra = createServer(serve(false));
       await new Promise<void>((resolve, reject) => {
         this.extra!.once('error', reject);
         if (also.netns) this.extra!.listen({ fd: listeningSocketInNetns(also.netns, also.host, also.port) }, () => resolve());
@@ -222,7 +208,13 @@ export class TestApiServer {
     return text ? JSON.parse(text) : {};
   }
 
-  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  private async handle(req: IncomingMessage, res: ServerResponse, secure = false): Promise<void> {
+    let user: string | undefined;
+    if (secure) {
+      const token = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1];
+      user = token ? this.opts.secure!.userOf(token) : undefined;
+      if (!user) return this.send(res, 401, status(401, 'Unauthorized', 'Unauthorized'));
+    }
     const url = new URL(req.url ?? '/', 'http://x');
     const path = url.pathname.replace(/\/+$/, '');
     const method = req.method ?? 'GET';
@@ -242,16 +234,19 @@ export class TestApiServer {
     let namespace = m[4];
     const plural = m[5]!;
     const name = m[6];
-    const def = this.resources().find((r) => r.group === group && r.version === version && r.plural === plural);
-    if (!def) return this.send(res, 404, status(404, 'NotFound', `the server could not find the requested resource (${plural})`));
-    if (!def.namespaced) {
-      namespace = undefined;
-    }
     const isStatus = m[7] === 'status';
     this.requests.push(`${method} ${plural}${name ? `/${name}` : ''}${isStatus ? '/status' : ''}`);
     const watch = url.searchParams.get('watch');
     const verb = method === 'GET' ? (name ? 'get' : watch === 'true' || watch === '1' ? 'watch' : 'list') : ({ POST: 'create', PUT: 'update', PATCH: 'patch', DELETE: 'delete' } as Record<string, string>)[method] ?? method.toLowerCase();
-    this.access.push({ verb, group, resource: `${plural}${isStatus ? '/status' : ''}`, ...(namespace ? { namespace } : {}), ...(name ? { name } : {}), ...(req.headers['user-agent'] ? { userAgent: req.headers['user-agent'] } : {}) });
+    const attrs = { verb, group, resource: `${plural}${isStatus ? '/status' : ''}`, namespace, name };
+    const policy = user === undefined ? undefined : this.opts.secure!.policy();
+    const allowed = policy?.allows(user!, attrs) ?? true;
+    this.access.push({ verb, group, resource: attrs.resource, ...(namespace ? { namespace } : {}), ...(name ? { name } : {}), ...(req.headers['user-agent'] ? { userAgent: req.headers['user-agent'] } : {}), ...(policy ? { user, allowed, policy: policy.label } : {}) });
+    // Authorization first, as the API server's filter chain: a forbidden request learns nothing, not even a 404.
+    if (!allowed) return this.send(res, 403, status(403, 'Forbidden', RbacPolicy.forbidden(user!, attrs)));
+    const def = this.resources().find((r) => r.group === group && r.version === version && r.plural === plural);
+    if (!def) return this.send(res, 404, status(404, 'NotFound', `the server could not find the requested resource (${plural})`));
+    if (!def.namespaced) namespace = undefined;
     const table = wantsTable(req.headers.accept);
     try {
       if (method === 'GET' && !name && (watch === 'true' || watch === '1')) return this.watch(def, namespace, url, res);
@@ -346,7 +341,8 @@ export class TestApiServer {
     const from = rvParam ? Number(rvParam) : this.store.resourceVersion;
     const past = this.store.since(def.plural, from);
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
-    const emit = (type: string, object: object) => res.write(`${JSON.stringify({ type, object })}\n`);
+    // A watch ended by its timeout may close later (TLS, keep-alive): nothing is written after its end.
+    const emit = (type: string, object: object) => void (res.writableEnded || res.destroyed || res.write(`${JSON.stringify({ type, object })}\n`));
     if (past === 'gone') {
       emit('ERROR', status(410, 'Expired', `too old resource version: ${from} (${this.store.resourceVersion})`));
       return void res.end();
