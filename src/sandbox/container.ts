@@ -58,8 +58,8 @@ export interface ContainerSpec {
   env: Record<string, string>;
   /** Linux capability names without CAP_ (securityContext.capabilities.add after drop ALL). */
   capabilities: string[];
-  /** hostPath mounts: host path → the same path inside (as the manifests mount them). */
-  binds: Array<{ path: string; readOnly?: boolean; propagation?: 'HostToContainer' | 'None' }>;
+  /** Mounts at `path` inside of `source` (default: the same path) on this machine. */
+  binds: Array<{ path: string; source?: string; readOnly?: boolean; propagation?: 'HostToContainer' | 'None' }>;
   workingDir?: string;
   /** runAsUser (the agent runs as root; see deploy/kubernetes). */
   uid?: number;
@@ -94,7 +94,7 @@ function runtimeSpec(image: ContainerImage, host: Host, c: ContainerSpec): unkno
       ...c.binds.map((b) => ({
         destination: b.path,
         type: 'bind',
-        source: b.path,
+        source: b.source ?? b.path,
         options: ['rbind', b.readOnly ? 'ro' : 'rw', b.propagation === 'HostToContainer' ? 'rslave' : 'rprivate'],
       })),
     ],

@@ -14,8 +14,6 @@ import { SandboxApi } from './api-client.js';
 import { serviceAllocator } from './controllers/allocator.js';
 import { reconcileEndpointSlices } from './controllers/endpointslices.js';
 import { parse as parseYaml } from 'yaml';
-import { OPERATOR_NODE_FLAGS } from '../operator/operator.js';
-import { AGENT_NODE_FLAGS } from '../agent/config.js';
 import { LoadBalancerRoutes } from './controllers/lb-routes.js';
 import { startFrr, type FrrInstance } from './frr.js';
 import { Kubelet, reconcileDeployments } from './controllers/workloads.js';
@@ -23,8 +21,8 @@ import { Testbed, destroyResources, type Proc } from './netns/testbed.js';
 import { readRecords, pidAlive } from './netns/registry.js';
 import { ClusterNetwork, NODE_NET, type NodeInfo } from './network.js';
 import { ContainerImage } from './container.js';
-import { AGENT_USER, ClusterIdentity, OPERATOR_USER } from './cluster-identity.js';
-import { agentSecurity } from './manifests.js';
+import { ClusterIdentity } from './cluster-identity.js';
+import { FerryPods, type AgentStart } from './ferry-pods.js';
 
 export const API_PORT = 6443;
 export const SANDBOX_STATE_ROOT = process.env.FERRY_SANDBOX_STATE ?? '/run/ferry/sandboxes';
@@ -143,9 +141,7 @@ export class Sandbox {
   private controllerRun: Promise<void> = Promise.resolve();
   readonly dir: string;
   readonly kubeconfig: string;
-  private readonly agentKubeconfig: string;
-  private readonly operatorKubeconfig: string;
-  private image: ContainerImage | undefined;
+  private pods: FerryPods;
 
   private constructor(
     readonly opts: SandboxOptions,
@@ -158,8 +154,7 @@ export class Sandbox {
   ) {
     this.dir = stateDir(opts.name);
     this.kubeconfig = join(this.dir, 'kubeconfig');
-    this.agentKubeconfig = identity.kubeconfig(AGENT_USER, api.url);
-    this.operatorKubeconfig = identity.kubeconfig(OPERATOR_USER, api.url);
+    this.pods = new FerryPods(identity, this.dir, PACKAGE_ROOT, undefined);
     this.kubelet = new Kubelet({ store, net, log: opts.log.child({ controller: 'kubelet' }) });
     this.lbRoutes = new LoadBalancerRoutes(store, net);
   }
@@ -179,7 +174,7 @@ export class Sandbox {
       const net = await ClusterNetwork.create(tb, { nodes: opts.nodes });
       const store = new Store();
       // Agents and operators: TLS, their ServiceAccount's token, the manifests' RBAC enforced.
-      const identity = await ClusterIdentity.create(dir, NODE_NET.router, API_PORT);
+      const identity = await ClusterIdentity.create(dir, NODE_NET.router, API_PORT, opts.mode);
       const api = new TestApiServer({
         store,
         netns: net.router.netns,
@@ -194,7 +189,7 @@ export class Sandbox {
       if (opts.agentImage) {
         // The sandbox's FRR runs on this machine, not from the image: its vtysh would not match.
         if (s.announce === 'bgp') throw new Error('sandbox: agentImage needs --announce l2 or routes');
-        s.image = await ContainerImage.unpack(tb, opts.agentImage.layout, opts.agentImage.tag);
+        s.pods = new FerryPods(identity, s.dir, PACKAGE_ROOT, await ContainerImage.unpack(tb, opts.agentImage.layout, opts.agentImage.tag));
       }
       writeFileSync(s.kubeconfig, testKubeconfig(api.alsoUrl!));
       for (const ns of ['default', 'kube-system']) store.create('namespaces', { metadata: { name: ns } });
@@ -223,34 +218,20 @@ export class Sandbox {
   }
 
   /**
-   * Start (or restart) a node's agent; resolves after its first sync (30 s at most unless
-   * told). `bin`: another build's ferry command (an upgrade test); `env`: extra settings;
-   * `devices: ''`: none named, the agent chooses; `capabilities`: the only ones it has (as
-   * a container's securityContext gives them; e.g. ['bpf', 'net_admin']).
+   * Start (or restart) a node's agent from the manifests' DaemonSet (ferry-pods.ts);
+   * resolves after its first sync (30 s at most unless told). `bin`: another build's ferry
+   * command (an upgrade test); `env`: extra settings; `devices`: --devices; `capabilities`:
+   * the only ones it has (as a container's securityContext gives them; e.g. ['bpf', 'net_admin']).
    */
-  async startAgent(node: NodeInfo, timeoutMs = 30_000, opts: { bin?: string; env?: NodeJS.ProcessEnv; devices?: string; capabilities?: string[] } = {}): Promise<Proc> {
-    const devices = opts.devices ?? node.device;
+  async startAgent(node: NodeInfo, timeoutMs = 30_000, opts: AgentStart = {}): Promise<Proc> {
     const pinDir = this.pinDir(node);
     mkdirSync(pinDir, { recursive: true });
     this.tb.ownPath(pinDir);
-    const args = ['agent', '--node-name', node.name, '--kubeconfig', this.agentKubeconfig, ...(devices ? ['--devices', devices] : []), '--pin-dir', pinDir, '--cgroup-root', node.host.cgroup];
-    const settings = { FERRY_CGROUP_MUST_BE_ROOT: 'false', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:10249', FERRY_FORWARDING_MODE: this.opts.mode, ...(this.announce === 'bgp' ? { FERRY_FRR_PATHSPACE: node.host.netns } : {}), ...this.opts.agentEnv, ...opts.env };
-    let p: Proc;
-    if (this.image && !opts.bin) {
-      const security = agentSecurity();
-      p = await this.image.run(node.host, `agent-${node.name}`, {
-        args: ['node', ...AGENT_NODE_FLAGS, '/opt/ferry/bin/ferry.js', ...args],
-        env: { NODE_NAME: node.name, ...(settings as Record<string, string>) },
-        capabilities: opts.capabilities ?? security.add,
-        uid: security.runAsUser,
-        workingDir: '/opt/ferry',
-        binds: [{ path: '/sys/fs/bpf', propagation: 'HostToContainer' }, { path: '/sys/fs/cgroup' }, { path: this.dir, readOnly: true }],
-      });
-    } else {
-      // Root keeps only what the bounding set allows across exec, as in a container without privileged.
-      const limit = opts.capabilities ? ['setpriv', `--bounding-set=-all,${opts.capabilities.map((c) => `+${c}`).join(',')}`, '--'] : [];
-      p = node.host.spawn([...limit, process.execPath, ...AGENT_NODE_FLAGS, opts.bin ?? this.opts.agentBin ?? FERRY_BIN, ...args], { ...process.env, ...settings });
-    }
+    // One kernel for every node: its own pins and cgroup; its FRR runs on this machine.
+    const settings = { FERRY_PIN_DIR: pinDir, FERRY_CGROUP_ROOT: node.host.cgroup, FERRY_CGROUP_MUST_BE_ROOT: 'false', ...(this.announce === 'bgp' ? { FERRY_FRR_PATHSPACE: node.host.netns } : {}), ...this.opts.agentEnv };
+    const bin = opts.bin ?? this.opts.agentBin;
+    // A previous release chose no devices by itself: its DaemonSet named them.
+    const p = await this.pods.agent(node.host, node.name, settings, { ...opts, bin, devices: opts.devices ?? (bin && bin !== FERRY_BIN ? node.device : undefined) });
     this.agents.set(node.name, p);
     for (const end = Date.now() + timeoutMs; Date.now() < end; ) {
       if (p.output().includes('initial sync done')) return p;
@@ -295,10 +276,7 @@ export class Sandbox {
   /** Start a `ferry operator` replica in a node's host namespace, as a Deployment's pod would run. */
   startOperator(node: NodeInfo): Proc {
     const identity = `ferry-operator-${node.name}`;
-    const p = node.host.spawn(
-      [process.execPath, ...OPERATOR_NODE_FLAGS, FERRY_BIN, 'operator', '--kubeconfig', this.operatorKubeconfig, '--namespace', OPERATOR_NAMESPACE, '--identity', identity],
-      { ...process.env, FERRY_HEALTHZ_BIND_ADDRESS: '127.0.0.1:9254', FERRY_METRICS_BIND_ADDRESS: '127.0.0.1:9253', ...this.opts.operatorEnv },
-    );
+    const p = this.pods.operator(node.host, node.name, identity, this.opts.operatorEnv ?? {});
     this.operators.set(identity, p);
     return p;
   }

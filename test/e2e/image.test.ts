@@ -67,6 +67,8 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'the ferry image', () => {
       const imageNode = statSync(`/run/ferry/images/${sb.tb.prefix}/rootfs/usr/bin/node`);
       expect([exe.dev, exe.ino]).toEqual([imageNode.dev, imageNode.ino]);
       expect(readlinkSync(`/proc/${state.pid}/ns/pid`)).not.toBe(readlinkSync('/proc/self/ns/pid'));
+      // The DaemonSet's command, its ConfigMap at /etc/ferry, in-cluster credentials (no kubeconfig).
+      expect(readFileSync(`/proc/${state.pid}/cmdline`, 'utf8').split('\0').filter(Boolean)).toEqual(['node', '--max-semi-space-size=4', '--expose-gc', '/opt/ferry/bin/ferry.js', 'agent', '--config', '/etc/ferry/ferry.yaml']);
       // Only the DaemonSet's capabilities: BPF(39) NET_ADMIN(12) SYS_ADMIN(21) NET_RAW(13).
       const capEff = /CapEff:\s+([0-9a-f]+)/.exec(readFileSync(`/proc/${state.pid}/status`, 'utf8'))![1]!;
       expect(BigInt(`0x${capEff}`)).toBe((1n << 39n) | (1n << 12n) | (1n << 21n) | (1n << 13n));

@@ -16,7 +16,7 @@ let sb: Sandbox;
 
 /** Grants the scenario does not exercise, and why they are there anyway. */
 const NOT_EXERCISED: Record<string, string> = {
-  'secrets:get': 'a BGPPeer\'s password Secret (test/e2e/bgp.test.ts renders one; none here)',
+  'secrets:get': 'a BGPPeer\'s password Secret: no sandbox test brings up a session with a password',
 };
 
 beforeAll(async () => {
