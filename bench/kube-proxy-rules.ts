@@ -13,23 +13,29 @@ export const TARGET_IP = '10.96.0.10';
  * Service port matching ClusterIP:port → KUBE-SVC-*, then the KUBE-NODEPORTS jump for local
  * destinations at the end; KUBE-EXT-* marks for masquerade; KUBE-SEP-* DNATs.
  */
-export function iptablesRules(fillers: number, podIP: string, targetPort: number): string {
+/** The measured Service's protocol and its pod's port (the fillers are TCP, to :8080). */
+export interface TargetOptions {
+  proto?: 'tcp' | 'udp';
+  podPort?: number;
+}
+
+export function iptablesRules(fillers: number, podIP: string, targetPort: number, target: TargetOptions = {}): string {
   const out = ['*nat', ':KUBE-SERVICES - [0:0]', ':KUBE-NODEPORTS - [0:0]', ':KUBE-POSTROUTING - [0:0]', ':KUBE-MARK-MASQ - [0:0]'];
   const rules: string[] = [];
-  const service = (id: string, ip: string, port: number, nodePort?: number) => {
+  const service = (id: string, ip: string, port: number, nodePort?: number, proto = 'tcp', podPort = 8080) => {
     out.push(`:KUBE-SVC-${id} - [0:0]`, `:KUBE-SEP-${id} - [0:0]`);
-    rules.push(`-A KUBE-SERVICES -d ${ip}/32 -p tcp -m tcp --dport ${port} -j KUBE-SVC-${id}`);
+    rules.push(`-A KUBE-SERVICES -d ${ip}/32 -p ${proto} -m ${proto} --dport ${port} -j KUBE-SVC-${id}`);
     rules.push(`-A KUBE-SVC-${id} -j KUBE-SEP-${id}`);
     rules.push(`-A KUBE-SEP-${id} -s ${podIP}/32 -j KUBE-MARK-MASQ`);
-    rules.push(`-A KUBE-SEP-${id} -p tcp -m tcp -j DNAT --to-destination ${podIP}:8080`);
+    rules.push(`-A KUBE-SEP-${id} -p ${proto} -m ${proto} -j DNAT --to-destination ${podIP}:${podPort}`);
     if (nodePort) {
       out.push(`:KUBE-EXT-${id} - [0:0]`);
-      rules.push(`-A KUBE-NODEPORTS -p tcp -m tcp --dport ${nodePort} -j KUBE-EXT-${id}`);
+      rules.push(`-A KUBE-NODEPORTS -p ${proto} -m ${proto} --dport ${nodePort} -j KUBE-EXT-${id}`);
       rules.push(`-A KUBE-EXT-${id} -j KUBE-MARK-MASQ`, `-A KUBE-EXT-${id} -j KUBE-SVC-${id}`);
     }
   };
   for (let i = 0; i < fillers; i++) service(`F${i}`, clusterIP(i), 80);
-  service('TARGET', TARGET_IP, targetPort, targetPort);
+  service('TARGET', TARGET_IP, targetPort, targetPort, target.proto, target.podPort);
   // Concatenated, not pushed: 100k Services are more arguments than a call can take.
   return [
     ...out,
@@ -52,22 +58,22 @@ export function iptablesRules(fillers: number, podIP: string, targetPort: number
  * address . protocol . port for ClusterIPs and one keyed by protocol . port for NodePorts,
  * a chain per Service, per external entry and per endpoint.
  */
-export function nftRules(fillers: number, podIP: string, targetPort: number): string {
+export function nftRules(fillers: number, podIP: string, targetPort: number, target: TargetOptions = {}): string {
   const chain = (name: string, ...rules: string[]) => [`  chain ${name} {`, ...rules.map((r) => `    ${r}`), '  }'];
   const chains: string[] = [];
   const serviceIPs: string[] = [];
   const nodePorts: string[] = [];
-  const service = (id: string, ip: string, port: number, nodePort?: number) => {
-    chains.push(...chain(`endpoint-${id}`, `ip saddr ${podIP} jump mark-for-masquerade`, `meta l4proto tcp dnat to ${podIP}:8080`));
+  const service = (id: string, ip: string, port: number, nodePort?: number, proto = 'tcp', podPort = 8080) => {
+    chains.push(...chain(`endpoint-${id}`, `ip saddr ${podIP} jump mark-for-masquerade`, `meta l4proto ${proto} dnat to ${podIP}:${podPort}`));
     chains.push(...chain(`service-${id}`, `numgen random mod 1 vmap { 0 : goto endpoint-${id} }`));
-    serviceIPs.push(`${ip} . tcp . ${port} : goto service-${id}`);
+    serviceIPs.push(`${ip} . ${proto} . ${port} : goto service-${id}`);
     if (nodePort) {
       chains.push(...chain(`external-${id}`, 'jump mark-for-masquerade', `goto service-${id}`));
-      nodePorts.push(`tcp . ${nodePort} : goto external-${id}`);
+      nodePorts.push(`${proto} . ${nodePort} : goto external-${id}`);
     }
   };
   for (let i = 0; i < fillers; i++) service(`f${i}`, clusterIP(i), 80);
-  service('target', TARGET_IP, targetPort, targetPort);
+  service('target', TARGET_IP, targetPort, targetPort, target.proto, target.podPort);
   const map = (name: string, type: string, elements: string[]) => [`  map ${name} {`, `    type ${type}`, `    elements = { ${elements.join(',\n      ')} }`, '  }'];
   return [
     'table ip kube-proxy {',

@@ -11,15 +11,16 @@ cd "$(dirname "$0")/.."
 #                announcements), curl, util-linux (nsenter, unshare, taskset), mount,
 #                procps (sysctl), bpftool (ferry status)
 #   bgp:         frr (the sandbox's router and nodes; vtysh checks ferry's configuration)
-#   benchmarks:  iperf3, iptables, nftables (kube-proxy-shaped rules)
+#   benchmarks:  iperf3, iptables, nftables (kube-proxy-shaped rules), netsniff-ng (trafgen:
+#                the packets-per-second generator)
 #   image:       mmdebstrap (the Debian root filesystem), umoci and skopeo (the OCI image),
 #                runc (the test that runs the agent from it)
 #   sandbox:     openssl (its API server's CA and serving certificate)
 PACKAGES=(clang llvm libbpf-dev libbpf1 linux-libc-dev gcc libc6-dev
   iproute2 iputils-ping iputils-arping curl util-linux mount procps bpftool
-  frr iperf3 iptables nftables mmdebstrap umoci skopeo runc openssl)
+  frr iperf3 iptables nftables netsniff-ng mmdebstrap umoci skopeo runc openssl)
 # The commands those packages must have put on PATH; checked at the end.
-COMMANDS=(clang cc bpftool ip tc ping arping vtysh curl nsenter unshare taskset mount sysctl iperf3 iptables-restore nft kubectl mmdebstrap umoci skopeo runc openssl)
+COMMANDS=(clang cc bpftool ip tc ping arping vtysh curl nsenter unshare taskset mount sysctl iperf3 iptables-restore nft trafgen kubectl mmdebstrap umoci skopeo runc openssl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
