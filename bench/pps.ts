@@ -3,7 +3,8 @@
 // to node-2's NodePort at full speed, over 1024 source ports (so the flows are known to
 // conntrack after the first round, as in steady traffic); node-2 translates (SNAT) and
 // forwards them to a pod on node-1 that drops them. The rate is what reaches the pod; the
-// CPU is the whole machine's busy time per forwarded packet. Dataplanes on node-2, in turn:
+// CPU is the whole machine's busy time per forwarded packet. node-2's receive work runs on
+// the second CPU (RPS), so the rate is node-2's. Dataplanes on node-2, in turn:
 // ferry's tc programs, kube-proxy-shaped iptables rules, kube-proxy-shaped nftables rules,
 // at 1 and 10k Services. XDP is not built yet (issue 20).
 // Run as root: npx tsx bench/pps.ts [--services 1,10000] [--seconds 5] [--repeat 3]
@@ -16,6 +17,7 @@ import type { PodInfo } from '../src/sandbox/network.js';
 import { TARGET_IP, clusterIP, iptablesRules, nftRules } from './kube-proxy-rules.js';
 import { serviceMapSizes } from './map-sizes.js';
 import { barChart } from './plot.js';
+import { execOk } from '../src/sys/exec.js';
 import { fmtStat, markdownTable, progress, publish, ratio, stat, type Stat } from './report.js';
 
 const { values } = parseArgs({ options: { services: { type: 'string' }, seconds: { type: 'string' }, repeat: { type: 'string' } } });
@@ -57,8 +59,12 @@ async function main(): Promise<void> {
   try {
     const sink = await c.pod('sink', 1);
     // The sink drops what it gets: no replies, no ICMP errors back through node-2.
-    await sink.host.execOk(['nft', '-f', '-'], { input: `table ip sink { chain in { type filter hook input priority 0; policy accept; udp dport ${SINK_PORT} drop; tcp dport ${SINK_PORT} drop; } }\n` });
+    await sink.host.execOk(['nft', '-f', '-'], { input: ['table ip sink {', '  chain in {', '    type filter hook input priority 0; policy accept;', `    udp dport ${SINK_PORT} drop`, `    tcp dport ${SINK_PORT} drop`, '  }', '}', ''].join('\n') });
     const lb = c.nodes[1]!;
+    // node-2's receive work on the other CPU (RPS): the sender and the router keep CPU 0, so
+    // the rate is what node-2's stack (and node-1's delivery, the same for every dataplane)
+    // sustains on one CPU, not the sender's.
+    await execOk('ip', ['netns', 'exec', lb.host.netns, 'sh', '-c', `echo 2 > /sys/class/net/${lb.device}/queues/rx-0/rps_cpus`]);
     const client = c.client;
     // The client's next hop toward node-2, and its MAC (trafgen writes whole frames).
     const route = JSON.parse(await client.execOk(['ip', '-j', 'route', 'get', lb.ip])) as Array<{ gateway?: string; dev: string; prefsrc: string }>;
@@ -131,7 +137,7 @@ async function main(): Promise<void> {
       name: 'pps',
       title: 'Packets per second through a NodePort to a remote backend: ferry tc against kube-proxy-shaped iptables and nftables rules',
       command: COMMAND,
-      method: `a 2-node testbed (MiniCluster); trafgen (netsniff-ng, one thread on CPU 0) in the client's namespace sends 60-byte frames at full speed to node-2's NodePort (UDP datagrams, or TCP SYNs), cycling over 1024 source ports; node-2 translates (SNAT, as kube-proxy's masquerade) and forwards to a pod on node-1, whose own nftables rule drops them (no replies). Forwarded: packets the pod's eth0 received, per second of the run. CPU: the whole machine's busy time (/proc/stat) per forwarded packet: the sender, every veth hop and both nodes' stacks share the 2 cores, so this is the path's cost, not node-2's alone. ${SECONDS} s per run after a 1 s warm-up, ${REPEAT} runs per cell: median [min–max]. The kube-proxy-shaped rules are the ones of rules-scaling (bench/kube-proxy-rules.ts) with N−1 ClusterIP fillers; ferry's tc programs stay attached with no Services for those rows (they pass unknown traffic: about 0.07 µs a packet, see packet-cost). XDP: not built yet.`,
+      method: `a 2-node testbed (MiniCluster); trafgen (netsniff-ng, one thread on CPU 0) in the client's namespace sends 60-byte frames at full speed to node-2's NodePort (UDP datagrams, or TCP SYNs), cycling over 1024 source ports; node-2 translates (SNAT, as kube-proxy's masquerade) and forwards to a pod on node-1, whose own nftables rule drops them (no replies). node-2's receive work runs on CPU 1 (RPS on its device), so the forwarded rate is what node-2's stack (plus node-1's delivery, the same for every dataplane) sustains on one CPU; what it cannot take is dropped at its backlog (sent − forwarded). Forwarded: packets the pod's eth0 received, per second of the run. CPU: the whole machine's busy time (/proc/stat) per forwarded packet, sender included (both CPUs are busy, so it is high and only comparable between rows). ${SECONDS} s per run after a 1 s warm-up, ${REPEAT} runs per cell: median [min–max]. The kube-proxy-shaped rules are the ones of rules-scaling (bench/kube-proxy-rules.ts) with N−1 ClusterIP fillers; ferry's tc programs stay attached with no Services for those rows (they pass unknown traffic: about 0.07 µs a packet, see packet-cost). XDP: not built yet.`,
       tables: [table],
       ratios,
       plots: [{
