@@ -14,7 +14,7 @@ import { ECHO_NODEPORT, mapFill, servedTable, startSteadyLoad, waitFor, type Loa
 export interface ExhaustionResult {
   services: { capacity: number; offered: number; refused: number; mapFullErrors: number; deleted: number; recoveredMs: number; load: LoadReport };
   nat: { ports: number; held: number; probes: number; probesRefused: number; natDrops: number; recoveredMs: number };
-  conntrack: { capacity: number; held: number; survived: number; load: LoadReport };
+  conntrack: { capacity: number; held: number; survived: number; brokeAtMs: number[]; load: LoadReport };
 }
 
 const FILL = 20;
@@ -120,7 +120,8 @@ async function conntrack(c: ReliabilityCluster): Promise<ExhaustionResult['connt
   const load = startSteadyLoad(c, 10);
   const result = await waitFor('the held connections report', () => hold.output().split('\n').find((l) => l.startsWith('{"count"')), Boolean, 60_000, 500);
   const report = await load.stop();
-  return { capacity, held, survived: (JSON.parse(result!) as { survived: number }).survived, load: report };
+  const r = JSON.parse(result!) as { survived: number; brokeAtMs: number[] };
+  return { capacity, held, survived: r.survived, brokeAtMs: r.brokeAtMs, load: report };
 }
 
 export async function exhaustionScenario(c: ReliabilityCluster): Promise<ExhaustionResult> {
