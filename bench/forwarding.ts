@@ -7,7 +7,6 @@
 // 1 and 4 streams, the packets the LB node's device carries per request, and the CPU time
 // the whole machine spends per request.
 // Run as root: npx tsx bench/forwarding.ts [--seconds 4] [--rr-seconds 2] [--repeat 3]
-import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { SandboxApi } from '../src/sandbox/api-client.js';
@@ -15,7 +14,7 @@ import type { Host } from '../src/sandbox/netns/testbed.js';
 import { Sandbox } from '../src/sandbox/sandbox.js';
 import { WORKLOADS_BIN, startWorkloads } from '../src/sandbox/workloads/spawn.js';
 import { barChart } from './plot.js';
-import { fmtStat, markdownTable, progress, publish, ratio, stat, type Stat } from './report.js';
+import { busyCpuNs, fmtStat, markdownTable, progress, publish, ratio, stat, type Stat } from './report.js';
 
 const { values } = parseArgs({ options: { seconds: { type: 'string' }, 'rr-seconds': { type: 'string' }, repeat: { type: 'string' } } });
 const SECONDS = Number(values.seconds ?? 4);
@@ -32,12 +31,8 @@ interface PathSpec { name: string; ip: string; ports: { echo: number; iperf: num
 
 interface RrSample { count: number; failures: number; seconds: number; p50: number; p99: number }
 
-/** Busy CPU time of the whole machine so far, in microseconds (all cores, /proc/stat). */
-function busyCpuUs(): number {
-  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
-  const [user, nice, system, , , irq, softirq, steal] = f as [number, number, number, number, number, number, number, number];
-  return ((user + nice + system + irq + softirq + steal) * 1e6) / 100; // USER_HZ is 100
-}
+/** Busy CPU time of the whole machine so far, in microseconds. */
+const busyCpuUs = () => busyCpuNs() / 1000;
 
 /** Packets in and out of a host's eth0. */
 async function devicePackets(host: Host): Promise<number> {

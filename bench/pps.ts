@@ -8,7 +8,7 @@
 // ferry's tc programs, kube-proxy-shaped iptables rules, kube-proxy-shaped nftables rules,
 // at 1 and 10k Services. XDP is not built yet (issue 20).
 // Run as root: npx tsx bench/pps.ts [--services 1,10000] [--seconds 5] [--repeat 3]
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { MiniCluster, type TestService } from '../src/sandbox/mini-cluster.js';
@@ -18,7 +18,7 @@ import { TARGET_IP, clusterIP, iptablesRules, nftRules } from './kube-proxy-rule
 import { serviceMapSizes } from './map-sizes.js';
 import { barChart } from './plot.js';
 import { execOk } from '../src/sys/exec.js';
-import { fmtStat, markdownTable, progress, publish, ratio, stat, type Stat } from './report.js';
+import { busyCpuNs, fmtStat, markdownTable, progress, publish, ratio, stat, type Stat } from './report.js';
 
 const { values } = parseArgs({ options: { services: { type: 'string' }, seconds: { type: 'string' }, repeat: { type: 'string' } } });
 const COUNTS = (values.services ?? '1,10000').split(',').map(Number);
@@ -33,13 +33,6 @@ const DATAPLANES = ['ferry tc', 'iptables', 'nftables'] as const;
 type Dataplane = (typeof DATAPLANES)[number];
 
 interface Row { dataplane: Dataplane; services: number; proto: Proto; sentPps: Stat; forwardedPps: Stat; cpuNsPerPacket: Stat }
-
-/** Busy CPU time of the whole machine so far, in nanoseconds (all cores, /proc/stat). */
-function busyCpuNs(): number {
-  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
-  const [user, nice, system, , , irq, softirq, steal] = f as number[];
-  return ((user! + nice! + system! + irq! + softirq! + steal!) * 1e9) / 100; // USER_HZ is 100
-}
 
 async function rxPackets(host: Host, dev: string): Promise<number> {
   const [link] = JSON.parse(await host.execOk(['ip', '-s', '-j', 'link', 'show', 'dev', dev])) as Array<{ stats64: { rx: { packets: number } } }>;

@@ -1,7 +1,7 @@
 // What every benchmark reports the same way: median and spread of repeated runs, the
 // machine, the command, and the files under bench/results/<set>/ (<name>.json, <name>.md
 // and the SVG plots the Markdown links to).
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, release, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 
@@ -70,4 +70,11 @@ export function publish(r: Report): void {
   writeFileSync(join(RESULTS_DIR, `${r.name}.md`), md);
   for (const p of r.plots ?? []) writeFileSync(join(RESULTS_DIR, p.file), p.svg);
   writeFileSync(join(RESULTS_DIR, `${r.name}.json`), `${JSON.stringify({ machine: m, command: r.command, date: new Date().toISOString(), ...r.data }, null, 2)}\n`);
+}
+
+/** Busy CPU time of the whole machine so far, in nanoseconds (all cores, /proc/stat; USER_HZ 100). */
+export function busyCpuNs(): number {
+  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+  const [user, nice, system, , , irq, softirq, steal] = f as number[];
+  return ((user! + nice! + system! + irq! + softirq! + steal!) * 1e9) / 100;
 }
