@@ -50,7 +50,7 @@ export class FerryPods {
     const flags = o.devices ? ['--devices', o.devices] : [];
     const extra = { ...settings, ...definedOnly(o.env ?? {}) };
     if (this.image && !o.bin) {
-      const security = agentSecurity();
+      const security = agentSecurity(this.identity.objects); // as rendered: what the pod starts from
       const c = launch.container;
       return this.image.run(host, `agent-${nodeName}`, {
         args: [...c.argv, ...flags],

@@ -23,12 +23,12 @@ interface PodSpec {
   containers: Array<{ name: string; securityContext?: { privileged?: boolean; runAsUser?: number; capabilities?: { add?: string[]; drop?: string[] } } }>;
 }
 
-/** The agent container's security settings in the DaemonSet of `file`. */
-export function agentSecurity(file = AGENT_MANIFEST): AgentSecurity {
-  const docs = parseAllDocuments(readFileSync(file, 'utf8')).map((d) => d.toJSON() as { kind?: string; spec?: { template?: { spec?: PodSpec } } } | null);
+/** The agent container's security settings in the DaemonSet among `objects` (default: the base manifest's). */
+export function agentSecurity(objects: readonly unknown[] = parseAllDocuments(readFileSync(AGENT_MANIFEST, 'utf8')).map((d) => d.toJSON())): AgentSecurity {
+  const docs = objects as Array<{ kind?: string; spec?: { template?: { spec?: PodSpec } } } | null>;
   const pod = docs.find((d) => d?.kind === 'DaemonSet')?.spec?.template?.spec;
   const agent = pod?.containers.find((c) => c.name === 'agent');
-  if (!pod || !agent) throw new Error(`${file}: no DaemonSet with an agent container`);
+  if (!pod || !agent) throw new Error('the manifests have no DaemonSet with an agent container');
   const sc = agent.securityContext ?? {};
   return {
     privileged: sc.privileged ?? false,
