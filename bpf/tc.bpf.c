@@ -27,9 +27,9 @@
 #include "lib/monitor.h"
 #include "lib/arp.h"
 
-/* Traffic that is not ferry's goes on to the next tc filter (TC_ACT_UNSPEC), so other
- * users of the device keep working; what ferry translated ends the chain (TC_ACT_OK). */
-static __always_inline int tc_ingress_packet(struct __sk_buff *skb)
+/* Traffic that is not ferry's goes on to the next tc filter (CTX_ACT_UNSPEC), so other
+ * users of the device keep working; what ferry translated ends the chain (CTX_ACT_OK). */
+static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 {
 	struct pkt4 p;
 	struct lb4_service *svc;
@@ -38,26 +38,26 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *skb)
 	/* A frame for another host's MAC (a switch flooding an unknown destination, a port in
 	 * promiscuous mode): the kernel would drop it, and so must ferry, or two nodes would
 	 * answer the same packet. */
-	if (skb->pkt_type == PACKET_OTHERHOST)
-		return TC_ACT_UNSPEC;
-	rc = parse_ipv4(skb, &p);
+	if (ctx->pkt_type == PACKET_OTHERHOST)
+		return CTX_ACT_UNSPEC;
+	rc = parse_ipv4(ctx, &p);
 
 	if (rc == PARSE_NOT_IPV4)
-		return arp_respond(skb);
+		return arp_respond(ctx);
 	if (rc == PARSE_MALFORMED)
-		return count_drop(DROP_MALFORMED, skb->len);
+		return count_drop(DROP_MALFORMED, ctx->len);
 
 	if (p.fragment)
-		return frag4_follow(skb, &p, lb4_lookup_master(p.daddr, 0, 0, LB_SCOPE_EXTERNAL) != NULL);
+		return frag4_follow(ctx, &p, lb4_lookup_master(p.daddr, 0, 0, LB_SCOPE_EXTERNAL) != NULL);
 	if (p.proto == IPPROTO_ICMP) {
 		if (icmp4_is_error(p.icmp_type))
-			return icmp_related_ingress(skb, &p);
-		return TC_ACT_UNSPEC;
+			return icmp_related_ingress(ctx, &p);
+		return CTX_ACT_UNSPEC;
 	}
 	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
-		return TC_ACT_UNSPEC;
+		return CTX_ACT_UNSPEC;
 	if (p.dsr_opt)
-		return dsr_receive(skb, &p);
+		return dsr_receive(ctx, &p);
 
 	/* A reply to a flow this node SNATed toward a remote backend. */
 	{
@@ -67,7 +67,7 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *skb)
 		ct4_key_of(&p, &k);
 		nat = bpf_map_lookup_elem(&nat4, &k);
 		if (nat && (nat->flags & CT_F_SNAT) && !ct_expired(nat->expires_ns, bpf_ktime_get_ns()))
-			return nodeport_reply_remote(skb, &p, nat);
+			return nodeport_reply_remote(ctx, &p, nat);
 	}
 
 	rc = lb4_lookup(p.daddr, p.dport, p.proto, LB_SCOPE_EXTERNAL, &svc);
@@ -76,59 +76,59 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *skb)
 		return count_drop(DROP_SOURCE_RANGE, p.len);
 	switch (rc) {
 	case LB_FOUND:
-		return nodeport_forward(skb, &p, svc);
+		return nodeport_forward(ctx, &p, svc);
 	case LB_NO_BACKEND:
-		return icmp4_reject(skb, &p);
+		return icmp4_reject(ctx, &p);
 	case LB_UNKNOWN_PORT:
 		return count_drop(DROP_UNKNOWN_PORT, p.len);
 	case LB_EMPTY_DROP:
 		return count_drop(DROP_NO_LOCAL_BACKEND, p.len);
 	default:
-		return TC_ACT_UNSPEC;
+		return CTX_ACT_UNSPEC;
 	}
 }
 
-static __always_inline int tc_egress_packet(struct __sk_buff *skb)
+static __always_inline int tc_egress_packet(struct __sk_buff *ctx)
 {
 	struct pkt4 p;
 	struct ct4_key k;
 	struct nat4_entry *nat;
 
-	if (parse_ipv4(skb, &p) != PARSE_OK)
-		return TC_ACT_UNSPEC;
+	if (parse_ipv4(ctx, &p) != PARSE_OK)
+		return CTX_ACT_UNSPEC;
 	if (p.fragment)
-		return frag4_follow(skb, &p, 0);
+		return frag4_follow(ctx, &p, 0);
 	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
-		return TC_ACT_UNSPEC;
+		return CTX_ACT_UNSPEC;
 	ct4_key_of(&p, &k);
 	nat = bpf_map_lookup_elem(&nat4, &k);
 	if (!nat || !(nat->flags & CT_F_LOCAL))
-		return TC_ACT_UNSPEC;
+		return CTX_ACT_UNSPEC;
 	if (ct_expired(nat->expires_ns, bpf_ktime_get_ns()) || ct_tcp_reply_reopen(&p, nat->flags)) {
 		/* Left over from a finished flow: this packet belongs to another connection
 		 * (say, straight to the pod) that reuses the client's port. */
 		bpf_map_delete_elem(&nat4, &k);
-		return TC_ACT_UNSPEC;
+		return CTX_ACT_UNSPEC;
 	}
-	return nodeport_reply_local(skb, &p, nat);
+	return nodeport_reply_local(ctx, &p, nat);
 }
 
 SEC("tc")
-int tc_ingress(struct __sk_buff *skb)
+int tc_ingress(struct __sk_buff *ctx)
 {
 	struct monitor_ctx m;
 
-	monitor_begin(skb, &m);
-	return monitor_end(skb, &m, tc_ingress_packet(skb), HOOK_TC_INGRESS);
+	monitor_begin(ctx, &m);
+	return monitor_end(ctx, &m, tc_ingress_packet(ctx), HOOK_TC_INGRESS);
 }
 
 SEC("tc")
-int tc_egress(struct __sk_buff *skb)
+int tc_egress(struct __sk_buff *ctx)
 {
 	struct monitor_ctx m;
 
-	monitor_begin(skb, &m);
-	return monitor_end(skb, &m, tc_egress_packet(skb), HOOK_TC_EGRESS);
+	monitor_begin(ctx, &m);
+	return monitor_end(ctx, &m, tc_egress_packet(ctx), HOOK_TC_EGRESS);
 }
 
 char LICENSE[] SEC("license") = "GPL";

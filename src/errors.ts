@@ -17,6 +17,7 @@ export const ErrorCode = {
   MapOp: 'FERRY_MAP_OP',
   MapFull: 'FERRY_MAP_FULL',
   Attach: 'FERRY_ATTACH',
+  XdpUnsupported: 'FERRY_XDP_UNSUPPORTED',
   CgroupNotRoot: 'FERRY_CGROUP_NOT_ROOT',
   Closed: 'FERRY_CLOSED',
   Compile: 'FERRY_COMPILE',

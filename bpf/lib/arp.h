@@ -28,28 +28,28 @@ static __always_inline int mac_equal(const __u8 *a, const __u8 *b)
 	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4] && a[5] == b[5];
 }
 
-static __always_inline int arp_respond(struct __sk_buff *skb)
+static __always_inline int arp_respond(struct __ctx_buff *ctx)
 {
 	struct ethhdr eth;
 	struct arp4 a;
 	struct l2_key key = {};
 	struct l2_entry *e;
 
-	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)) < 0 || eth.h_proto != bpf_htons(ETH_P_ARP))
-		return TC_ACT_UNSPEC;
-	if (bpf_skb_load_bytes(skb, sizeof(eth), &a, sizeof(a)) < 0)
-		return TC_ACT_UNSPEC;
+	if (ctx_load_bytes(ctx, 0, &eth, sizeof(eth)) < 0 || eth.h_proto != bpf_htons(ETH_P_ARP))
+		return CTX_ACT_UNSPEC;
+	if (ctx_load_bytes(ctx, sizeof(eth), &a, sizeof(a)) < 0)
+		return CTX_ACT_UNSPEC;
 	if (a.htype != bpf_htons(ARP_HTYPE_ETHER) || a.ptype != bpf_htons(ETH_P_IP) || a.hlen != ETH_ALEN || a.plen != 4 || a.op != bpf_htons(ARP_OP_REQUEST))
-		return TC_ACT_UNSPEC;
-	key.ifindex = skb->ifindex;
+		return CTX_ACT_UNSPEC;
+	key.ifindex = ctx_ifindex(ctx);
 	__builtin_memcpy(&key.addr, a.tpa, 4);
 	e = bpf_map_lookup_elem(&l2_owned, &key);
 	/* Expired: the agent stopped refreshing it (dead, or the address moved on). */
 	if (!e || e->expires_ns < bpf_ktime_get_ns())
-		return TC_ACT_UNSPEC;
+		return CTX_ACT_UNSPEC;
 	/* Our own request coming back, or another node's gratuitous ARP for the address. */
 	if (mac_equal(a.sha, e->mac) || __builtin_memcmp(a.spa, a.tpa, 4) == 0)
-		return TC_ACT_UNSPEC;
+		return CTX_ACT_UNSPEC;
 
 	__builtin_memcpy(eth.h_dest, a.sha, ETH_ALEN);
 	__builtin_memcpy(eth.h_source, e->mac, ETH_ALEN);
@@ -58,10 +58,10 @@ static __always_inline int arp_respond(struct __sk_buff *skb)
 	__builtin_memcpy(a.sha, e->mac, ETH_ALEN);
 	__builtin_memcpy(a.tpa, a.spa, 4);
 	__builtin_memcpy(a.spa, &key.addr, 4);
-	if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0 || bpf_skb_store_bytes(skb, sizeof(eth), &a, sizeof(a), 0) < 0)
-		return count_drop(DROP_CSUM_FAILED, skb->len);
-	count_stat(STAT_ARP_REPLY, skb->len);
-	return bpf_redirect(skb->ifindex, 0);
+	if (ctx_store_bytes(ctx, 0, &eth, sizeof(eth), 0) < 0 || ctx_store_bytes(ctx, sizeof(eth), &a, sizeof(a), 0) < 0)
+		return count_drop(DROP_CSUM_FAILED, ctx_len(ctx));
+	count_stat(STAT_ARP_REPLY, ctx_len(ctx));
+	return ctx_bounce(ctx);
 }
 
 #endif

@@ -27,7 +27,7 @@ static __always_inline int use_dsr(const struct lb4_service *svc, __u8 proto)
 }
 
 /* Recompute the IPv4 header checksum of a header of `words` 32-bit words (5 or 7). */
-static __always_inline int ipv4_csum_refresh(struct __sk_buff *skb, const struct pkt4 *p, int words)
+static __always_inline int ipv4_csum_refresh(struct __ctx_buff *ctx, const struct pkt4 *p, int words)
 {
 	__u32 hdr[7] = {};
 	__s64 sum;
@@ -35,30 +35,30 @@ static __always_inline int ipv4_csum_refresh(struct __sk_buff *skb, const struct
 
 	if (words != 5 && words != 7)
 		return -1;
-	if (bpf_skb_load_bytes(skb, p->l3_off, hdr, words * 4) < 0)
+	if (ctx_load_bytes(ctx, p->l3_off, hdr, words * 4) < 0)
 		return -1;
 	((__u16 *)hdr)[5] = 0;
 	sum = bpf_csum_diff(NULL, 0, (__be32 *)hdr, words * 4, 0);
 	if (sum < 0)
 		return -1;
 	csum = csum_fold32((__u32)sum);
-	return bpf_skb_store_bytes(skb, IP_CSUM_OFF(p), &csum, sizeof(csum), 0);
+	return ctx_store_bytes(ctx, IP_CSUM_OFF(p), &csum, sizeof(csum), 0);
 }
 
 /* Set ihl and total length after adding (+8) or removing (-8) the option. */
-static __always_inline int ipv4_set_hdr_len(struct __sk_buff *skb, const struct pkt4 *p, int words, __u16 tot_len)
+static __always_inline int ipv4_set_hdr_len(struct __ctx_buff *ctx, const struct pkt4 *p, int words, __u16 tot_len)
 {
 	__u8 vihl = 0x40 | words;
 	__be16 len = bpf_htons(tot_len);
 
-	if (bpf_skb_store_bytes(skb, p->l3_off, &vihl, 1, 0) < 0 ||
-	    bpf_skb_store_bytes(skb, p->l3_off + offsetof(struct iphdr, tot_len), &len, 2, 0) < 0)
+	if (ctx_store_bytes(ctx, p->l3_off, &vihl, 1, 0) < 0 ||
+	    ctx_store_bytes(ctx, p->l3_off + offsetof(struct iphdr, tot_len), &len, 2, 0) < 0)
 		return -1;
-	return ipv4_csum_refresh(skb, p, words);
+	return ipv4_csum_refresh(ctx, p, words);
 }
 
 /* Add the option after a plain 20-byte header. */
-static __always_inline int dsr4_push(struct __sk_buff *skb, const struct pkt4 *p, __be32 addr, __be16 port)
+static __always_inline int dsr4_push(struct __ctx_buff *ctx, const struct pkt4 *p, __be32 addr, __be16 port)
 {
 	__u8 opt[DSR_OPT_LEN] = { DSR_OPT_TYPE, DSR_OPT_LEN };
 
@@ -66,47 +66,52 @@ static __always_inline int dsr4_push(struct __sk_buff *skb, const struct pkt4 *p
 		return -1;
 	__builtin_memcpy(&opt[2], &port, 2);
 	__builtin_memcpy(&opt[4], &addr, 4);
-	if (bpf_skb_adjust_room(skb, DSR_OPT_LEN, BPF_ADJ_ROOM_NET, 0) < 0)
+	if (ctx_adjust_room_net4(ctx, DSR_OPT_LEN) < 0)
 		return -1;
-	if (bpf_skb_store_bytes(skb, p->l3_off + sizeof(struct iphdr), opt, sizeof(opt), 0) < 0)
+	if (ctx_store_bytes(ctx, p->l3_off + sizeof(struct iphdr), opt, sizeof(opt), 0) < 0)
 		return -1;
-	return ipv4_set_hdr_len(skb, p, 7, p->ip_len + DSR_OPT_LEN);
+	return ipv4_set_hdr_len(ctx, p, 7, p->ip_len + DSR_OPT_LEN);
 }
 
 /* Remove the option (the packet came with ihl 7 and our option). */
-static __always_inline int dsr4_pop(struct __sk_buff *skb, const struct pkt4 *p)
+static __always_inline int dsr4_pop(struct __ctx_buff *ctx, const struct pkt4 *p)
 {
-	if (bpf_skb_adjust_room(skb, -DSR_OPT_LEN, BPF_ADJ_ROOM_NET, 0) < 0)
+	if (ctx_adjust_room_net4(ctx, -DSR_OPT_LEN) < 0)
 		return -1;
-	return ipv4_set_hdr_len(skb, p, 5, p->ip_len - DSR_OPT_LEN);
+	return ipv4_set_hdr_len(ctx, p, 5, p->ip_len - DSR_OPT_LEN);
 }
 
 /* DSR to a remote backend: DNAT, the frontend in an IPv4 option (TCP: on the SYN, which
  * is all the backend's node needs; UDP: on every datagram), routed on. No reply comes
  * back through this node. If the option would not fit the path MTU, the client is told
  * (fragmentation needed, an MTU 8 bytes smaller) instead of the packet being lost. */
-static __always_inline int nodeport_dsr(struct __sk_buff *skb, const struct pkt4 *p, const struct lb4_backend *b)
+static __always_inline int nodeport_dsr(struct __ctx_buff *ctx, const struct pkt4 *p, const struct lb4_backend *b)
 {
 	int with_opt = p->proto == IPPROTO_UDP || (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
 	__be32 vip = p->daddr;
 	__be16 vport = p->dport;
+	struct bpf_fib_lookup fib;
+	long route;
 
 	if (p->ttl <= 1)
-		return icmp4_time_exceeded(skb, p);
+		return icmp4_time_exceeded(ctx, p);
 	if (with_opt) {
-		__u32 mtu = fib_mtu_exceeded4(skb, p->saddr, b->address, p->ip_len + DSR_OPT_LEN);
+		__u32 mtu = fib_mtu_exceeded4(ctx, p->saddr, b->address, p->ip_len + DSR_OPT_LEN);
 
 		if (mtu)
-			return icmp4_send_unreach(skb, p, ICMP_FRAG_NEEDED, mtu - DSR_OPT_LEN);
+			return icmp4_send_unreach(ctx, p, ICMP_FRAG_NEEDED, mtu - DSR_OPT_LEN);
 	}
-	if (nat4_rewrite_endpoint(skb, p, NAT_DST, b->address, b->port) < 0 ||
-	    ipv4_dec_ttl(skb, p) < 0)
+	route = fib4_lookup(ctx, p->saddr, b->address, &fib);
+	if (!fib4_usable(route))
+		return fib4_unusable(p->len);
+	if (nat4_rewrite_endpoint(ctx, p, NAT_DST, b->address, b->port) < 0 ||
+	    ipv4_dec_ttl(ctx, p) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
-	if (with_opt && dsr4_push(skb, p, vip, vport) < 0)
+	if (with_opt && dsr4_push(ctx, p, vip, vport) < 0)
 		return count_drop(DROP_DSR_OPTION, p->len);
 	frag4_record(p, p->saddr, b->address, FRAG_ACT_REDIRECT);
 	count_stat(STAT_FWD_DSR, p->len);
-	return fib_redirect4(skb, p->saddr, b->address);
+	return fib4_send(ctx, &fib, route);
 }
 
 /* Which frontend a DSR option names, as this node knows it: a LoadBalancer IP or
@@ -144,7 +149,7 @@ static __always_inline int dsr4_option_genuine(const struct pkt4 *p)
 /* A DSR packet for a backend on this node: remember its frontend for the replies (tc
  * egress rewrites their source), remove the option, and hand it to the stack. A binding
  * of another live flow on the same tuple is never overwritten. */
-static __always_inline int dsr_receive(struct __sk_buff *skb, const struct pkt4 *p)
+static __always_inline int dsr_receive(struct __ctx_buff *ctx, const struct pkt4 *p)
 {
 	struct ct4_key reply = { .saddr = p->daddr, .daddr = p->saddr, .sport = p->dport, .dport = p->sport, .proto = p->proto };
 	__u64 now = bpf_ktime_get_ns();
@@ -171,10 +176,10 @@ static __always_inline int dsr_receive(struct __sk_buff *skb, const struct pkt4 
 		if (bpf_map_update_elem(&nat4, &reply, &n, have ? BPF_EXIST : BPF_NOEXIST) < 0)
 			return count_drop(DROP_CT_MAP_FULL, p->len);
 	}
-	if (dsr4_pop(skb, p) < 0)
+	if (dsr4_pop(ctx, p) < 0)
 		return count_drop(DROP_DSR_OPTION, p->len);
 	count_stat(STAT_DSR_RECEIVED, p->len);
-	return TC_ACT_OK;
+	return CTX_ACT_OK;
 }
 
 #endif

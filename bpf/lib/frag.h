@@ -40,7 +40,7 @@ static __always_inline void frag4_record(const struct pkt4 *p, __be32 saddr, __b
 
 /* A later fragment: translated as its first was. Without a record it is passed on, unless
  * it is addressed to a Service (`service`): then nothing could have been meant by it. */
-static __always_inline int frag4_follow(struct __sk_buff *skb, const struct pkt4 *p, int service)
+static __always_inline int frag4_follow(struct __ctx_buff *ctx, const struct pkt4 *p, int service)
 {
 	struct frag4_key k;
 	struct frag4_entry *e;
@@ -48,18 +48,18 @@ static __always_inline int frag4_follow(struct __sk_buff *skb, const struct pkt4
 	frag4_key_of(p, &k);
 	e = bpf_map_lookup_elem(&frag4, &k);
 	if (!e || e->expires_ns < bpf_ktime_get_ns())
-		return service ? count_drop(DROP_FRAGMENT, p->len) : TC_ACT_UNSPEC;
+		return service ? count_drop(DROP_FRAGMENT, p->len) : CTX_ACT_UNSPEC;
 	if (e->action == FRAG_ACT_REDIRECT && p->ttl <= 1)
-		return icmp4_time_exceeded(skb, p);
-	if (nat4_rewrite_addr(skb, p, NAT_SRC, p->saddr, e->saddr) < 0 ||
-	    nat4_rewrite_addr(skb, p, NAT_DST, p->daddr, e->daddr) < 0)
+		return icmp4_time_exceeded(ctx, p);
+	if (nat4_rewrite_addr(ctx, p, NAT_SRC, p->saddr, e->saddr) < 0 ||
+	    nat4_rewrite_addr(ctx, p, NAT_DST, p->daddr, e->daddr) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	count_stat(STAT_FRAGMENT, p->len);
 	if (e->action != FRAG_ACT_REDIRECT)
-		return TC_ACT_OK;
-	if (ipv4_dec_ttl(skb, p) < 0)
+		return CTX_ACT_OK;
+	if (ipv4_dec_ttl(ctx, p) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
-	return fib_redirect4(skb, e->saddr, e->daddr);
+	return fib_redirect4(ctx, e->saddr, e->daddr);
 }
 
 #endif

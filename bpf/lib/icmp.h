@@ -62,7 +62,7 @@ static __always_inline int icmp4_allowed(void)
 
 /* Turn the packet into an ICMP error from `src` back to its sender, quoting its header and
  * 8 bytes of L4, and send it out the interface it came in on. */
-static __always_inline int icmp4_send_error(struct __sk_buff *skb, const struct pkt4 *p, __be32 src, __u8 type, __u8 code, __u16 mtu, __u32 stat)
+static __always_inline int icmp4_send_error(struct __ctx_buff *ctx, const struct pkt4 *p, __be32 src, __u8 type, __u8 code, __u16 mtu, __u32 stat)
 {
 	struct icmp4_reject_pkt r = {};
 	__u8 macs[2 * ETH_ALEN];
@@ -74,9 +74,9 @@ static __always_inline int icmp4_send_error(struct __sk_buff *skb, const struct 
 		return count_drop(DROP_NO_BACKEND, p->len);
 	if (!icmp4_allowed())
 		return count_drop(DROP_ICMP_RATELIMIT, p->len);
-	if (bpf_skb_load_bytes(skb, p->l3_off, r.quote, ICMP_REJECT_QUOTE) < 0)
+	if (ctx_load_bytes(ctx, p->l3_off, r.quote, ICMP_REJECT_QUOTE) < 0)
 		return count_drop(DROP_MALFORMED, p->len);
-	if (bpf_skb_load_bytes(skb, 0, macs, sizeof(macs)) < 0)
+	if (ctx_load_bytes(ctx, 0, macs, sizeof(macs)) < 0)
 		return count_drop(DROP_MALFORMED, p->len);
 	__builtin_memcpy(swapped, macs + ETH_ALEN, ETH_ALEN);
 	__builtin_memcpy(swapped + ETH_ALEN, macs, ETH_ALEN);
@@ -103,38 +103,38 @@ static __always_inline int icmp4_send_error(struct __sk_buff *skb, const struct 
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	r.icmp.checksum = csum_fold32((__u32)sum);
 
-	if (bpf_skb_change_tail(skb, len, 0) < 0 ||
-	    bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0) < 0 ||
-	    bpf_skb_store_bytes(skb, ETH_HLEN, &r, sizeof(r), 0) < 0)
+	if (ctx_resize(ctx, len) < 0 ||
+	    ctx_store_bytes(ctx, 0, swapped, sizeof(swapped), 0) < 0 ||
+	    ctx_store_bytes(ctx, ETH_HLEN, &r, sizeof(r), 0) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	count_stat(stat, len);
-	return bpf_redirect(skb->ifindex, 0);
+	return ctx_bounce(ctx);
 }
 
 /* Destination unreachable (port unreachable, or fragmentation needed with a next-hop MTU)
  * from the address the packet was sent to. */
-static __always_inline int icmp4_send_unreach(struct __sk_buff *skb, const struct pkt4 *p, __u8 code, __u16 mtu)
+static __always_inline int icmp4_send_unreach(struct __ctx_buff *ctx, const struct pkt4 *p, __u8 code, __u16 mtu)
 {
-	return icmp4_send_error(skb, p, p->daddr, ICMP_DEST_UNREACH, code, mtu,
+	return icmp4_send_error(ctx, p, p->daddr, ICMP_DEST_UNREACH, code, mtu,
 				code == ICMP_FRAG_NEEDED ? STAT_ICMP_FRAG_NEEDED : STAT_ICMP_REJECT);
 }
 
 /* kube-proxy's REJECT: port unreachable, so a TCP client sees ECONNREFUSED. */
-static __always_inline int icmp4_reject(struct __sk_buff *skb, const struct pkt4 *p)
+static __always_inline int icmp4_reject(struct __ctx_buff *ctx, const struct pkt4 *p)
 {
-	return icmp4_send_unreach(skb, p, ICMP_PORT_UNREACH, 0);
+	return icmp4_send_unreach(ctx, p, ICMP_PORT_UNREACH, 0);
 }
 
 /* A packet this node would forward has no TTL left: time exceeded, from this node (what a
  * router answers), and the packet goes no further. */
-static __always_inline int icmp4_time_exceeded(struct __sk_buff *skb, const struct pkt4 *p)
+static __always_inline int icmp4_time_exceeded(struct __ctx_buff *ctx, const struct pkt4 *p)
 {
 	int rc;
 
 	if (p->proto == IPPROTO_ICMP)
 		return count_drop(DROP_TTL_EXCEEDED, p->len); /* never an error about an error */
-	rc = icmp4_send_error(skb, p, snat_ipv4, ICMP_TIME_EXCEEDED, ICMP_EXC_TTL, 0, STAT_ICMP_TIME_EXCEEDED);
-	if (rc == TC_ACT_SHOT)
+	rc = icmp4_send_error(ctx, p, snat_ipv4, ICMP_TIME_EXCEEDED, ICMP_EXC_TTL, 0, STAT_ICMP_TIME_EXCEEDED);
+	if (rc == CTX_ACT_SHOT)
 		return rc;
 	count_drop(DROP_TTL_EXCEEDED, p->len);
 	return rc;
@@ -157,14 +157,14 @@ static __always_inline int icmp4_is_error(__u8 type)
 	return type == ICMP_DEST_UNREACH || type == ICMP_TIME_EXCEEDED || type == ICMP_PARAMETERPROB;
 }
 
-static __always_inline int icmp4_parse_inner(struct __sk_buff *skb, const struct pkt4 *p, struct icmp4_inner *in)
+static __always_inline int icmp4_parse_inner(struct __ctx_buff *ctx, const struct pkt4 *p, struct icmp4_inner *in)
 {
 	struct iphdr ip;
 	__be16 ports[2];
 
 	in->icmp_csum_off = p->l4_off + offsetof(struct icmphdr, checksum);
 	in->ip_off = p->l4_off + sizeof(struct icmphdr);
-	if (bpf_skb_load_bytes(skb, in->ip_off, &ip, sizeof(ip)) < 0 || ip.ihl < 5)
+	if (ctx_load_bytes(ctx, in->ip_off, &ip, sizeof(ip)) < 0 || ip.ihl < 5)
 		return -1;
 	in->l4_off = in->ip_off + ip.ihl * 4;
 	in->saddr = ip.saddr;
@@ -172,7 +172,7 @@ static __always_inline int icmp4_parse_inner(struct __sk_buff *skb, const struct
 	in->proto = ip.protocol;
 	if (ip.protocol != IPPROTO_TCP && ip.protocol != IPPROTO_UDP)
 		return -1;
-	if (bpf_skb_load_bytes(skb, in->l4_off, ports, sizeof(ports)) < 0)
+	if (ctx_load_bytes(ctx, in->l4_off, ports, sizeof(ports)) < 0)
 		return -1;
 	in->sport = ports[0];
 	in->dport = ports[1];
@@ -182,43 +182,43 @@ static __always_inline int icmp4_parse_inner(struct __sk_buff *skb, const struct
 /* Rewrite a 4-byte address inside the quoted IPv4 header, keeping the inner header
  * checksum and the ICMP checksum (which covers the quote) right. The inner L4 checksum is
  * left alone: receivers match ICMP errors by addresses and ports, never by it. */
-static __always_inline int icmp4_inner_rewrite_addr(struct __sk_buff *skb, const struct icmp4_inner *in, enum nat_side side, __be32 from, __be32 to)
+static __always_inline int icmp4_inner_rewrite_addr(struct __ctx_buff *ctx, const struct icmp4_inner *in, enum nat_side side, __be32 from, __be32 to)
 {
 	__u32 ip_csum_off = in->ip_off + offsetof(struct iphdr, check);
 	__sum16 old_csum, new_csum;
 
 	if (from == to)
 		return 0;
-	if (bpf_skb_load_bytes(skb, ip_csum_off, &old_csum, sizeof(old_csum)) < 0)
+	if (ctx_load_bytes(ctx, ip_csum_off, &old_csum, sizeof(old_csum)) < 0)
 		return -1;
-	if (bpf_l3_csum_replace(skb, ip_csum_off, from, to, sizeof(to)) < 0)
+	if (ctx_l3_csum_replace(ctx, ip_csum_off, from, to, sizeof(to)) < 0)
 		return -1;
-	if (bpf_skb_load_bytes(skb, ip_csum_off, &new_csum, sizeof(new_csum)) < 0)
+	if (ctx_load_bytes(ctx, ip_csum_off, &new_csum, sizeof(new_csum)) < 0)
 		return -1;
-	if (bpf_l4_csum_replace(skb, in->icmp_csum_off, from, to, sizeof(to)) < 0 ||
-	    bpf_l4_csum_replace(skb, in->icmp_csum_off, old_csum, new_csum, sizeof(new_csum)) < 0)
+	if (ctx_l4_csum_replace(ctx, in->icmp_csum_off, from, to, sizeof(to)) < 0 ||
+	    ctx_l4_csum_replace(ctx, in->icmp_csum_off, old_csum, new_csum, sizeof(new_csum)) < 0)
 		return -1;
-	return bpf_skb_store_bytes(skb, in->ip_off + (side == NAT_SRC ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr)),
+	return ctx_store_bytes(ctx, in->ip_off + (side == NAT_SRC ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr)),
 				   &to, sizeof(to), 0);
 }
 
-static __always_inline int icmp4_inner_rewrite_port(struct __sk_buff *skb, const struct icmp4_inner *in, enum nat_side side, __be16 from, __be16 to)
+static __always_inline int icmp4_inner_rewrite_port(struct __ctx_buff *ctx, const struct icmp4_inner *in, enum nat_side side, __be16 from, __be16 to)
 {
 	if (from == to)
 		return 0;
-	if (bpf_l4_csum_replace(skb, in->icmp_csum_off, from, to, sizeof(to)) < 0)
+	if (ctx_l4_csum_replace(ctx, in->icmp_csum_off, from, to, sizeof(to)) < 0)
 		return -1;
-	return bpf_skb_store_bytes(skb, in->l4_off + (side == NAT_SRC ? 0 : 2), &to, sizeof(to), 0);
+	return ctx_store_bytes(ctx, in->l4_off + (side == NAT_SRC ? 0 : 2), &to, sizeof(to), 0);
 }
 
 /* Rewrite the outer destination of an ICMP message (no L4 pseudo-header for ICMPv4). */
-static __always_inline int icmp4_outer_rewrite_addr(struct __sk_buff *skb, const struct pkt4 *p, enum nat_side side, __be32 from, __be32 to)
+static __always_inline int icmp4_outer_rewrite_addr(struct __ctx_buff *ctx, const struct pkt4 *p, enum nat_side side, __be32 from, __be32 to)
 {
 	if (from == to)
 		return 0;
-	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF(p), from, to, sizeof(to)) < 0)
+	if (ctx_l3_csum_replace(ctx, IP_CSUM_OFF(p), from, to, sizeof(to)) < 0)
 		return -1;
-	return bpf_skb_store_bytes(skb, side == NAT_SRC ? IP_SADDR_OFF(p) : IP_DADDR_OFF(p), &to, sizeof(to), 0);
+	return ctx_store_bytes(ctx, side == NAT_SRC ? IP_SADDR_OFF(p) : IP_DADDR_OFF(p), &to, sizeof(to), 0);
 }
 
 #endif

@@ -14,13 +14,13 @@
  *    to the client as if it quoted the client's packet to the frontend;
  *  - it quotes our reply to the client (frontend → client): send it to the backend as if
  *    it quoted the backend's packet. This is the path-MTU case for large replies. */
-static __always_inline int icmp_related_ingress(struct __sk_buff *skb, const struct pkt4 *p)
+static __always_inline int icmp_related_ingress(struct __ctx_buff *ctx, const struct pkt4 *p)
 {
 	struct icmp4_inner in;
 	struct ct4_key k;
 
-	if (icmp4_parse_inner(skb, p, &in) < 0)
-		return TC_ACT_UNSPEC;
+	if (icmp4_parse_inner(ctx, p, &in) < 0)
+		return CTX_ACT_UNSPEC;
 
 	/* Quoted: node:nat_port → backend. The nat4 key is that tuple reversed. */
 	k.saddr = in.daddr;
@@ -35,15 +35,15 @@ static __always_inline int icmp_related_ingress(struct __sk_buff *skb, const str
 		if (nat && (nat->flags & CT_F_SNAT) && p->daddr == in.saddr) {
 			if (p->ttl <= 1)
 				return count_drop(DROP_TTL_EXCEEDED, p->len);
-			if (icmp4_inner_rewrite_addr(skb, &in, NAT_SRC, in.saddr, nat->client_addr) < 0 ||
-			    icmp4_inner_rewrite_port(skb, &in, NAT_SRC, in.sport, nat->client_port) < 0 ||
-			    icmp4_inner_rewrite_addr(skb, &in, NAT_DST, in.daddr, nat->frontend_addr) < 0 ||
-			    icmp4_inner_rewrite_port(skb, &in, NAT_DST, in.dport, nat->frontend_port) < 0 ||
-			    icmp4_outer_rewrite_addr(skb, p, NAT_DST, p->daddr, nat->client_addr) < 0 ||
-			    ipv4_dec_ttl(skb, p) < 0)
+			if (icmp4_inner_rewrite_addr(ctx, &in, NAT_SRC, in.saddr, nat->client_addr) < 0 ||
+			    icmp4_inner_rewrite_port(ctx, &in, NAT_SRC, in.sport, nat->client_port) < 0 ||
+			    icmp4_inner_rewrite_addr(ctx, &in, NAT_DST, in.daddr, nat->frontend_addr) < 0 ||
+			    icmp4_inner_rewrite_port(ctx, &in, NAT_DST, in.dport, nat->frontend_port) < 0 ||
+			    icmp4_outer_rewrite_addr(ctx, p, NAT_DST, p->daddr, nat->client_addr) < 0 ||
+			    ipv4_dec_ttl(ctx, p) < 0)
 				return count_drop(DROP_CSUM_FAILED, p->len);
 			count_stat(STAT_ICMP_RELATED, p->len);
-			return fib_redirect4(skb, p->saddr, nat->client_addr);
+			return fib_redirect4(ctx, p->saddr, nat->client_addr);
 		}
 	}
 
@@ -53,26 +53,26 @@ static __always_inline int icmp_related_ingress(struct __sk_buff *skb, const str
 		struct lb4_backend *b;
 
 		if (!ct || p->daddr != in.saddr)
-			return TC_ACT_UNSPEC;
+			return CTX_ACT_UNSPEC;
 		b = lb4_backend(ct->backend_id);
 		if (!b)
-			return TC_ACT_UNSPEC;
+			return CTX_ACT_UNSPEC;
 		if (!(ct->flags & CT_F_LOCAL) && p->ttl <= 1)
 			return count_drop(DROP_TTL_EXCEEDED, p->len);
-		if (icmp4_inner_rewrite_addr(skb, &in, NAT_SRC, in.saddr, b->address) < 0 ||
-		    icmp4_inner_rewrite_port(skb, &in, NAT_SRC, in.sport, b->port) < 0 ||
-		    icmp4_outer_rewrite_addr(skb, p, NAT_DST, p->daddr, b->address) < 0)
+		if (icmp4_inner_rewrite_addr(ctx, &in, NAT_SRC, in.saddr, b->address) < 0 ||
+		    icmp4_inner_rewrite_port(ctx, &in, NAT_SRC, in.sport, b->port) < 0 ||
+		    icmp4_outer_rewrite_addr(ctx, p, NAT_DST, p->daddr, b->address) < 0)
 			return count_drop(DROP_CSUM_FAILED, p->len);
 		count_stat(STAT_ICMP_RELATED, p->len);
 		if (ct->flags & CT_F_LOCAL)
-			return TC_ACT_OK;
+			return CTX_ACT_OK;
 		/* Remote backend: it knows the flow as node:nat_port → backend. */
-		if (icmp4_inner_rewrite_addr(skb, &in, NAT_DST, in.daddr, ct->nat_addr) < 0 ||
-		    icmp4_inner_rewrite_port(skb, &in, NAT_DST, in.dport, ct->nat_port) < 0 ||
-		    icmp4_outer_rewrite_addr(skb, p, NAT_SRC, p->saddr, ct->nat_addr) < 0 ||
-		    ipv4_dec_ttl(skb, p) < 0)
+		if (icmp4_inner_rewrite_addr(ctx, &in, NAT_DST, in.daddr, ct->nat_addr) < 0 ||
+		    icmp4_inner_rewrite_port(ctx, &in, NAT_DST, in.dport, ct->nat_port) < 0 ||
+		    icmp4_outer_rewrite_addr(ctx, p, NAT_SRC, p->saddr, ct->nat_addr) < 0 ||
+		    ipv4_dec_ttl(ctx, p) < 0)
 			return count_drop(DROP_CSUM_FAILED, p->len);
-		return fib_redirect4(skb, ct->nat_addr, b->address);
+		return fib_redirect4(ctx, ct->nat_addr, b->address);
 	}
 }
 

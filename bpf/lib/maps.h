@@ -4,7 +4,7 @@
 #ifndef FERRY_LIB_MAPS_H
 #define FERRY_LIB_MAPS_H
 
-#include "common.h"
+#include "ctx.h"
 #include "shared/lb.h"
 #include "shared/ct.h"
 #include "shared/metrics.h"
@@ -195,7 +195,7 @@ static __always_inline int count_drop(__u32 reason, __u64 bytes)
 		c->packets++;
 		c->bytes += bytes;
 	}
-	return TC_ACT_SHOT;
+	return CTX_ACT_SHOT;
 }
 
 #endif

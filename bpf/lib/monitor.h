@@ -15,7 +15,7 @@ static __always_inline __u32 monitor_flags(void)
 	return m ? m->flags : 0;
 }
 
-static __always_inline void monitor_event(struct __sk_buff *skb, const struct pkt4 *in, __u32 flags, int verdict, __u8 hook)
+static __always_inline void monitor_event(struct __ctx_buff *ctx, const struct pkt4 *in, __u32 flags, int verdict, __u8 hook)
 {
 	struct ferry_scratch *s = scratch();
 	struct ferry_event *e;
@@ -24,9 +24,9 @@ static __always_inline void monitor_event(struct __sk_buff *skb, const struct pk
 
 	if (!s)
 		return;
-	if (verdict == TC_ACT_SHOT && (flags & MONITOR_DROPS) && s->last_drop)
+	if (verdict == CTX_ACT_SHOT && (flags & MONITOR_DROPS) && s->last_drop)
 		type = EVENT_DROP;
-	else if (verdict != TC_ACT_SHOT && (flags & MONITOR_TRACES) && s->last_stat)
+	else if (verdict != CTX_ACT_SHOT && (flags & MONITOR_TRACES) && s->last_stat)
 		type = EVENT_TRACE;
 	else
 		return;
@@ -43,9 +43,9 @@ static __always_inline void monitor_event(struct __sk_buff *skb, const struct pk
 	e->dport = in->dport;
 	e->proto = in->proto;
 	e->hook = hook;
-	e->ifindex = skb->ifindex;
+	e->ifindex = ctx_ifindex(ctx);
 	e->verdict = verdict;
-	if (type == EVENT_TRACE && parse_ipv4(skb, &out) == PARSE_OK) {
+	if (type == EVENT_TRACE && parse_ipv4(ctx, &out) == PARSE_OK) {
 		e->out_saddr = out.saddr;
 		e->out_daddr = out.daddr;
 		e->out_sport = out.sport;
@@ -62,7 +62,7 @@ struct monitor_ctx {
 };
 
 /* Before the program decides: note the packet, clear the last recorded stat and drop. */
-static __always_inline void monitor_begin(struct __sk_buff *skb, struct monitor_ctx *m)
+static __always_inline void monitor_begin(struct __ctx_buff *ctx, struct monitor_ctx *m)
 {
 	struct ferry_scratch *s;
 
@@ -75,14 +75,14 @@ static __always_inline void monitor_begin(struct __sk_buff *skb, struct monitor_
 		s->last_drop = 0;
 		s->last_stat = 0;
 	}
-	m->have = parse_ipv4(skb, &m->in) == PARSE_OK;
+	m->have = parse_ipv4(ctx, &m->in) == PARSE_OK;
 }
 
 /* After: report the verdict, if a monitor asks for this kind of event. */
-static __always_inline int monitor_end(struct __sk_buff *skb, const struct monitor_ctx *m, int verdict, __u8 hook)
+static __always_inline int monitor_end(struct __ctx_buff *ctx, const struct monitor_ctx *m, int verdict, __u8 hook)
 {
 	if (m->have)
-		monitor_event(skb, &m->in, m->flags, verdict, hook);
+		monitor_event(ctx, &m->in, m->flags, verdict, hook);
 	return verdict;
 }
 

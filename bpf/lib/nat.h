@@ -2,7 +2,7 @@
 #ifndef FERRY_LIB_NAT_H
 #define FERRY_LIB_NAT_H
 
-#include "common.h"
+#include "ctx.h"
 #include "parse.h"
 
 /* Which end of a packet (or of a quoted packet) a rewrite changes. */
@@ -33,50 +33,50 @@ static __always_inline __u64 l4_csum_flags(const struct pkt4 *p)
 }
 
 /* Rewrite the source or destination address. Returns <0 on helper failure. */
-static __always_inline int nat4_rewrite_addr(struct __sk_buff *skb, const struct pkt4 *p, enum nat_side side, __be32 from, __be32 to)
+static __always_inline int nat4_rewrite_addr(struct __ctx_buff *ctx, const struct pkt4 *p, enum nat_side side, __be32 from, __be32 to)
 {
 	__u32 csum = l4_csum_off(p);
 
 	if (from == to)
 		return 0;
 	if (csum && !p->fragment &&
-	    bpf_l4_csum_replace(skb, csum, from, to, BPF_F_PSEUDO_HDR | sizeof(to) | l4_csum_flags(p)) < 0)
+	    ctx_l4_csum_replace(ctx, csum, from, to, BPF_F_PSEUDO_HDR | sizeof(to) | l4_csum_flags(p)) < 0)
 		return -1;
-	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF(p), from, to, sizeof(to)) < 0)
+	if (ctx_l3_csum_replace(ctx, IP_CSUM_OFF(p), from, to, sizeof(to)) < 0)
 		return -1;
-	return bpf_skb_store_bytes(skb, side == NAT_SRC ? IP_SADDR_OFF(p) : IP_DADDR_OFF(p), &to, sizeof(to), 0);
+	return ctx_store_bytes(ctx, side == NAT_SRC ? IP_SADDR_OFF(p) : IP_DADDR_OFF(p), &to, sizeof(to), 0);
 }
 
 /* Rewrite the source or destination port of TCP/UDP. */
-static __always_inline int nat4_rewrite_port(struct __sk_buff *skb, const struct pkt4 *p, enum nat_side side, __be16 from, __be16 to)
+static __always_inline int nat4_rewrite_port(struct __ctx_buff *ctx, const struct pkt4 *p, enum nat_side side, __be16 from, __be16 to)
 {
 	__u32 csum = l4_csum_off(p);
 
 	if (from == to)
 		return 0;
-	if (csum && bpf_l4_csum_replace(skb, csum, from, to, sizeof(to) | l4_csum_flags(p)) < 0)
+	if (csum && ctx_l4_csum_replace(ctx, csum, from, to, sizeof(to) | l4_csum_flags(p)) < 0)
 		return -1;
-	return bpf_skb_store_bytes(skb, p->l4_off + (side == NAT_SRC ? 0 : 2), &to, sizeof(to), 0);
+	return ctx_store_bytes(ctx, p->l4_off + (side == NAT_SRC ? 0 : 2), &to, sizeof(to), 0);
 }
 
 /* A packet's destination or source endpoint, address and port together. */
-static __always_inline int nat4_rewrite_endpoint(struct __sk_buff *skb, const struct pkt4 *p, enum nat_side side, __be32 addr, __be16 port)
+static __always_inline int nat4_rewrite_endpoint(struct __ctx_buff *ctx, const struct pkt4 *p, enum nat_side side, __be32 addr, __be16 port)
 {
-	if (nat4_rewrite_addr(skb, p, side, side == NAT_SRC ? p->saddr : p->daddr, addr) < 0)
+	if (nat4_rewrite_addr(ctx, p, side, side == NAT_SRC ? p->saddr : p->daddr, addr) < 0)
 		return -1;
-	return nat4_rewrite_port(skb, p, side, side == NAT_SRC ? p->sport : p->dport, port);
+	return nat4_rewrite_port(ctx, p, side, side == NAT_SRC ? p->sport : p->dport, port);
 }
 
 /* Forwarding to another host is routing: the TTL goes down by one. */
-static __always_inline int ipv4_dec_ttl(struct __sk_buff *skb, const struct pkt4 *p)
+static __always_inline int ipv4_dec_ttl(struct __ctx_buff *ctx, const struct pkt4 *p)
 {
 	__u8 ttl = p->ttl - 1;
 	__be16 old = bpf_htons((__u16)p->ttl << 8);
 	__be16 new = bpf_htons((__u16)ttl << 8);
 
-	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF(p), old, new, sizeof(new)) < 0)
+	if (ctx_l3_csum_replace(ctx, IP_CSUM_OFF(p), old, new, sizeof(new)) < 0)
 		return -1;
-	return bpf_skb_store_bytes(skb, IP_TTL_OFF(p), &ttl, sizeof(ttl), 0);
+	return ctx_store_bytes(ctx, IP_TTL_OFF(p), &ttl, sizeof(ttl), 0);
 }
 
 #endif

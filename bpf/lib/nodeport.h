@@ -37,36 +37,42 @@ static __always_inline __u32 maglev_select(const struct lb4_service *svc, __u32 
 
 /* Rewrite both ends of a packet that leaves this node again and send it on: TTL down,
  * counted, redirected to the next hop towards its new destination. */
-static __always_inline int nat4_forward(struct __sk_buff *skb, const struct pkt4 *p, __be32 daddr, __be16 dport,
+static __always_inline int nat4_forward(struct __ctx_buff *ctx, const struct pkt4 *p, __be32 daddr, __be16 dport,
 					__be32 saddr, __be16 sport, __u32 stat)
 {
+	struct bpf_fib_lookup fib;
+	long route;
+
 	if (p->ttl <= 1)
-		return icmp4_time_exceeded(skb, p);
-	if (nat4_rewrite_endpoint(skb, p, NAT_DST, daddr, dport) < 0 ||
-	    nat4_rewrite_endpoint(skb, p, NAT_SRC, saddr, sport) < 0 ||
-	    ipv4_dec_ttl(skb, p) < 0)
+		return icmp4_time_exceeded(ctx, p);
+	route = fib4_lookup(ctx, saddr, daddr, &fib);
+	if (!fib4_usable(route))
+		return fib4_unusable(p->len);
+	if (nat4_rewrite_endpoint(ctx, p, NAT_DST, daddr, dport) < 0 ||
+	    nat4_rewrite_endpoint(ctx, p, NAT_SRC, saddr, sport) < 0 ||
+	    ipv4_dec_ttl(ctx, p) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	frag4_record(p, saddr, daddr, FRAG_ACT_REDIRECT);
 	count_stat(stat, p->len);
-	return fib_redirect4(skb, saddr, daddr);
+	return fib4_send(ctx, &fib, route);
 }
 
 /* A reply from a remote backend to an SNATed flow: restore client and frontend. */
-static __always_inline int nodeport_reply_remote(struct __sk_buff *skb, const struct pkt4 *p, struct nat4_entry *nat)
+static __always_inline int nodeport_reply_remote(struct __ctx_buff *ctx, const struct pkt4 *p, struct nat4_entry *nat)
 {
 	ct4_track_reply(p, nat);
-	return nat4_forward(skb, p, nat->client_addr, nat->client_port, nat->frontend_addr, nat->frontend_port, STAT_REPLY_REMOTE);
+	return nat4_forward(ctx, p, nat->client_addr, nat->client_port, nat->frontend_addr, nat->frontend_port, STAT_REPLY_REMOTE);
 }
 
 /* A reply from a local backend (tc egress): it leaves as the frontend. */
-static __always_inline int nodeport_reply_local(struct __sk_buff *skb, const struct pkt4 *p, struct nat4_entry *nat)
+static __always_inline int nodeport_reply_local(struct __ctx_buff *ctx, const struct pkt4 *p, struct nat4_entry *nat)
 {
 	ct4_track_reply(p, nat);
-	if (nat4_rewrite_endpoint(skb, p, NAT_SRC, nat->frontend_addr, nat->frontend_port) < 0)
+	if (nat4_rewrite_endpoint(ctx, p, NAT_SRC, nat->frontend_addr, nat->frontend_port) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	frag4_record(p, nat->frontend_addr, p->daddr, FRAG_ACT_PASS);
 	count_stat(STAT_REPLY_LOCAL, p->len);
-	return TC_ACT_OK;
+	return CTX_ACT_OK;
 }
 
 /* Keep a flow's reply binding alive, or restore it after LRU eviction. */
@@ -99,7 +105,7 @@ static __always_inline int nat4_keep(const struct pkt4 *p, const struct ct4_key 
 }
 
 /* A packet for a frontend with backends: conntrack, then translate. */
-static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct pkt4 *p, struct lb4_service *svc)
+static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct pkt4 *p, struct lb4_service *svc)
 {
 	struct lb4_key fe = { .address = p->daddr, .port = p->dport, .proto = p->proto, .scope = LB_SCOPE_EXTERNAL };
 	__u64 now = bpf_ktime_get_ns();
@@ -118,6 +124,11 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 	}
 	if (ct)
 		b = lb4_backend(ct->backend_id);
+	/* XDP leaves a flow to a local backend to tc, whose packets the stack then takes to
+	 * the pod; it does so before touching the flow's state, so that tc finds the flow as
+	 * if XDP were not there. */
+	if (CTX_IS_XDP && ct && b && (ct->flags & CT_F_LOCAL))
+		return CTX_ACT_UNSPEC;
 	if (!ct || !b) {
 		/* New flow, or its backend was removed: (re)balance, honouring ClientIP affinity. */
 		struct lb4_affinity_key ak = { .client = p->saddr, .affinity_id = svc->affinity_id };
@@ -134,16 +145,18 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 		b = lb4_backend(id);
 		if (!b)
 			return count_drop(DROP_BACKEND_MISSING, p->len);
+		if (CTX_IS_XDP && (b->flags & LB_BACKEND_F_LOCAL))
+			return CTX_ACT_UNSPEC;
 		if (ct)
 			count_stat(STAT_CT_REBALANCED, p->len);
 		fresh.created_ns = now;
-		fresh.ifindex = skb->ifindex;
+		fresh.ifindex = ctx_ifindex(ctx);
 		fresh.backend_id = id;
 		fresh.rev_nat_id = svc->rev_nat_id;
 		fresh.flags = (b->flags & LB_BACKEND_F_LOCAL) ? CT_F_LOCAL : use_dsr(svc, p->proto) ? CT_F_DSR : CT_F_SNAT;
 		if (fresh.flags & CT_F_SNAT) {
 			fresh.nat_addr = snat_ipv4;
-			fresh.nat_port = snat4_reserve(skb, p, b, &fe, svc->rev_nat_id, now);
+			fresh.nat_port = snat4_reserve(ctx, p, b, &fe, svc->rev_nat_id, now);
 			if (!fresh.nat_port)
 				return count_drop(DROP_NAT_EXHAUSTED, p->len);
 		}
@@ -162,7 +175,7 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 	ct->bytes += p->len;
 
 	if (flags & CT_F_DSR)
-		return nodeport_dsr(skb, p, b);
+		return nodeport_dsr(ctx, p, b);
 	{
 		/* Where replies arrive: backend → client (local: tc egress restores the
 		 * frontend) or backend → node:nat_port (remote: tc ingress does). */
@@ -178,13 +191,13 @@ static __always_inline int nodeport_forward(struct __sk_buff *skb, const struct 
 			return count_drop(DROP_CT_MAP_FULL, p->len);
 	}
 	if (flags & CT_F_LOCAL) {
-		if (nat4_rewrite_endpoint(skb, p, NAT_DST, b->address, b->port) < 0)
+		if (nat4_rewrite_endpoint(ctx, p, NAT_DST, b->address, b->port) < 0)
 			return count_drop(DROP_CSUM_FAILED, p->len);
 		frag4_record(p, p->saddr, b->address, FRAG_ACT_PASS);
 		count_stat(STAT_FWD_LOCAL, p->len);
-		return TC_ACT_OK; /* the stack routes it to the pod */
+		return CTX_ACT_OK; /* the stack routes it to the pod */
 	}
-	return nat4_forward(skb, p, b->address, b->port, ct->nat_addr, ct->nat_port, STAT_FWD_REMOTE);
+	return nat4_forward(ctx, p, b->address, b->port, ct->nat_addr, ct->nat_port, STAT_FWD_REMOTE);
 }
 
 #endif

@@ -1,9 +1,9 @@
 /* Parse Ethernet + IPv4 + the first bytes of TCP/UDP/ICMP into a struct pkt4. Loads go
- * through bpf_skb_load_bytes, so non-linear packets parse the same as linear ones. */
+ * through ctx_load_bytes (bpf_skb_load_bytes or bpf_xdp_load_bytes), so non-linear packets parse the same as linear ones. */
 #ifndef FERRY_LIB_PARSE_H
 #define FERRY_LIB_PARSE_H
 
-#include "common.h"
+#include "ctx.h"
 #include "shared/metrics.h"
 #include "shared/lb.h"
 
@@ -27,7 +27,7 @@ struct pkt4 {
 	__u8 pad;
 	__u32 l3_off;
 	__u32 l4_off;
-	__u32 len;         /* skb length, for byte counters */
+	__u32 len;         /* ctx length, for byte counters */
 	__u16 ip_len;      /* IPv4 total length */
 	__u8 dsr_opt;      /* the header carries ferry's DSR option (ihl 7) */
 	__u8 pad2;
@@ -52,17 +52,17 @@ enum parse_result {
 	PARSE_MALFORMED = 2,
 };
 
-static __always_inline int parse_ipv4(struct __sk_buff *skb, struct pkt4 *p)
+static __always_inline int parse_ipv4(struct __ctx_buff *ctx, struct pkt4 *p)
 {
 	struct ethhdr eth;
 	struct iphdr ip;
 	__u16 frag;
 
-	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)) < 0)
+	if (ctx_load_bytes(ctx, 0, &eth, sizeof(eth)) < 0)
 		return PARSE_NOT_IPV4;
 	if (eth.h_proto != bpf_htons(ETH_P_IP))
 		return PARSE_NOT_IPV4;
-	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) < 0)
+	if (ctx_load_bytes(ctx, ETH_HLEN, &ip, sizeof(ip)) < 0)
 		return PARSE_MALFORMED;
 	if (ip.version != 4 || ip.ihl < 5)
 		return PARSE_MALFORMED;
@@ -73,13 +73,13 @@ static __always_inline int parse_ipv4(struct __sk_buff *skb, struct pkt4 *p)
 	p->ihl_words = ip.ihl;
 	p->l3_off = ETH_HLEN;
 	p->l4_off = ETH_HLEN + ip.ihl * 4;
-	p->len = skb->len;
+	p->len = ctx_len(ctx);
 	p->ip_len = bpf_ntohs(ip.tot_len);
 	p->dsr_opt = 0;
 	if (ip.ihl == 7) {
 		__u8 opt[8];
 
-		if (bpf_skb_load_bytes(skb, ETH_HLEN + sizeof(ip), opt, sizeof(opt)) == 0 && opt[0] == DSR_OPT_TYPE && opt[1] == DSR_OPT_LEN) {
+		if (ctx_load_bytes(ctx, ETH_HLEN + sizeof(ip), opt, sizeof(opt)) == 0 && opt[0] == DSR_OPT_TYPE && opt[1] == DSR_OPT_LEN) {
 			p->dsr_opt = 1;
 			__builtin_memcpy(&p->dsr_port, &opt[2], 2);
 			__builtin_memcpy(&p->dsr_addr, &opt[4], 4);
@@ -102,7 +102,7 @@ static __always_inline int parse_ipv4(struct __sk_buff *skb, struct pkt4 *p)
 	if (p->proto == IPPROTO_TCP) {
 		__u8 hdr[14];
 
-		if (bpf_skb_load_bytes(skb, p->l4_off, hdr, sizeof(hdr)) < 0)
+		if (ctx_load_bytes(ctx, p->l4_off, hdr, sizeof(hdr)) < 0)
 			return PARSE_MALFORMED;
 		__u32 seq;
 		__u32 hdr_len = (hdr[12] >> 4) * 4;
@@ -122,14 +122,14 @@ static __always_inline int parse_ipv4(struct __sk_buff *skb, struct pkt4 *p)
 	} else if (p->proto == IPPROTO_UDP || p->proto == IPPROTO_SCTP) {
 		__be16 ports[2];
 
-		if (bpf_skb_load_bytes(skb, p->l4_off, ports, sizeof(ports)) < 0)
+		if (ctx_load_bytes(ctx, p->l4_off, ports, sizeof(ports)) < 0)
 			return PARSE_MALFORMED;
 		p->sport = ports[0];
 		p->dport = ports[1];
 	} else if (p->proto == IPPROTO_ICMP) {
 		__u8 hdr[2];
 
-		if (bpf_skb_load_bytes(skb, p->l4_off, hdr, sizeof(hdr)) < 0)
+		if (ctx_load_bytes(ctx, p->l4_off, hdr, sizeof(hdr)) < 0)
 			return PARSE_MALFORMED;
 		p->icmp_type = hdr[0];
 		p->icmp_code = hdr[1];

@@ -24,7 +24,7 @@ static __always_inline void snat4_forget_flow(const struct nat4_entry *old, cons
 
 /* Does a socket of the host's own hold this reply tuple (a connection from node:port to
  * the backend, or a listener on node:port)? Then the port is not ours to take. */
-static __always_inline int snat4_port_in_use(struct __sk_buff *skb, const struct ct4_key *reply)
+static __always_inline int snat4_port_in_use(struct __ctx_buff *ctx, const struct ct4_key *reply)
 {
 	struct bpf_sock_tuple t = {};
 	struct bpf_sock *sk;
@@ -34,9 +34,9 @@ static __always_inline int snat4_port_in_use(struct __sk_buff *skb, const struct
 	t.ipv4.sport = reply->sport;
 	t.ipv4.dport = reply->dport;
 	if (reply->proto == IPPROTO_TCP)
-		sk = (struct bpf_sock *)bpf_skc_lookup_tcp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+		sk = (struct bpf_sock *)bpf_skc_lookup_tcp(ctx, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
 	else
-		sk = bpf_sk_lookup_udp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+		sk = bpf_sk_lookup_udp(ctx, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
 	if (!sk)
 		return 0;
 	bpf_sk_release(sk);
@@ -72,7 +72,7 @@ static __always_inline int snat4_binding_ours(const struct nat4_entry *old, cons
  * port if free, then a port from the flow's hash (the same every time, so that a flow whose
  * conntrack entry was lost finds its binding again), then random ports in range; with none
  * free, a never-established flow's port. Returns the port (network order) or 0. */
-static __always_inline __be16 snat4_reserve(struct __sk_buff *skb, const struct pkt4 *p, const struct lb4_backend *b,
+static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct pkt4 *p, const struct lb4_backend *b,
 					    const struct lb4_key *fe, __u32 rev_nat_id, __u64 now)
 {
 	struct nat4_entry nat = {
@@ -107,7 +107,7 @@ static __always_inline __be16 snat4_reserve(struct __sk_buff *skb, const struct 
 		else if (i > first_hashed)
 			port = snat_port_min + (bpf_get_prandom_u32() % span);
 		reply.dport = bpf_htons(port);
-		if (snat4_port_in_use(skb, &reply))
+		if (snat4_port_in_use(ctx, &reply))
 			continue;
 		if (bpf_map_update_elem(&nat4, &reply, &nat, BPF_NOEXIST) == 0)
 			return reply.dport;

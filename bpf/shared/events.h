@@ -19,6 +19,7 @@ enum ferry_monitor_flags {
 enum ferry_hook {
 	HOOK_TC_INGRESS = 0,
 	HOOK_TC_EGRESS = 1,
+	HOOK_XDP = 2,
 };
 
 struct ferry_monitor {

@@ -77,7 +77,7 @@ export const DropReason = {
 
 export const EventType = { EVENT_DROP: 1, EVENT_TRACE: 2 } as const;
 export const MonitorFlags = { MONITOR_DROPS: 1 << 0, MONITOR_TRACES: 1 << 1 } as const;
-export const Hook = { HOOK_TC_INGRESS: 0, HOOK_TC_EGRESS: 1 } as const;
+export const Hook = { HOOK_TC_INGRESS: 0, HOOK_TC_EGRESS: 1, HOOK_XDP: 2 } as const;
 /** The pinned maps' layout (bpf/shared/types.h); older ones are in layout-history.ts. */
 export const Layout = { FERRY_LAYOUT_VERSION: 2 } as const;
 export const LAYOUT_VERSION = Layout.FERRY_LAYOUT_VERSION;

@@ -7,6 +7,8 @@ import { BpfMap } from '../ebpf/map.js';
 import { BpfObject } from '../ebpf/object.js';
 import { attachCgroup, type CgroupTarget } from '../ebpf/link-cgroup.js';
 import { attachTc } from '../ebpf/link-tc.js';
+import { attachXdpDevice, detachXdpDevice, programNameById, xdpAttached, type XdpMode } from '../ebpf/link-xdp.js';
+import { interfaceInfo } from '../sys/interfaces.js';
 import type { Link } from '../ebpf/link.js';
 import { assertBpffs } from '../ebpf/pinned.js';
 import { ipv4FromString } from '../ebpf/codec.js';
@@ -89,7 +91,17 @@ export interface DatapathConfig {
   /** ICMP errors the datapath sends, per CPU: messages a second and burst. */
   icmpRatePerSec?: number;
   icmpBurst?: number;
+  /** XDP before tc on the external devices, as Cilium names it: none (tc only), native (run
+   * by the driver; a device whose driver cannot is an error), best-effort (native where the
+   * driver can, generic XDP elsewhere). */
+  acceleration?: Acceleration;
 }
+
+export const ACCELERATIONS = ['none', 'native', 'best-effort'] as const;
+export type Acceleration = (typeof ACCELERATIONS)[number];
+
+/** The program name of ferry's XDP entry (bpf/xdp.bpf.c). */
+export const XDP_PROGRAM = 'xdp_ingress';
 
 const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   lb4_services: 'services',
@@ -113,6 +125,47 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
 };
 
 
+/** What every entry object shares: map sizes, the hash seed, the host's netns, the pins. */
+function configureObject(obj: BpfObject, cfg: DatapathConfig, sizes: MapSizes, replace?: LayoutMigration['decide']): void {
+  for (const [name, setting] of Object.entries(sizeOf)) if (setting) obj.setMaxEntries(name, sizes[setting]);
+  obj.setConstant('hash_seed', cfg.hashSeed ?? 0);
+  obj.setConstant('host_netns_cookie', cfg.hostNetnsCookie ?? 0n);
+  obj.pinMaps({ dir: cfg.pinDir, ...(replace ? { replace } : {}) });
+}
+
+/** The node's forwarding settings, for the objects that forward packets (tc, xdp). */
+function setForwardingConstants(obj: BpfObject, cfg: DatapathConfig): void {
+  const snat = ipv4FromString(cfg.snatIPv4);
+  // The constant holds the address in network byte order, as the packet does.
+  obj.setConstant('snat_ipv4', Buffer.from([snat >>> 24, (snat >>> 16) & 255, (snat >>> 8) & 255, snat & 255]).readUInt32LE(0));
+  obj.setConstant('forwarding_mode', { snat: FwdMode.FWD_MODE_SNAT, dsr: FwdMode.FWD_MODE_DSR, hybrid: FwdMode.FWD_MODE_HYBRID }[cfg.forwardingMode ?? 'snat']);
+  obj.setConstant('maglev_table_size', cfg.maglevTableSize ?? 0);
+  obj.setConstant('snat_port_min', cfg.snatPortMin ?? DEFAULT_SNAT_PORTS.min);
+  obj.setConstant('snat_port_max', cfg.snatPortMax ?? DEFAULT_SNAT_PORTS.max);
+  const lt = cfg.ctLifetimes ?? {};
+  if (lt.tcpSyn !== undefined) obj.setConstant('ct_lifetime_tcp_syn', lt.tcpSyn);
+  if (lt.tcpEstablished !== undefined) obj.setConstant('ct_lifetime_tcp_established', lt.tcpEstablished);
+  if (lt.tcpClosing !== undefined) obj.setConstant('ct_lifetime_tcp_closing', lt.tcpClosing);
+  if (lt.nonTcp !== undefined) obj.setConstant('ct_lifetime_nontcp', lt.nonTcp);
+  if (cfg.icmpRatePerSec !== undefined) obj.setConstant('icmp_rate_per_sec', cfg.icmpRatePerSec);
+  if (cfg.icmpBurst !== undefined) obj.setConstant('icmp_burst', cfg.icmpBurst);
+}
+
+/** The XDP program for one device: the node's settings, the device's MAC, the pinned maps. */
+export function loadXdpObject(cfg: DatapathConfig, sizes: MapSizes, mac: string): BpfObject {
+  const obj = BpfObject.open(join(cfg.objectsDir, 'xdp.bpf.o'));
+  try {
+    configureObject(obj, cfg, sizes);
+    setForwardingConstants(obj, cfg);
+    obj.setConstant('device_mac', Buffer.from(mac.split(':').map((h) => parseInt(h, 16))));
+    obj.load();
+    return obj;
+  } catch (e) {
+    obj.close();
+    throw e;
+  }
+}
+
 /** The socket hooks: IPv4, and IPv6 sockets reaching IPv4 Services through ::ffff:a.b.c.d. */
 export const SOCK_PROGRAMS = ['sock4_connect', 'sock4_sendmsg', 'sock4_recvmsg', 'sock4_getpeername', 'sock6_connect', 'sock6_sendmsg', 'sock6_recvmsg', 'sock6_getpeername'] as const;
 
@@ -124,10 +177,14 @@ export class Datapath {
   readonly links: Link[] = [];
   /** Maglev table size the tc program was loaded with (0: off). */
   maglevTableSize = 0;
+  readonly pinDir: string;
   private readonly migration: LayoutMigration;
   private readonly deviceLinks = new Map<string, Link[]>();
+  /** Per device: its XDP object (one copy each, with the device's MAC) and mode. */
+  private readonly xdp = new Map<string, { obj: BpfObject; mode: XdpMode }>();
 
-  private constructor(tc: BpfObject, sock: BpfObject, sizes: MapSizes, readonly pinDir: string, migration: LayoutMigration) {
+  private constructor(tc: BpfObject, sock: BpfObject, sizes: MapSizes, private readonly cfg: DatapathConfig, migration: LayoutMigration) {
+    this.pinDir = cfg.pinDir;
     this.migration = migration;
     this.tc = tc;
     this.sock = sock;
@@ -143,45 +200,27 @@ export class Datapath {
   static load(cfg: DatapathConfig): Datapath {
     assertBpffs(cfg.pinDir);
     const sizes: MapSizes = { ...DEFAULT_MAP_SIZES, ...cfg.mapSizes };
-    const snat = ipv4FromString(cfg.snatIPv4);
+    ipv4FromString(cfg.snatIPv4); // refused early when malformed
     if (cfg.maglevTableSize && !isPrime(cfg.maglevTableSize)) {
       throw new FerryError({ code: ErrorCode.Config, op: 'load datapath', cause: `maglevTableSize ${cfg.maglevTableSize} is not prime`, hint: 'use a prime such as 16381, 4093 or 1021' });
     }
     // Pinned maps of an older layout, or of other sizes, are migrated rather than refused.
     const migration = new LayoutMigration();
-    const configure = (obj: BpfObject) => {
-      for (const [name, setting] of Object.entries(sizeOf)) if (setting) obj.setMaxEntries(name, sizes[setting]);
-      obj.setConstant('hash_seed', cfg.hashSeed ?? 0);
-      obj.setConstant('host_netns_cookie', cfg.hostNetnsCookie ?? 0n);
-      obj.pinMaps({ dir: cfg.pinDir, replace: migration.decide });
-    };
     const tc = BpfObject.open(join(cfg.objectsDir, 'tc.bpf.o'));
     let sock: BpfObject | undefined;
     try {
-      configure(tc);
-      // The constant holds the address in network byte order, as the packet does.
-      tc.setConstant('snat_ipv4', Buffer.from([snat >>> 24, (snat >>> 16) & 255, (snat >>> 8) & 255, snat & 255]).readUInt32LE(0));
-      tc.setConstant('forwarding_mode', { snat: FwdMode.FWD_MODE_SNAT, dsr: FwdMode.FWD_MODE_DSR, hybrid: FwdMode.FWD_MODE_HYBRID }[cfg.forwardingMode ?? 'snat']);
-      tc.setConstant('maglev_table_size', cfg.maglevTableSize ?? 0);
-      tc.setConstant('snat_port_min', cfg.snatPortMin ?? DEFAULT_SNAT_PORTS.min);
-      tc.setConstant('snat_port_max', cfg.snatPortMax ?? DEFAULT_SNAT_PORTS.max);
-      const lt = cfg.ctLifetimes ?? {};
-      if (lt.tcpSyn !== undefined) tc.setConstant('ct_lifetime_tcp_syn', lt.tcpSyn);
-      if (lt.tcpEstablished !== undefined) tc.setConstant('ct_lifetime_tcp_established', lt.tcpEstablished);
-      if (lt.tcpClosing !== undefined) tc.setConstant('ct_lifetime_tcp_closing', lt.tcpClosing);
-      if (lt.nonTcp !== undefined) tc.setConstant('ct_lifetime_nontcp', lt.nonTcp);
-      if (cfg.icmpRatePerSec !== undefined) tc.setConstant('icmp_rate_per_sec', cfg.icmpRatePerSec);
-      if (cfg.icmpBurst !== undefined) tc.setConstant('icmp_burst', cfg.icmpBurst);
+      configureObject(tc, cfg, sizes, migration.decide);
+      setForwardingConstants(tc, cfg);
       tc.load();
       migration.migrate(tc); // before sock loads: it adopts the pins tc leaves
       // The node's settings, for tools that load a twin of this program (ferry explain).
       rmSync(join(cfg.pinDir, RODATA_PIN), { force: true });
       tc.pinRodata(join(cfg.pinDir, RODATA_PIN));
       sock = BpfObject.open(join(cfg.objectsDir, 'sock.bpf.o'));
-      configure(sock);
+      configureObject(sock, cfg, sizes, migration.decide);
       sock.load(); // adopts the maps tc just pinned
       migration.migrate(sock);
-      const dp = new Datapath(tc, sock, sizes, cfg.pinDir, migration);
+      const dp = new Datapath(tc, sock, sizes, cfg, migration);
       dp.maglevTableSize = cfg.maglevTableSize ?? 0;
       return dp;
     } catch (e) {
@@ -211,16 +250,63 @@ export class Datapath {
     this.migration.close();
   }
 
-  /** tc ingress and egress on an external device (in the calling thread's netns). */
+  /**
+   * tc ingress and egress on an external device (in the calling thread's netns), and XDP
+   * before them as the acceleration setting says. tc goes first, so that what XDP passes
+   * on finds it there.
+   */
   attachDevice(ifname: string): void {
     const links = [attachTc(this.tc.program('tc_ingress'), { ifname, direction: 'ingress' }), attachTc(this.tc.program('tc_egress'), { ifname, direction: 'egress' })];
+    try {
+      const x = this.attachXdp(ifname);
+      if (x) links.push(x);
+    } catch (e) {
+      for (const l of links.reverse()) l.close();
+      throw e;
+    }
     this.links.push(...links);
     this.deviceLinks.set(ifname, links);
+  }
+
+  private attachXdp(ifname: string): Link | undefined {
+    const acceleration = this.cfg.acceleration ?? 'none';
+    if (acceleration === 'none') {
+      // A previous agent's, from when acceleration was on: it goes.
+      const have = xdpAttached(ifname);
+      if (have && programNameById(have.id) === XDP_PROGRAM) detachXdpDevice(ifname);
+      return undefined;
+    }
+    const obj = loadXdpObject(this.cfg, this.sizes, interfaceInfo(ifname).mac);
+    try {
+      let link: Link & { mode: XdpMode };
+      try {
+        link = attachXdpDevice(obj.program(XDP_PROGRAM), ifname, 'native');
+      } catch (e) {
+        if (acceleration !== 'best-effort' || (e as FerryError).code !== ErrorCode.XdpUnsupported) throw e;
+        link = attachXdpDevice(obj.program(XDP_PROGRAM), ifname, 'generic');
+      }
+      this.xdp.get(ifname)?.obj.close();
+      this.xdp.set(ifname, { obj, mode: link.mode });
+      return link;
+    } catch (e) {
+      obj.close();
+      throw e;
+    }
   }
 
   /** Devices the tc programs were attached to (by this process). */
   attachedDevices(): string[] {
     return [...this.deviceLinks.keys()];
+  }
+
+  /** The settings it was loaded with. */
+  get config(): Readonly<DatapathConfig> {
+    return this.cfg;
+  }
+
+  /** Where XDP runs, per device this process attached: native or generic; absent: tc only. */
+  xdpModes(): Record<string, XdpMode> {
+    return Object.fromEntries([...this.xdp].map(([d, x]) => [d, x.mode]));
   }
 
   /** A device that is gone (its filters went with it): its links are dropped, not detached. */
@@ -231,6 +317,8 @@ export class Datapath {
       l.disown();
       this.links.splice(this.links.indexOf(l), 1);
     }
+    this.xdp.get(ifname)?.obj.close();
+    this.xdp.delete(ifname);
   }
 
   /**
@@ -256,6 +344,7 @@ export class Datapath {
   close(): void {
     this.migration.close();
     for (const l of this.links.splice(0).reverse()) l.close();
+    this.closeXdpObjects();
     this.sock.close();
     this.tc.close();
   }
@@ -268,7 +357,13 @@ export class Datapath {
   release(): void {
     this.migration.close();
     for (const l of this.links.splice(0).reverse()) l.disown();
+    this.closeXdpObjects();
     this.sock.close();
     this.tc.close();
+  }
+
+  private closeXdpObjects(): void {
+    for (const x of this.xdp.values()) x.obj.close();
+    this.xdp.clear();
   }
 }

@@ -13,7 +13,7 @@ export type EventKind = 'drop' | 'trace';
 /** One event in plain terms. */
 export interface DatapathEvent {
   kind: EventKind;
-  hook: 'ingress' | 'egress';
+  hook: 'ingress' | 'egress' | 'xdp';
   tsNs: number;
   tuple: string;
   /** drop: the reason; trace: the path taken (fwd_remote, reply_local…). */
@@ -29,7 +29,7 @@ export function describeEvent(e: FerryEvent): DatapathEvent {
   const kind: EventKind = e.type === EventType.EVENT_DROP ? 'drop' : 'trace';
   return {
     kind,
-    hook: e.hook === Hook.HOOK_TC_EGRESS ? 'egress' : 'ingress',
+    hook: e.hook === Hook.HOOK_TC_EGRESS ? 'egress' : e.hook === Hook.HOOK_XDP ? 'xdp' : 'ingress',
     tsNs: Number(e.tsNs),
     tuple: `${e.saddr}:${e.sport} → ${e.daddr}:${e.dport}/${protoName(e.proto)}`,
     reason: kind === 'drop' ? nameOf(DropReason, e.reason, 'DROP_') : nameOf(Stat, e.reason, 'STAT_'),

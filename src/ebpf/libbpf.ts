@@ -73,6 +73,11 @@ export interface Libbpf {
   programFd(prog: Pointer): number;
   programType(prog: Pointer): number;
   programAttachXdp(prog: Pointer, ifindex: number): Pointer | null;
+  /** Attach through netlink (no link: it stays until replaced or detached). */
+  xdpAttach(ifindex: number, progFd: number, flags: number): number;
+  xdpDetach(ifindex: number, flags: number): number;
+  /** The program attached in the mode `flags` names (0: none), or <0. */
+  xdpQueryId(ifindex: number, flags: number): { rc: number; id: number };
   programAttachCgroup(prog: Pointer, cgroupFd: number): Pointer | null;
   linkFd(link: Pointer): number;
   linkPin(link: Pointer, path: string): number;
@@ -93,6 +98,7 @@ export interface Libbpf {
   mapCreate(type: number, name: string, keySize: number, valueSize: number, maxEntries: number, flags: number): number;
   objGet(path: string): number;
   mapGetFdById(id: number): number;
+  progGetFdById(id: number): number;
   ringBufferNew(mapFd: number, onSample: (data: Buffer) => void): Pointer | null;
   ringBufferPoll(rb: Pointer, timeoutMs: number): number;
   ringBufferFree(rb: Pointer): void;
@@ -211,6 +217,9 @@ function bind(): Libbpf {
   const progFd = f('int bpf_program__fd(bpf_program *prog)');
   const progType = f('int bpf_program__type(bpf_program *prog)');
   const attachXdp = f('bpf_link *bpf_program__attach_xdp(bpf_program *prog, int ifindex)');
+  const xdpAttach = f('int bpf_xdp_attach(int ifindex, int prog_fd, uint32_t flags, void *opts)');
+  const xdpDetach = f('int bpf_xdp_detach(int ifindex, uint32_t flags, void *opts)');
+  const xdpQueryId = f('int bpf_xdp_query_id(int ifindex, int flags, _Out_ uint32_t *prog_id)');
   const attachCgroup = f('bpf_link *bpf_program__attach_cgroup(bpf_program *prog, int cgroup_fd)');
   const linkFd = f('int bpf_link__fd(bpf_link *link)');
   const linkPin = f('int bpf_link__pin(bpf_link *link, const char *path)');
@@ -231,6 +240,7 @@ function bind(): Libbpf {
   const mapCreate = f('int bpf_map_create(int type, const char *name, uint32_t key_size, uint32_t value_size, uint32_t max_entries, void *opts)');
   const objGet = f('int bpf_obj_get(const char *path)');
   const mapFdById = f('int bpf_map_get_fd_by_id(uint32_t id)');
+  const progFdById = f('int bpf_prog_get_fd_by_id(uint32_t id)');
   k.opaque('ring_buffer');
   const sampleProto = k.proto('int ferry_rb_sample(void *ctx, void *data, size_t size)');
   const rbNew = f('ring_buffer *ring_buffer__new(int map_fd, ferry_rb_sample *cb, void *ctx, void *opts)');
@@ -292,6 +302,13 @@ function bind(): Libbpf {
     programType: (p) => progType(p),
     programAttachXdp: (p, ifindex) => attachXdp(p, ifindex),
     programAttachCgroup: (p, fd) => attachCgroup(p, fd),
+    xdpAttach: (ifindex, fd, flags) => xdpAttach(ifindex, fd, flags, null),
+    xdpDetach: (ifindex, flags) => xdpDetach(ifindex, flags, null),
+    xdpQueryId: (ifindex, flags) => {
+      const id = [0];
+      const rc = xdpQueryId(ifindex, flags, id);
+      return { rc, id: Number(id[0]) };
+    },
     linkFd: (l) => linkFd(l),
     linkPin: (l, path) => linkPin(l, path),
     linkDestroy: (l) => linkDestroy(l),
@@ -316,6 +333,7 @@ function bind(): Libbpf {
     },
     objGet: (path) => objGet(path),
     mapGetFdById: (id) => mapFdById(id),
+    progGetFdById: (id) => progFdById(id),
     ringBufferNew: (mapFd, onSample) => {
       const cb = k.register((_ctx: unknown, data: unknown, size: number) => {
         const out = Buffer.alloc(Number(size));

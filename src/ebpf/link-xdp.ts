@@ -1,9 +1,16 @@
-// XDP attachment as a BPF link (detached when the link closes).
-import { ErrorCode, errnoError } from '../errors.js';
+// XDP attachments. Two kinds:
+// - attachXdp: a BPF link, detached when the link closes (tests);
+// - attachXdpDevice: through netlink in a given mode, native (the driver runs it) or generic
+//   (the kernel runs it on the skb). Like a tc filter it stays after the process exits, and
+//   the next attach replaces it: the agent's datapath outlives the agent.
+import { closeSync, openSync } from 'node:fs';
+import { ErrorCode, FerryError, errnoError, errnoName } from '../errors.js';
+import { inNetns } from '../sys/netns.js';
 import { libbpf } from './libbpf.js';
 import { ifindexOf } from './link-tc.js';
-import { BpfLink } from './link.js';
+import { BpfLink, type Link } from './link.js';
 import type { Program } from './object.js';
+import { track, untrack } from './resources.js';
 
 export function attachXdp(program: Program, ifname: string): BpfLink {
   const ifindex = ifindexOf(ifname);
@@ -12,4 +19,117 @@ export function attachXdp(program: Program, ifname: string): BpfLink {
   const h = lb.programAttachXdp(program.handle, ifindex);
   if (!h) throw errnoError(`attach ${program.name} to ${where}`, lb.errno(), ErrorCode.Attach);
   return new BpfLink(program.name, where, h);
+}
+
+/** native: run by the driver, before any skb exists; generic: run by the kernel on the skb. */
+export type XdpMode = 'native' | 'generic';
+
+/** linux/if_link.h XDP_FLAGS_*. */
+export const XDP_FLAGS = { SKB_MODE: 1 << 1, DRV_MODE: 1 << 2 } as const;
+const modeFlag = (m: XdpMode) => (m === 'native' ? XDP_FLAGS.DRV_MODE : XDP_FLAGS.SKB_MODE);
+
+/** The program attached to a device and its mode, if any (in the calling thread's netns). */
+export function xdpAttached(ifname: string): { mode: XdpMode; id: number } | undefined {
+  const ifindex = ifindexOf(ifname);
+  for (const mode of ['native', 'generic'] as const) {
+    const { rc, id } = libbpf().xdpQueryId(ifindex, modeFlag(mode));
+    if (rc < 0) throw errnoError(`query the xdp program of ${ifname}`, rc, ErrorCode.Attach);
+    if (id) return { mode, id };
+  }
+  return undefined;
+}
+
+/** The name of a loaded program, by its id ('' if it is gone). */
+export function programNameById(id: number): string {
+  const lb = libbpf();
+  const fd = lb.progGetFdById(id);
+  if (fd < 0) return '';
+  try {
+    const info = Buffer.alloc(BPF_PROG_INFO_SIZE);
+    if (lb.objGetInfoByFd(fd, info) < 0) return '';
+    const name = info.subarray(BPF_PROG_INFO_NAME, BPF_PROG_INFO_NAME + 16);
+    return name.subarray(0, name.indexOf(0) < 0 ? 16 : name.indexOf(0)).toString();
+  } finally {
+    lb.close(fd);
+  }
+}
+
+/** struct bpf_prog_info (linux/bpf.h): its size up to `name`, and where `name` is. */
+const BPF_PROG_INFO_NAME = 64;
+const BPF_PROG_INFO_SIZE = 80;
+
+/** Detach whatever XDP program a device has (uninstall). false: there was none. */
+export function detachXdpDevice(ifname: string): boolean {
+  const have = xdpAttached(ifname);
+  if (!have) return false;
+  const rc = libbpf().xdpDetach(ifindexOf(ifname), modeFlag(have.mode));
+  if (rc < 0 && !['ENOENT', 'ENODEV'].includes(errnoName(rc))) throw errnoError(`detach the xdp program of ${ifname}`, rc, ErrorCode.Attach);
+  return true;
+}
+
+class XdpDeviceLink implements Link {
+  readonly attachedAt = new Date();
+  private open = true;
+
+  constructor(
+    readonly program: string,
+    readonly where: string,
+    private readonly ifindex: number,
+    readonly mode: XdpMode,
+    private readonly netnsFd: number,
+  ) {
+    track(this);
+  }
+
+  get what(): string {
+    return `xdp ${this.program} at ${this.where}`;
+  }
+
+  close(): void {
+    if (!this.open) return;
+    this.open = false;
+    untrack(this);
+    try {
+      inNetns(`/proc/self/fd/${this.netnsFd}`, () => {
+        const rc = libbpf().xdpDetach(this.ifindex, modeFlag(this.mode));
+        if (rc < 0 && !['ENOENT', 'ENODEV'].includes(errnoName(rc))) throw errnoError(`detach ${this.what}`, rc, ErrorCode.Attach);
+      });
+    } finally {
+      closeSync(this.netnsFd);
+    }
+  }
+
+  disown(): void {
+    if (!this.open) return;
+    this.open = false;
+    untrack(this);
+    closeSync(this.netnsFd);
+  }
+}
+
+/**
+ * Attach in `mode`, replacing the program a previous agent left there. A program attached
+ * in the other mode is detached first (a device runs one mode at a time). A driver without
+ * native XDP refuses with EOPNOTSUPP, which the error names.
+ */
+export function attachXdpDevice(program: Program, ifname: string, mode: XdpMode): Link & { mode: XdpMode } {
+  const ifindex = ifindexOf(ifname);
+  const where = `xdp/${mode} ${ifname} (ifindex ${ifindex})`;
+  const lb = libbpf();
+  const other = mode === 'native' ? 'generic' : 'native';
+  if (xdpAttached(ifname)?.mode === other) {
+    const rc = lb.xdpDetach(ifindex, modeFlag(other));
+    if (rc < 0) throw errnoError(`detach the ${other} xdp program of ${ifname}`, rc, ErrorCode.Attach);
+  }
+  const rc = lb.xdpAttach(ifindex, program.fd, modeFlag(mode));
+  if (rc < 0) {
+    const unsupported = errnoName(rc) === 'EOPNOTSUPP';
+    throw new FerryError({
+      code: unsupported ? ErrorCode.XdpUnsupported : ErrorCode.Attach,
+      op: `attach ${program.name} to ${where}`,
+      cause: unsupported ? `the driver of ${ifname} has no native XDP (EOPNOTSUPP)` : errnoName(rc),
+      hint: unsupported ? 'use acceleration: best-effort (generic XDP where the driver has none) or none' : 'see dmesg for the verifier or driver message',
+    });
+  }
+  return new XdpDeviceLink(program.name, where, ifindex, mode, openSync('/proc/thread-self/ns/net', 'r'));
 }

@@ -5,8 +5,9 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { counterTotal, resetCounters } from '../datapath/counters.js';
 import { clearConntrack } from '../datapath/ct-gc.js';
-import { Datapath, defaultObjectsDir, type DatapathConfig } from '../datapath/loader.js';
-import type { FixtureTarget, TcProgram } from './packet-fixture.js';
+import { DEFAULT_MAP_SIZES, Datapath, XDP_PROGRAM, defaultObjectsDir, loadXdpObject, type DatapathConfig } from '../datapath/loader.js';
+import type { BpfObject } from '../ebpf/object.js';
+import { TcVerdict, XdpVerdict, type FixtureTarget, type TcProgram } from './packet-fixture.js';
 import { ServiceWriter } from '../datapath/writer.js';
 import { NodeAddressWriter } from '../datapath/node-addresses.js';
 import { ifindexOf } from '../ebpf/link-tc.js';
@@ -37,7 +38,14 @@ export interface DatapathNode extends FixtureTarget {
   nodes: NodeAddressWriter;
   ifindex: number;
   pinDir: string;
+  /**
+   * A packet through the node's hooks: with XDP (cfg.acceleration), tc_ingress packets go
+   * through xdp_ingress first and reach tc only if it passes them, as on a device; the
+   * verdict is then tc's, or XDP's in tc's terms (TX: REDIRECT, DROP: SHOT).
+   */
   run(prog: TcProgram, data: Buffer, repeat?: number): TestRunResult;
+  /** With XDP: the verdict xdp_ingress gave the last tc_ingress packet (XdpVerdict). */
+  lastXdpVerdict(): number | undefined;
   program(name: string): Program;
   /** Empty conntrack and NAT, and zero the counters. */
   flushState(): void;
@@ -51,6 +59,7 @@ export interface DatapathNode extends FixtureTarget {
 export async function datapathNode(cfg: Partial<DatapathConfig> = {}, prepare?: (pinDir: string, host: Host) => Promise<void>): Promise<DatapathNode> {
   const tb = await Testbed.create();
   let dp: Datapath | undefined;
+  let xdp: BpfObject | undefined;
   const pinDir = join('/sys/fs/bpf', `${tb.prefix}-node`);
   try {
     const host = await tb.addHost('node');
@@ -72,27 +81,50 @@ export async function datapathNode(cfg: Partial<DatapathConfig> = {}, prepare?: 
     nodes.apply([NODE_IP, OTHER_NODE_IP]);
     const ifindex = inNetns(host.netns, () => ifindexOf('eth0'));
     const ctx = skbContext({ ifindex });
+    if (cfg.acceleration && cfg.acceleration !== 'none') xdp = loadXdpObject({ ...d.config, acceleration: cfg.acceleration }, { ...DEFAULT_MAP_SIZES, ...cfg.mapSizes }, NODE_MAC);
+    const x = xdp;
+    let lastXdp: number | undefined;
+    const runTc = (prog: TcProgram, data: Buffer, repeat?: number) => inNetns(host.netns, () => testRun(d.tc.program(prog), { data, ctx, repeat }));
+    const run = (prog: TcProgram, data: Buffer, repeat?: number): TestRunResult => {
+      if (!x || prog !== 'tc_ingress') return runTc(prog, data, repeat);
+      const r = inNetns(host.netns, () => testRun(x.program(XDP_PROGRAM), { data, ctx: xdpContext(ifindex, data.length), repeat }));
+      lastXdp = r.retval;
+      if (r.retval === XdpVerdict.PASS) return runTc(prog, r.data, repeat);
+      const asTc = r.retval === XdpVerdict.TX || r.retval === XdpVerdict.REDIRECT ? TcVerdict.REDIRECT : r.retval === XdpVerdict.DROP ? TcVerdict.SHOT : -100 - r.retval;
+      return { ...r, retval: asTc };
+    };
     return {
       tb, host, dp: d, writer, nodes, ifindex, pinDir,
-      program: (name) => d.tc.program(name),
-      run: (prog, data, repeat) => inNetns(host.netns, () => testRun(d.tc.program(prog), { data, ctx, repeat })),
+      program: (name) => (name === XDP_PROGRAM && x ? x.program(name) : d.tc.program(name)),
+      run,
+      lastXdpVerdict: () => lastXdp,
       counter: (name) => counterTotal(d.maps, name).packets,
       flushState: () => {
         clearConntrack(d.maps);
         resetCounters(d.maps);
       },
       close: async () => {
+        x?.close();
         d.close();
         rmSync(pinDir, { recursive: true, force: true });
         await tb.destroy();
       },
     };
   } catch (e) {
+    xdp?.close();
     dp?.close();
     rmSync(pinDir, { recursive: true, force: true });
     await tb.destroy();
     throw e;
   }
+}
+
+/** A struct xdp_md for PROG_TEST_RUN: no metadata, the whole packet, arrived on `ifindex`. */
+export function xdpContext(ifindex: number, len: number): Buffer {
+  const ctx = Buffer.alloc(24); // data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
+  ctx.writeUInt32LE(len, 4);
+  ctx.writeUInt32LE(ifindex, 12);
+  return ctx;
 }
 
 /** Sum a per-CPU counter. */

@@ -1,4 +1,5 @@
-// Differential test: random service tables and random packets through tc_ingress and
+// Differential test: random service tables and random packets through tc_ingress (and
+// through xdp_ingress then tc_ingress, as a device with XDP runs them) and
 // through the TypeScript reference model; every difference is a bug. Seeded: the seed is
 // printed on failure, and FERRY_DIFF_SEED reproduces a run.
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -8,7 +9,7 @@ import { ReferenceModel, serviceKey, type Decision, type ServiceTables, type Tup
 import type { FrontendSpec } from '../../src/model/frontend.js';
 import { buildPacket, eth, ipv4, tcp, udp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
-import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
+import { TcVerdict, XdpVerdict } from '../../src/sandbox/packet-fixture.js';
 import { NODE_IP, NODE_MAC, ROUTER_MAC, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { describeWith } from '../harness/requirements.js';
 import { rng } from '../harness/rng.js';
@@ -73,49 +74,57 @@ function packetOf(t: Tuple): Buffer {
   return buildPacket([eth({ src: ROUTER_MAC, dst: NODE_MAC }), ipv4({ src: t.saddr, dst: t.daddr, ttl: 64 }), l4]);
 }
 
-let node: DatapathNode;
-beforeAll(async () => {
-  // ICMP errors without a rate limit: the model decides, it does not count.
-  node = await datapathNode({ hashSeed: SEED & 0xffff, maglevTableSize: MAGLEV, icmpRatePerSec: 1_000_000, icmpBurst: 1_000_000 });
-});
-afterAll(async () => {
-  await node?.close();
-});
-
-describeWith(['root', 'bpffs', 'netns'], 'tc_ingress against the reference model', () => {
-  it(`agrees on ${PACKETS} random packets over ${ROUNDS} random service tables (seed ${SEED})`, () => {
-    const r = rng(SEED);
-    const problems: string[] = [];
-    let n = 0;
-    const perRound = Math.ceil(PACKETS / ROUNDS);
-    const verdicts = new Map<string, number>();
-    for (let round = 0; round < ROUNDS && problems.length === 0; round++) {
-      const table = randomTable(r);
-      node.writer.apply(table);
-      node.flushState();
-      const model = new ReferenceModel(snapshot(node), { seed: SEED & 0xffff, maglevTableSize: MAGLEV, snatIPv4: NODE_IP, snatPortMin: SNAT_MIN, snatPortMax: SNAT_MAX });
-      let unknownPortDrops = 0;
-      for (let i = 0; i < perRound && problems.length < 5; i++, n++) {
-        const t = randomPacket(r, table);
-        const want = model.decide(t);
-        verdicts.set(want.verdict, (verdicts.get(want.verdict) ?? 0) + 1);
-        if (want.verdict === 'drop') verdicts.set(`drop:${want.reason}`, (verdicts.get(`drop:${want.reason}`) ?? 0) + 1);
-        const got = node.run('tc_ingress', packetOf(t));
-        const why = compare(t, want, got.retval, got.data, model);
-        if (why) problems.push(`packet ${n} ${t.saddr}:${t.sport} → ${t.daddr}:${t.dport}/${t.proto}: ${why}`);
-        if (want.verdict === 'drop' && want.reason === 'unknown-port') unknownPortDrops++;
-      }
-      if (problems.length === 0) {
-        const counted = total(node.dp, 'ferry_drops', DropReason.DROP_UNKNOWN_PORT);
-        if (counted !== BigInt(unknownPortDrops)) problems.push(`round ${round}: ${counted} unknown-port drops counted, model expected ${unknownPortDrops}`);
-      }
-    }
-    expect(problems, `seed ${SEED} (rerun with FERRY_DIFF_SEED=${SEED})`).toEqual([]);
-    expect(n).toBeGreaterThanOrEqual(PACKETS);
-    // The random tables must exercise every path, or the comparison proves little.
-    for (const v of ['pass', 'drop', 'reject', 'local', 'remote', 'drop:source-range', 'drop:unknown-port']) expect(verdicts.get(v) ?? 0, `packets the model sent down the ${v} path`).toBeGreaterThan(100);
+for (const hooks of ['tc', 'xdp'] as const) {
+  describeWith(['root', 'bpffs', 'netns'], hooks === 'tc' ? 'tc_ingress against the reference model' : 'xdp_ingress, then tc_ingress, against the reference model', () => {
+    let node: DatapathNode;
+    beforeAll(async () => {
+      // ICMP errors without a rate limit: the model decides, it does not count.
+      node = await datapathNode({ hashSeed: SEED & 0xffff, maglevTableSize: MAGLEV, icmpRatePerSec: 1_000_000, icmpBurst: 1_000_000, acceleration: hooks === 'xdp' ? 'native' : 'none' });
+    });
+    afterAll(async () => {
+      await node?.close();
+    });
+    it(`agrees on ${PACKETS} random packets over ${ROUNDS} random service tables (seed ${SEED})`, () => agree(node));
   });
-});
+}
+
+/** Random tables and packets through the node's hooks; every difference from the model is a bug. */
+function agree(node: DatapathNode): void {
+  const r = rng(SEED);
+  const problems: string[] = [];
+  let n = 0;
+  const perRound = Math.ceil(PACKETS / ROUNDS);
+  const verdicts = new Map<string, number>();
+  for (let round = 0; round < ROUNDS && problems.length === 0; round++) {
+    const table = randomTable(r);
+    node.writer.apply(table);
+    node.flushState();
+    const model = new ReferenceModel(snapshot(node), { seed: SEED & 0xffff, maglevTableSize: MAGLEV, snatIPv4: NODE_IP, snatPortMin: SNAT_MIN, snatPortMax: SNAT_MAX });
+    let unknownPortDrops = 0;
+    for (let i = 0; i < perRound && problems.length < 5; i++, n++) {
+      const t = randomPacket(r, table);
+      const want = model.decide(t);
+      verdicts.set(want.verdict, (verdicts.get(want.verdict) ?? 0) + 1);
+      if (want.verdict === 'drop') verdicts.set(`drop:${want.reason}`, (verdicts.get(`drop:${want.reason}`) ?? 0) + 1);
+      const got = node.run('tc_ingress', packetOf(t));
+      const byXdp = node.lastXdpVerdict();
+      if (byXdp !== undefined) verdicts.set(`xdp:${byXdp}`, (verdicts.get(`xdp:${byXdp}`) ?? 0) + 1);
+      const why = compare(t, want, got.retval, got.data, model);
+      if (why) problems.push(`packet ${n} ${t.saddr}:${t.sport} → ${t.daddr}:${t.dport}/${t.proto}: ${why}`);
+      if (want.verdict === 'drop' && want.reason === 'unknown-port') unknownPortDrops++;
+    }
+    if (problems.length === 0) {
+      const counted = total(node.dp, 'ferry_drops', DropReason.DROP_UNKNOWN_PORT);
+      if (counted !== BigInt(unknownPortDrops)) problems.push(`round ${round}: ${counted} unknown-port drops counted, model expected ${unknownPortDrops}`);
+    }
+  }
+  expect(problems, `seed ${SEED} (rerun with FERRY_DIFF_SEED=${SEED})`).toEqual([]);
+  expect(n).toBeGreaterThanOrEqual(PACKETS);
+  // The random tables must exercise every path, or the comparison proves little.
+  for (const v of ['pass', 'drop', 'reject', 'local', 'remote', 'drop:source-range', 'drop:unknown-port']) expect(verdicts.get(v) ?? 0, `packets the model sent down the ${v} path`).toBeGreaterThan(100);
+  // With XDP, it must have decided much itself (sent back out, dropped) and passed the rest.
+  if (node.lastXdpVerdict() !== undefined) for (const v of [XdpVerdict.TX, XdpVerdict.DROP, XdpVerdict.PASS]) expect(verdicts.get(`xdp:${v}`) ?? 0, `packets xdp_ingress gave verdict ${v}`).toBeGreaterThan(100);
+}
 
 function compare(t: Tuple, want: Decision, retval: number, out: Buffer, model: ReferenceModel): string | undefined {
   const layers = decodePacket(out);

@@ -1,0 +1,197 @@
+/* One datapath, two hooks: the lib code works on a `struct __ctx_buff` through the ctx_*
+ * calls below, and builds for tc (an skb) or, with FERRY_XDP defined before any include,
+ * for XDP (a frame before the kernel made an skb of it).
+ *
+ * Verdicts: CTX_ACT_OK (translated; the stack takes it on), CTX_ACT_UNSPEC (not ferry's, or
+ * not for this hook: tc's next filter, or for XDP the stack and then tc), CTX_ACT_SHOT,
+ * CTX_ACT_REDIRECT. XDP has no skb: it cannot resolve a neighbour, adjust the room inside a
+ * packet, or know a checksum the sender left partial; where it would need to, it passes the
+ * packet untouched and tc, which runs next, decides. */
+#ifndef FERRY_LIB_CTX_H
+#define FERRY_LIB_CTX_H
+
+#include "common.h"
+
+#ifdef FERRY_XDP
+
+#define __ctx_buff xdp_md
+#define CTX_IS_XDP 1
+#define CTX_ACT_OK XDP_PASS
+#define CTX_ACT_UNSPEC XDP_PASS
+#define CTX_ACT_SHOT XDP_DROP
+#define CTX_ACT_REDIRECT XDP_REDIRECT
+
+/* A helper rather than data_end - data: those load as packet pointers, which the
+ * verifier will not let be spilled as plain numbers. */
+static __always_inline __u32 ctx_len(struct xdp_md *ctx)
+{
+	return bpf_xdp_get_buff_len(ctx);
+}
+
+static __always_inline __u32 ctx_ifindex(const struct xdp_md *ctx)
+{
+	return ctx->ingress_ifindex;
+}
+
+/* The device the packet came in on, where route lookups start. */
+static __always_inline __u32 ctx_fib_ifindex(const struct xdp_md *ctx)
+{
+	return ctx->ingress_ifindex;
+}
+
+static __always_inline long ctx_load_bytes(struct xdp_md *ctx, __u32 off, void *to, __u32 len)
+{
+	return bpf_xdp_load_bytes(ctx, off, to, len);
+}
+
+static __always_inline long ctx_store_bytes(struct xdp_md *ctx, __u32 off, const void *from, __u32 len, __u64 flags)
+{
+	return bpf_xdp_store_bytes(ctx, off, (void *)from, len);
+}
+
+/* Ones' complement arithmetic (RFC 1624): a checksum field after `from` became `to`. The
+ * words are summed as they lie in memory, so the byte order takes care of itself. */
+static __always_inline __u16 csum16_replace(__u16 check, __u32 from, __u32 to, __u32 size)
+{
+	__u32 sum = (__u16)~check;
+
+	if (size == 4) {
+		sum += (__u16)~(from & 0xffff) + (__u16)~(from >> 16);
+		sum += (to & 0xffff) + (to >> 16);
+	} else {
+		sum += (__u16)~(from & 0xffff) + (to & 0xffff);
+	}
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+static __always_inline long ctx_l3_csum_replace(struct xdp_md *ctx, __u32 off, __u32 from, __u32 to, __u64 size)
+{
+	__u16 check;
+
+	if (bpf_xdp_load_bytes(ctx, off, &check, sizeof(check)) < 0)
+		return -1;
+	check = csum16_replace(check, from, to, size & 0xf);
+	return bpf_xdp_store_bytes(ctx, off, &check, sizeof(check));
+}
+
+/* As bpf_l4_csum_replace: the size in the low bits of `flags`; a UDP checksum of 0 means
+ * "none" and stays 0 (BPF_F_MARK_MANGLED_0), and a computed 0 is sent as 0xffff. The
+ * pseudo-header flag needs nothing here: a full checksum covers the addresses anyway. */
+static __always_inline long ctx_l4_csum_replace(struct xdp_md *ctx, __u32 off, __u32 from, __u32 to, __u64 flags)
+{
+	__u16 check;
+
+	if (bpf_xdp_load_bytes(ctx, off, &check, sizeof(check)) < 0)
+		return -1;
+	if ((flags & BPF_F_MARK_MANGLED_0) && !check)
+		return 0;
+	check = csum16_replace(check, from, to, flags & 0xf);
+	if ((flags & BPF_F_MARK_MANGLED_0) && !check)
+		check = 0xffff;
+	return bpf_xdp_store_bytes(ctx, off, &check, sizeof(check));
+}
+
+/* Insert (delta > 0) or remove (delta < 0) bytes right after a 20-byte IPv4 header: the
+ * Ethernet and IPv4 headers move, the rest stays where it is. */
+static __always_inline long ctx_adjust_room_net4(struct xdp_md *ctx, int delta)
+{
+	__u8 hdr[ETH_HLEN + sizeof(struct iphdr)];
+
+	if (bpf_xdp_load_bytes(ctx, 0, hdr, sizeof(hdr)) < 0)
+		return -1;
+	if (bpf_xdp_adjust_head(ctx, -delta) < 0)
+		return -1;
+	return bpf_xdp_store_bytes(ctx, 0, hdr, sizeof(hdr));
+}
+
+/* The packet becomes `len` bytes long (longer or shorter). */
+static __always_inline long ctx_resize(struct xdp_md *ctx, __u32 len)
+{
+	return bpf_xdp_adjust_tail(ctx, (int)len - (int)ctx_len(ctx));
+}
+
+/* Send the frame back out of the device it came in on. */
+static __always_inline int ctx_bounce(struct xdp_md *ctx)
+{
+	return XDP_TX;
+}
+
+/* Send the frame out of `ifindex`: back where it came from is XDP_TX, cheaper than a
+ * redirect. */
+static __always_inline int ctx_redirect(struct xdp_md *ctx, __u32 ifindex)
+{
+	if (ifindex == ctx->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect(ifindex, 0);
+}
+
+#else /* tc */
+
+#define __ctx_buff __sk_buff
+#define CTX_IS_XDP 0
+#define CTX_ACT_OK TC_ACT_OK
+#define CTX_ACT_UNSPEC TC_ACT_UNSPEC
+#define CTX_ACT_SHOT TC_ACT_SHOT
+#define CTX_ACT_REDIRECT TC_ACT_REDIRECT
+
+static __always_inline __u32 ctx_len(const struct __sk_buff *ctx)
+{
+	return ctx->len;
+}
+
+static __always_inline __u32 ctx_ifindex(const struct __sk_buff *ctx)
+{
+	return ctx->ifindex;
+}
+
+static __always_inline __u32 ctx_fib_ifindex(const struct __sk_buff *ctx)
+{
+	return ctx->ingress_ifindex ? ctx->ingress_ifindex : ctx->ifindex;
+}
+
+static __always_inline long ctx_load_bytes(struct __sk_buff *ctx, __u32 off, void *to, __u32 len)
+{
+	return bpf_skb_load_bytes(ctx, off, to, len);
+}
+
+static __always_inline long ctx_store_bytes(struct __sk_buff *ctx, __u32 off, const void *from, __u32 len, __u64 flags)
+{
+	return bpf_skb_store_bytes(ctx, off, from, len, flags);
+}
+
+static __always_inline long ctx_l3_csum_replace(struct __sk_buff *ctx, __u32 off, __u32 from, __u32 to, __u64 size)
+{
+	return bpf_l3_csum_replace(ctx, off, from, to, size);
+}
+
+/* The kernel's helper also knows a checksum the sender left partial (CHECKSUM_PARTIAL). */
+static __always_inline long ctx_l4_csum_replace(struct __sk_buff *ctx, __u32 off, __u32 from, __u32 to, __u64 flags)
+{
+	return bpf_l4_csum_replace(ctx, off, from, to, flags);
+}
+
+static __always_inline long ctx_adjust_room_net4(struct __sk_buff *ctx, int delta)
+{
+	return bpf_skb_adjust_room(ctx, delta, BPF_ADJ_ROOM_NET, 0);
+}
+
+static __always_inline long ctx_resize(struct __sk_buff *ctx, __u32 len)
+{
+	return bpf_skb_change_tail(ctx, len, 0);
+}
+
+static __always_inline int ctx_bounce(struct __sk_buff *ctx)
+{
+	return bpf_redirect(ctx->ifindex, 0);
+}
+
+static __always_inline int ctx_redirect(struct __sk_buff *ctx, __u32 ifindex)
+{
+	return bpf_redirect(ifindex, 0);
+}
+
+#endif
+
+#endif
