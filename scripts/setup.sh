@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 #                see), libbpf1 (loaded through koffi), gcc libc6-dev (the libbpf ABI probe)
 #   tests, demo: iproute2 (ip, tc), iputils-ping, iputils-arping (who answers ARP, L2
 #                announcements), curl, util-linux (nsenter, unshare, taskset), mount,
-#                procps (sysctl), bpftool (ferry status)
+#                procps (sysctl), bpftool (ferry status), ethtool (the sandbox switch made
+#                fit for XDP: full checksums on the wire)
 #   bgp:         frr (the sandbox's router and nodes; vtysh checks ferry's configuration)
 #   benchmarks:  iperf3, iptables, nftables (kube-proxy-shaped rules), netsniff-ng (trafgen:
 #                the packets-per-second generator)
@@ -17,10 +18,10 @@ cd "$(dirname "$0")/.."
 #                runc (the test that runs the agent from it)
 #   sandbox:     openssl (its API server's CA and serving certificate)
 PACKAGES=(clang llvm libbpf-dev libbpf1 linux-libc-dev gcc libc6-dev
-  iproute2 iputils-ping iputils-arping curl util-linux mount procps bpftool
+  iproute2 iputils-ping iputils-arping curl util-linux mount procps bpftool ethtool
   frr iperf3 iptables nftables netsniff-ng mmdebstrap umoci skopeo runc openssl)
 # The commands those packages must have put on PATH; checked at the end.
-COMMANDS=(clang cc bpftool ip tc ping arping vtysh curl nsenter unshare taskset mount sysctl iperf3 iptables-restore nft trafgen kubectl mmdebstrap umoci skopeo runc openssl)
+COMMANDS=(clang cc bpftool ethtool ip tc ping arping vtysh curl nsenter unshare taskset mount sysctl iperf3 iptables-restore nft trafgen kubectl mmdebstrap umoci skopeo runc openssl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -127,6 +127,7 @@ export class Agent {
       snatPortMax: cfg.snatPortMax,
       hashSeed: cfg.hashSeed,
       forwardingMode: cfg.forwardingMode,
+      acceleration: cfg.acceleration,
       maglevTableSize: cfg.maglevTableSize,
       mapSizes: cfg.mapSizes,
       icmpRatePerSec: cfg.icmpRatePerSec,
@@ -146,7 +147,7 @@ export class Agent {
       throw e;
     }
     for (const m of datapath.migrated) log.info({ ...m, toLayout: LAYOUT_VERSION }, m.fromLayout === LAYOUT_VERSION ? 'map resized, entries kept' : 'map migrated to the new layout');
-    log.info({ pinDir: cfg.pinDir, devices, devicesFrom: cfg.devices.length ? 'config' : 'node addresses and default routes', cgroup: cfg.cgroupRoot, snatIPv4, forwarding: cfg.forwardingMode, adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length }, 'datapath loaded');
+    log.info({ pinDir: cfg.pinDir, devices, devicesFrom: cfg.devices.length ? 'config' : 'node addresses and default routes', cgroup: cfg.cgroupRoot, snatIPv4, forwarding: cfg.forwardingMode, xdp: datapath.xdpModes(), adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length }, 'datapath loaded');
 
     health.syncNode(node);
     const serviceHealth = new ServiceHealthServers(health, cfg.healthCheckBindAddress, (svc, e) => log.error({ service: svc, err: e.message }, 'cannot serve the health check node port'));

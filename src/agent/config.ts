@@ -2,7 +2,7 @@
 // Every key is validated; an error says which key, what is wrong and what is allowed.
 import { isIPv4 } from 'node:net';
 import { booleanSetting, configError as bad, hostPortSetting, integerSetting, logLevelSetting, readConfigFile, settingsFromEnv, type LogLevel } from '../config-file.js';
-import { DEFAULT_MAP_SIZES, DEFAULT_SNAT_PORTS, type MapSizes } from '../datapath/loader.js';
+import { ACCELERATIONS, DEFAULT_MAP_SIZES, DEFAULT_SNAT_PORTS, type Acceleration, type MapSizes } from '../datapath/loader.js';
 import { isPrime } from '../datapath/maglev.js';
 import { deviceEntryProblem } from './devices.js';
 
@@ -44,6 +44,9 @@ export interface AgentConfig {
   hashSeed: number;
   /** Remote backends through snat, dsr, or hybrid (DSR for TCP, SNAT for UDP). */
   forwardingMode: 'snat' | 'dsr' | 'hybrid';
+  /** XDP before tc on the devices: none, native (a device whose driver has none is an
+   * error), or best-effort (native where the driver has it, generic XDP elsewhere). */
+  acceleration: Acceleration;
   /** Maglev for external frontends: the table size (a prime, e.g. 16381); 0 keeps the flow hash. */
   maglevTableSize: number;
   snatPortMin: number;
@@ -85,6 +88,7 @@ export const DEFAULT_CONFIG: AgentConfig = {
   deviceScanSeconds: 5,
   hashSeed: 0,
   forwardingMode: 'snat',
+  acceleration: 'none',
   maglevTableSize: 0,
   snatPortMin: DEFAULT_SNAT_PORTS.min,
   snatPortMax: DEFAULT_SNAT_PORTS.max,
@@ -189,6 +193,10 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
       case 'forwardingMode':
         if (!['snat', 'dsr', 'hybrid'].includes(value as string)) throw bad(where, `is ${JSON.stringify(value)}`, 'snat, dsr or hybrid');
         out.forwardingMode = value as AgentConfig['forwardingMode'];
+        break;
+      case 'acceleration':
+        if (!(ACCELERATIONS as readonly unknown[]).includes(value)) throw bad(where, `is ${JSON.stringify(value)}`, ACCELERATIONS.join(', '));
+        out.acceleration = value as Acceleration;
         break;
       case 'logLevel':
         out.logLevel = logLevelSetting(where, value);

@@ -87,11 +87,11 @@ export function registerInspect(program: Command): void {
     .action((o: { pinDir: string; netns?: string; yes?: boolean }) => {
       if (!o.yes) {
         const plan = uninstallPlan(o);
-        process.stdout.write(`would detach: ${plan.tcFilters.join(', ') || '(no tc filters)'}\nwould remove: ${plan.pins.length} pins in ${o.pinDir} (maps and socket-hook links)\n`);
+        process.stdout.write(`would detach: ${[...plan.xdpPrograms, ...plan.tcFilters].join(', ') || '(no XDP programs or tc filters)'}\nwould remove: ${plan.pins.length} pins in ${o.pinDir} (maps and socket-hook links)\n`);
         throw new Error('uninstall: stop the agent first (delete the DaemonSet), then add --yes');
       }
       const r = uninstall(o);
-      process.stdout.write(`detached: ${r.tcFilters.join(', ') || '(no tc filters)'}\nunpinned: ${r.cgroupLinks.length} socket-hook links; removed ${r.pins} pins${r.pinDirRemoved ? ` and ${o.pinDir}` : ''}\n`);
+      process.stdout.write(`detached: ${[...r.xdpPrograms, ...r.tcFilters].join(', ') || '(no XDP programs or tc filters)'}\nunpinned: ${r.cgroupLinks.length} socket-hook links; removed ${r.pins} pins${r.pinDirRemoved ? ` and ${o.pinDir}` : ''}\n`);
       if (r.left.length) throw new FerryError({ code: ErrorCode.Attach, op: 'uninstall', cause: `still attached: ${r.left.join(', ')}`, hint: 'a filter at another handle or priority: tc filter show dev DEV ingress' });
       process.stdout.write('the socket hooks detach when no process holds them: if an agent still runs, stop it\n');
     });

@@ -1,4 +1,5 @@
 // `ferry sandbox`: a multi-node cluster in network namespaces on this machine.
+import { ACCELERATIONS, type Acceleration } from '../datapath/loader.js';
 import { spawn, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -40,9 +41,11 @@ export function registerSandbox(program: Command): void {
     .option('--nodes <n>', 'number of nodes', '3')
     .option('--mode <mode>', 'forwarding mode: snat, dsr or hybrid', 'snat')
     .option('--announce <how>', 'how LoadBalancer addresses reach the nodes: bgp (the router learns 10.0.100.0/24 from the nodes, ECMP, BFD), l2 (a pool in the node subnet, 10.0.30.200-250, answered by ARP) or routes (static routes the sandbox keeps)', 'bgp')
-    .action(async (o: { name: string; nodes: string; mode: string; announce: string }) => {
+    .option('--acceleration <mode>', 'the agents\' XDP: none, native (veth runs it when the switch is a bridge) or best-effort (generic XDP where native is not possible)', 'none')
+    .action(async (o: { name: string; nodes: string; mode: string; announce: string; acceleration: string }) => {
       validateSandboxName(o.name);
       if (!['bgp', 'l2', 'routes'].includes(o.announce)) throw new Error(`--announce ${o.announce}: use bgp, l2 or routes`);
+      if (!(ACCELERATIONS as readonly string[]).includes(o.acceleration)) throw new Error(`--acceleration ${o.acceleration}: use ${ACCELERATIONS.join(', ')}`);
       const have = readState(o.name);
       if (have && pidAlive(have.pid) && have.ready) {
         process.stdout.write(`sandbox "${o.name}" is already up\n`);
@@ -51,7 +54,7 @@ export function registerSandbox(program: Command): void {
       }
       const log = join('/tmp', `ferry-sandbox-${o.name}.log`);
       const fd = openSync(log, 'w');
-      const child = spawn(process.execPath, [FERRY_BIN, 'sandbox', 'run', '--name', o.name, '--nodes', o.nodes, '--mode', o.mode, '--announce', o.announce], { detached: true, stdio: ['ignore', fd, fd] });
+      const child = spawn(process.execPath, [FERRY_BIN, 'sandbox', 'run', '--name', o.name, '--nodes', o.nodes, '--mode', o.mode, '--announce', o.announce, '--acceleration', o.acceleration], { detached: true, stdio: ['ignore', fd, fd] });
       closeSync(fd);
       child.unref();
       const deadline = Date.now() + 120_000;
@@ -75,9 +78,10 @@ export function registerSandbox(program: Command): void {
     .option('--nodes <n>', 'number of nodes', '3')
     .option('--mode <mode>', 'forwarding mode', 'snat')
     .option('--announce <how>', 'bgp, l2 or routes', 'bgp')
-    .action(async (o: { name: string; nodes: string; mode: string; announce: string }) => {
+    .option('--acceleration <mode>', 'none, native or best-effort', 'none')
+    .action(async (o: { name: string; nodes: string; mode: string; announce: string; acceleration: string }) => {
       const log = pino({ level: 'info', base: { component: 'ferry-sandbox', sandbox: o.name } });
-      const s = await Sandbox.up({ name: o.name, nodes: Number(o.nodes), mode: o.mode as ForwardingMode, log, announce: o.announce as AnnounceMode });
+      const s = await Sandbox.up({ name: o.name, nodes: Number(o.nodes), mode: o.mode as ForwardingMode, log, announce: o.announce as AnnounceMode, acceleration: o.acceleration as Acceleration });
       log.info({ prefix: s.tb.prefix }, 'sandbox up');
       await new Promise<void>((resolve) => {
         process.once('SIGTERM', () => resolve());
@@ -231,7 +235,7 @@ export function registerSandbox(program: Command): void {
 }
 
 function printSummary(s: SandboxState): void {
-  process.stdout.write(`sandbox "${s.name}" (prefix ${s.prefix}, mode ${s.mode}, pid ${s.pid})\n`);
+  process.stdout.write(`sandbox "${s.name}" (prefix ${s.prefix}, mode ${s.mode}, acceleration ${s.acceleration ?? 'none'}, pid ${s.pid})\n`);
   process.stdout.write(`  router  10.0.10.1 (clients) / 10.0.30.1 (nodes), no default route\n  client  10.0.10.2\n`);
   for (const n of s.nodes) process.stdout.write(`  ${n.name}  ${n.ip}  pods ${n.podCidr}  pins ${n.pinDir}\n`);
   const pool = s.announce === 'l2' ? '10.0.30.200-10.0.30.250 (in the node subnet, announced by ARP)' : s.announce === 'bgp' ? '10.0.100.0/24 (announced by BGP to the router, ECMP)' : '10.0.100.0/24 (routed by the router)';

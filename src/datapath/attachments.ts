@@ -1,5 +1,6 @@
-// Where ferry's programs are attached, with their load times: tc filters on devices (in a
-// given network namespace) and cgroup links. Read through bpftool, which walks both.
+// Where ferry's programs are attached, with their load times: XDP programs and tc filters on
+// devices (in a given network namespace) and cgroup links. Read through bpftool, which walks
+// all three.
 import { execFileSync } from 'node:child_process';
 
 export interface Attachment {
@@ -14,7 +15,10 @@ function bpftool(args: string[], netns?: string): unknown {
   return JSON.parse(execFileSync(argv[0]!, argv.slice(1), { encoding: 'utf8' }));
 }
 
-/** ferry's programs attached: tc filters (in `netns`) and cgroup links; [] without bpftool. */
+/** bpftool's XDP modes in ferry's words (acceleration: native or generic). */
+const XDP_MODE: Record<string, string> = { driver: 'native', generic: 'generic', offload: 'offload' };
+
+/** ferry's programs attached: XDP and tc (in `netns`) and cgroup links; [] without bpftool. */
 export function attachedPrograms(netns?: string): Attachment[] {
   try {
     const progs = new Map((bpftool(['prog', 'show']) as Array<{ id: number; name?: string; loaded_at?: number }>).map((p) => [p.id, p]));
@@ -23,7 +27,11 @@ export function attachedPrograms(netns?: string): Attachment[] {
       return t ? new Date(t * 1000).toISOString() : '?';
     };
     const out: Attachment[] = [];
-    for (const dev of bpftool(['net', 'show'], netns) as Array<{ tc?: Array<{ devname: string; kind: string; name?: string; id: number }> }>) {
+    for (const dev of bpftool(['net', 'show'], netns) as Array<{ xdp?: Array<{ devname: string; mode: string; id: number }>; tc?: Array<{ devname: string; kind: string; name?: string; id: number }> }>) {
+      for (const x of dev.xdp ?? []) {
+        const name = progs.get(x.id)?.name ?? '';
+        if (name.startsWith('xdp_')) out.push({ where: `xdp/${XDP_MODE[x.mode] ?? x.mode} ${x.devname}`, program: name, id: x.id, loaded: loaded(x.id) });
+      }
       for (const t of dev.tc ?? []) if (t.name?.startsWith('tc_')) out.push({ where: `tc ${t.kind.replace('clsact/', '')} ${t.devname}`, program: t.name.replace(/:\[\d+\]$/, ''), id: t.id, loaded: loaded(t.id) });
     }
     for (const l of bpftool(['link', 'show']) as Array<{ type: string; prog_id: number; attach_type?: string; cgroup_id?: number }>) {

@@ -1,23 +1,26 @@
-// Taking ferry off a node once its agent is gone: the tc filters on every device (the
-// agent leaves them attached so that traffic flows across restarts), the socket hooks
+// Taking ferry off a node once its agent is gone: the XDP programs and tc filters on every
+// device (the agent leaves them attached so that traffic flows across restarts), the socket hooks
 // (pinned links: unpinned, they detach when no process holds them), and every pin. Without
 // this, deleting the DaemonSet would leave ClusterIPs steered to stale backends until a
 // reboot.
 import { existsSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { detachTcFilter, type TcDirection } from '../ebpf/link-tc.js';
+import { detachXdpDevice } from '../ebpf/link-xdp.js';
 import { inNetns } from '../sys/netns.js';
 import { attachedPrograms } from './attachments.js';
 
 export interface UninstallReport {
   /** `tc ingress eth0`, … */
   tcFilters: string[];
+  /** `xdp/native eth0`, … */
+  xdpPrograms: string[];
   /** Pinned cgroup links removed (the hooks detach with them once no agent holds them). */
   cgroupLinks: string[];
   /** Pins removed (maps, links) and whether the pin directory is gone. */
   pins: number;
   pinDirRemoved: boolean;
-  /** ferry's tc filters still attached afterwards (another handle or priority than ferry's). */
+  /** ferry's programs still attached afterwards (a tc filter at another handle or priority than ferry's). */
   left: string[];
 }
 
@@ -31,13 +34,23 @@ function ferryTcFilters(netns?: string): Array<{ ifname: string; direction: TcDi
     });
 }
 
+/** ferry's XDP programs (in `netns`, or this one): where, and the device. */
+function ferryXdp(netns?: string): Array<{ where: string; ifname: string }> {
+  return attachedPrograms(netns)
+    .filter((a) => a.where.startsWith('xdp/'))
+    .map((a) => ({ where: a.where, ifname: a.where.split(' ')[1]! }));
+}
+
 export function uninstall(o: { pinDir: string; netns?: string }): UninstallReport {
-  const report: UninstallReport = { tcFilters: [], cgroupLinks: [], pins: 0, pinDirRemoved: false, left: [] };
+  const report: UninstallReport = { tcFilters: [], xdpPrograms: [], cgroupLinks: [], pins: 0, pinDirRemoved: false, left: [] };
   const run = <T>(fn: () => T): T => (o.netns ? inNetns(o.netns, fn) : fn());
+  for (const x of ferryXdp(o.netns)) {
+    if (run(() => detachXdpDevice(x.ifname))) report.xdpPrograms.push(x.where);
+  }
   for (const f of ferryTcFilters(o.netns)) {
     if (run(() => detachTcFilter(f.ifname, f.direction))) report.tcFilters.push(`tc ${f.direction} ${f.ifname}`);
   }
-  report.left = ferryTcFilters(o.netns).map((f) => `tc ${f.direction} ${f.ifname}`);
+  report.left = [...ferryXdp(o.netns).map((x) => x.where), ...ferryTcFilters(o.netns).map((f) => `tc ${f.direction} ${f.ifname}`)];
   if (existsSync(o.pinDir)) {
     const pins = readdirSync(o.pinDir);
     report.cgroupLinks = pins.filter((p) => p.startsWith('link_'));
@@ -49,6 +62,6 @@ export function uninstall(o: { pinDir: string; netns?: string }): UninstallRepor
 }
 
 /** What uninstall would take off, without touching it. */
-export function uninstallPlan(o: { pinDir: string; netns?: string }): { tcFilters: string[]; pins: string[] } {
-  return { tcFilters: ferryTcFilters(o.netns).map((f) => `tc ${f.direction} ${f.ifname}`), pins: existsSync(o.pinDir) ? readdirSync(o.pinDir).map((p) => join(o.pinDir, p)) : [] };
+export function uninstallPlan(o: { pinDir: string; netns?: string }): { xdpPrograms: string[]; tcFilters: string[]; pins: string[] } {
+  return { xdpPrograms: ferryXdp(o.netns).map((x) => x.where), tcFilters: ferryTcFilters(o.netns).map((f) => `tc ${f.direction} ${f.ifname}`), pins: existsSync(o.pinDir) ? readdirSync(o.pinDir).map((p) => join(o.pinDir, p)) : [] };
 }

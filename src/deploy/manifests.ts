@@ -1,6 +1,7 @@
 // `ferry manifests`: the overlay of deploy/kubernetes (talos or generic) rendered as
 // `kubectl kustomize` would, then the command line's choices applied: the image, the API
-// server's address (generic), the agent's devices and forwarding mode (its ConfigMap).
+// server's address (generic), the agent's devices, forwarding mode and XDP acceleration
+// (its ConfigMap).
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -20,6 +21,8 @@ export interface ManifestOptions {
   /** The agent's devices (names or patterns); empty or absent: chosen on each node. */
   devices?: string[] | undefined;
   mode?: 'snat' | 'dsr' | 'hybrid' | undefined;
+  /** XDP before tc: none, native or best-effort. */
+  acceleration?: 'none' | 'native' | 'best-effort' | undefined;
 }
 
 type Container = { name: string; image?: string; env?: Array<{ name: string; value?: string }> };
@@ -49,13 +52,14 @@ export function renderObjects(o: ManifestOptions, root = KUSTOMIZE_ROOT): KObjec
     if (!/^[a-z0-9][a-z0-9._\-/:@]*$/i.test(o.image) || o.image.length > 255) throw fail(`--image ${JSON.stringify(o.image)}: not an image reference`);
     for (const w of workloads) for (const c of w.spec.template.spec.containers) c.image = o.image;
   }
-  if (o.devices !== undefined || o.mode !== undefined) {
+  if (o.devices !== undefined || o.mode !== undefined || o.acceleration !== undefined) {
     const cm = objects.find((x) => x.kind === 'ConfigMap' && x.metadata.name === 'ferry') as (KObject & { data: Record<string, string> }) | undefined;
     if (!cm?.data?.['ferry.yaml']) throw fail('the overlay has no ConfigMap ferry with ferry.yaml');
     // Edit the document, not a re-dump: its comments document the settings.
     const doc = parseDocument(cm.data['ferry.yaml']);
     if (o.devices !== undefined) doc.set('devices', doc.createNode(o.devices, { flow: true }));
     if (o.mode !== undefined) doc.set('forwardingMode', o.mode);
+    if (o.acceleration !== undefined) doc.set('acceleration', o.acceleration);
     cm.data['ferry.yaml'] = doc.toString();
   }
   return objects;

@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { renderObjects } from '../deploy/manifests.js';
+import { renderObjects, type ManifestOptions } from '../deploy/manifests.js';
 import { execOk } from '../sys/exec.js';
 import { RbacPolicy } from './apiserver/rbac.js';
 import type { AccessRecord } from './apiserver/server.js';
@@ -26,15 +26,15 @@ export class ClusterIdentity {
     readonly cert: string,
     readonly ca: string,
     apiServer: string,
-    mode: 'snat' | 'dsr' | 'hybrid' | undefined,
+    settings: Pick<ManifestOptions, 'mode' | 'acceleration'>,
   ) {
-    this.objects = renderObjects({ talos: false, apiServer, mode });
+    this.objects = renderObjects({ talos: false, apiServer, ...settings });
     this.policy = new RbacPolicy(this.objects);
     for (const user of [AGENT_USER, OPERATOR_USER]) this.tokens.set(randomBytes(24).toString('hex'), user);
   }
 
   /** Keys and certificates in `dir`, for the API server at host:port (and loopback). */
-  static async create(dir: string, host: string, port: number, mode?: 'snat' | 'dsr' | 'hybrid'): Promise<ClusterIdentity> {
+  static async create(dir: string, host: string, port: number, settings: Pick<ManifestOptions, 'mode' | 'acceleration'> = {}): Promise<ClusterIdentity> {
     const f = (n: string) => join(dir, n);
     const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
     await execOk('openssl', ['req', '-x509', ...ec, '-keyout', f('ca.key'), '-out', f('ca.crt'), '-days', '7', '-subj', '/CN=ferry-sandbox-ca']);
@@ -42,7 +42,7 @@ export class ClusterIdentity {
     writeFileSync(f('apiserver.ext'), `subjectAltName=IP:${host},IP:127.0.0.1\nextendedKeyUsage=serverAuth\n`);
     await execOk('openssl', ['x509', '-req', '-in', f('apiserver.csr'), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial', '-out', f('apiserver.crt'), '-days', '7', '-extfile', f('apiserver.ext')]);
     const read = (n: string) => readFileSync(f(n), 'utf8');
-    return new ClusterIdentity(dir, read('apiserver.key'), read('apiserver.crt'), read('ca.crt'), `${host}:${port}`, mode);
+    return new ClusterIdentity(dir, read('apiserver.key'), read('apiserver.crt'), read('ca.crt'), `${host}:${port}`, settings);
   }
 
   /** The manifests' RBAC must have sufficed: a refusal under it is a missing rule. */

@@ -3,6 +3,7 @@
 // and from this machine on loopback), the sandbox's controllers (allocator, kubelet,
 // Deployments, EndpointSlices, routes to LoadBalancer addresses), one `ferry agent` per
 // node and `ferry operator` (two replicas, on the first two nodes) with a default pool.
+import { defaultObjectsDir, type Acceleration } from '../datapath/loader.js';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -99,6 +100,8 @@ export interface SandboxOptions {
   operatorEnv?: Record<string, string>;
   /** bgp (default): the router learns the pool by BGP; l2: the pool is in the node subnet and ferry answers ARP; routes: the sandbox routes it. */
   announce?: AnnounceMode;
+  /** The agents' XDP acceleration (default none); with XDP the switch is made to carry it (switch.ts). */
+  acceleration?: Acceleration;
 }
 
 export interface SandboxState {
@@ -107,6 +110,7 @@ export interface SandboxState {
   pid: number;
   mode: ForwardingMode;
   announce: AnnounceMode;
+  acceleration: Acceleration;
   kubeconfig: string;
   apiUrl: string;
   nodes: Array<{ name: string; ip: string; podCidr: string; netns: string; cgroup: string; pinDir: string }>;
@@ -172,9 +176,10 @@ export class Sandbox {
       mkdirSync(dir, { recursive: true });
       tb.ownPath(dir);
       const net = await ClusterNetwork.create(tb, { nodes: opts.nodes });
+      if ((opts.acceleration ?? 'none') !== 'none') await net.nodeSwitch.prepareForXdp(join(defaultObjectsDir(), 'tests', 'xdp_pass.bpf.o'));
       const store = new Store();
       // Agents and operators: TLS, their ServiceAccount's token, the manifests' RBAC enforced.
-      const identity = await ClusterIdentity.create(dir, NODE_NET.router, API_PORT, opts.mode);
+      const identity = await ClusterIdentity.create(dir, NODE_NET.router, API_PORT, { mode: opts.mode, acceleration: opts.acceleration ?? 'none' });
       const api = new TestApiServer({
         store,
         netns: net.router.netns,
@@ -351,6 +356,7 @@ export class Sandbox {
       pid: process.pid,
       mode: this.opts.mode,
       announce: this.announce,
+      acceleration: this.opts.acceleration ?? 'none',
       nodeSwitch: { kind: this.net.nodeSwitch.kind, netns: this.net.nodeSwitch.host.netns, ports: this.net.nodeSwitch.portsByHost() },
       kubeconfig: this.kubeconfig,
       apiUrl: this.api.alsoUrl!,

@@ -66,6 +66,6 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry uninstall', () => {
     // A second run finds nothing to do and says so.
     const again = spawnSync(process.execPath, [FERRY, 'uninstall', '--pin-dir', pinDir, '--netns', host.netns, '--yes'], { encoding: 'utf8' });
     expect(again.status, again.stderr).toBe(0);
-    expect(again.stdout).toMatch(/detached: \(no tc filters\)/);
+    expect(again.stdout).toMatch(/detached: \(no XDP programs or tc filters\)/);
   });
 });

@@ -62,4 +62,10 @@ describe('agent configuration', () => {
     expect(loadConfig({ env: { NODE_NAME: 'n', FERRY_FULL_SYNC_PERIOD_SECONDS: '600' } }).fullSyncPeriodSeconds).toBe(600);
     expect(() => loadConfig({ env: { NODE_NAME: 'n', FERRY_FULL_SYNC_PERIOD_SECONDS: '1' } })).toThrow(/fullSyncPeriodSeconds/);
   });
+
+  it('takes acceleration none, native or best-effort, and nothing else', () => {
+    expect(loadConfig({ env: { NODE_NAME: 'n' } }).acceleration).toBe('none');
+    expect(loadConfig({ env: { NODE_NAME: 'n', FERRY_ACCELERATION: 'best-effort' } }).acceleration).toBe('best-effort');
+    expect(() => loadConfig({ env: { NODE_NAME: 'n', FERRY_ACCELERATION: 'generic' } })).toThrow(/acceleration .*"generic".*none, native, best-effort/);
+  });
 });

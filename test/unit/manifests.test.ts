@@ -53,8 +53,8 @@ describe('deploy/kubernetes', () => {
     }
   });
 
-  it('--image, --devices and --mode reach every container and the agent\'s configuration', () => {
-    const out = spawnSync(process.execPath, [FERRY, 'manifests', '--talos', '--image', 'registry.example/ferry:1.2', '--devices', 'enp.*,bond0', '--mode', 'dsr'], { encoding: 'utf8' });
+  it('--image, --devices, --mode and --acceleration reach every container and the agent\'s configuration', () => {
+    const out = spawnSync(process.execPath, [FERRY, 'manifests', '--talos', '--image', 'registry.example/ferry:1.2', '--devices', 'enp.*,bond0', '--mode', 'dsr', '--acceleration', 'best-effort'], { encoding: 'utf8' });
     expect(out.status, out.stderr).toBe(0);
     const objects = parseAllDocuments(out.stdout).map((d) => d.toJSON() as KObject & { spec?: { template?: { spec: { containers: Array<{ image: string }> } } }; data?: Record<string, string> });
     const images = objects.flatMap((o) => o.spec?.template?.spec.containers.map((c) => c.image) ?? []);
@@ -64,6 +64,7 @@ describe('deploy/kubernetes', () => {
     const cfg = loadConfig({ file, env: { NODE_NAME: 'n1' } });
     expect(cfg.devices).toEqual(['enp.*', 'bond0']);
     expect(cfg.forwardingMode).toBe('dsr');
+    expect(cfg.acceleration).toBe('best-effort');
     expect(readFileSync(file, 'utf8')).toMatch(/# Every setting: README\.md/); // comments kept
   });
 
@@ -73,6 +74,7 @@ describe('deploy/kubernetes', () => {
     expect(run('--talos', '--api-server', '10.0.0.1:6443').stderr).toMatch(/--api-server with --talos/);
     for (const bad of ['10.0.0.1', '10.0.0.1:0', '10.0.0.1:70000', 'a b:6443', '-x:6443']) expect(run('--api-server', bad).stderr, bad).toMatch(/not host:port/);
     expect(run('--talos', '--devices', 'eth0,,eth1').stderr).toMatch(/--devices entry "" is empty/);
+    expect(run('--talos', '--acceleration', 'fast').stderr).toMatch(/--acceleration.*none, native, best-effort/);
     expect(run('--talos', '--devices', '(').stderr).toMatch(/is not a valid pattern/);
     expect(run('--talos', '--mode', 'fast').stderr).toMatch(/Allowed choices are snat, dsr, hybrid/);
     expect(run('--talos', '--image', 'a b').stderr).toMatch(/not an image reference/);

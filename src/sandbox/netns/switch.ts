@@ -60,6 +60,22 @@ export class L2Switch {
     await host.ip('link', 'set', ifname, 'up');
   }
 
+  /**
+   * Make the switch carry what XDP on its members needs, as a physical network would:
+   * - every frame a member sends has a complete checksum (a NIC receives nothing else;
+   *   a veth would otherwise carry the sender's partial checksum, which XDP cannot see,
+   *   and its rewrites would be wrong): checksum offload off on the members' interfaces;
+   * - a bridge port takes the frames a member's XDP sends back out (XDP_TX onto a veth
+   *   needs its peer to poll, which an XDP program on the peer turns on; GRO would too,
+   *   but loses frames of long TCP transfers there).
+   */
+  async prepareForXdp(passProgram: string): Promise<void> {
+    for (const [host, m] of this.members) {
+      await host.execOk(['ethtool', '-K', m.ifname, 'tx', 'off']);
+      if (m.port) await this.host.ip('link', 'set', 'dev', m.port, 'xdpdrv', 'obj', passProgram, 'sec', 'xdp');
+    }
+  }
+
   /** Each member's port on the switch (bridge), or its own interface (macvlan), by host name. */
   portsByHost(): Record<string, string> {
     return Object.fromEntries([...this.members].map(([h, m]) => [h.name, m.port ?? m.ifname]));

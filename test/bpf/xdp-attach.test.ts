@@ -1,0 +1,105 @@
+// Where the agent attaches XDP, by the acceleration setting: native on a driver that has it
+// (veth), an error under `native` on one that has not (macvlan, or a bridge on a kernel
+// without macvlan), generic there under
+// `best-effort`; `none` takes off an XDP program an earlier agent left; uninstall too.
+import { mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, expect, it } from 'vitest';
+import { Datapath, defaultObjectsDir, type Acceleration } from '../../src/datapath/loader.js';
+import { uninstall } from '../../src/datapath/uninstall.js';
+import { programNameById, xdpAttached } from '../../src/ebpf/link-xdp.js';
+import { ErrorCode, FerryError } from '../../src/errors.js';
+import { Testbed, type Host } from '../../src/sandbox/netns/testbed.js';
+import { inNetns } from '../../src/sys/netns.js';
+import { describeWith } from '../harness/requirements.js';
+
+let tb: Testbed;
+let host: Host;
+let pinDir: string;
+const open: Datapath[] = [];
+
+beforeEach(async () => {
+  tb = await Testbed.create();
+  host = await tb.addHost('node');
+  const peer = await tb.addHost('peer');
+  await tb.link({ host, ifname: 'eth0', address: '10.0.30.21/24' }, { host: peer, ifname: 'eth0' });
+  // An Ethernet device whose driver has no native XDP: whichever this kernel has.
+  const made = await host.exec(['ip', 'link', 'add', 'nonative0', 'link', 'eth0', 'type', 'macvlan', 'mode', 'bridge']);
+  if (made.code !== 0) await host.ip('link', 'add', 'nonative0', 'type', 'bridge');
+  await host.ip('link', 'set', 'nonative0', 'up');
+  pinDir = join('/sys/fs/bpf', `${tb.prefix}-xdp`);
+  mkdirSync(pinDir);
+});
+afterEach(async () => {
+  for (const d of open.splice(0)) inNetns(host.netns, () => d.close());
+  if (pinDir) rmSync(pinDir, { recursive: true, force: true });
+  await tb?.destroy();
+});
+
+const load = (acceleration: Acceleration) => {
+  const d = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: '10.0.30.21', acceleration });
+  open.push(d);
+  return d;
+};
+const attached = (dev: string) => inNetns(host.netns, () => {
+  const x = xdpAttached(dev);
+  return x && { mode: x.mode, program: programNameById(x.id) };
+});
+
+describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () => {
+  it('native: veth runs it in its driver; a device without native XDP is an error, and leaves nothing behind', () => {
+    const d = load('native');
+    inNetns(host.netns, () => d.attachDevice('eth0'));
+    expect(d.xdpModes()).toEqual({ eth0: 'native' });
+    expect(attached('eth0')).toEqual({ mode: 'native', program: 'xdp_ingress' });
+    let err: unknown;
+    try {
+      inNetns(host.netns, () => d.attachDevice('nonative0'));
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(FerryError);
+    expect((err as FerryError).code).toBe(ErrorCode.XdpUnsupported);
+    expect((err as FerryError).message).toMatch(/has no native XDP.*best-effort/);
+    expect(d.attachedDevices()).toEqual(['eth0']);
+    expect(attached('nonative0')).toBeUndefined();
+    expect(uninstall({ pinDir, netns: host.netns }).tcFilters).toEqual(['tc ingress eth0', 'tc egress eth0']);
+  });
+
+  it('best-effort: native where the driver can, generic elsewhere', () => {
+    const d = load('best-effort');
+    inNetns(host.netns, () => {
+      d.attachDevice('eth0');
+      d.attachDevice('nonative0');
+    });
+    expect(d.xdpModes()).toEqual({ eth0: 'native', nonative0: 'generic' });
+    expect(attached('nonative0')).toEqual({ mode: 'generic', program: 'xdp_ingress' });
+  });
+
+  it('a restart replaces the program in place; none takes it off; uninstall finds what is left', () => {
+    const first = load('native');
+    inNetns(host.netns, () => first.attachDevice('eth0'));
+    const id = inNetns(host.netns, () => xdpAttached('eth0')!.id);
+    inNetns(host.netns, () => first.release()); // the agent exits: the datapath stays
+    open.splice(open.indexOf(first), 1);
+    expect(attached('eth0')).toEqual({ mode: 'native', program: 'xdp_ingress' });
+    const second = load('native');
+    inNetns(host.netns, () => second.attachDevice('eth0'));
+    expect(inNetns(host.netns, () => xdpAttached('eth0')!.id)).not.toBe(id);
+    inNetns(host.netns, () => second.release());
+    open.splice(open.indexOf(second), 1);
+    const third = load('none');
+    inNetns(host.netns, () => third.attachDevice('eth0'));
+    expect(attached('eth0')).toBeUndefined();
+    inNetns(host.netns, () => third.release());
+    open.splice(open.indexOf(third), 1);
+    const fourth = load('best-effort');
+    inNetns(host.netns, () => fourth.attachDevice('eth0'));
+    inNetns(host.netns, () => fourth.release());
+    open.splice(open.indexOf(fourth), 1);
+    const r = uninstall({ pinDir, netns: host.netns });
+    expect(r.xdpPrograms).toEqual(['xdp/native eth0']);
+    expect(r.left).toEqual([]);
+    expect(attached('eth0')).toBeUndefined();
+  });
+});
