@@ -1,23 +1,29 @@
 // Packets per second a node forwards for NodePort traffic to a backend on another node:
-// trafgen (netsniff-ng) in the client's namespace sends small UDP datagrams and TCP SYNs
-// to node-2's NodePort at full speed, over 1024 source ports (so the flows are known to
-// conntrack after the first round, as in steady traffic); node-2 translates (SNAT) and
-// forwards them to a pod on node-1 that drops them. The rate is what reaches the pod; the
-// CPU is the whole machine's busy time per forwarded packet. node-2's receive work runs on
-// the second CPU (RPS), so the rate is node-2's. Dataplanes on node-2, in turn:
-// ferry's tc programs, kube-proxy-shaped iptables rules, kube-proxy-shaped nftables rules,
-// at 1 and 10k Services. XDP is not built yet (issue 20).
+// trafgen (netsniff-ng) on the router sends small UDP datagrams and TCP SYNs from the
+// client's address straight onto the node network, to node-2's NodePort at full speed, over
+// 1024 source ports (so the flows are known to conntrack after the first round, as in steady
+// traffic); node-2 translates (SNAT) and forwards them toward a pod on node-1.
+// The rate is what node-1 counts at its ingress; the CPU is the whole machine's busy time
+// per forwarded packet. The switch and node-2 run on the second CPU (RPS where the frames
+// enter the switch), the sender and node-1's count on the first. Dataplanes on node-2,
+// in turn: ferry's XDP program, ferry's tc programs, kube-proxy-shaped iptables rules,
+// kube-proxy-shaped nftables rules, at 1 and 10k Services.
 // Run as root: npx tsx bench/pps.ts [--services 1,10000] [--seconds 5] [--repeat 3]
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { MiniCluster, type TestService } from '../src/sandbox/mini-cluster.js';
 import type { Host } from '../src/sandbox/netns/testbed.js';
-import type { PodInfo } from '../src/sandbox/network.js';
+import { CLIENT_NET, type PodInfo } from '../src/sandbox/network.js';
 import { TARGET_IP, clusterIP, iptablesRules, nftRules } from './kube-proxy-rules.js';
 import { serviceMapSizes } from './map-sizes.js';
 import { barChart } from './plot.js';
 import { execOk } from '../src/sys/exec.js';
+import { inNetns } from '../src/sys/netns.js';
+import { BpfObject } from '../src/ebpf/object.js';
+import { attachXdpDevice } from '../src/ebpf/link-xdp.js';
+import type { Link } from '../src/ebpf/link.js';
+import { defaultObjectsDir } from '../src/datapath/loader.js';
 import { busyCpuNs, fmtStat, markdownTable, progress, publish, ratio, stat, type Stat } from './report.js';
 
 const { values } = parseArgs({ options: { services: { type: 'string' }, seconds: { type: 'string' }, repeat: { type: 'string' } } });
@@ -29,14 +35,16 @@ const COMMAND = `npx tsx bench/pps.ts --services ${COUNTS.join(',')} --seconds $
 const SINK_PORT = 9000;
 const NODE_PORT = { udp: 30900, tcp: 30901 } as const;
 type Proto = keyof typeof NODE_PORT;
-const DATAPLANES = ['ferry tc', 'iptables', 'nftables'] as const;
+/** 'xdp bounce': the testbed's ceiling, an XDP program that only readdresses and bounces (bpf/tests/xdp_bounce.bpf.c). */
+const DATAPLANES = ['xdp bounce', 'ferry xdp', 'ferry tc', 'iptables', 'nftables'] as const;
 type Dataplane = (typeof DATAPLANES)[number];
 
 interface Row { dataplane: Dataplane; services: number; proto: Proto; sentPps: Stat; forwardedPps: Stat; cpuNsPerPacket: Stat }
 
-async function rxPackets(host: Host, dev: string): Promise<number> {
-  const [link] = JSON.parse(await host.execOk(['ip', '-s', '-j', 'link', 'show', 'dev', dev])) as Array<{ stats64: { rx: { packets: number } } }>;
-  return link!.stats64.rx.packets;
+/** Packets the sink rule on node-1 counted (and dropped). */
+async function sunk(host: Host): Promise<number> {
+  const out = JSON.parse(await host.execOk(['nft', '-j', 'list', 'table', 'netdev', 'sink'])) as { nftables: Array<{ rule?: { expr: Array<{ counter?: { packets: number } }> } }> };
+  return out.nftables.reduce((a, x) => a + (x.rule?.expr.find((e) => e.counter)?.counter?.packets ?? 0), 0);
 }
 
 /** trafgen's packet: 60-byte frames to node-2's NodePort, over 1024 source ports. */
@@ -48,37 +56,52 @@ function trafgenConfig(proto: Proto, gatewayMac: string, src: string, dst: strin
 async function main(): Promise<void> {
   const max = Math.max(...COUNTS);
   progress('pps: 2-node testbed ');
-  const c = await MiniCluster.create({ nodes: 2, mapSizes: serviceMapSizes(4 * max, 2 * max) });
+  const c = await MiniCluster.create({ nodes: 2, mapSizes: serviceMapSizes(4 * max, 2 * max), xdp: true });
   try {
     const sink = await c.pod('sink', 1);
-    // The sink drops what it gets: no replies, no ICMP errors back through node-2.
-    await sink.host.execOk(['nft', '-f', '-'], { input: ['table ip sink {', '  chain in {', '    type filter hook input priority 0; policy accept;', `    udp dport ${SINK_PORT} drop`, `    tcp dport ${SINK_PORT} drop`, '  }', '}', ''].join('\n') });
+    const sinkNode = c.nodes[0]!;
+    // What node-2 forwards is counted and dropped as it enters node-1 (nftables' ingress
+    // hook, before routing): no delivery work, no replies, no ICMP errors back to node-2.
+    await sinkNode.host.execOk(['nft', '-f', '-'], { input: ['table netdev sink {', '  chain in {', `    type filter hook ingress device ${sinkNode.device} priority 0; policy accept;`, `    ip daddr ${sink.ip} udp dport ${SINK_PORT} counter drop`, `    ip daddr ${sink.ip} tcp dport ${SINK_PORT} counter drop`, '  }', '}', ''].join('\n') });
     const lb = c.nodes[1]!;
-    // node-2's receive work on the other CPU (RPS): the sender and the router keep CPU 0, so
-    // the rate is what node-2's stack (and node-1's delivery, the same for every dataplane)
-    // sustains on one CPU, not the sender's.
-    await execOk('ip', ['netns', 'exec', lb.host.netns, 'sh', '-c', `echo 2 > /sys/class/net/${lb.device}/queues/rx-0/rps_cpus`]);
-    const client = c.client;
-    // The client's next hop toward node-2, and its MAC (trafgen writes whole frames).
-    const route = JSON.parse(await client.execOk(['ip', '-j', 'route', 'get', lb.ip])) as Array<{ gateway?: string; dev: string; prefsrc: string }>;
-    const gw = route[0]!.gateway ?? lb.ip;
-    await client.exec(['ping', '-c', '1', '-W', '1', gw]);
-    const neigh = JSON.parse(await client.execOk(['ip', '-j', 'neigh', 'show', gw, 'dev', route[0]!.dev])) as Array<{ lladdr: string }>;
+    const sw = c.net.nodeSwitch;
+    // Everything past the sender on the other CPU: RPS where the frames enter the switch
+    // (or on node-2's device when the switch is macvlan), so the switch, node-2 and what the
+    // XDP program sends back out run there; trafgen keeps CPU 0. (veth runs XDP where the
+    // frame is handed to it: with RPS on node-2's device instead, XDP would run on the
+    // sender's CPU.)
+    const [rpsNs, rpsDev] = sw.kind === 'bridge' ? [sw.host.netns, sw.portsByHost().router!] : [lb.host.netns, lb.device];
+    await execOk('ip', ['netns', 'exec', rpsNs, 'sh', '-c', `echo 2 > /sys/class/net/${rpsDev}/queues/rx-0/rps_cpus`]);
+    // node-1's count and drop on CPU 0, beside the sender: CPU 1 is the switch's and node-2's.
+    await execOk('ip', ['netns', 'exec', sinkNode.host.netns, 'sh', '-c', `echo 1 > /sys/class/net/${sinkNode.device}/queues/rx-0/rps_cpus`]);
+    // The router sends, onto the node network: no forwarding hop of its own on CPU 0.
+    const sender = c.net.router;
+    const lbMac = (JSON.parse(await lb.host.execOk(['ip', '-j', 'link', 'show', lb.device])) as Array<{ address: string }>)[0]!.address;
+    const xdpMode = sw.kind === 'bridge' ? 'native' : 'generic';
+    const sinkMac = (JSON.parse(await sinkNode.host.execOk(['ip', '-j', 'link', 'show', sinkNode.device])) as Array<{ address: string }>)[0]!.address;
+    const macBytes = (m: string) => Buffer.from(m.split(':').map((h) => parseInt(h, 16)));
+    const bounce = BpfObject.open(join(defaultObjectsDir(), 'tests', 'xdp_bounce.bpf.o'));
+    bounce.setConstant('src_mac', macBytes(lbMac));
+    bounce.setConstant('dst_mac', macBytes(sinkMac));
+    bounce.setConstant('dst_addr', Buffer.from(sink.ip.split('.').map(Number)).readUInt32LE(0));
+    bounce.setConstant('dst_port', Buffer.from([SINK_PORT >> 8, SINK_PORT & 255]).readUInt16LE(0));
+    bounce.load();
+    let bounceLink: Link | undefined;
     const configs = new Map<Proto, string>();
     for (const proto of ['udp', 'tcp'] as Proto[]) {
       const file = join('/run/ferry', `${c.tb.prefix}-trafgen-${proto}.cfg`);
-      writeFileSync(file, trafgenConfig(proto, neigh[0]!.lladdr, route[0]!.prefsrc, lb.ip));
+      writeFileSync(file, trafgenConfig(proto, lbMac, CLIENT_NET.client, lb.ip));
       c.tb.ownPath(file);
       configs.set(proto, file);
     }
     const run = async (proto: Proto, seconds: number) => {
-      const rx0 = await rxPackets(sink.host, 'eth0');
+      const rx0 = await sunk(sinkNode.host);
       const cpu0 = busyCpuNs();
       const t0 = process.hrtime.bigint();
-      const out = await client.exec(['timeout', '-s', 'INT', String(seconds), 'taskset', '-c', '0', 'trafgen', '--dev', route[0]!.dev, '--conf', configs.get(proto)!, '--cpus', '1'], { timeoutMs: (seconds + 30) * 1000 });
+      const out = await sender.exec(['timeout', '-s', 'INT', String(seconds), 'taskset', '-c', '0', 'trafgen', '--dev', 'nodes', '--conf', configs.get(proto)!, '--cpus', '1'], { timeoutMs: (seconds + 30) * 1000 });
       const wall = Number(process.hrtime.bigint() - t0) / 1e9;
       const cpu = busyCpuNs() - cpu0;
-      const forwarded = (await rxPackets(sink.host, 'eth0')) - rx0;
+      const forwarded = (await sunk(sinkNode.host)) - rx0;
       const sent = Number(/(\d+) packets outgoing/.exec(out.stdout + out.stderr)?.[1] ?? NaN);
       return { sentPps: sent / wall, forwardedPps: forwarded / wall, cpuNsPerPacket: forwarded ? cpu / forwarded : NaN };
     };
@@ -92,8 +115,14 @@ async function main(): Promise<void> {
     for (const n of COUNTS) {
       for (const dp of DATAPLANES) {
         progress(`\n${n} Services, ${dp}: `);
+        inNetns(lb.host.netns, () => {
+          // One program at a time: closing the bounce's link detaches whatever is attached.
+          bounceLink?.close();
+          lb.dp.setXdp(lb.device, dp === 'ferry xdp' ? xdpMode : 'off');
+          bounceLink = dp === 'xdp bounce' ? attachXdpDevice(bounce.program('xdp_bounce'), lb.device, xdpMode) : undefined;
+        });
         for (const proto of ['udp', 'tcp'] as Proto[]) {
-          if (dp === 'ferry tc') {
+          if (dp !== 'iptables' && dp !== 'nftables') {
             c.apply(services(n));
           } else {
             // ferry's programs stay attached with no Services: they pass everything to netfilter.
@@ -114,6 +143,8 @@ async function main(): Promise<void> {
       }
     }
     c.apply([]);
+    inNetns(lb.host.netns, () => lb.dp.setXdp(lb.device, 'off'));
+    bounce.close();
     progress('\n');
 
     const find = (dp: Dataplane, n: number, proto: Proto) => rows.find((r) => r.dataplane === dp && r.services === n && r.proto === proto)!;
@@ -123,14 +154,14 @@ async function main(): Promise<void> {
       rows.map((r) => [r.dataplane, r.services, r.proto === 'udp' ? 'UDP 60 B' : 'TCP SYN 60 B', kpps(r.sentPps), kpps(r.forwardedPps), ratio(r.forwardedPps.median, find('iptables', r.services, r.proto).forwardedPps.median), fmtStat(r.cpuNsPerPacket, 0)]),
     );
     const ratios = COUNTS.flatMap((n) => (['udp', 'tcp'] as Proto[]).map((proto) => {
-      const f = find('ferry tc', n, proto).forwardedPps.median;
-      return `${n} Services, ${proto === 'udp' ? 'UDP' : 'TCP SYN'}: ferry tc / iptables ${ratio(f, find('iptables', n, proto).forwardedPps.median)}, ferry tc / nftables ${ratio(f, find('nftables', n, proto).forwardedPps.median)} (forwarded packets per second)`;
+      const [b, x, t, i, f] = DATAPLANES.map((dp) => find(dp, n, proto).forwardedPps.median) as [number, number, number, number, number];
+      return `${n} Services, ${proto === 'udp' ? 'UDP' : 'TCP SYN'}: ferry xdp / iptables ${ratio(x, i)}, ferry tc / iptables ${ratio(t, i)}, ferry xdp / nftables ${ratio(x, f)}, ferry tc / nftables ${ratio(t, f)}; the testbed's ceiling (xdp bounce) / iptables ${ratio(b, i)}, ferry xdp / ceiling ${ratio(x, b)} (forwarded packets per second)`;
     }));
     publish({
       name: 'pps',
-      title: 'Packets per second through a NodePort to a remote backend: ferry tc against kube-proxy-shaped iptables and nftables rules',
+      title: 'Packets per second through a NodePort to a remote backend: ferry XDP and tc against kube-proxy-shaped iptables and nftables rules',
       command: COMMAND,
-      method: `a 2-node testbed (MiniCluster); trafgen (netsniff-ng, one thread on CPU 0) in the client's namespace sends 60-byte frames at full speed to node-2's NodePort (UDP datagrams, or TCP SYNs), cycling over 1024 source ports; node-2 translates (SNAT, as kube-proxy's masquerade) and forwards to a pod on node-1, whose own nftables rule drops them (no replies). node-2's receive work runs on CPU 1 (RPS on its device), so the forwarded rate is what node-2's stack (plus node-1's delivery, the same for every dataplane) sustains on one CPU; what it cannot take is dropped at its backlog (sent − forwarded). Forwarded: packets the pod's eth0 received, per second of the run. CPU: the whole machine's busy time (/proc/stat) per forwarded packet, sender included (both CPUs are busy, so it is high and only comparable between rows). ${SECONDS} s per run after a 1 s warm-up, ${REPEAT} runs per cell: median [min–max]. The kube-proxy-shaped rules are the ones of rules-scaling (bench/kube-proxy-rules.ts) with N−1 ClusterIP fillers; ferry's tc programs stay attached with no Services for those rows (they pass unknown traffic: about 0.07 µs a packet, see packet-cost). XDP: not built yet.`,
+      method: `a 2-node testbed (MiniCluster, its switch a ${sw.kind}); trafgen (netsniff-ng, one thread on CPU 0) on the router sends 60-byte frames from the client's address at full speed onto the node network, to node-2's NodePort (UDP datagrams, or TCP SYNs), cycling over 1024 source ports; node-2 translates (SNAT, as kube-proxy's masquerade) and forwards them toward a pod on node-1, where an nftables ingress rule counts and drops them before routing (no replies; that work runs on CPU 0, RPS). The switch and node-2 run on CPU 1 (RPS on ${sw.kind === 'bridge' ? 'the switch port the frames enter by' : "node-2's device"}), so the forwarded rate is what the switch's two passes (into node-2 and out of it: the same for every dataplane) and node-2's dataplane sustain on one CPU; what they cannot take is dropped at a backlog (sent − forwarded). ferry xdp: xdp_ingress attached ${xdpMode} to node-2's device (veth runs it in its driver: no skb is built for a forwarded packet), the tc programs behind it; ferry tc: the same without XDP. xdp bounce: the testbed's ceiling, an XDP program on node-2 that only readdresses each frame to the sink and bounces it (bpf/tests/xdp_bounce.bpf.c: no lookup, no state); no dataplane can forward more here, so a ratio against iptables above the ceiling's is out of this testbed's reach. Forwarded: packets node-1's sink rule counted, per second of the run. CPU: the whole machine's busy time (/proc/stat) per forwarded packet, sender included (both CPUs are busy, so it is high and only comparable between rows). ${SECONDS} s per run after a 1 s warm-up, ${REPEAT} runs per cell: median [min–max]. The kube-proxy-shaped rules are the ones of rules-scaling (bench/kube-proxy-rules.ts) with N−1 ClusterIP fillers; ferry's tc programs stay attached with no Services for those rows (they pass unknown traffic: about 0.07 µs a packet, see packet-cost).`,
       tables: [table],
       ratios,
       plots: [{

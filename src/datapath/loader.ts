@@ -13,7 +13,10 @@ import type { Link } from '../ebpf/link.js';
 import { assertBpffs } from '../ebpf/pinned.js';
 import { ipv4FromString } from '../ebpf/codec.js';
 import { ErrorCode, FerryError } from '../errors.js';
-import { FwdMode, mapSpecs, type DatapathMaps, type MapName } from './layouts.js';
+import { mapSpecs, type DatapathMaps } from './layouts.js';
+import { configureObject, loadXdpObject, setForwardingConstants } from './object-settings.js';
+
+export { loadXdpObject } from './object-settings.js';
 
 export type { DatapathMaps } from './layouts.js';
 import { isPrime } from './maglev.js';
@@ -103,68 +106,7 @@ export type Acceleration = (typeof ACCELERATIONS)[number];
 /** The program name of ferry's XDP entry (bpf/xdp.bpf.c). */
 export const XDP_PROGRAM = 'xdp_ingress';
 
-const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
-  lb4_services: 'services',
-  lb4_backends: 'backends',
-  lb4_reverse_nat: 'reverseNat',
-  lb4_names: 'reverseNat',
-  lb4_src_ranges: 'sourceRanges',
-  lb4_affinity: 'affinity',
-  lb4_maglev: 'maglevTables',
-  lb4_sock_rev: 'sockReverse',
-  ct4: 'conntrack',
-  nat4: 'nat',
-  frag4: 'fragments',
-  node4_addrs: 'nodes',
-  l2_owned: 'l2Addresses',
-  icmp_ratelimit: undefined,
-  ferry_stats: undefined,
-  ferry_drops: undefined,
-  ferry_monitor: undefined,
-  ferry_scratch: undefined,
-};
 
-
-/** What every entry object shares: map sizes, the hash seed, the host's netns, the pins. */
-function configureObject(obj: BpfObject, cfg: DatapathConfig, sizes: MapSizes, replace?: LayoutMigration['decide']): void {
-  for (const [name, setting] of Object.entries(sizeOf)) if (setting) obj.setMaxEntries(name, sizes[setting]);
-  obj.setConstant('hash_seed', cfg.hashSeed ?? 0);
-  obj.setConstant('host_netns_cookie', cfg.hostNetnsCookie ?? 0n);
-  obj.pinMaps({ dir: cfg.pinDir, ...(replace ? { replace } : {}) });
-}
-
-/** The node's forwarding settings, for the objects that forward packets (tc, xdp). */
-function setForwardingConstants(obj: BpfObject, cfg: DatapathConfig): void {
-  const snat = ipv4FromString(cfg.snatIPv4);
-  // The constant holds the address in network byte order, as the packet does.
-  obj.setConstant('snat_ipv4', Buffer.from([snat >>> 24, (snat >>> 16) & 255, (snat >>> 8) & 255, snat & 255]).readUInt32LE(0));
-  obj.setConstant('forwarding_mode', { snat: FwdMode.FWD_MODE_SNAT, dsr: FwdMode.FWD_MODE_DSR, hybrid: FwdMode.FWD_MODE_HYBRID }[cfg.forwardingMode ?? 'snat']);
-  obj.setConstant('maglev_table_size', cfg.maglevTableSize ?? 0);
-  obj.setConstant('snat_port_min', cfg.snatPortMin ?? DEFAULT_SNAT_PORTS.min);
-  obj.setConstant('snat_port_max', cfg.snatPortMax ?? DEFAULT_SNAT_PORTS.max);
-  const lt = cfg.ctLifetimes ?? {};
-  if (lt.tcpSyn !== undefined) obj.setConstant('ct_lifetime_tcp_syn', lt.tcpSyn);
-  if (lt.tcpEstablished !== undefined) obj.setConstant('ct_lifetime_tcp_established', lt.tcpEstablished);
-  if (lt.tcpClosing !== undefined) obj.setConstant('ct_lifetime_tcp_closing', lt.tcpClosing);
-  if (lt.nonTcp !== undefined) obj.setConstant('ct_lifetime_nontcp', lt.nonTcp);
-  if (cfg.icmpRatePerSec !== undefined) obj.setConstant('icmp_rate_per_sec', cfg.icmpRatePerSec);
-  if (cfg.icmpBurst !== undefined) obj.setConstant('icmp_burst', cfg.icmpBurst);
-}
-
-/** The XDP program for one device: the node's settings, the device's MAC, the pinned maps. */
-export function loadXdpObject(cfg: DatapathConfig, sizes: MapSizes, mac: string): BpfObject {
-  const obj = BpfObject.open(join(cfg.objectsDir, 'xdp.bpf.o'));
-  try {
-    configureObject(obj, cfg, sizes);
-    setForwardingConstants(obj, cfg);
-    obj.setConstant('device_mac', Buffer.from(mac.split(':').map((h) => parseInt(h, 16))));
-    obj.load();
-    return obj;
-  } catch (e) {
-    obj.close();
-    throw e;
-  }
-}
 
 /** The socket hooks: IPv4, and IPv6 sockets reaching IPv4 Services through ::ffff:a.b.c.d. */
 export const SOCK_PROGRAMS = ['sock4_connect', 'sock4_sendmsg', 'sock4_recvmsg', 'sock4_getpeername', 'sock6_connect', 'sock6_sendmsg', 'sock6_recvmsg', 'sock6_getpeername'] as const;
@@ -181,7 +123,7 @@ export class Datapath {
   private readonly migration: LayoutMigration;
   private readonly deviceLinks = new Map<string, Link[]>();
   /** Per device: its XDP object (one copy each, with the device's MAC) and mode. */
-  private readonly xdp = new Map<string, { obj: BpfObject; mode: XdpMode }>();
+  private readonly xdp = new Map<string, { obj: BpfObject; mode: XdpMode; link: Link }>();
 
   private constructor(tc: BpfObject, sock: BpfObject, sizes: MapSizes, private readonly cfg: DatapathConfig, migration: LayoutMigration) {
     this.pinDir = cfg.pinDir;
@@ -276,22 +218,46 @@ export class Datapath {
       if (have && programNameById(have.id) === XDP_PROGRAM) detachXdpDevice(ifname);
       return undefined;
     }
+    try {
+      return this.loadAndAttachXdp(ifname, 'native');
+    } catch (e) {
+      if (acceleration !== 'best-effort' || (e as FerryError).code !== ErrorCode.XdpUnsupported) throw e;
+      return this.loadAndAttachXdp(ifname, 'generic');
+    }
+  }
+
+  private loadAndAttachXdp(ifname: string, mode: XdpMode): Link {
     const obj = loadXdpObject(this.cfg, this.sizes, interfaceInfo(ifname).mac);
     try {
-      let link: Link & { mode: XdpMode };
-      try {
-        link = attachXdpDevice(obj.program(XDP_PROGRAM), ifname, 'native');
-      } catch (e) {
-        if (acceleration !== 'best-effort' || (e as FerryError).code !== ErrorCode.XdpUnsupported) throw e;
-        link = attachXdpDevice(obj.program(XDP_PROGRAM), ifname, 'generic');
-      }
+      const link = attachXdpDevice(obj.program(XDP_PROGRAM), ifname, mode);
       this.xdp.get(ifname)?.obj.close();
-      this.xdp.set(ifname, { obj, mode: link.mode });
+      this.xdp.set(ifname, { obj, mode, link });
       return link;
     } catch (e) {
       obj.close();
       throw e;
     }
+  }
+
+  /**
+   * XDP on an attached device, whatever the acceleration setting: in `mode`, or off (the
+   * benchmarks compare one node with and without). In the calling thread's netns.
+   */
+  setXdp(ifname: string, mode: XdpMode | 'off'): void {
+    const links = this.deviceLinks.get(ifname);
+    if (!links) throw new FerryError({ code: ErrorCode.NotFound, op: `set xdp on ${ifname}`, cause: 'ferry is not attached to that device' });
+    const have = this.xdp.get(ifname);
+    if (have) {
+      have.link.close();
+      have.obj.close();
+      this.xdp.delete(ifname);
+      links.splice(links.indexOf(have.link), 1);
+      this.links.splice(this.links.indexOf(have.link), 1);
+    }
+    if (mode === 'off') return;
+    const link = this.loadAndAttachXdp(ifname, mode);
+    links.push(link);
+    this.links.push(link);
   }
 
   /** Devices the tc programs were attached to (by this process). */

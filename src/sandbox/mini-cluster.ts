@@ -41,10 +41,12 @@ export class MiniCluster {
     readonly net: ClusterNetwork,
   ) {}
 
-  static async create(opts: { nodes: number; mapSizes?: Partial<MapSizes> }): Promise<MiniCluster> {
+  /** `xdp`: the switch made to carry XDP (switch.ts), so that nodes can run it (Datapath.setXdp). */
+  static async create(opts: { nodes: number; mapSizes?: Partial<MapSizes>; xdp?: boolean }): Promise<MiniCluster> {
     const tb = await Testbed.create();
     try {
       const net = await ClusterNetwork.create(tb, opts);
+      if (opts.xdp) await net.nodeSwitch.prepareForXdp();
       const c = new MiniCluster(tb, net);
       for (const n of net.nodes) {
         const pinDir = join('/sys/fs/bpf', `${tb.prefix}-${n.name}`);

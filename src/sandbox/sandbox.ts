@@ -3,7 +3,7 @@
 // and from this machine on loopback), the sandbox's controllers (allocator, kubelet,
 // Deployments, EndpointSlices, routes to LoadBalancer addresses), one `ferry agent` per
 // node and `ferry operator` (two replicas, on the first two nodes) with a default pool.
-import { defaultObjectsDir, type Acceleration } from '../datapath/loader.js';
+import type { Acceleration } from '../datapath/loader.js';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -176,7 +176,7 @@ export class Sandbox {
       mkdirSync(dir, { recursive: true });
       tb.ownPath(dir);
       const net = await ClusterNetwork.create(tb, { nodes: opts.nodes });
-      if ((opts.acceleration ?? 'none') !== 'none') await net.nodeSwitch.prepareForXdp(join(defaultObjectsDir(), 'tests', 'xdp_pass.bpf.o'));
+      if ((opts.acceleration ?? 'none') !== 'none') await net.nodeSwitch.prepareForXdp();
       const store = new Store();
       // Agents and operators: TLS, their ServiceAccount's token, the manifests' RBAC enforced.
       const identity = await ClusterIdentity.create(dir, NODE_NET.router, API_PORT, { mode: opts.mode, acceleration: opts.acceleration ?? 'none' });

@@ -3,12 +3,16 @@
 // kernel without the bridge module, from macvlan interfaces in bridge mode on one parent
 // (members talk to each other through the parent's macvlan switch). Either way each
 // member gets an interface of its own, with its own MAC.
+import { join } from 'node:path';
+import { defaultObjectsDir } from '../../datapath/loader.js';
 import { exec } from '../../sys/exec.js';
 import type { Host, Testbed } from './testbed.js';
 
 export type SwitchKind = 'bridge' | 'macvlan';
 const BRIDGE = 'br0';
 const PARENT = 'up0';
+/** An XDP program that passes everything (bpf/tests/xdp_pass.bpf.c). */
+const XDP_PASS_OBJECT = join(defaultObjectsDir(), 'tests', 'xdp_pass.bpf.o');
 
 export class L2Switch {
   private readonly members = new Map<Host, { ifname: string; port?: string }>();
@@ -69,10 +73,10 @@ export class L2Switch {
    *   needs its peer to poll, which an XDP program on the peer turns on; GRO would too,
    *   but loses frames of long TCP transfers there).
    */
-  async prepareForXdp(passProgram: string): Promise<void> {
+  async prepareForXdp(): Promise<void> {
     for (const [host, m] of this.members) {
       await host.execOk(['ethtool', '-K', m.ifname, 'tx', 'off']);
-      if (m.port) await this.host.ip('link', 'set', 'dev', m.port, 'xdpdrv', 'obj', passProgram, 'sec', 'xdp');
+      if (m.port) await this.host.ip('link', 'set', 'dev', m.port, 'xdpdrv', 'obj', XDP_PASS_OBJECT, 'sec', 'xdp');
     }
   }
 
