@@ -57,7 +57,7 @@ bench: build
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/connect-gap.ts --count 1000 --repeat 3
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/pps.ts --services 1,10000 --seconds 2 --repeat 2
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/agent-sync.ts --services 1000,10000 --changes 50
-	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/packet-cost.ts --services 100000 --repeat 20000
+	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/packet-cost.ts --services 100000 --runs 500
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/snat-capacity.ts --seconds 15 --concurrency 16
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/ipam.ts --services 1000,10000 --repeat 1
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/l2.ts --addresses 10,1000 --seconds 10 --repeat 3
@@ -79,7 +79,7 @@ bench-full: build
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/connect-gap.ts --count 2000 --repeat 5
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/pps.ts --services 1,10000 --seconds 5 --repeat 3
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/agent-sync.ts --services 1000,10000,50000,100000 --changes 100
-	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/packet-cost.ts --services 100000 --repeat 100000
+	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/packet-cost.ts --services 100000 --runs 2000
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/snat-capacity.ts --seconds 30 --concurrency 16
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/ipam.ts --services 1000,10000,30000 --repeat 3
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/l2.ts --addresses 10,1000 --seconds 20 --repeat 5

@@ -5,7 +5,9 @@
 // externalTrafficPolicy: Local. Per path: TCP request/response latency and rate (one
 // connection; a new connection per request), UDP request/response, iperf3 throughput with
 // 1 and 4 streams, the packets the LB node's device carries per request, and the CPU time
-// the whole machine spends per request.
+// the whole machine spends per request. Then SNAT and DSR again with the switch made a wire
+// for XDP (complete checksums, no offloads), first with tc alone and then with node-2's
+// agent restarted with acceleration native: tc against XDP on the same wire.
 // Run as root: npx tsx bench/forwarding.ts [--seconds 4] [--rr-seconds 2] [--repeat 3]
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
@@ -27,7 +29,13 @@ const IPERF = 5201;
 const UDP = 5353;
 const RR_CPU = '1';
 
-interface PathSpec { name: string; ip: string; ports: { echo: number; iperf: number; udp: number }; lbNode?: Host }
+interface PathSpec { name: string; ip: string; ports: { echo: number; iperf: number; udp: number }; lbNode?: Host; prepare?: () => Promise<void> }
+
+/** `f` the first time it is called, nothing after. */
+const once = (f: () => Promise<void>) => {
+  let done: Promise<void> | undefined;
+  return () => (done ??= f());
+};
 
 interface RrSample { count: number; failures: number; seconds: number; p50: number; p99: number }
 
@@ -50,8 +58,13 @@ async function main(): Promise<void> {
     const pod = sb.kubelet.podInfo('default', 'server')!;
     // Request/response client and servers share one CPU: a round trip is then the CPU work
     // of the path, not the wake-up latency of an idle virtual CPU (which made runs bimodal).
-    await startWorkloads(pod.host, [{ kind: 'tcp-echo', port: ECHO }, { kind: 'udp-echo', port: UDP }], { cpus: RR_CPU });
-    pod.host.spawn(['iperf3', '-s', '-p', String(IPERF)]);
+    // Servers of their own per Service (ports + 1..4; the direct path uses the first): the
+    // client reuses source ports, and through two DSR frontends of one backend port a reused
+    // port would meet the backend node's binding of the other frontend's earlier connection
+    // (README, "What is not done yet").
+    const each = [0, 1, 2, 3, 4];
+    await startWorkloads(pod.host, each.flatMap((i) => [{ kind: 'tcp-echo' as const, port: ECHO + i }, { kind: 'udp-echo' as const, port: UDP + i }]), { cpus: RR_CPU });
+    for (const i of each) pod.host.spawn(['iperf3', '-s', '-p', String(IPERF + i)]);
     const [node1, node2] = sb.net.nodes;
     const paths: PathSpec[] = [{ name: 'direct', ip: pod.ip, ports: { echo: ECHO, iperf: IPERF, udp: UDP } }];
     const variants = [
@@ -62,18 +75,29 @@ async function main(): Promise<void> {
     ];
     for (const [i, v] of variants.entries()) {
       const base = 30600 + i * 10;
+      const [echo, iperf, udp] = [ECHO + i + 1, IPERF + i + 1, UDP + i + 1];
       await put('Service', {
         metadata: { name: `server-${v.name}`, namespace: 'default', ...(v.annotation ? { annotations: { 'ferry.dev/forwarding': v.annotation } } : {}) },
         spec: {
           type: 'NodePort', selector: { app: 'server' }, ...(v.local ? { externalTrafficPolicy: 'Local' } : {}),
           ports: [
-            { name: 'echo', port: ECHO, targetPort: ECHO, nodePort: base },
-            { name: 'iperf', port: IPERF, targetPort: IPERF, nodePort: base + 1 },
-            { name: 'udp', protocol: 'UDP', port: UDP, targetPort: UDP, nodePort: base + 2 },
+            { name: 'echo', port: echo, targetPort: echo, nodePort: base },
+            { name: 'iperf', port: iperf, targetPort: iperf, nodePort: base + 1 },
+            { name: 'udp', protocol: 'UDP', port: udp, targetPort: udp, nodePort: base + 2 },
           ],
         },
       });
       paths.push({ name: v.name, ip: v.node.ip, ports: { echo: base, iperf: base + 1, udp: base + 2 }, lbNode: v.node.host });
+    }
+    // tc against XDP, both on the switch made a wire for XDP (it changes every path's
+    // offloads, so the comparison is made there, not with the rows above).
+    const wire = once(() => sb.net.nodeSwitch.prepareForXdp());
+    const xdpOn = once(async () => {
+      await sb.stopAgent(node2!);
+      await sb.startAgent(node2!, 30_000, { env: { FERRY_ACCELERATION: 'native' } });
+    });
+    for (const [name, base, prepare] of [['snat, wire, tc', 30600, wire], ['dsr, wire, tc', 30610, wire], ['snat, wire, xdp', 30600, xdpOn], ['dsr, wire, xdp', 30610, xdpOn]] as const) {
+      paths.push({ name, ip: node2!.ip, ports: { echo: base, iperf: base + 1, udp: base + 2 }, lbNode: node2!.host, prepare: async () => { await wire(); await prepare(); } });
     }
     await new Promise((r) => setTimeout(r, 500));
 
@@ -93,6 +117,7 @@ async function main(): Promise<void> {
     const rows: Row[] = [];
     for (const p of paths) {
       progress(`\n${p.name} `);
+      await p.prepare?.();
       const acc: Record<string, number[]> = {};
       const add = (k: string, v: number) => void (acc[k] ??= []).push(v);
       // Warm-up, not counted: neighbour entries, the first flows, the CPUs' frequency.
@@ -145,15 +170,19 @@ async function main(): Promise<void> {
       `snat/direct: RR p50 ${ratio(snat.rrP50.median, direct.rrP50.median)}, conn/s ${ratio(snat.crrRate.median, direct.crrRate.median)}, 1 stream ${ratio(snat.gbps1.median, direct.gbps1.median)}`,
       `dsr/direct: RR p50 ${ratio(dsr.rrP50.median, direct.rrP50.median)}, conn/s ${ratio(dsr.crrRate.median, direct.crrRate.median)}, 1 stream ${ratio(dsr.gbps1.median, direct.gbps1.median)}`,
       `hybrid/snat UDP RR p50 ${ratio(by('hybrid').udpP50.median, snat.udpP50.median)} (hybrid sends UDP through SNAT), hybrid/dsr TCP RR p50 ${ratio(by('hybrid').rrP50.median, dsr.rrP50.median)}`,
+      ...(['snat', 'dsr'] as const).map((m) => {
+        const [t, x] = [by(`${m}, wire, tc`), by(`${m}, wire, xdp`)];
+        return `${m} on the wire, xdp/tc: RR p50 ${ratio(x.rrP50.median, t.rrP50.median)}, conn/s ${ratio(x.crrRate.median, t.crrRate.median)}, UDP RR p50 ${ratio(x.udpP50.median, t.udpP50.median)}, 1 stream ${ratio(x.gbps1.median, t.gbps1.median)}, 4 streams ${ratio(x.gbps4.median, t.gbps4.median)}, CPU per RR ${ratio(x.cpuUsPerRr.median, t.cpuUsPerRr.median)}`;
+      }),
     ];
     const groups = rows.map((r) => r.path);
     const bars = (title: string, yLabel: string, series: Array<[string, (r: Row) => Stat | null]>) =>
       barChart({ title, yLabel, groups, series: series.map(([name, f]) => ({ name, values: rows.map((r) => f(r)?.median ?? null), spread: rows.map((r) => { const x = f(r); return x ? { lo: x.min, hi: x.max } : null; }) })) });
     publish({
       name: 'forwarding',
-      title: 'Forwarding modes: direct, SNAT, DSR, hybrid, externalTrafficPolicy: Local',
+      title: 'Forwarding modes: direct, SNAT, DSR, hybrid, externalTrafficPolicy: Local; tc against XDP',
       command: COMMAND,
-      method: `a 2-node sandbox in hybrid mode; the client (outside the cluster, behind a router namespace) reaches a pod on node-1 directly, through a NodePort on node-2 (snat and dsr by annotation, hybrid by the node's mode) and through a NodePort on node-1 with externalTrafficPolicy: Local. RR: 64-byte request/response for ${RR_SECONDS} s (one connection; or a new connection per request, closed with a reset), client and echo server pinned to CPU ${RR_CPU}; iperf3 for ${SECONDS} s. LB-node packets: the LB node's eth0 rx+tx packet counters over the TCP RR run divided by the requests (a request and its reply cross the LB node's device twice each under SNAT, only the request under DSR). CPU: busy time of the whole machine (/proc/stat, all namespaces: client, router, nodes, pod) per request, in 10 ms ticks. Each path is warmed up first (1 s, not counted). Median of ${REPEAT} runs, spread min–max in brackets.`,
+      method: `a 2-node sandbox in hybrid mode; the client (outside the cluster, behind a router namespace) reaches a pod on node-1 directly, through a NodePort on node-2 (snat and dsr by annotation, hybrid by the node's mode) and through a NodePort on node-1 with externalTrafficPolicy: Local. RR: 64-byte request/response for ${RR_SECONDS} s (one connection; or a new connection per request, closed with a reset), client and echo server pinned to CPU ${RR_CPU}; iperf3 for ${SECONDS} s. LB-node packets: the LB node's eth0 rx+tx packet counters over the TCP RR run divided by the requests (a request and its reply cross the LB node's device twice each under SNAT, only the request under DSR). CPU: busy time of the whole machine (/proc/stat, all namespaces: client, router, nodes, pod) per request, in 10 ms ticks. The last four rows: the switch made a wire for XDP (every member sends complete checksums, so no checksum or segmentation offload, and its bridge ports poll: src/sandbox/netns/switch.ts), SNAT and DSR through node-2 with tc alone, then with node-2's agent restarted with acceleration native (xdp_ingress in veth's driver before tc); compare them with each other, not with the rows above. Each path is warmed up first (1 s, not counted). Median of ${REPEAT} runs, spread min–max in brackets.`,
       tables: [latency, volume],
       ratios,
       plots: [

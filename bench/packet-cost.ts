@@ -1,38 +1,42 @@
-// The cost of a packet in the tc program, from PROG_TEST_RUN's kernel timing: a new flow,
-// an established flow, a reply to an SNATed flow and a DSR packet (the option added), with
-// 1 and with N Services loaded, against an empty tc program. The packets are the tests'
-// own fixtures (src/sandbox/fixtures/tc.ts), each checked before it is timed.
-// Run as root: npx tsx bench/packet-cost.ts [--services 100000] [--repeat 20000]
+// The cost of a packet in the tc and XDP programs, from PROG_TEST_RUN's kernel timing: a
+// new flow, an established flow, a reply to an SNATed flow and a DSR packet (the option
+// added), with 1 and with N Services loaded, against an empty program of the same hook.
+// Every case is timed as single runs: PROG_TEST_RUN repeats a program on the same buffer,
+// so after the first repeat a translating program would see its own output (the node's
+// address, the backend's port: a flow it does not know), and a repeated timing measures
+// that miss instead. The packets are the tests' own fixtures (src/sandbox/fixtures/tc.ts),
+// each checked before it is timed.
+// Run as root: npx tsx bench/packet-cost.ts [--services 100000] [--runs 2000]
 import { parseArgs } from 'node:util';
 import { join } from 'node:path';
 import type { FrontendSpec } from '../src/model/frontend.js';
-import { defaultObjectsDir } from '../src/datapath/loader.js';
+import { XDP_PROGRAM, defaultObjectsDir } from '../src/datapath/loader.js';
 import { BpfObject } from '../src/ebpf/object.js';
 import { testRun } from '../src/ebpf/test-run.js';
 import { inNetns } from '../src/sys/netns.js';
-import { NODE_IP, datapathNode, type DatapathNode } from '../src/sandbox/datapath-node.js';
-import { TC_SERVICES, fixture } from '../src/sandbox/fixtures/tc.js';
+import { CLIENT_IP, NODE_IP, datapathNode, xdpContext, type DatapathNode } from '../src/sandbox/datapath-node.js';
+import { CLIENT_PORT, TC_SERVICES, fixture } from '../src/sandbox/fixtures/tc.js';
 import { runFixture, type PacketFixture } from '../src/sandbox/packet-fixture.js';
 import { skbContext } from '../src/ebpf/skb-context.js';
 import { serviceMapSizes } from './map-sizes.js';
 import { barChart } from './plot.js';
 import { fmtStat, markdownTable, median, progress, publish, ratio, stat, type Stat } from './report.js';
 
-const { values } = parseArgs({ options: { services: { type: 'string' }, repeat: { type: 'string' } } });
+const { values } = parseArgs({ options: { services: { type: 'string' }, runs: { type: 'string' } } });
 const MANY = Number(values.services ?? 100_000);
-const RUNS = 5; // repeated runs per case: the median and the spread come from these
-const REPEAT = Number(values.repeat ?? 20_000);
+const BATCHES = 5; // the median and the spread come from these
+const RUNS = Number(values.runs ?? 2000); // single runs per batch: its median is the batch's
 
 const filler = (n: number): FrontendSpec[] =>
   Array.from({ length: n }, (_, i) => ({ address: `10.${100 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}`, port: 80, proto: 'TCP' as const, kind: 'ExternalIP' as const, backends: [{ address: `10.244.2.${(i % 200) + 10}`, port: 8080, local: false }] }));
 
-/** New flows: single runs with conntrack emptied before each, in RUNS batches of 400. */
+/** BATCHES batches of RUNS single runs; each batch's median, then their median and spread. */
 function singleRuns(run: () => number): Stat {
-  return stat(Array.from({ length: RUNS }, () => median(Array.from({ length: 400 }, run))));
+  return stat(Array.from({ length: BATCHES }, () => median(Array.from({ length: RUNS }, run))));
 }
 
-/** The fixture, checked once on a clean state (setup included), then its input timed. */
-function timed(node: DatapathNode, id: string): PacketFixture {
+/** The fixture, checked once on a clean state (setup included, through XDP then tc). */
+function checked(node: DatapathNode, id: string): PacketFixture {
   const f = fixture(id);
   node.flushState();
   const out = runFixture(node, f);
@@ -40,73 +44,94 @@ function timed(node: DatapathNode, id: string): PacketFixture {
   return f;
 }
 
+type Hook = 'tc' | 'xdp';
+const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[] }> = [
+  { name: 'new flow, local backend', id: 'nodeport-local', fresh: { dport: 30080 }, hooks: ['tc'] },
+  { name: 'new flow, remote backend (SNAT)', id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'] },
+  { name: 'established flow, local backend', id: 'nodeport-local-established', hooks: ['tc', 'xdp'] },
+  { name: 'established flow, remote backend (SNAT)', id: 'nodeport-remote-established', hooks: ['tc', 'xdp'] },
+  { name: 'reply to an SNATed flow', id: 'snat-reply', hooks: ['tc', 'xdp'] },
+  { name: 'DSR SYN, flow in conntrack (IPv4 option added)', id: 'dsr-annotated-established', hooks: ['tc', 'xdp'] },
+];
+
 function measure(node: DatapathNode, services: number): Record<string, Stat> {
-  const run = (data: Buffer, repeat: number) => node.run('tc_ingress', data, repeat).durationNs;
-  const repeated = (f: PacketFixture) => stat(Array.from({ length: RUNS }, () => run(f.input, REPEAT)));
+  const skb = skbContext({ ifindex: node.ifindex });
+  const run = (hook: Hook, data: Buffer) => inNetns(node.host.netns, () => (hook === 'tc'
+    ? testRun(node.program('tc_ingress'), { data, ctx: skb })
+    : testRun(node.program(XDP_PROGRAM), { data, ctx: xdpContext(node.ifindex, data.length) })).durationNs);
   const out: Record<string, Stat> = {};
-  const fresh = timed(node, 'nodeport-local');
-  out['new flow, local backend'] = singleRuns(() => {
-    node.dp.maps.ct4.delete({ saddr: '10.0.10.2', daddr: NODE_IP, sport: 62000, dport: 30080, proto: 6 });
-    return run(fresh.input, 1);
-  });
-  out['established flow, local backend'] = repeated(timed(node, 'nodeport-local-established'));
-  out['established flow, remote backend (SNAT)'] = repeated(timed(node, 'nodeport-remote-established'));
-  out['reply to an SNATed flow'] = repeated(timed(node, 'snat-reply'));
-  out['DSR SYN, flow in conntrack (IPv4 option added)'] = repeated(timed(node, 'dsr-annotated-established'));
+  for (const c of CASES) {
+    for (const hook of c.hooks) {
+      const f = checked(node, c.id);
+      if (c.fresh) {
+        // The key the runs delete must be the flow's, or every run after the first times an established flow.
+        const key = { saddr: CLIENT_IP, daddr: NODE_IP, sport: CLIENT_PORT, dport: c.fresh.dport, proto: 6 };
+        run(hook, f.input);
+        if (!node.dp.maps.ct4.lookup(key)) throw new Error(`${c.id}: no conntrack entry at ${JSON.stringify(key)}`);
+      }
+      out[`${hook}: ${c.name}`] = singleRuns(() => {
+        // A new flow each time: its conntrack entry goes (an SNAT binding stays, and is the
+        // flow's own again: the same port).
+        if (c.fresh) node.dp.maps.ct4.delete({ saddr: CLIENT_IP, daddr: NODE_IP, sport: CLIENT_PORT, dport: c.fresh.dport, proto: 6 });
+        return run(hook, f.input);
+      });
+    }
+  }
   progress(`${services} Services measured\n`);
   return out;
 }
 
 async function main(): Promise<void> {
   // An ExternalIP frontend takes a master entry and a slot in each lookup scope.
-  const node = await datapathNode({ mapSizes: serviceMapSizes(4 * MANY, 2 * MANY) });
-  const empty = BpfObject.open(join(defaultObjectsDir(), 'tests', 'empty.bpf.o'));
+  const node = await datapathNode({ mapSizes: serviceMapSizes(4 * MANY, 2 * MANY), acceleration: 'native' });
+  const empty = { tc: BpfObject.open(join(defaultObjectsDir(), 'tests', 'empty.bpf.o')), xdp: BpfObject.open(join(defaultObjectsDir(), 'tests', 'xdp_pass.bpf.o')) };
   try {
-    empty.load();
-    const ctx = skbContext({ ifindex: node.ifindex });
+    empty.tc.load();
+    empty.xdp.load();
     const packet = fixture('nodeport-local').input;
-    const emptyRun = (repeat: number) => inNetns(node.host.netns, () => testRun(empty.program('pass'), { data: packet, ctx, repeat }).durationNs);
-    const baseline = stat(Array.from({ length: RUNS }, () => emptyRun(REPEAT)));
-    // Single runs carry a fixed cost (cold cache, timer granularity): the new-flow row is
-    // compared against the empty program measured the same way.
-    const baselineSingle = singleRuns(() => emptyRun(1));
+    const baseline: Record<Hook, Stat> = {
+      tc: singleRuns(() => inNetns(node.host.netns, () => testRun(empty.tc.program('pass'), { data: packet, ctx: skbContext({ ifindex: node.ifindex }) }).durationNs)),
+      xdp: singleRuns(() => inNetns(node.host.netns, () => testRun(empty.xdp.program('xdp_pass'), { data: packet, ctx: xdpContext(node.ifindex, packet.length) }).durationNs)),
+    };
     node.writer.apply(TC_SERVICES);
     const one = measure(node, 1);
     const t0 = Date.now();
     node.writer.apply([...filler(MANY), ...TC_SERVICES]);
     const loadMs = Date.now() - t0;
     const many = measure(node, MANY);
-    const rows = Object.keys(one).map((k) => ({ case: k, one: one[k]!, many: many[k]!, base: k.startsWith('new flow') ? baselineSingle : baseline }));
+    const rows = Object.keys(one).map((k) => ({ case: k, hook: k.split(':')[0] as Hook, one: one[k]!, many: many[k]! }));
     const table = markdownTable(
       ['case', 'ns/packet, 1 Service', `ns/packet, ${MANY} Services`, '× empty (1)', `× empty (${MANY})`, `${MANY} / 1`],
       [
-        ['empty tc program, single run', fmtStat(baselineSingle, 0), '', '1.00', '', ''],
-        ['empty tc program, repeated', fmtStat(baseline, 0), '', '1.00', '', ''],
-        ...rows.map((r) => [r.case, fmtStat(r.one, 0), fmtStat(r.many, 0), ratio(r.one.median, r.base.median), ratio(r.many.median, r.base.median), ratio(r.many.median, r.one.median)]),
+        ['tc: empty program', fmtStat(baseline.tc, 0), '', '1.00', '', ''],
+        ['xdp: empty program', fmtStat(baseline.xdp, 0), '', '1.00', '', ''],
+        ...rows.map((r) => [r.case, fmtStat(r.one, 0), fmtStat(r.many, 0), ratio(r.one.median, baseline[r.hook].median), ratio(r.many.median, baseline[r.hook].median), ratio(r.many.median, r.one.median)]),
       ],
     );
+    const series = (hook: Hook) => rows.filter((r) => r.hook === hook);
     publish({
       name: 'packet-cost',
-      title: 'Per-packet cost of the tc program (BPF_PROG_TEST_RUN)',
-      command: `npx tsx bench/packet-cost.ts --services ${MANY} --repeat ${REPEAT}`,
-      method: `the tc_ingress program run by BPF_PROG_TEST_RUN in a testbed node's namespace, the kernel's own timing; repeated cases: ${RUNS} runs × ${REPEAT} repeats (the same packet, so the flow is established after the first); a new flow: ${RUNS} batches of 400 single runs with the conntrack entry deleted before each, compared with the empty program's single run (a single run carries a fixed cost). ${MANY} Services (ExternalIP frontends, remote backends) loaded in ${loadMs} ms. Median of the runs, spread min–max in brackets.`,
+      title: 'Per-packet cost of the tc and XDP programs (BPF_PROG_TEST_RUN)',
+      command: `npx tsx bench/packet-cost.ts --services ${MANY} --runs ${RUNS}`,
+      method: `tc_ingress and xdp_ingress run by BPF_PROG_TEST_RUN in a testbed node's namespace, the kernel's own timing of single runs (PROG_TEST_RUN's repeat runs a program on its own output: after the first repeat a translated packet is a flow the program does not know, so repeats would time that miss); ${BATCHES} batches of ${RUNS} single runs per case, each batch's median, then the median and spread (min–max) of the batches. Each is compared with an empty program of its hook timed the same way (a single run carries the timer's fixed cost, in both). Established cases send the fixture's packet of a flow set up once; new flows have their conntrack entry deleted before each run. xdp rows: what XDP does itself (remote backends, replies, DSR), and for a local backend what it costs to hand the packet to tc untouched. ${MANY} Services (ExternalIP frontends, remote backends) loaded in ${loadMs} ms.`,
       tables: [table],
-      ratios: rows.map((r) => `${r.case}: ${ratio(r.one.median, r.base.median)}× the empty program with 1 Service, ${ratio(r.many.median, r.base.median)}× with ${MANY}`),
+      ratios: rows.map((r) => `${r.case}: ${ratio(r.one.median, baseline[r.hook].median)}× the empty ${r.hook} program with 1 Service, ${ratio(r.many.median, baseline[r.hook].median)}× with ${MANY}`),
       plots: [{
-        file: 'packet-cost.svg', caption: 'ns per packet by case, 1 and N Services',
+        file: 'packet-cost.svg', caption: 'ns per packet by case and hook, 1 and N Services',
         svg: barChart({
-          title: 'tc program: ns per packet (lower is better)', yLabel: 'ns',
-          groups: ['empty', 'new flow', 'est. local', 'est. SNAT', 'SNAT reply', 'DSR SYN'],
+          title: 'ns per packet, single runs (lower is better)', yLabel: 'ns',
+          groups: ['tc empty', ...series('tc').map((r) => r.case), 'xdp empty', ...series('xdp').map((r) => r.case)].map((g) => g.replace(/ \(.*\)$/, '').replace('established flow', 'est.').replace('backend', '')),
           series: [
-            { name: '1 Service', values: [baseline.median, ...rows.map((r) => r.one.median)], spread: [{ lo: baseline.min, hi: baseline.max }, ...rows.map((r) => ({ lo: r.one.min, hi: r.one.max }))] },
-            { name: `${MANY} Services`, values: [null, ...rows.map((r) => r.many.median)], spread: [null, ...rows.map((r) => ({ lo: r.many.min, hi: r.many.max }))] },
+            { name: '1 Service', values: [baseline.tc.median, ...series('tc').map((r) => r.one.median), baseline.xdp.median, ...series('xdp').map((r) => r.one.median)], spread: [{ lo: baseline.tc.min, hi: baseline.tc.max }, ...series('tc').map((r) => ({ lo: r.one.min, hi: r.one.max })), { lo: baseline.xdp.min, hi: baseline.xdp.max }, ...series('xdp').map((r) => ({ lo: r.one.min, hi: r.one.max }))] },
+            { name: `${MANY} Services`, values: [null, ...series('tc').map((r) => r.many.median), null, ...series('xdp').map((r) => r.many.median)], spread: [null, ...series('tc').map((r) => ({ lo: r.many.min, hi: r.many.max })), null, ...series('xdp').map((r) => ({ lo: r.many.min, hi: r.many.max }))] },
           ],
         }),
       }],
-      data: { services: MANY, repeat: REPEAT, loadMs, baselineNs: baseline, baselineSingleRunNs: baselineSingle, rows },
+      data: { services: MANY, batches: BATCHES, runs: RUNS, loadMs, baselineNs: baseline, rows },
     });
   } finally {
-    empty.close();
+    empty.tc.close();
+    empty.xdp.close();
     await node.close();
   }
 }

@@ -39,7 +39,19 @@ type Proto = keyof typeof NODE_PORT;
 const DATAPLANES = ['xdp bounce', 'ferry xdp', 'ferry tc', 'iptables', 'nftables'] as const;
 type Dataplane = (typeof DATAPLANES)[number];
 
-interface Row { dataplane: Dataplane; services: number; proto: Proto; sentPps: Stat; forwardedPps: Stat; cpuNsPerPacket: Stat }
+interface Row { dataplane: Dataplane; services: number; proto: Proto; sentPps: Stat; forwardedPps: Stat; cpuNsPerPacket: Stat; programNs?: Record<string, number> }
+
+/** run_time_ns and run_cnt of the programs attached to a host's devices, by name (bpftool). */
+async function attachedProgramStats(host: Host): Promise<Map<string, { ns: number; runs: number }>> {
+  const net = JSON.parse(await host.execOk(['bpftool', '-j', 'net', 'show'])) as Array<{ xdp?: Array<{ id: number }>; tc?: Array<{ id: number }> }>;
+  const out = new Map<string, { ns: number; runs: number }>();
+  for (const id of net.flatMap((d) => [...(d.xdp ?? []), ...(d.tc ?? [])].map((x) => x.id))) {
+    const p = JSON.parse(await execOk('bpftool', ['-j', 'prog', 'show', 'id', String(id)])) as { name: string; run_time_ns?: number; run_cnt?: number };
+    const have = out.get(p.name) ?? { ns: 0, runs: 0 };
+    out.set(p.name, { ns: have.ns + (p.run_time_ns ?? 0), runs: have.runs + (p.run_cnt ?? 0) });
+  }
+  return out;
+}
 
 /** Packets the sink rule on node-1 counted (and dropped). */
 async function sunk(host: Host): Promise<number> {
@@ -136,7 +148,25 @@ async function main(): Promise<void> {
             runs.push(await run(proto, SECONDS));
             progress('.');
           }
-          rows.push({ dataplane: dp, services: n, proto, sentPps: stat(runs.map((x) => x.sentPps)), forwardedPps: stat(runs.map((x) => x.forwardedPps)), cpuNsPerPacket: stat(runs.map((x) => x.cpuNsPerPacket)) });
+          // ferry's programs' own time per packet under this load: one more run with the
+          // kernel's BPF statistics on (they cost a little, so not during the counted runs).
+          let programNs: Record<string, number> | undefined;
+          if (dp === 'ferry xdp' || dp === 'ferry tc') {
+            const was = (await execOk('sysctl', ['-n', 'kernel.bpf_stats_enabled'])).trim();
+            await execOk('sysctl', ['-qw', 'kernel.bpf_stats_enabled=1']);
+            try {
+              const before = await attachedProgramStats(lb.host);
+              await run(proto, 2);
+              const after = await attachedProgramStats(lb.host);
+              programNs = Object.fromEntries([...after].filter(([name]) => ['xdp_ingress', 'tc_ingress', 'tc_egress'].includes(name)).map(([name, a]) => {
+                const b = before.get(name) ?? { ns: 0, runs: 0 };
+                return [name, a.runs > b.runs ? (a.ns - b.ns) / (a.runs - b.runs) : 0];
+              }));
+            } finally {
+              await execOk('sysctl', ['-qw', `kernel.bpf_stats_enabled=${was || '0'}`]);
+            }
+          }
+          rows.push({ dataplane: dp, services: n, proto, sentPps: stat(runs.map((x) => x.sentPps)), forwardedPps: stat(runs.map((x) => x.forwardedPps)), cpuNsPerPacket: stat(runs.map((x) => x.cpuNsPerPacket)), ...(programNs ? { programNs } : {}) });
           await lb.host.execOk(['iptables', '-t', 'nat', '-F']);
           await lb.host.execOk(['nft', 'flush', 'ruleset']);
         }
@@ -150,8 +180,9 @@ async function main(): Promise<void> {
     const find = (dp: Dataplane, n: number, proto: Proto) => rows.find((r) => r.dataplane === dp && r.services === n && r.proto === proto)!;
     const kpps = (s: Stat) => fmtStat({ median: s.median / 1000, min: s.min / 1000, max: s.max / 1000 }, 0);
     const table = markdownTable(
-      ['dataplane', 'Services', 'packets', 'sent kpps', 'forwarded kpps', 'forwarded / iptables', 'CPU ns per forwarded packet'],
-      rows.map((r) => [r.dataplane, r.services, r.proto === 'udp' ? 'UDP 60 B' : 'TCP SYN 60 B', kpps(r.sentPps), kpps(r.forwardedPps), ratio(r.forwardedPps.median, find('iptables', r.services, r.proto).forwardedPps.median), fmtStat(r.cpuNsPerPacket, 0)]),
+      ['dataplane', 'Services', 'packets', 'sent kpps', 'forwarded kpps', 'forwarded / iptables', 'CPU ns per forwarded packet', 'program ns per run (BPF statistics)'],
+      rows.map((r) => [r.dataplane, r.services, r.proto === 'udp' ? 'UDP 60 B' : 'TCP SYN 60 B', kpps(r.sentPps), kpps(r.forwardedPps), ratio(r.forwardedPps.median, find('iptables', r.services, r.proto).forwardedPps.median), fmtStat(r.cpuNsPerPacket, 0),
+        r.programNs ? Object.entries(r.programNs).filter(([, ns]) => ns > 0).map(([name, ns]) => `${name} ${ns.toFixed(0)}`).join(', ') : '-']),
     );
     const ratios = COUNTS.flatMap((n) => (['udp', 'tcp'] as Proto[]).map((proto) => {
       const [b, x, t, i, f] = DATAPLANES.map((dp) => find(dp, n, proto).forwardedPps.median) as [number, number, number, number, number];
@@ -161,7 +192,7 @@ async function main(): Promise<void> {
       name: 'pps',
       title: 'Packets per second through a NodePort to a remote backend: ferry XDP and tc against kube-proxy-shaped iptables and nftables rules',
       command: COMMAND,
-      method: `a 2-node testbed (MiniCluster, its switch a ${sw.kind}); trafgen (netsniff-ng, one thread on CPU 0) on the router sends 60-byte frames from the client's address at full speed onto the node network, to node-2's NodePort (UDP datagrams, or TCP SYNs), cycling over 1024 source ports; node-2 translates (SNAT, as kube-proxy's masquerade) and forwards them toward a pod on node-1, where an nftables ingress rule counts and drops them before routing (no replies; that work runs on CPU 0, RPS). The switch and node-2 run on CPU 1 (RPS on ${sw.kind === 'bridge' ? 'the switch port the frames enter by' : "node-2's device"}), so the forwarded rate is what the switch's two passes (into node-2 and out of it: the same for every dataplane) and node-2's dataplane sustain on one CPU; what they cannot take is dropped at a backlog (sent − forwarded). ferry xdp: xdp_ingress attached ${xdpMode} to node-2's device (veth runs it in its driver: no skb is built for a forwarded packet), the tc programs behind it; ferry tc: the same without XDP. xdp bounce: the testbed's ceiling, an XDP program on node-2 that only readdresses each frame to the sink and bounces it (bpf/tests/xdp_bounce.bpf.c: no lookup, no state); no dataplane can forward more here, so a ratio against iptables above the ceiling's is out of this testbed's reach. Forwarded: packets node-1's sink rule counted, per second of the run. CPU: the whole machine's busy time (/proc/stat) per forwarded packet, sender included (both CPUs are busy, so it is high and only comparable between rows). ${SECONDS} s per run after a 1 s warm-up, ${REPEAT} runs per cell: median [min–max]. The kube-proxy-shaped rules are the ones of rules-scaling (bench/kube-proxy-rules.ts) with N−1 ClusterIP fillers; ferry's tc programs stay attached with no Services for those rows (they pass unknown traffic: about 0.07 µs a packet, see packet-cost).`,
+      method: `a 2-node testbed (MiniCluster, its switch a ${sw.kind}); trafgen (netsniff-ng, one thread on CPU 0) on the router sends 60-byte frames from the client's address at full speed onto the node network, to node-2's NodePort (UDP datagrams, or TCP SYNs), cycling over 1024 source ports; node-2 translates (SNAT, as kube-proxy's masquerade) and forwards them toward a pod on node-1, where an nftables ingress rule counts and drops them before routing (no replies; that work runs on CPU 0, RPS). The switch and node-2 run on CPU 1 (RPS on ${sw.kind === 'bridge' ? 'the switch port the frames enter by' : "node-2's device"}), so the forwarded rate is what the switch's two passes (into node-2 and out of it: the same for every dataplane) and node-2's dataplane sustain on one CPU; what they cannot take is dropped at a backlog (sent − forwarded). ferry xdp: xdp_ingress attached ${xdpMode} to node-2's device (veth runs it in its driver: no skb is built for a forwarded packet), the tc programs behind it; ferry tc: the same without XDP. xdp bounce: the testbed's ceiling, an XDP program on node-2 that only readdresses each frame to the sink and bounces it (bpf/tests/xdp_bounce.bpf.c: no lookup, no state); no dataplane can forward more here, so a ratio against iptables above the ceiling's is out of this testbed's reach. Forwarded: packets node-1's sink rule counted, per second of the run. Program ns per run: for ferry's rows, one more 2 s run with kernel.bpf_stats_enabled=1, node-2's xdp_ingress, tc_ingress and tc_egress (which a redirected packet passes too) run time over their run count (a program that saw nothing is left out). CPU: the whole machine's busy time (/proc/stat) per forwarded packet, sender included (both CPUs are busy, so it is high and only comparable between rows). ${SECONDS} s per run after a 1 s warm-up, ${REPEAT} runs per cell: median [min–max]. The kube-proxy-shaped rules are the ones of rules-scaling (bench/kube-proxy-rules.ts) with N−1 ClusterIP fillers; ferry's tc programs stay attached with no Services for those rows (they pass unknown traffic: about 0.07 µs a packet, see packet-cost).`,
       tables: [table],
       ratios,
       plots: [{

@@ -61,12 +61,9 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 
 	/* A reply to a flow this node SNATed toward a remote backend. */
 	{
-		struct ct4_key k;
-		struct nat4_entry *nat;
+		struct nat4_entry *nat = snat4_reply_of(&p);
 
-		ct4_key_of(&p, &k);
-		nat = bpf_map_lookup_elem(&nat4, &k);
-		if (nat && (nat->flags & CT_F_SNAT) && !ct_expired(nat->expires_ns, bpf_ktime_get_ns()))
+		if (nat)
 			return nodeport_reply_remote(ctx, &p, nat);
 	}
 

@@ -68,12 +68,9 @@ static __always_inline int xdp_packet(struct xdp_md *ctx)
 		return XDP_PASS;
 
 	{
-		struct ct4_key k;
-		struct nat4_entry *nat;
+		struct nat4_entry *nat = snat4_reply_of(&p);
 
-		ct4_key_of(&p, &k);
-		nat = bpf_map_lookup_elem(&nat4, &k);
-		if (nat && (nat->flags & CT_F_SNAT) && !ct_expired(nat->expires_ns, bpf_ktime_get_ns()))
+		if (nat)
 			return nodeport_reply_remote(ctx, &p, nat);
 	}
 

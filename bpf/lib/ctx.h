@@ -12,6 +12,9 @@
 
 #include "common.h"
 
+/* XDP's direct packet access up to this offset (a bound the verifier needs); beyond, helpers. */
+#define CTX_DIRECT_MAX_OFF 256
+
 #ifdef FERRY_XDP
 
 #define __ctx_buff xdp_md
@@ -39,13 +42,45 @@ static __always_inline __u32 ctx_fib_ifindex(const struct xdp_md *ctx)
 	return ctx->ingress_ifindex;
 }
 
+/* `len` bytes at `off` when they lie in the frame's linear part, for direct access (no
+ * helper call); NULL otherwise (a frame with fragments, or bytes past its end). */
+static __always_inline void *xdp_linear(struct xdp_md *ctx, __u32 off, __u32 len)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	void *at;
+
+	if (off > CTX_DIRECT_MAX_OFF)
+		return NULL;
+	at = data + off;
+	if (at + len > end)
+		return NULL;
+	return at;
+}
+
 static __always_inline long ctx_load_bytes(struct xdp_md *ctx, __u32 off, void *to, __u32 len)
 {
+	if (__builtin_constant_p(len)) {
+		void *at = xdp_linear(ctx, off, len);
+
+		if (at) {
+			__builtin_memcpy(to, at, len);
+			return 0;
+		}
+	}
 	return bpf_xdp_load_bytes(ctx, off, to, len);
 }
 
 static __always_inline long ctx_store_bytes(struct xdp_md *ctx, __u32 off, const void *from, __u32 len, __u64 flags)
 {
+	if (__builtin_constant_p(len)) {
+		void *at = xdp_linear(ctx, off, len);
+
+		if (at) {
+			__builtin_memcpy(at, from, len);
+			return 0;
+		}
+	}
 	return bpf_xdp_store_bytes(ctx, off, (void *)from, len);
 }
 
@@ -70,10 +105,10 @@ static __always_inline long ctx_l3_csum_replace(struct xdp_md *ctx, __u32 off, _
 {
 	__u16 check;
 
-	if (bpf_xdp_load_bytes(ctx, off, &check, sizeof(check)) < 0)
+	if (ctx_load_bytes(ctx, off, &check, sizeof(check)) < 0)
 		return -1;
 	check = csum16_replace(check, from, to, size & 0xf);
-	return bpf_xdp_store_bytes(ctx, off, &check, sizeof(check));
+	return ctx_store_bytes(ctx, off, &check, sizeof(check), 0);
 }
 
 /* As bpf_l4_csum_replace: the size in the low bits of `flags`; a UDP checksum of 0 means
@@ -83,14 +118,14 @@ static __always_inline long ctx_l4_csum_replace(struct xdp_md *ctx, __u32 off, _
 {
 	__u16 check;
 
-	if (bpf_xdp_load_bytes(ctx, off, &check, sizeof(check)) < 0)
+	if (ctx_load_bytes(ctx, off, &check, sizeof(check)) < 0)
 		return -1;
 	if ((flags & BPF_F_MARK_MANGLED_0) && !check)
 		return 0;
 	check = csum16_replace(check, from, to, flags & 0xf);
 	if ((flags & BPF_F_MARK_MANGLED_0) && !check)
 		check = 0xffff;
-	return bpf_xdp_store_bytes(ctx, off, &check, sizeof(check));
+	return ctx_store_bytes(ctx, off, &check, sizeof(check), 0);
 }
 
 /* Insert (delta > 0) or remove (delta < 0) bytes right after a 20-byte IPv4 header: the

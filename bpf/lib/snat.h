@@ -143,6 +143,24 @@ static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct
 	return victim;
 }
 
+/* The SNAT binding a packet is a reply to, if any. Only a packet to the SNAT address on a
+ * port of the SNAT range can be one: anything else (every client packet to a NodePort or a
+ * LoadBalancer IP) is told so without a lookup. */
+static __always_inline struct nat4_entry *snat4_reply_of(const struct pkt4 *p)
+{
+	__u16 port = bpf_ntohs(p->dport);
+	struct nat4_entry *nat;
+	struct ct4_key k;
+
+	if (p->daddr != snat_ipv4 || port < snat_port_min || port > snat_port_max)
+		return NULL;
+	ct4_key_of(p, &k);
+	nat = bpf_map_lookup_elem(&nat4, &k);
+	if (nat && (nat->flags & CT_F_SNAT) && !ct_expired(nat->expires_ns, bpf_ktime_get_ns()))
+		return nat;
+	return NULL;
+}
+
 /* Free the SNAT binding of a flow that is being replaced (its backend still known). */
 static __always_inline void snat4_release(const struct ct4_entry *ct, __u8 proto)
 {
