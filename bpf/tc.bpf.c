@@ -32,7 +32,6 @@
 static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 {
 	struct pkt4 p;
-	struct lb4_service *svc;
 	int rc;
 
 	/* A frame for another host's MAC (a switch flooding an unknown destination, a port in
@@ -66,23 +65,7 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 		if (nat)
 			return nodeport_reply_remote(ctx, &p, nat);
 	}
-
-	rc = lb4_lookup(p.daddr, p.dport, p.proto, LB_SCOPE_EXTERNAL, &svc);
-	/* loadBalancerSourceRanges: decided before any translation or reject. */
-	if (svc && !lb4_source_allowed(svc, p.saddr))
-		return count_drop(DROP_SOURCE_RANGE, p.len);
-	switch (rc) {
-	case LB_FOUND:
-		return nodeport_forward(ctx, &p, svc);
-	case LB_NO_BACKEND:
-		return icmp4_reject(ctx, &p);
-	case LB_UNKNOWN_PORT:
-		return count_drop(DROP_UNKNOWN_PORT, p.len);
-	case LB_EMPTY_DROP:
-		return count_drop(DROP_NO_LOCAL_BACKEND, p.len);
-	default:
-		return CTX_ACT_UNSPEC;
-	}
+	return nodeport_ingress(ctx, &p);
 }
 
 static __always_inline int tc_egress_packet(struct __sk_buff *ctx)

@@ -51,8 +51,6 @@ static __always_inline int xdp_for_this_host(struct xdp_md *ctx)
 static __always_inline int xdp_packet(struct xdp_md *ctx)
 {
 	struct pkt4 p;
-	struct lb4_service *svc;
-	int rc;
 
 	if (!xdp_for_this_host(ctx))
 		return XDP_PASS;
@@ -67,28 +65,14 @@ static __always_inline int xdp_packet(struct xdp_md *ctx)
 	if (p.dsr_opt)
 		return XDP_PASS;
 
+	/* A reply to a flow this node SNATed toward a remote backend. */
 	{
 		struct nat4_entry *nat = snat4_reply_of(&p);
 
 		if (nat)
 			return nodeport_reply_remote(ctx, &p, nat);
 	}
-
-	rc = lb4_lookup(p.daddr, p.dport, p.proto, LB_SCOPE_EXTERNAL, &svc);
-	if (svc && !lb4_source_allowed(svc, p.saddr))
-		return count_drop(DROP_SOURCE_RANGE, p.len);
-	switch (rc) {
-	case LB_FOUND:
-		return nodeport_forward(ctx, &p, svc);
-	case LB_NO_BACKEND:
-		return icmp4_reject(ctx, &p);
-	case LB_UNKNOWN_PORT:
-		return count_drop(DROP_UNKNOWN_PORT, p.len);
-	case LB_EMPTY_DROP:
-		return count_drop(DROP_NO_LOCAL_BACKEND, p.len);
-	default:
-		return XDP_PASS;
-	}
+	return nodeport_ingress(ctx, &p);
 }
 
 SEC("xdp")

@@ -200,4 +200,29 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 	return nat4_forward(ctx, p, b->address, b->port, ct->nat_addr, ct->nat_port, STAT_FWD_REMOTE);
 }
 
+/* A packet from outside for a frontend: balanced, rejected or dropped as kube-proxy would.
+ * CTX_ACT_UNSPEC when it is not for a Service. */
+static __always_inline int nodeport_ingress(struct __ctx_buff *ctx, const struct pkt4 *p)
+{
+	struct lb4_service *svc;
+	int rc;
+
+	rc = lb4_lookup(p->daddr, p->dport, p->proto, LB_SCOPE_EXTERNAL, &svc);
+	/* loadBalancerSourceRanges: decided before any translation or reject. */
+	if (svc && !lb4_source_allowed(svc, p->saddr))
+		return count_drop(DROP_SOURCE_RANGE, p->len);
+	switch (rc) {
+	case LB_FOUND:
+		return nodeport_forward(ctx, p, svc);
+	case LB_NO_BACKEND:
+		return icmp4_reject(ctx, p);
+	case LB_UNKNOWN_PORT:
+		return count_drop(DROP_UNKNOWN_PORT, p->len);
+	case LB_EMPTY_DROP:
+		return count_drop(DROP_NO_LOCAL_BACKEND, p->len);
+	default:
+		return CTX_ACT_UNSPEC;
+	}
+}
+
 #endif

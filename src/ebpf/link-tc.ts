@@ -1,13 +1,10 @@
 // tc clsact attachment (ingress or egress) through libbpf's bpf_tc_* API. The clsact qdisc
 // is destroyed on detach only if this link created it; filters of others are left alone.
-import { closeSync, openSync } from 'node:fs';
 import { libc } from '../sys/libc.js';
-import { inNetns } from '../sys/netns.js';
 import { ErrorCode, FerryError, errnoError, errnoName } from '../errors.js';
 import { BPF_TC_EGRESS, BPF_TC_INGRESS, TC_HOOK_SIZE, TC_OPTS_SIZE, libbpf, type TcHook, type TcOpts } from './libbpf.js';
-import type { Link } from './link.js';
+import { NetnsLink, type Link } from './link.js';
 import type { Program } from './object.js';
-import { track, untrack } from './resources.js';
 
 export type TcDirection = 'ingress' | 'egress';
 
@@ -32,45 +29,22 @@ export function ifindexOf(ifname: string): number {
   return idx;
 }
 
-class TcLink implements Link {
-  readonly attachedAt = new Date();
-  private open = true;
-
+class TcLink extends NetnsLink {
   constructor(
-    readonly program: string,
-    readonly where: string,
+    program: string,
+    where: string,
     private readonly hook: TcHook,
     private readonly opts: TcOpts,
     private readonly createdHook: boolean,
-    /** The network namespace the filter lives in: detach must happen there too. */
-    private readonly netnsFd: number,
   ) {
-    track(this);
+    super(program, where);
   }
 
   get what(): string {
     return `tc link ${this.program} at ${this.where}`;
   }
 
-  close(): void {
-    if (!this.open) return;
-    this.open = false;
-    untrack(this);
-    try {
-      inNetns(`/proc/self/fd/${this.netnsFd}`, () => this.detach());
-    } finally {
-      closeSync(this.netnsFd);
-    }
-  }
-
-  disown(): void {
-    if (!this.open) return;
-    this.open = false;
-    untrack(this);
-    closeSync(this.netnsFd);
-  }
-
-  private detach(): void {
+  protected detach(): void {
     const lb = libbpf();
     const rc = lb.tcDetach(this.hook, { ...this.opts, prog_fd: 0, prog_id: 0, flags: 0 });
     // ENOENT/ENODEV: the filter or the device is already gone, which is what we wanted.
@@ -108,7 +82,7 @@ export function attachTc(program: Program, o: TcAttachOptions): Link {
     if (created) lb.tcHookDestroy({ ...hook, attach_point: BPF_TC_INGRESS | BPF_TC_EGRESS });
     throw errnoError(op, rc, ErrorCode.Attach);
   }
-  return new TcLink(program.name, where, hook, opts, created, openSync('/proc/thread-self/ns/net', 'r'));
+  return new TcLink(program.name, where, hook, opts, created);
 }
 
 /**

@@ -3,14 +3,11 @@
 // - attachXdpDevice: through netlink in a given mode, native (the driver runs it) or generic
 //   (the kernel runs it on the skb). Like a tc filter it stays after the process exits, and
 //   the next attach replaces it: the agent's datapath outlives the agent.
-import { closeSync, openSync } from 'node:fs';
 import { ErrorCode, FerryError, errnoError, errnoName } from '../errors.js';
-import { inNetns } from '../sys/netns.js';
 import { libbpf } from './libbpf.js';
 import { ifindexOf } from './link-tc.js';
-import { BpfLink, type Link } from './link.js';
+import { BpfLink, NetnsLink, type Link } from './link.js';
 import type { Program } from './object.js';
-import { track, untrack } from './resources.js';
 
 export function attachXdp(program: Program, ifname: string): BpfLink {
   const ifindex = ifindexOf(ifname);
@@ -67,43 +64,23 @@ export function detachXdpDevice(ifname: string): boolean {
   return true;
 }
 
-class XdpDeviceLink implements Link {
-  readonly attachedAt = new Date();
-  private open = true;
-
+class XdpDeviceLink extends NetnsLink {
   constructor(
-    readonly program: string,
-    readonly where: string,
+    program: string,
+    where: string,
     private readonly ifindex: number,
     readonly mode: XdpMode,
-    private readonly netnsFd: number,
   ) {
-    track(this);
+    super(program, where);
   }
 
   get what(): string {
     return `xdp ${this.program} at ${this.where}`;
   }
 
-  close(): void {
-    if (!this.open) return;
-    this.open = false;
-    untrack(this);
-    try {
-      inNetns(`/proc/self/fd/${this.netnsFd}`, () => {
-        const rc = libbpf().xdpDetach(this.ifindex, modeFlag(this.mode));
-        if (rc < 0 && !['ENOENT', 'ENODEV'].includes(errnoName(rc))) throw errnoError(`detach ${this.what}`, rc, ErrorCode.Attach);
-      });
-    } finally {
-      closeSync(this.netnsFd);
-    }
-  }
-
-  disown(): void {
-    if (!this.open) return;
-    this.open = false;
-    untrack(this);
-    closeSync(this.netnsFd);
+  protected detach(): void {
+    const rc = libbpf().xdpDetach(this.ifindex, modeFlag(this.mode));
+    if (rc < 0 && !['ENOENT', 'ENODEV'].includes(errnoName(rc))) throw errnoError(`detach ${this.what}`, rc, ErrorCode.Attach);
   }
 }
 
@@ -131,5 +108,5 @@ export function attachXdpDevice(program: Program, ifname: string, mode: XdpMode)
       hint: unsupported ? 'use acceleration: best-effort (generic XDP where the driver has none) or none' : 'see dmesg for the verifier or driver message',
     });
   }
-  return new XdpDeviceLink(program.name, where, ifindex, mode, openSync('/proc/thread-self/ns/net', 'r'));
+  return new XdpDeviceLink(program.name, where, ifindex, mode);
 }

@@ -1,6 +1,8 @@
 // Every attachment (tc filter, XDP, cgroup hook) is a Link: it knows where it is and
 // detaches on close. Closing twice is harmless.
+import { closeSync, openSync } from 'node:fs';
 import { ErrorCode, FerryError, errnoError } from '../errors.js';
+import { inNetns } from '../sys/netns.js';
 import { libbpf, type Pointer } from './libbpf.js';
 import { track, untrack, type Resource } from './resources.js';
 
@@ -48,5 +50,47 @@ export class BpfLink implements Link {
     libbpf().linkDestroy(this.handle);
     this.handle = null;
     untrack(this);
+  }
+}
+
+/**
+ * An attachment made through netlink (tc filter, XDP program) rather than a kernel link:
+ * it lives in the network namespace it was made in, so it keeps that namespace open and
+ * detaches there, whichever namespace the caller is in then.
+ */
+export abstract class NetnsLink implements Link {
+  readonly attachedAt = new Date();
+  private open = true;
+  /** The namespace of the thread that attached it. */
+  private readonly netnsFd = openSync('/proc/thread-self/ns/net', 'r');
+
+  constructor(
+    readonly program: string,
+    readonly where: string,
+  ) {
+    track(this);
+  }
+
+  abstract get what(): string;
+
+  /** Take the attachment off (called in its network namespace). */
+  protected abstract detach(): void;
+
+  close(): void {
+    if (!this.open) return;
+    this.open = false;
+    untrack(this);
+    try {
+      inNetns(`/proc/self/fd/${this.netnsFd}`, () => this.detach());
+    } finally {
+      closeSync(this.netnsFd);
+    }
+  }
+
+  disown(): void {
+    if (!this.open) return;
+    this.open = false;
+    untrack(this);
+    closeSync(this.netnsFd);
   }
 }

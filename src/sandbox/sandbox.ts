@@ -179,7 +179,7 @@ export class Sandbox {
       if ((opts.acceleration ?? 'none') !== 'none') await net.nodeSwitch.prepareForXdp();
       const store = new Store();
       // Agents and operators: TLS, their ServiceAccount's token, the manifests' RBAC enforced.
-      const identity = await ClusterIdentity.create(dir, NODE_NET.router, API_PORT, { mode: opts.mode, acceleration: opts.acceleration ?? 'none' });
+      const identity = await ClusterIdentity.create(dir, NODE_NET.router, API_PORT, { mode: opts.mode, ...(opts.acceleration && opts.acceleration !== 'none' ? { acceleration: opts.acceleration } : {}) });
       const api = new TestApiServer({
         store,
         netns: net.router.netns,
