@@ -104,7 +104,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'hostile traffic against a s
     expect(Number(flow!.expiresNs - monotonicNs()) / 1e9).toBeLessThanOrEqual(60);
     // A real, slow download: established, with the long lifetime, while it runs.
     const slow = sb.net.client.exec(['curl', '-sS', '--max-time', '10', '--limit-rate', '20k', '-o', '/dev/null', `http://${NODE2}:30180/bytes?n=80000`], { timeoutMs: 20_000 });
-    const live = await eventually(async () => PinnedDatapath.with(pins(2), (dp) => dp.map('ct4').entries().find(([k, v]) => k.saddr === CLIENT && k.dport === 30180 && v.flags & CtFlags.CT_F_ESTABLISHED && !(v.flags & CtFlags.CT_F_CLOSING))?.[1]), (v) => Boolean(v), 5000);
+    const live = await eventually(async () => PinnedDatapath.with(pins(2), (dp) => dp.map('ct4').entries().find(([k, v]) => k.saddr === CLIENT && k.dport === 30180 && v.flags & CtFlags.CT_F_ESTABLISHED && !(v.flags & CtFlags.CT_F_CLOSING))?.[1]), (v) => Boolean(v), 15_000);
     expect(live).toBeDefined();
     expect(Number(live!.expiresNs - monotonicNs()) / 1e9).toBeGreaterThan(3600);
     expect((await slow).code).toBe(0);

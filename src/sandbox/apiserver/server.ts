@@ -184,13 +184,13 @@ export class TestApiServer {
 
   /** Stop serving: close every watch and refuse connections (the store stays). */
   async stop(): Promise<void> {
+    // Stop listening first, then drop every connection: a client that reconnects in
+    // between (an agent whose watch just ended) would otherwise hold close() open forever.
+    const closed = [this.server, this.extra].filter((s): s is NonNullable<typeof s> => Boolean(s)).map((s) => new Promise<void>((resolve) => s.close(() => resolve())));
+    for (const s of [this.server, this.extra]) s?.closeAllConnections();
     for (const w of this.watches) w.destroy();
     this.watches.clear();
-    for (const s of [this.server, this.extra]) {
-      if (!s) continue;
-      s.closeAllConnections();
-      await new Promise<void>((resolve) => s.close(() => resolve()));
-    }
+    await Promise.all(closed);
     this.server = undefined;
     this.extra = undefined;
   }
