@@ -4,9 +4,10 @@
  *
  * Verdicts: CTX_ACT_OK (translated; the stack takes it on), CTX_ACT_UNSPEC (not ferry's, or
  * not for this hook: tc's next filter, or for XDP the stack and then tc), CTX_ACT_SHOT,
- * CTX_ACT_REDIRECT. XDP has no skb: it cannot resolve a neighbour, adjust the room inside a
- * packet, or know a checksum the sender left partial; where it would need to, it passes the
- * packet untouched and tc, which runs next, decides. */
+ * CTX_ACT_REDIRECT. XDP has no skb: it cannot have the kernel resolve a neighbour, and it
+ * cannot know a checksum the sender left partial; where it would need the first, it passes
+ * the packet untouched and tc, which runs next, decides (the second is the sandbox's to
+ * avoid: a NIC hands over complete checksums). */
 #ifndef FERRY_LIB_CTX_H
 #define FERRY_LIB_CTX_H
 
