@@ -5,6 +5,7 @@
 //   the next attach replaces it: the agent's datapath outlives the agent.
 import { ErrorCode, FerryError, errnoError, errnoName } from '../errors.js';
 import { libbpf } from './libbpf.js';
+import { kernelStruct } from './skb-context.js';
 import { ifindexOf } from './link-tc.js';
 import { BpfLink, NetnsLink, type Link } from './link.js';
 import type { Program } from './object.js';
@@ -42,18 +43,20 @@ export function programNameById(id: number): string {
   const fd = lb.progGetFdById(id);
   if (fd < 0) return '';
   try {
-    const info = Buffer.alloc(BPF_PROG_INFO_SIZE);
+    const layout = kernelStruct('bpf_prog_info');
+    const at = layout.offset('name');
+    // Up to the name: the kernel fills what the buffer holds.
+    const info = Buffer.alloc(at + BPF_OBJ_NAME_LEN);
     if (lb.objGetInfoByFd(fd, info) < 0) return '';
-    const name = info.subarray(BPF_PROG_INFO_NAME, BPF_PROG_INFO_NAME + 16);
-    return name.subarray(0, name.indexOf(0) < 0 ? 16 : name.indexOf(0)).toString();
+    const name = info.subarray(at, at + BPF_OBJ_NAME_LEN);
+    return name.subarray(0, name.indexOf(0) < 0 ? BPF_OBJ_NAME_LEN : name.indexOf(0)).toString();
   } finally {
     lb.close(fd);
   }
 }
 
-/** struct bpf_prog_info (linux/bpf.h): its size up to `name`, and where `name` is. */
-const BPF_PROG_INFO_NAME = 64;
-const BPF_PROG_INFO_SIZE = 80;
+/** linux/bpf.h: a program's name field, NUL-padded. */
+const BPF_OBJ_NAME_LEN = 16;
 
 /** Detach whatever XDP program a device has (uninstall). false: there was none. */
 export function detachXdpDevice(ifname: string): boolean {

@@ -1,21 +1,39 @@
-// A struct __sk_buff context for tc PROG_TEST_RUN, laid out from the running kernel's BTF.
+// Test-run contexts (struct __sk_buff for tc, struct xdp_md for XDP) and other kernel
+// struct offsets, laid out from the running kernel's BTF rather than written down here.
 import { readFileSync } from 'node:fs';
 import { Btf } from './btf.js';
 import { ErrorCode, FerryError } from '../errors.js';
 
 let kernel: Btf | undefined;
 
-export function skbContext(fields: { ifindex?: number; mark?: number }): Buffer {
+/** A kernel struct's size and the byte offset of each named member (kernel BTF). */
+export function kernelStruct(name: string): { size: number; offset(member: string): number } {
   kernel ??= Btf.parse(readFileSync('/sys/kernel/btf/vmlinux'));
-  const skb = kernel.struct('__sk_buff');
-  if (!skb) throw new FerryError({ code: ErrorCode.NotFound, op: 'build a test-run context', cause: 'kernel BTF has no struct __sk_buff' });
-  const ctx = Buffer.alloc(skb.size);
-  const off = (name: string) => {
-    const m = skb.members.find((x) => x.name === name);
-    if (!m) throw new FerryError({ code: ErrorCode.NotFound, op: 'build a test-run context', cause: `struct __sk_buff has no ${name}` });
-    return m.bitOffset / 8;
+  const s = kernel.struct(name);
+  if (!s) throw new FerryError({ code: ErrorCode.NotFound, op: `lay out struct ${name}`, cause: `kernel BTF has no struct ${name}` });
+  return {
+    size: s.size,
+    offset: (member) => {
+      const m = s.members.find((x) => x.name === member);
+      if (!m) throw new FerryError({ code: ErrorCode.NotFound, op: `lay out struct ${name}`, cause: `struct ${name} has no ${member}` });
+      return m.bitOffset / 8;
+    },
   };
-  if (fields.ifindex !== undefined) ctx.writeUInt32LE(fields.ifindex, off('ifindex'));
-  if (fields.mark !== undefined) ctx.writeUInt32LE(fields.mark, off('mark'));
+}
+
+export function skbContext(fields: { ifindex?: number; mark?: number }): Buffer {
+  const skb = kernelStruct('__sk_buff');
+  const ctx = Buffer.alloc(skb.size);
+  if (fields.ifindex !== undefined) ctx.writeUInt32LE(fields.ifindex, skb.offset('ifindex'));
+  if (fields.mark !== undefined) ctx.writeUInt32LE(fields.mark, skb.offset('mark'));
+  return ctx;
+}
+
+/** A struct xdp_md for PROG_TEST_RUN: no metadata, the whole `len`-byte packet, arrived on `ifindex`. */
+export function xdpContext(ifindex: number, len: number): Buffer {
+  const md = kernelStruct('xdp_md');
+  const ctx = Buffer.alloc(md.size);
+  ctx.writeUInt32LE(len, md.offset('data_end'));
+  ctx.writeUInt32LE(ifindex, md.offset('ingress_ifindex'));
   return ctx;
 }

@@ -16,7 +16,7 @@ import { testRun, type TestRunResult } from '../ebpf/test-run.js';
 import { Testbed, type Host } from './netns/testbed.js';
 import { inNetns } from '../sys/netns.js';
 import { netnsCookie } from '../sys/socket.js';
-import { skbContext } from '../ebpf/skb-context.js';
+import { skbContext, xdpContext } from '../ebpf/skb-context.js';
 
 export const NODE_IP = '10.0.30.21';
 export const OTHER_NODE_IP = '10.0.30.22';
@@ -117,14 +117,6 @@ export async function datapathNode(cfg: Partial<DatapathConfig> = {}, prepare?: 
     await tb.destroy();
     throw e;
   }
-}
-
-/** A struct xdp_md for PROG_TEST_RUN: no metadata, the whole packet, arrived on `ifindex`. */
-export function xdpContext(ifindex: number, len: number): Buffer {
-  const ctx = Buffer.alloc(24); // data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
-  ctx.writeUInt32LE(len, 4);
-  ctx.writeUInt32LE(ifindex, 12);
-  return ctx;
 }
 
 /** Sum a per-CPU counter. */
