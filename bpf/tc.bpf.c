@@ -73,6 +73,7 @@ static __always_inline int tc_egress_packet(struct __sk_buff *ctx)
 	struct pkt4 p;
 	struct ct4_key k;
 	struct nat4_entry *nat;
+	int expired;
 
 	if (parse_ipv4(ctx, &p) != PARSE_OK)
 		return CTX_ACT_UNSPEC;
@@ -84,7 +85,10 @@ static __always_inline int tc_egress_packet(struct __sk_buff *ctx)
 	nat = bpf_map_lookup_elem(&nat4, &k);
 	if (!nat || !(nat->flags & CT_F_LOCAL))
 		return CTX_ACT_UNSPEC;
-	if (ct_expired(nat->expires_ns, bpf_ktime_get_ns()) || ct_tcp_reply_reopen(&p, nat->flags)) {
+	expired = ct_expired(nat->expires_ns, bpf_ktime_get_ns());
+	if (!expired)
+		dsr_reply_settle(&p, nat);
+	if (expired || ct_tcp_reply_reopen(&p, nat->flags)) {
 		/* Left over from a finished flow: this packet belongs to another connection
 		 * (say, straight to the pod) that reuses the client's port. */
 		bpf_map_delete_elem(&nat4, &k);

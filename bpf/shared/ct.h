@@ -67,7 +67,12 @@ struct nat4_entry {
 	__be32 frontend_addr;
 	__u32 rev_nat_id;
 	__u8 flags;           /* enum ct_flags */
-	__u8 pad[7];
+	__u8 pad;
+	/* CT_F_LOCAL: a SYN on this tuple named another frontend while the binding was live (a
+	 * client reusing its port, or a forgery). The pod decides (layout 3): its SYN-ACK moves
+	 * the binding to this frontend, any other reply clears it. 0: none. */
+	__be16 pending_port;
+	__be32 pending_addr;
 	__u64 packets;
 	__u64 bytes;
 };

@@ -23,7 +23,8 @@ enum ferry_stat {
 	STAT_ICMP_TIME_EXCEEDED = 13, /* TTL ran out on a packet this node would forward: told the sender */
 	STAT_FRAGMENT = 14,       /* a later fragment of a translated datagram, translated the same way */
 	STAT_ARP_REPLY = 15,      /* an ARP request for an address this node announces, answered */
-	STAT_MAX = 16,
+	STAT_DSR_CONTESTED = 16,  /* a DSR SYN naming another frontend than its tuple's live binding: left to the pod */
+	STAT_MAX = 17,
 };
 
 enum ferry_drop_reason {
@@ -41,7 +42,7 @@ enum ferry_drop_reason {
 	DROP_SOURCE_RANGE = 11,    /* source not in the LoadBalancer's loadBalancerSourceRanges */
 	DROP_DSR_OPTION = 12,      /* a DSR option that could not be added or removed */
 	DROP_DSR_INVALID = 13,     /* a DSR option this node did not ask for: DSR off, unknown frontend,
-				    * destination not a local backend of it, or a live flow's binding */
+				    * destination not a local backend of it, or (not a TCP SYN) a live flow's binding */
 	DROP_TTL_EXCEEDED = 14,    /* TTL 1 or 0 on a packet this node would forward */
 	DROP_ICMP_RATELIMIT = 15,  /* an ICMP error was due but over the rate limit: dropped silently */
 	DROP_REASON_MAX = 32,

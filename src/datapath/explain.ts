@@ -55,6 +55,7 @@ const STAT_TEXT: Record<string, string> = {
   STAT_ICMP_REJECT: 'no backend: answered ICMP port unreachable (the client sees ECONNREFUSED)',
   STAT_ICMP_FRAG_NEEDED: 'the DSR option would exceed the path MTU: answered fragmentation-needed',
   STAT_DSR_RECEIVED: 'a DSR packet for a local backend: frontend recorded, option removed',
+  STAT_DSR_CONTESTED: 'a DSR SYN naming another frontend than the live binding of its tuple: passed, the pod\'s answer decides',
   STAT_ICMP_RELATED: 'an ICMP error of a translated flow, translated',
 };
 

@@ -3,7 +3,7 @@
 // one it finds in a layout it does not know, it refuses. When bpf/shared changes a struct
 // a pinned map holds: bump FERRY_LAYOUT_VERSION, and add the old codec and its converter.
 import { structCodec, type Codec } from '../ebpf/codec.js';
-import { ct4KeyCodec, type Ct4Entry, type MapName } from './layouts.js';
+import { ct4KeyCodec, type Ct4Entry, type MapName, type Nat4Entry } from './layouts.js';
 
 export interface PastLayout {
   /** The last layout version with this shape. */
@@ -30,6 +30,20 @@ const ct4EntryV1Codec = structCodec('ct4_entry', {
   pad: { type: 'pad', length: 4 },
 });
 
+/** Layouts 1 and 2: before a contested DSR binding's pending frontend. */
+const nat4EntryV2Codec = structCodec('nat4_entry', {
+  expiresNs: { type: 'u64' },
+  clientAddr: { type: 'ipv4' },
+  clientPort: { type: 'be16' },
+  frontendPort: { type: 'be16' },
+  frontendAddr: { type: 'ipv4' },
+  revNatId: { type: 'u32' },
+  flags: { type: 'u8' },
+  pad: { type: 'pad', length: 7 },
+  packets: { type: 'u64' },
+  bytes: { type: 'u64' },
+});
+
 /** Oldest first, per map; a map absent here has had one layout since layout 1. */
 export const layoutHistory: Partial<Record<MapName, PastLayout[]>> = {
   ct4: [
@@ -38,6 +52,14 @@ export const layoutHistory: Partial<Record<MapName, PastLayout[]>> = {
       key: ct4KeyCodec as Codec<unknown>,
       value: ct4EntryV1Codec as Codec<unknown>,
       upgrade: (key, value) => ({ key, value: { ...(value as ReturnType<typeof ct4EntryV1Codec.decode>), ifindex: 0 } satisfies Ct4Entry }),
+    },
+  ],
+  nat4: [
+    {
+      version: 2,
+      key: ct4KeyCodec as Codec<unknown>,
+      value: nat4EntryV2Codec as Codec<unknown>,
+      upgrade: (key, value) => ({ key, value: { ...(value as ReturnType<typeof nat4EntryV2Codec.decode>), pendingPort: 0, pendingAddr: '0.0.0.0' } satisfies Nat4Entry }),
     },
   ],
 };

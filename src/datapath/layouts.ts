@@ -52,7 +52,8 @@ export const Stat = {
   STAT_ICMP_TIME_EXCEEDED: 13,
   STAT_FRAGMENT: 14,
   STAT_ARP_REPLY: 15,
-  STAT_MAX: 16,
+  STAT_DSR_CONTESTED: 16,
+  STAT_MAX: 17,
 } as const;
 
 export const DropReason = {
@@ -79,7 +80,7 @@ export const EventType = { EVENT_DROP: 1, EVENT_TRACE: 2 } as const;
 export const MonitorFlags = { MONITOR_DROPS: 1 << 0, MONITOR_TRACES: 1 << 1 } as const;
 export const Hook = { HOOK_TC_INGRESS: 0, HOOK_TC_EGRESS: 1, HOOK_XDP: 2 } as const;
 /** The pinned maps' layout (bpf/shared/types.h); older ones are in layout-history.ts. */
-export const Layout = { FERRY_LAYOUT_VERSION: 2 } as const;
+export const Layout = { FERRY_LAYOUT_VERSION: 3 } as const;
 export const LAYOUT_VERSION = Layout.FERRY_LAYOUT_VERSION;
 
 /** Every mirrored enum, by its C name. */
@@ -204,7 +205,9 @@ export const nat4EntryCodec = structCodec('nat4_entry', {
   frontendAddr: { type: 'ipv4' },
   revNatId: { type: 'u32' },
   flags: { type: 'u8' },
-  pad: { type: 'pad', length: 7 },
+  pad: { type: 'pad', length: 1 },
+  pendingPort: { type: 'be16' },
+  pendingAddr: { type: 'ipv4' },
   packets: { type: 'u64' },
   bytes: { type: 'u64' },
 });

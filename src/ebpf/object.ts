@@ -27,6 +27,10 @@ interface MapHandle {
   name: string;
   handle: Pointer;
   internal: boolean;
+  /** The key's and value's types in this object's BTF, as opened: reusing a pinned map
+   * makes libbpf report the pinned map's type ids, which number another object's BTF. */
+  keyTypeId: number;
+  valueTypeId: number;
 }
 
 export type { PinOptions, PinnedMismatch, PinReport } from './pin-compare.js';
@@ -56,7 +60,7 @@ export class BpfObject implements Resource {
     for (let m = lb.objectNextMap(handle, null); m; m = lb.objectNextMap(handle, m)) {
       const name = lb.mapName(m);
       const internal = lb.mapIsInternal(m);
-      this.mapHandles.set(name, { name, handle: m, internal });
+      this.mapHandles.set(name, { name, handle: m, internal, keyTypeId: lb.mapBtfKeyTypeId(m), valueTypeId: lb.mapBtfValueTypeId(m) });
       if (internal && name.endsWith('.rodata')) {
         const init = lb.mapInitialValue(m);
         if (init) this.rodata = { map: m, data: lb.readMemory(init.ptr, init.size) };
@@ -277,10 +281,8 @@ export class BpfObject implements Resource {
     if (!this.loaded) throw new FerryError({ code: ErrorCode.ObjectLoad, op: `map ${name}`, cause: 'the object is not loaded yet' });
     const lb = libbpf();
     const m = this.mapHandle(name);
-    const keyId = lb.mapBtfKeyTypeId(m.handle);
-    const valueId = lb.mapBtfValueTypeId(m.handle);
-    if (keyId) assertLayout(`map ${name} key`, key as Codec<unknown>, this.btf, keyId);
-    if (valueId) assertLayout(`map ${name} value`, value as Codec<unknown>, this.btf, valueId);
+    if (m.keyTypeId) assertLayout(`map ${name} key`, key as Codec<unknown>, this.btf, m.keyTypeId);
+    if (m.valueTypeId) assertLayout(`map ${name} value`, value as Codec<unknown>, this.btf, m.valueTypeId);
     return new BpfMap(lb.mapFd(m.handle), key, value, { ownsFd: false, sizeSetting });
   }
 

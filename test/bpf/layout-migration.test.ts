@@ -1,6 +1,7 @@
 // Upgrades across map layouts, on real maps and programs. The previous release (layout 1,
 // test/fixtures/releases) loads its datapath with its own code and opens flows through its
-// own program; this build then loads over the same pins: conntrack is converted, the flows
+// own program; this build then loads over the same pins: conntrack and the reply bindings
+// are converted (from layout 1 and 2 shapes), the flows
 // go on to the same backend through the same SNAT port, and a flow the old program opens
 // while the new one loads is caught up once the new one is attached. Also: a resize keeps
 // the entries; a layout this build cannot convert is refused with what to do.
@@ -14,9 +15,9 @@ import { ErrorCode, FerryError } from '../../src/errors.js';
 import { ifindexOf } from '../../src/ebpf/link-tc.js';
 import { u32Codec, structCodec } from '../../src/ebpf/codec.js';
 import { inNetns } from '../../src/sys/netns.js';
-import { buildPacket, ipv4, tcp } from '../../src/packet/build.js';
+import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
-import { NODE_IP, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { CLIENT_IP, NODE_IP, NODE_MAC, OTHER_NODE_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { CLIENT_PORT, REMOTE_POD, TC_SERVICES, clientTcp, syn } from '../../src/sandbox/fixtures/tc.js';
 import { startReleaseDatapath, unpackRelease, type ReleaseDatapath, type UnpackedRelease } from '../../src/sandbox/previous-release.js';
 import { describeWith } from '../harness/requirements.js';
@@ -69,9 +70,12 @@ describeWith(['root', 'bpffs', 'netns'], 'upgrading the pinned maps across layou
     expect(release.commit).toMatch(/^[0-9a-f]{7,40}$/);
     const ct = node.dp.migrated.find((m) => m.map === 'ct4');
     expect(ct).toMatchObject({ fromLayout: 1, copied: 1, caughtUp: 1, dropped: 0 });
-    // Only conntrack changed between the layouts: every other map was adopted as it was.
-    expect(node.dp.migrated.map((m) => m.map)).toEqual(['ct4']);
-    expect(node.dp.tc.pinReport.adopted).toContain('nat4');
+    // Conntrack (layout 2) and the reply bindings (layout 3) changed shape; the counters
+    // grew a slot (a resize, layout unchanged); every other map was adopted as it was.
+    expect(node.dp.migrated.map((m) => m.map).sort()).toEqual(['ct4', 'ferry_stats', 'nat4']);
+    expect(node.dp.migrated.find((m) => m.map === 'nat4')).toMatchObject({ fromLayout: 2, copied: 1, caughtUp: 1, dropped: 0 });
+    expect(node.dp.migrated.find((m) => m.map === 'ferry_stats')).toMatchObject({ fromLayout: LAYOUT_VERSION, dropped: 0 });
+    expect(node.dp.tc.pinReport.adopted).toContain('lb4_services');
     expect(readdirSync(node.pinDir).filter((f) => f.endsWith('_next'))).toEqual([]);
 
     const flows = node.dp.maps.ct4.entries();
@@ -85,6 +89,12 @@ describeWith(['root', 'bpffs', 'netns'], 'upgrading the pinned maps across layou
     const r = node.run('tc_ingress', ackFrom(CLIENT_PORT));
     expect(r.retval).toBe(TcVerdict.REDIRECT);
     expect(tuple(r.data)).toBe(firstSyn);
+    // The old program's reply binding, converted, takes the backend's answer back.
+    const binding = node.dp.maps.nat4.entries().find(([k]) => k.dport === CLIENT_PORT);
+    expect(binding?.[1]).toMatchObject({ clientPort: CLIENT_PORT, frontendPort: REMOTE_NODEPORT, pendingPort: 0 });
+    const back = node.run('tc_ingress', buildPacket([eth({ src: OTHER_NODE_MAC, dst: NODE_MAC }), ipv4({ src: REMOTE_POD, dst: NODE_IP, ttl: 63, id: 7 }), tcp({ sport: 8080, dport: CLIENT_PORT, flags: 'SA', seq: 5000, ack: 1001 })]));
+    expect(back.retval).toBe(TcVerdict.REDIRECT);
+    expect(tuple(back.data)).toBe(`${NODE_IP}:${REMOTE_NODEPORT} → ${CLIENT_IP}:${CLIENT_PORT}`);
   });
 
   it('catches up a flow the old program opened while the new one loaded', () => {

@@ -1,7 +1,8 @@
 // DSR end to end in a sandbox whose nodes run in dsr mode: the backend sees the client,
 // the client sees the NodePort answer, the LB node sees no reply, large transfers work;
 // UDP datagrams the option cannot fit are refused with fragmentation-needed, and a UDP
-// Service annotated snat carries them.
+// Service annotated snat carries them; a client reusing its port after a reset reaches
+// another frontend of the same pod.
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -34,6 +35,8 @@ beforeAll(async () => {
   await put('Pod', { metadata: { name: 'echo', namespace: 'default', labels: { app: 'echo' } }, spec: { nodeName: 'node-1', containers: [{ name: 'w', image: 'whoami', ports: [{ name: 'http', containerPort: 8080 }, { name: 'dns', containerPort: 5353, protocol: 'UDP' }] }] } });
   await put('Service', { metadata: { name: 'echo', namespace: 'default' }, spec: { type: 'NodePort', selector: { app: 'echo' }, ports: [{ name: 'http', port: 80, targetPort: 8080, nodePort: 30400 }, { name: 'dns', port: 53, protocol: 'UDP', targetPort: 5353, nodePort: 30401 }] } });
   await put('Service', { metadata: { name: 'echo-snat', namespace: 'default', annotations: { 'ferry.dev/forwarding': 'snat' } }, spec: { type: 'NodePort', selector: { app: 'echo' }, ports: [{ name: 'dns', port: 53, protocol: 'UDP', targetPort: 5353, nodePort: 30402 }] } });
+  // A second Service on the same pod port: another DSR frontend of the same backend.
+  await put('Service', { metadata: { name: 'echo-too', namespace: 'default' }, spec: { type: 'NodePort', selector: { app: 'echo' }, ports: [{ name: 'http', port: 80, targetPort: 8080, nodePort: 30403 }] } });
 }, 180_000);
 afterAll(async () => {
   await sb?.down();
@@ -51,6 +54,19 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'DSR in a sandbox', () => {
     expect(await stat(node2, 'fwd_dsr')).toBeGreaterThan(dsrBefore);
     expect(await stat(node2, 'reply_remote')).toBe(repliesBefore);
     expect(await stat(sb.net.node(1).host, 'dsr_received')).toBeGreaterThan(0);
+  });
+
+  it('a client that reset its connection reuses the port towards another frontend of the same pod', async () => {
+    // The backend node never sees the client's reset (only the pod's side of a DSR flow):
+    // its binding still looks live when the same tuple arrives naming another frontend.
+    const peer = async (port: number) =>
+      JSON.parse(await sb.net.client.exec([process.execPath, UDP, 'tcp-peer', '--to', `10.0.30.22:${port}`, '--local-port', '40555', '--http', '--reset'], { timeoutMs: 10_000 }).then((r) => r.stdout || '{}')) as { peer?: string; status?: string; error?: string };
+    await eventually(() => sb.net.client.exec(['curl', '-sS', '--max-time', '3', 'http://10.0.30.22:30403/']), (x) => x.code === 0);
+    const contested = await stat(sb.net.node(1).host, 'dsr_contested');
+    expect(await peer(30400)).toEqual({ peer: '10.0.30.22:30400', status: 'HTTP/1.1 200 OK' });
+    expect(await peer(30403)).toEqual({ peer: '10.0.30.22:30403', status: 'HTTP/1.1 200 OK' });
+    expect(await peer(30400)).toEqual({ peer: '10.0.30.22:30400', status: 'HTTP/1.1 200 OK' });
+    expect(await stat(sb.net.node(1).host, 'dsr_contested')).toBe(contested + 2);
   });
 
   it('carries a 4 MB transfer', async () => {

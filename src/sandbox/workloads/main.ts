@@ -1,11 +1,15 @@
 // Built-in workloads for sandbox pods and test clients, run as
 // `node dist/sandbox/workloads/main.js <command> ...`:
 //   whoami --port P [--name N]     HTTP server answering Hostname, IP and RemoteAddr (like
-//                                  traefik/whoami); GET /bytes?n=N sends N bytes
+//                                  traefik/whoami); GET /bytes?n=N[&over=MS] sends N bytes
+//                                  (spread over MS milliseconds)
 //   udp-echo --port P              UDP echo server
 //   udp --to IP:PORT [--connected] [--size N] [--count N]
 //                                  send datagrams, print each reply and its source address
-//   tcp-peer --to IP:PORT          connect, print the peer address getpeername() reports
+//   tcp-peer --to IP:PORT [--local-port P] [--http] [--reset]
+//                                  connect (3 s at most), print the peer address getpeername()
+//                                  reports; --http: and the status line of a GET /; --reset:
+//                                  close with a reset
 //   connect-latency --to IP:PORT --count N [--reset]
 //                                  connect/close N times, print p50/p90/p99 in microseconds;
 //                                  --reset closes with a reset (no TIME_WAIT left behind)
@@ -57,6 +61,24 @@ function whoami(port: number, name: string): void {
       res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(n) });
       const chunk = Buffer.alloc(64 * 1024, 0x61);
       let left = n;
+      // over=MS: the bytes in ten parts spread over MS milliseconds, so that the connection
+      // really stays open that long (a client's rate limit does not: the socket buffers
+      // take a small body at once).
+      const over = Number(url.searchParams.get('over') ?? 0);
+      if (over > 0) {
+        const part = Math.ceil(n / 10);
+        const tick = setInterval(() => {
+          const size = Math.min(left, part);
+          left -= size;
+          res.write(Buffer.alloc(size, 0x61));
+          if (left <= 0) {
+            clearInterval(tick);
+            res.end();
+          }
+        }, over / 10);
+        res.once('close', () => clearInterval(tick));
+        return;
+      }
       const pump = () => {
         while (left > 0) {
           const part = chunk.subarray(0, Math.min(left, chunk.length));
@@ -106,15 +128,26 @@ async function udpClient(to: { host: string; port: number }, connected: boolean,
   process.stdout.write(`${JSON.stringify({ replies })}\n`);
 }
 
-function tcpPeer(to: { host: string; port: number }): void {
-  const c = connect(to.port, to.host, () => {
-    process.stdout.write(`${JSON.stringify({ peer: `${c.remoteAddress}:${c.remotePort}` })}\n`);
-    c.destroy();
+function tcpPeer(to: { host: string; port: number }, o: { localPort?: number; http: boolean; reset: boolean }): void {
+  let done = false;
+  const finish = (out: Record<string, unknown>, failed: boolean) => {
+    if (done) return;
+    done = true;
+    clearTimeout(timer);
+    process.stdout.write(`${JSON.stringify(out)}\n`);
+    if (failed) process.exitCode = 1;
+    if (o.reset) c.resetAndDestroy();
+    else c.destroy();
+  };
+  // A SYN that is dropped would be retried for minutes: 3 s is a failure here.
+  const timer = setTimeout(() => finish({ error: 'ETIMEDOUT' }, true), 3000);
+  const c = connect({ port: to.port, host: to.host, ...(o.localPort ? { localPort: o.localPort } : {}) }, () => {
+    const peer = `${c.remoteAddress}:${c.remotePort}`;
+    if (!o.http) return finish({ peer }, false);
+    c.write(`GET / HTTP/1.1\r\nHost: ${to.host}\r\n\r\n`);
+    c.once('data', (d: Buffer) => finish({ peer, status: d.toString().split('\r\n')[0] }, false));
   });
-  c.on('error', (e: NodeJS.ErrnoException) => {
-    process.stdout.write(`${JSON.stringify({ error: e.code })}\n`);
-    process.exitCode = 1;
-  });
+  c.on('error', (e: NodeJS.ErrnoException) => finish({ error: e.code }, true));
 }
 
 async function connectLatency(to: { host: string; port: number }, count: number, reset: boolean): Promise<void> {
@@ -338,7 +371,7 @@ async function main(): Promise<void> {
     options: {
       port: { type: 'string' }, name: { type: 'string' }, to: { type: 'string' }, connected: { type: 'boolean' },
       size: { type: 'string' }, count: { type: 'string' }, seconds: { type: 'string' }, udp: { type: 'boolean' },
-      'new-connection': { type: 'boolean' }, reset: { type: 'boolean' }, targets: { type: 'string' }, 'listen-loopback': { type: 'boolean' }, concurrency: { type: 'string' },
+      'new-connection': { type: 'boolean' }, reset: { type: 'boolean' }, 'local-port': { type: 'string' }, http: { type: 'boolean' }, targets: { type: 'string' }, 'listen-loopback': { type: 'boolean' }, concurrency: { type: 'string' },
       'interval-ms': { type: 'string' }, 'timeout-ms': { type: 'string' },
     },
   });
@@ -350,7 +383,7 @@ async function main(): Promise<void> {
     case 'udp':
       return udpClient(target(values.to), Boolean(values.connected), Number(values.size ?? 16), Number(values.count ?? 1));
     case 'tcp-peer':
-      return tcpPeer(target(values.to));
+      return tcpPeer(target(values.to), { localPort: values['local-port'] ? Number(values['local-port']) : undefined, http: Boolean(values.http), reset: Boolean(values.reset) });
     case 'connect-latency':
       return connectLatency(target(values.to), Number(values.count ?? 100), Boolean(values.reset));
     case 'tcp-echo':
