@@ -27,6 +27,16 @@ static __always_inline int ct_expired(__u64 expires_ns, __u64 now)
 	return expires_ns < now;
 }
 
+/* Must a flow's lifetime (and its other direction's entry) be written for this packet?
+ * When its state changed, or its lifetime moves by a second or more: in between, the
+ * per-packet write and the lookup of the other direction's entry are skipped, at the cost
+ * of a flow living up to a second less than it could. */
+#define CT_REFRESH_NS NSEC_PER_SEC
+static __always_inline int ct_refresh_due(__u8 old_flags, __u8 new_flags, __u64 old_expires, __u64 new_expires)
+{
+	return old_flags != new_flags || new_expires < old_expires || new_expires - old_expires >= CT_REFRESH_NS;
+}
+
 /* A SYN (without ACK) on a tuple whose flow is closing opens a new connection: the old
  * entry must not steer it (the client reused its port). */
 static __always_inline int ct_tcp_reopen(const struct pkt4 *p, __u8 flags)
@@ -127,13 +137,17 @@ static __always_inline void ct4_key_of_binding(const struct nat4_entry *nat, __u
 static __always_inline void ct4_track_reply(const struct pkt4 *p, struct nat4_entry *nat)
 {
 	__u8 flags = ct_flags_reply(p, nat->flags);
+	__u64 expires = bpf_ktime_get_ns() + ct_lifetime_ns(p->proto, flags);
+	int due = ct_refresh_due(nat->flags, flags, nat->expires_ns, expires);
 	struct ct4_key fwd;
 	struct ct4_entry *ct;
 
 	nat->flags = flags;
-	nat->expires_ns = bpf_ktime_get_ns() + ct_lifetime_ns(p->proto, flags);
 	nat->packets++;
 	nat->bytes += p->len;
+	if (!due)
+		return;
+	nat->expires_ns = expires;
 	ct4_key_of_binding(nat, p->proto, &fwd);
 	ct = bpf_map_lookup_elem(&ct4, &fwd);
 	if (ct) {

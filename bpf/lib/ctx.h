@@ -91,7 +91,10 @@ static __always_inline __u16 csum16_replace(__u16 check, __u32 from, __u32 to, _
 {
 	__u32 sum = (__u16)~check;
 
-	if (size == 4) {
+	if (size == 0) {
+		/* `to` is a 32-bit partial sum of the change (the helpers' diff form) */
+		sum += (to & 0xffff) + (to >> 16);
+	} else if (size == 4) {
 		sum += (__u16)~(from & 0xffff) + (__u16)~(from >> 16);
 		sum += (to & 0xffff) + (to >> 16);
 	} else {
@@ -112,7 +115,8 @@ static __always_inline long ctx_l3_csum_replace(struct xdp_md *ctx, __u32 off, _
 	return ctx_store_bytes(ctx, off, &check, sizeof(check), 0);
 }
 
-/* As bpf_l4_csum_replace: the size in the low bits of `flags`; a UDP checksum of 0 means
+/* As bpf_l4_csum_replace: the size in the low bits of `flags` (0: `to` is the change's
+ * partial sum, `from` unused); a UDP checksum of 0 means
  * "none" and stays 0 (BPF_F_MARK_MANGLED_0), and a computed 0 is sent as 0xffff. The
  * pseudo-header flag needs nothing here: a full checksum covers the addresses anyway. */
 static __always_inline long ctx_l4_csum_replace(struct xdp_md *ctx, __u32 off, __u32 from, __u32 to, __u64 flags)

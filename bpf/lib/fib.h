@@ -36,8 +36,11 @@ static __always_inline int fib4_unusable(__u32 len)
 static __always_inline int fib4_send(struct __ctx_buff *ctx, const struct bpf_fib_lookup *fib, long rc)
 {
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
-		if (ctx_store_bytes(ctx, offsetof(struct ethhdr, h_dest), fib->dmac, ETH_ALEN, 0) < 0 ||
-		    ctx_store_bytes(ctx, offsetof(struct ethhdr, h_source), fib->smac, ETH_ALEN, 0) < 0)
+		__u8 macs[2 * ETH_ALEN]; /* as in struct ethhdr: destination, then source */
+
+		__builtin_memcpy(macs, fib->dmac, ETH_ALEN);
+		__builtin_memcpy(macs + ETH_ALEN, fib->smac, ETH_ALEN);
+		if (ctx_store_bytes(ctx, 0, macs, sizeof(macs), 0) < 0)
 			return count_drop(DROP_CSUM_FAILED, ctx_len(ctx));
 		return ctx_redirect(ctx, fib->ifindex);
 	}

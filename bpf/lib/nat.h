@@ -67,6 +67,83 @@ static __always_inline int nat4_rewrite_endpoint(struct __ctx_buff *ctx, const s
 	return nat4_rewrite_port(ctx, p, side, side == NAT_SRC ? p->sport : p->dport, port);
 }
 
+/* Ones' complement sums on 32-bit partial sums (RFC 1071): add with end-around carry. */
+static __always_inline __u32 csum32_add(__u32 a, __u32 b)
+{
+	__u32 s = a + b;
+
+	return s + (s < b);
+}
+
+/* A partial sum after a 32-bit word changed from `from` to `to`. */
+static __always_inline __u32 csum32_replace(__u32 sum, __u32 from, __u32 to)
+{
+	return csum32_add(csum32_add(sum, ~from), to);
+}
+
+static __always_inline __u16 csum32_fold(__u32 s)
+{
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)s;
+}
+
+/* The IPv4 header from the TTL to the destination address: what forwarding rewrites. */
+struct ipv4_routed_part {
+	__u8 ttl;
+	__u8 protocol;
+	__sum16 check;
+	__be32 saddr;
+	__be32 daddr;
+};
+
+/* Both ports of TCP or UDP, as they lie in the header (one 32-bit word, aligned). */
+union l4_ports {
+	struct {
+		__be16 sport;
+		__be16 dport;
+	};
+	__u32 word;
+};
+
+/* Forward a packet as both endpoints translated (DNAT and SNAT at once): one read and one
+ * write of the IPv4 header with its checksum computed here, one write of both ports, and
+ * one L4 checksum update each for the pseudo-header (addresses) and the ports (a checksum
+ * the sender left partial takes the first only, which the kernel's helper knows). The
+ * TTL goes down by one: forwarding to another host is routing. The words are summed as
+ * they lie in memory, so the byte order takes care of itself. */
+static __always_inline int nat4_rewrite_forwarded(struct __ctx_buff *ctx, const struct pkt4 *p, __be32 saddr, __be16 sport,
+						  __be32 daddr, __be16 dport)
+{
+	__u32 csum = l4_csum_off(p);
+	struct ipv4_routed_part ip;
+	union l4_ports ports = { .sport = sport, .dport = dport }, old_ports = { .sport = p->sport, .dport = p->dport };
+	__u16 old_word, new_word;
+	__u32 addrs, sum;
+
+	if (ctx_load_bytes(ctx, IP_TTL_OFF(p), &ip, sizeof(ip)) < 0)
+		return -1;
+	addrs = csum32_replace(csum32_replace(0, ip.saddr, saddr), ip.daddr, daddr);
+	__builtin_memcpy(&old_word, &ip, sizeof(old_word));
+	ip.ttl--;
+	__builtin_memcpy(&new_word, &ip, sizeof(new_word));
+	sum = csum32_add(addrs, csum32_add((__u16)~old_word, new_word));
+	ip.check = (__sum16)~csum32_fold(csum32_add((__u16)~ip.check, sum));
+	ip.saddr = saddr;
+	ip.daddr = daddr;
+	if (ctx_store_bytes(ctx, IP_TTL_OFF(p), &ip, sizeof(ip), 0) < 0)
+		return -1;
+	if (!csum)
+		return 0;
+	if (!p->fragment && ctx_l4_csum_replace(ctx, csum, 0, addrs, BPF_F_PSEUDO_HDR | l4_csum_flags(p)) < 0)
+		return -1;
+	if (ports.word == old_ports.word)
+		return 0;
+	if (ctx_l4_csum_replace(ctx, csum, 0, csum32_replace(0, old_ports.word, ports.word), l4_csum_flags(p)) < 0)
+		return -1;
+	return ctx_store_bytes(ctx, p->l4_off, &ports, sizeof(ports), 0);
+}
+
 /* Forwarding to another host is routing: the TTL goes down by one. */
 static __always_inline int ipv4_dec_ttl(struct __ctx_buff *ctx, const struct pkt4 *p)
 {

@@ -48,9 +48,7 @@ static __always_inline int nat4_forward(struct __ctx_buff *ctx, const struct pkt
 	route = fib4_lookup(ctx, saddr, daddr, &fib);
 	if (!fib4_usable(route))
 		return fib4_unusable(p->len);
-	if (nat4_rewrite_endpoint(ctx, p, NAT_DST, daddr, dport) < 0 ||
-	    nat4_rewrite_endpoint(ctx, p, NAT_SRC, saddr, sport) < 0 ||
-	    ipv4_dec_ttl(ctx, p) < 0)
+	if (nat4_rewrite_forwarded(ctx, p, saddr, sport, daddr, dport) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	frag4_record(p, saddr, daddr, FRAG_ACT_REDIRECT);
 	count_stat(stat, p->len);
@@ -75,7 +73,8 @@ static __always_inline int nodeport_reply_local(struct __ctx_buff *ctx, const st
 	return CTX_ACT_OK;
 }
 
-/* Keep a flow's reply binding alive, or restore it after LRU eviction. */
+/* Keep a flow's reply binding alive (whenever the flow's lifetime is written), or restore
+ * it after LRU eviction. */
 static __always_inline int nat4_keep(const struct pkt4 *p, const struct ct4_key *reply, const struct ct4_entry *ct, __u8 flags)
 {
 	struct nat4_entry *nat = bpf_map_lookup_elem(&nat4, reply);
@@ -113,7 +112,9 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 	struct ct4_entry *ct;
 	struct ct4_entry fresh = {};
 	struct lb4_backend *b = NULL;
+	__u64 expires;
 	__u8 flags;
+	int due;
 
 	ct4_key_of(p, &key);
 	ct = bpf_map_lookup_elem(&ct4, &key);
@@ -167,10 +168,14 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 			return count_drop(DROP_CT_MAP_FULL, p->len);
 	}
 	flags = ct_flags_client(p, ct->flags, ct->client_seq_next);
+	expires = now + ct_lifetime_ns(p->proto, flags);
+	/* A new flow is due too: its entry's lifetime was 0. */
+	due = ct_refresh_due(ct->flags, flags, ct->expires_ns, expires);
 	ct->client_seq_next = ct_client_seq_next(p, ct->client_seq_next);
 	ct->flags = flags;
 	ct->tcp_flags |= p->tcp_flags;
-	ct->expires_ns = now + ct_lifetime_ns(p->proto, flags);
+	if (due)
+		ct->expires_ns = expires;
 	ct->packets++;
 	ct->bytes += p->len;
 
@@ -187,7 +192,7 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 			.proto = p->proto,
 		};
 
-		if (nat4_keep(p, &reply, ct, flags) < 0)
+		if (due && nat4_keep(p, &reply, ct, flags) < 0)
 			return count_drop(DROP_CT_MAP_FULL, p->len);
 	}
 	if (flags & CT_F_LOCAL) {

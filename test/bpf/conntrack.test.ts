@@ -1,5 +1,6 @@
-// Conntrack lifetimes as the program sets them (SYN, established, closing, UDP) and the
-// user-space collector that removes expired flows.
+// Conntrack lifetimes as the program sets them (SYN, established, closing, UDP; written on
+// a change of state or once a second) and the user-space collector that removes expired
+// flows.
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { collectConntrack, collectOrphans, monotonicNs } from '../../src/datapath/ct-gc.js';
 import { CtFlags } from '../../src/datapath/layouts.js';
@@ -48,6 +49,31 @@ describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
     node.run('tc_ingress', toNodePort(62001, 'FA'));
     expect(ctTtl().flags & CtFlags.CT_F_CLOSING).toBeTruthy();
     expect(ctTtl().ttl).toBeLessThanOrEqual(LIFETIMES.tcpClosing);
+  });
+
+  it('writes a flow\'s lifetime (and its reply binding) when its state changes or the lifetime moves a second, not on every packet', async () => {
+    const expires = () => ({ ct: node.dp.maps.ct4.entries()[0]![1].expiresNs, nat: node.dp.maps.nat4.entries()[0]![1].expiresNs });
+    node.run('tc_ingress', toNodePort(62020, 'S'));
+    node.run('tc_egress', replyFromPod(62020, 'SA'));
+    node.run('tc_ingress', toNodePort(62020, 'A'));
+    const established = expires();
+    expect(established.nat).toBe(established.ct);
+    // The next segments, within the second: nothing written, either way.
+    node.run('tc_ingress', toNodePort(62020, 'A'));
+    node.run('tc_egress', replyFromPod(62020, 'A'));
+    expect(expires()).toEqual(established);
+    // A binding lost meanwhile (LRU eviction) comes back with the next write.
+    node.dp.maps.nat4.delete(node.dp.maps.nat4.entries()[0]![0]);
+    await new Promise((r) => setTimeout(r, 1100));
+    node.run('tc_ingress', toNodePort(62020, 'A'));
+    const later = expires();
+    expect(later.ct).toBeGreaterThan(established.ct + 1_000_000_000n);
+    expect(later.nat).toBe(later.ct);
+    // A state change is written at once.
+    node.run('tc_ingress', toNodePort(62020, 'FA'));
+    expect(ctTtl().flags & CtFlags.CT_F_CLOSING).toBeTruthy();
+    expect(ctTtl().ttl).toBeLessThanOrEqual(LIFETIMES.tcpClosing);
+    expect(expires().nat).toBe(expires().ct);
   });
 
   it('half-open: a SYN answered but never acknowledged keeps the SYN lifetime, whatever the SYN-ACKs', () => {
