@@ -39,7 +39,9 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 	 * answer the same packet. */
 	if (ctx->pkt_type == PACKET_OTHERHOST)
 		return CTX_ACT_UNSPEC;
+	STAGE_END(1);
 	rc = parse_ipv4(ctx, &p);
+	STAGE_END(2);
 
 	if (rc == PARSE_NOT_IPV4)
 		return arp_respond(ctx);
@@ -65,6 +67,7 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 		if (nat)
 			return nodeport_reply_remote(ctx, &p, nat);
 	}
+	STAGE_END(3);
 	return nodeport_ingress(ctx, &p);
 }
 

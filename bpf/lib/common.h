@@ -30,4 +30,17 @@
 
 #define NSEC_PER_SEC 1000000000ULL
 
+/* Markers along a packet's path for bench/packet-stages.ts, which builds the program with
+ * FERRY_STAGE_STOP=n to return at marker n and so time the path up to it. Nothing in any
+ * other build. */
+#ifdef FERRY_STAGE_STOP
+#define STAGE_END(n)                                \
+	do {                                        \
+		if ((n) == FERRY_STAGE_STOP)        \
+			return CTX_ACT_OK;          \
+	} while (0)
+#else
+#define STAGE_END(n) do { } while (0)
+#endif
+
 #endif

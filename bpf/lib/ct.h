@@ -107,6 +107,24 @@ static __always_inline __u32 ct_client_seq_next(const struct pkt4 *p, __u32 seq_
 	return seq_next;
 }
 
+/* A client packet on its flow's entry: state, counters, and the lifetime when due (always
+ * for a new entry, whose lifetime is 0). Returns whether the lifetime was written. */
+static __always_inline int ct4_account_client(struct ct4_entry *ct, const struct pkt4 *p, __u64 now)
+{
+	__u8 flags = ct_flags_client(p, ct->flags, ct->client_seq_next);
+	__u64 expires = now + ct_lifetime_ns(p->proto, flags);
+	int due = ct_refresh_due(ct->flags, flags, ct->expires_ns, expires);
+
+	ct->client_seq_next = ct_client_seq_next(p, ct->client_seq_next);
+	ct->flags = flags;
+	ct->tcp_flags |= p->tcp_flags;
+	if (due)
+		ct->expires_ns = expires;
+	ct->packets++;
+	ct->bytes += p->len;
+	return due;
+}
+
 static __always_inline void ct4_key_of(const struct pkt4 *p, struct ct4_key *k)
 {
 	k->saddr = p->saddr;

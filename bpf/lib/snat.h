@@ -107,25 +107,30 @@ static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct
 		else if (i > first_hashed)
 			port = snat_port_min + (bpf_get_prandom_u32() % span);
 		reply.dport = bpf_htons(port);
+		/* Looked up first: a port that is taken is written in place (an update would
+		 * allocate an element and free the old one), and only a port that is free or
+		 * being taken over from a finished flow needs the host's sockets asked. */
+		old = bpf_map_lookup_elem(&nat4, &reply);
+		if (old && snat4_binding_ours(old, &nat)) {
+			*old = nat;
+			return reply.dport;
+		}
+		if (old && !snat4_binding_over(old, now)) {
+			if (!victim && snat4_binding_reclaimable(old))
+				victim = reply.dport;
+			continue;
+		}
 		if (snat4_port_in_use(ctx, &reply))
 			continue;
-		if (bpf_map_update_elem(&nat4, &reply, &nat, BPF_NOEXIST) == 0)
-			return reply.dport;
-		old = bpf_map_lookup_elem(&nat4, &reply);
-		if (!old)
-			continue;
-		if (snat4_binding_ours(old, &nat)) {
-			if (bpf_map_update_elem(&nat4, &reply, &nat, BPF_EXIST) == 0)
+		if (!old) {
+			/* NOEXIST: of two new flows racing for a free port, one gets it. */
+			if (bpf_map_update_elem(&nat4, &reply, &nat, BPF_NOEXIST) == 0)
 				return reply.dport;
 			continue;
 		}
-		if (snat4_binding_over(old, now)) {
-			snat4_forget_flow(old, &reply);
-			if (bpf_map_update_elem(&nat4, &reply, &nat, BPF_EXIST) == 0)
-				return reply.dport;
-		} else if (!victim && snat4_binding_reclaimable(old)) {
-			victim = reply.dport;
-		}
+		snat4_forget_flow(old, &reply);
+		*old = nat;
+		return reply.dport;
 	}
 	if (!victim)
 		return 0;
@@ -136,9 +141,8 @@ static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct
 		if (!old || !snat4_binding_reclaimable(old))
 			return 0;
 		snat4_forget_flow(old, &reply);
+		*old = nat;
 	}
-	if (bpf_map_update_elem(&nat4, &reply, &nat, BPF_EXIST) < 0)
-		return 0;
 	count_stat(STAT_NAT_EARLY_DROP, p->len);
 	return victim;
 }

@@ -70,6 +70,8 @@ export interface Libbpf {
   mapSetInitialValue(map: Pointer, data: Buffer): number;
   programName(prog: Pointer): string;
   programSectionName(prog: Pointer): string;
+  /** The verifier's log for this program's load into `buf` at `level` (4: statistics only). */
+  programSetLog(prog: Pointer, level: number, buf: Buffer): number;
   programFd(prog: Pointer): number;
   programType(prog: Pointer): number;
   programAttachXdp(prog: Pointer, ifindex: number): Pointer | null;
@@ -214,6 +216,8 @@ function bind(): Libbpf {
   const mapSetInit = f('int bpf_map__set_initial_value(bpf_map *map, const void *data, size_t size)');
   const progName = f('const char *bpf_program__name(bpf_program *prog)');
   const progSec = f('const char *bpf_program__section_name(bpf_program *prog)');
+  const progLogLevel = f('int bpf_program__set_log_level(bpf_program *prog, uint32_t level)');
+  const progLogBuf = f('int bpf_program__set_log_buf(bpf_program *prog, void *buf, size_t size)');
   const progFd = f('int bpf_program__fd(bpf_program *prog)');
   const progType = f('int bpf_program__type(bpf_program *prog)');
   const attachXdp = f('bpf_link *bpf_program__attach_xdp(bpf_program *prog, int ifindex)');
@@ -298,6 +302,7 @@ function bind(): Libbpf {
     mapSetInitialValue: (m, data) => mapSetInit(m, data, data.length),
     programName: (p) => progName(p),
     programSectionName: (p) => progSec(p),
+    programSetLog: (p, level, buf) => progLogLevel(p, level) || progLogBuf(p, buf, buf.length),
     programFd: (p) => progFd(p),
     programType: (p) => progType(p),
     programAttachXdp: (p, ifindex) => attachXdp(p, ifindex),

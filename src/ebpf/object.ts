@@ -45,6 +45,7 @@ export class BpfObject implements Resource {
   private readonly rodata: { map: Pointer; data: Buffer } | undefined;
   private pinOpts: PinOptions | undefined;
   private adoptedFds: number[] = [];
+  private readonly statsLogs = new Map<string, Buffer>();
   readonly pinReport: PinReport = { adopted: [], created: [], replaced: [] };
 
   private constructor(path: string, handle: Pointer) {
@@ -226,6 +227,24 @@ export class BpfObject implements Resource {
       if (rc < 0) throw errnoError(op, rc, ErrorCode.MapOp);
       this.pinReport.adopted.push(name);
     }
+  }
+
+  /** Have the verifier report its statistics for every program at load (verifierStats). */
+  collectVerifierStats(): void {
+    this.requireOpenPhase(`collect verifier statistics of ${this.path}`);
+    for (const p of this.programs()) {
+      const log = Buffer.alloc(4096); // libbpf keeps the pointer until load: held in statsLogs
+      const rc = libbpf().programSetLog(p.handle, 4 /* BPF_LOG_STATS */, log);
+      if (rc < 0) throw errnoError(`ask the verifier's statistics of ${p.name}`, rc, ErrorCode.ObjectLoad);
+      this.statsLogs.set(p.name, log);
+    }
+  }
+
+  /** After load: the instructions the verifier processed for a program, and its limit. */
+  verifierStats(program: string): { processed: number; limit: number } | undefined {
+    const log = this.statsLogs.get(program)?.toString('utf8');
+    const m = /processed (\d+) insns \(limit (\d+)\)/.exec(log ?? '');
+    return m ? { processed: Number(m[1]), limit: Number(m[2]) } : undefined;
   }
 
   /** Load every program and map into the kernel. Verifier failures quote the failing lines. */

@@ -1,0 +1,151 @@
+// Where a packet's time goes in tc_ingress: the program built again with FERRY_STAGE_STOP=n
+// returns at the n-th STAGE_END marker of its path (bpf/lib/common.h), and each build is
+// timed on the same packet by BPF_PROG_TEST_RUN, so that the difference between two markers
+// is the cost of the code between them. Two paths: an established flow and a new flow, both
+// to a remote backend (SNAT), with the tests' own fixtures. A build that stops early leaves
+// the state a later marker needs unmade (a new flow stopped before its conntrack entry has
+// none): the established rows up to the conntrack lookup time a miss, as a new flow does.
+// Run as root: npx tsx bench/packet-stages.ts [--runs 2000]
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { BPF_CFLAGS, systemIncludeDir } from '../src/build/compile.js';
+import { defaultObjectsDir } from '../src/datapath/loader.js';
+import { BpfObject } from '../src/ebpf/object.js';
+import { skbContext } from '../src/ebpf/skb-context.js';
+import { testRun } from '../src/ebpf/test-run.js';
+import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../src/sandbox/datapath-node.js';
+import { CLIENT_PORT, TC_SERVICES, fixture } from '../src/sandbox/fixtures/tc.js';
+import { inNetns } from '../src/sys/netns.js';
+import { barChart } from './plot.js';
+import { fmtStat, markdownTable, median, progress, publish, ratio, stat, type Stat } from './report.js';
+
+const { values } = parseArgs({ options: { runs: { type: 'string' } } });
+const RUNS = Number(values.runs ?? 2000);
+const BATCHES = 5;
+const ROOT = resolve(import.meta.dirname, '..');
+
+/** The markers in path order (STAGE_END(n) in bpf/), and what runs up to each. */
+const STAGES: Array<{ n: number; what: string; newOnly?: boolean }> = [
+  { n: 1, what: 'entry: monitor check, frame type' },
+  { n: 2, what: 'headers parsed' },
+  { n: 3, what: 'not a reply to an SNATed flow' },
+  { n: 4, what: 'frontend looked up (and source ranges)' },
+  { n: 5, what: 'conntrack entry and its backend looked up' },
+  { n: 6, what: 'backend chosen (affinity, Maglev or slot)', newOnly: true },
+  { n: 7, what: 'SNAT port reserved (host sockets checked)', newOnly: true },
+  { n: 8, what: 'conntrack entry written', newOnly: true },
+  { n: 9, what: 'flow state updated' },
+  { n: 10, what: 'reply binding kept' },
+  { n: 11, what: 'route looked up (bpf_fib_lookup)' },
+  { n: 12, what: 'headers rewritten, counted' },
+  { n: 0, what: 'MACs written, redirected (the whole program)' },
+];
+
+const CASES = [
+  { name: 'established flow, remote backend (SNAT)', id: 'nodeport-remote-established', fresh: false },
+  { name: 'new flow, remote backend (SNAT)', id: 'nodeport-remote', fresh: true },
+];
+
+function build(dir: string, stop: number): string {
+  const out = join(dir, String(stop));
+  mkdirSync(out, { recursive: true });
+  execFileSync('clang', [...BPF_CFLAGS, ...(stop ? [`-DFERRY_STAGE_STOP=${stop}`] : []), '-I', join(ROOT, 'bpf'), '-isystem', systemIncludeDir(ROOT), '-c', join(ROOT, 'bpf', 'tc.bpf.c'), '-o', join(out, 'tc.bpf.o')]);
+  copyFileSync(join(defaultObjectsDir(), 'sock.bpf.o'), join(out, 'sock.bpf.o'));
+  return out;
+}
+
+function timeCase(node: DatapathNode, c: (typeof CASES)[number]): Stat {
+  const f = fixture(c.id);
+  node.flushState();
+  const skb = skbContext({ ifindex: node.ifindex });
+  const run = (d: Buffer) => inNetns(node.host.netns, () => testRun(node.program('tc_ingress'), { data: d, ctx: skb }).durationNs);
+  for (const s of f.setup ?? []) run(s.input);
+  const key = { saddr: CLIENT_IP, daddr: NODE_IP, sport: CLIENT_PORT, dport: 30081, proto: 6 };
+  return stat(Array.from({ length: BATCHES }, () => median(Array.from({ length: RUNS }, () => {
+    if (c.fresh) node.dp.maps.ct4.delete(key);
+    return run(f.input);
+  }))));
+}
+
+/** How much of the verifier's instruction limit each datapath program takes to verify. */
+function verifierUse(): string[] {
+  const out: string[] = [];
+  for (const [file, programs] of [['tc.bpf.o', ['tc_ingress', 'tc_egress']], ['xdp.bpf.o', ['xdp_ingress']]] as const) {
+    const obj = BpfObject.open(join(defaultObjectsDir(), file));
+    try {
+      obj.collectVerifierStats();
+      obj.load();
+      for (const name of programs) {
+        const s = obj.verifierStats(name);
+        if (s) out.push(`${name}: the verifier processed ${s.processed} instructions of its ${s.limit} limit (${((100 * s.processed) / s.limit).toFixed(0)}%)`);
+      }
+    } finally {
+      obj.close();
+    }
+  }
+  return out;
+}
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'ferry-stages-'));
+  const rows: Array<{ n: number; what: string; ns: Record<string, Stat> }> = [];
+  let empty: Stat;
+  try {
+    const pass = BpfObject.open(join(defaultObjectsDir(), 'tests', 'empty.bpf.o'));
+    pass.load();
+    const probe = await datapathNode({});
+    const packet = fixture('nodeport-remote').input;
+    empty = stat(Array.from({ length: BATCHES }, () => median(Array.from({ length: RUNS }, () => inNetns(probe.host.netns, () => testRun(pass.program('pass'), { data: packet, ctx: skbContext({ ifindex: probe.ifindex }) }).durationNs)))));
+    pass.close();
+    await probe.close();
+    for (const s of STAGES) {
+      const node = await datapathNode({ objectsDir: build(dir, s.n) });
+      try {
+        node.writer.apply(TC_SERVICES);
+        const ns: Record<string, Stat> = {};
+        for (const c of CASES) if (!s.newOnly || c.fresh) ns[c.name] = timeCase(node, c);
+        rows.push({ n: s.n, what: s.what, ns });
+        progress(`stage ${s.n} timed\n`);
+      } finally {
+        await node.close();
+      }
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const tables = CASES.map((c) => {
+    let prev = empty.median;
+    const body = rows.filter((r) => r.ns[c.name]).map((r) => {
+      const s = r.ns[c.name]!;
+      const delta = s.median - prev;
+      prev = s.median;
+      return [r.n || 'end', r.what, fmtStat(s, 0), delta.toFixed(0), ratio(s.median, empty.median)];
+    });
+    return `**${c.name}**\n\n${markdownTable(['marker', 'up to and including', 'ns/packet', '+ns from the previous row', '× empty'], [['-', 'empty program', fmtStat(empty, 0), '', '1.00'], ...body])}`;
+  });
+  publish({
+    name: 'packet-stages',
+    title: 'Where a packet\'s time goes in tc_ingress (BPF_PROG_TEST_RUN, builds stopped at each marker)',
+    command: `npx tsx bench/packet-stages.ts --runs ${RUNS}`,
+    method: `tc.bpf.c built once per STAGE_END marker with FERRY_STAGE_STOP=n (the program returns there) and once whole; each build loaded into a testbed node with the tc fixtures' Services and timed by BPF_PROG_TEST_RUN as single runs (${BATCHES} batches of ${RUNS}, each batch's median, then the median and spread of the batches), like bench/packet-cost.ts. A row's "+ns" is the code between two markers; differences of a few ns are within the noise. The new flow has its conntrack entry deleted before each run (its SNAT binding stays and is taken back as its own). Early stops leave later state unmade: up to marker 5 the established case times a conntrack miss.`,
+    tables,
+    notes: verifierUse(),
+    plots: [{
+      file: 'packet-stages.svg', caption: 'ns per packet up to each marker',
+      svg: barChart({
+        title: 'ns per packet up to each marker (lower is better)', yLabel: 'ns',
+        groups: ['empty', ...rows.map((r) => String(r.n || 'end'))],
+        series: CASES.map((c) => ({ name: c.name, values: [empty.median, ...rows.map((r) => r.ns[c.name]?.median ?? null)] })),
+      }),
+    }],
+    data: { runs: RUNS, batches: BATCHES, emptyNs: empty, rows },
+  });
+}
+
+main().catch((e: Error) => {
+  process.stderr.write(`${e.stack}\n`);
+  process.exit(1);
+});
