@@ -11,7 +11,7 @@
 const volatile __be32 snat_ipv4 = 0;        /* the node address remote flows leave from */
 const volatile __u16 snat_port_min = 61000; /* SNAT source ports, host order; keep them */
 const volatile __u16 snat_port_max = 65535; /* out of ip_local_port_range */
-const volatile __u32 snat_retries = 16;     /* random tries when the client's port is taken */
+const volatile __u32 snat_retries = 8;      /* probe-sequence tries when the client's port is taken */
 const volatile __u32 hash_seed = 0;         /* backend-selection hash seed, cluster-wide */
 const volatile __u8 forwarding_mode = FWD_MODE_SNAT; /* enum fwd_mode: remote backends */
 const volatile __u32 maglev_table_size = 0;          /* 0: Maglev off; else a prime, e.g. 16381 */

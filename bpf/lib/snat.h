@@ -68,10 +68,26 @@ static __always_inline int snat4_binding_ours(const struct nat4_entry *old, cons
 	       old->frontend_addr == want->frontend_addr && old->frontend_port == want->frontend_port;
 }
 
+/* The stride of a flow's probe sequence after its client's own port (double hashing: the
+ * k-th try is hash + k * stride, modulo the range). The sequence is the same every time,
+ * so that a flow whose conntrack entry was lost walks it again and finds its binding
+ * wherever the first free port was (random tries could not be retraced: a flow whose
+ * first port was taken broke when its entry was evicted). The hash is keyed by the
+ * cluster's secret seed, so outsiders cannot aim at a flow's ports. Odd, and from
+ * murmur3's finaliser of the hash, so that flows sharing a first port part after it. */
+static __always_inline __u32 snat4_probe_stride(__u32 hash)
+{
+	hash ^= hash >> 16;
+	hash *= 0x85ebca6b;
+	hash ^= hash >> 13;
+	hash *= 0xc2b2ae35;
+	hash ^= hash >> 16;
+	return hash | 1;
+}
+
 /* Reserve the reply tuple (backend → node:port) for a new SNAT binding: the client's own
- * port if free, then a port from the flow's hash (the same every time, so that a flow whose
- * conntrack entry was lost finds its binding again), then random ports in range; with none
- * free, a never-established flow's port. Returns the port (network order) or 0. */
+ * port if free, then the ports of the flow's probe sequence; with none free, a
+ * never-established flow's port. Returns the port (network order) or 0. */
 static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct pkt4 *p, const struct lb4_backend *b,
 					    const struct lb4_key *fe, __u32 rev_nat_id, __u64 now)
 {
@@ -92,8 +108,9 @@ static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct
 	};
 	__u16 port = bpf_ntohs(p->sport);
 	__u32 span = (__u32)snat_port_max - snat_port_min + 1;
-	__u16 hashed = snat_port_min + flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed) % span;
-	__u32 first_hashed = (port < snat_port_min || port > snat_port_max) ? 0 : 1;
+	__u32 probe = flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed);
+	__u32 stride = snat4_probe_stride(probe);
+	__u32 first_probe = (port < snat_port_min || port > snat_port_max) ? 0 : 1;
 	__be16 victim = 0;
 	__u32 i;
 
@@ -102,10 +119,10 @@ static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct
 
 		if (i > snat_retries)
 			break;
-		if (i == first_hashed)
-			port = hashed;
-		else if (i > first_hashed)
-			port = snat_port_min + (bpf_get_prandom_u32() % span);
+		if (i >= first_probe) {
+			port = snat_port_min + probe % span;
+			probe += stride;
+		}
 		reply.dport = bpf_htons(port);
 		/* Looked up first: a port that is taken is written in place (an update would
 		 * allocate an element and free the old one), and only a port that is free or

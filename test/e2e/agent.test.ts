@@ -166,7 +166,8 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
     try {
       await node1.host.ip('link', 'set', 'hot0', 'up');
       expect(await eventually(filters, (f) => f.includes('tc_ingress'), 10_000), agent.output().slice(-3000)).toContain('tc_ingress');
-      expect(agent.output()).toMatch(/"device":"hot0","msg":"device attached"/);
+      // The log line follows the attach: wait for it too (it lost that race once under load).
+      expect(await eventually(async () => agent.output(), (o) => o.includes('"device":"hot0","msg":"device attached"'), 5000)).toMatch(/"device":"hot0","msg":"device attached"/);
       expect((await node1.host.exec(['tc', 'filter', 'show', 'dev', 'cold0', 'ingress'])).stdout).not.toContain('tc_ingress');
     } finally {
       await node1.host.exec(['ip', 'link', 'del', 'hot0']);
