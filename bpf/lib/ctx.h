@@ -12,6 +12,7 @@
 #define FERRY_LIB_CTX_H
 
 #include "common.h"
+#include "csum.h"
 
 /* XDP's direct packet access up to this offset (a bound the verifier needs); beyond, helpers. */
 #define CTX_DIRECT_MAX_OFF 256
@@ -85,8 +86,7 @@ static __always_inline long ctx_store_bytes(struct xdp_md *ctx, __u32 off, const
 	return bpf_xdp_store_bytes(ctx, off, (void *)from, len);
 }
 
-/* Ones' complement arithmetic (RFC 1624): a checksum field after `from` became `to`. The
- * words are summed as they lie in memory, so the byte order takes care of itself. */
+/* A checksum field after `from` became `to` (RFC 1624), as the kernel's helpers do it. */
 static __always_inline __u16 csum16_replace(__u16 check, __u32 from, __u32 to, __u32 size)
 {
 	__u32 sum = (__u16)~check;
@@ -100,9 +100,7 @@ static __always_inline __u16 csum16_replace(__u16 check, __u32 from, __u32 to, _
 	} else {
 		sum += (__u16)~(from & 0xffff) + (to & 0xffff);
 	}
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return (__u16)~sum;
+	return csum_fold32(sum);
 }
 
 static __always_inline long ctx_l3_csum_replace(struct xdp_md *ctx, __u32 off, __u32 from, __u32 to, __u64 size)

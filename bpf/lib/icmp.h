@@ -16,13 +16,6 @@ struct icmp4_reject_pkt {
 	__u8 quote[ICMP_REJECT_QUOTE];
 };
 
-static __always_inline __u16 csum_fold32(__u32 csum)
-{
-	csum = (csum & 0xffff) + (csum >> 16);
-	csum = (csum & 0xffff) + (csum >> 16);
-	return (__u16)~csum;
-}
-
 /* May this node send one more ICMP error now? A token bucket per CPU: icmp_rate_per_sec
  * messages a second, icmp_burst at once. A flood of packets that each earn an error must
  * not turn the node into a flood of errors. */

@@ -2,6 +2,7 @@
 #ifndef FERRY_LIB_NAT_H
 #define FERRY_LIB_NAT_H
 
+#include "csum.h"
 #include "ctx.h"
 #include "parse.h"
 
@@ -67,27 +68,6 @@ static __always_inline int nat4_rewrite_endpoint(struct __ctx_buff *ctx, const s
 	return nat4_rewrite_port(ctx, p, side, side == NAT_SRC ? p->sport : p->dport, port);
 }
 
-/* Ones' complement sums on 32-bit partial sums (RFC 1071): add with end-around carry. */
-static __always_inline __u32 csum32_add(__u32 a, __u32 b)
-{
-	__u32 s = a + b;
-
-	return s + (s < b);
-}
-
-/* A partial sum after a 32-bit word changed from `from` to `to`. */
-static __always_inline __u32 csum32_replace(__u32 sum, __u32 from, __u32 to)
-{
-	return csum32_add(csum32_add(sum, ~from), to);
-}
-
-static __always_inline __u16 csum32_fold(__u32 s)
-{
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return (__u16)s;
-}
-
 /* The IPv4 header from the TTL to the destination address: what forwarding rewrites. */
 struct ipv4_routed_part {
 	__u8 ttl;
@@ -128,7 +108,7 @@ static __always_inline int nat4_rewrite_forwarded(struct __ctx_buff *ctx, const 
 	ip.ttl--;
 	__builtin_memcpy(&new_word, &ip, sizeof(new_word));
 	sum = csum32_add(addrs, csum32_add((__u16)~old_word, new_word));
-	ip.check = (__sum16)~csum32_fold(csum32_add((__u16)~ip.check, sum));
+	ip.check = csum_fold32(csum32_add((__u16)~ip.check, sum));
 	ip.saddr = saddr;
 	ip.daddr = daddr;
 	if (ctx_store_bytes(ctx, IP_TTL_OFF(p), &ip, sizeof(ip), 0) < 0)

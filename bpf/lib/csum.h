@@ -1,0 +1,31 @@
+/* Ones' complement arithmetic for the Internet checksum (RFC 1071, RFC 1624), on 32-bit
+ * partial sums. Words are summed as they lie in memory, so the byte order takes care of
+ * itself. */
+#ifndef FERRY_LIB_CSUM_H
+#define FERRY_LIB_CSUM_H
+
+#include <linux/types.h>
+
+/* a + b with the end-around carry. */
+static __always_inline __u32 csum32_add(__u32 a, __u32 b)
+{
+	__u32 s = a + b;
+
+	return s + (s < b);
+}
+
+/* A partial sum after a 32-bit word changed from `from` to `to`. */
+static __always_inline __u32 csum32_replace(__u32 sum, __u32 from, __u32 to)
+{
+	return csum32_add(csum32_add(sum, ~from), to);
+}
+
+/* A partial sum folded to 16 bits and complemented: the checksum field's value. */
+static __always_inline __u16 csum_fold32(__u32 csum)
+{
+	csum = (csum & 0xffff) + (csum >> 16);
+	csum = (csum & 0xffff) + (csum >> 16);
+	return (__u16)~csum;
+}
+
+#endif
