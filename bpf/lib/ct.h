@@ -151,8 +151,9 @@ static __always_inline void ct4_key_of_binding(const struct nat4_entry *nat, __u
 }
 
 /* A reply passed through its binding: the binding and the client's conntrack entry learn
- * what it says (seen a reply, closing, reset) and live on. */
-static __always_inline void ct4_track_reply(const struct pkt4 *p, struct nat4_entry *nat)
+ * what it says (seen a reply, closing, reset) and live on. Returns whether the lifetime
+ * was written. */
+static __always_inline int ct4_track_reply(const struct pkt4 *p, struct nat4_entry *nat)
 {
 	__u8 flags = ct_flags_reply(p, nat->flags);
 	__u64 expires = bpf_ktime_get_ns() + ct_lifetime_ns(p->proto, flags);
@@ -164,7 +165,7 @@ static __always_inline void ct4_track_reply(const struct pkt4 *p, struct nat4_en
 	nat->packets++;
 	nat->bytes += p->len;
 	if (!due)
-		return;
+		return 0;
 	nat->expires_ns = expires;
 	ct4_key_of_binding(nat, p->proto, &fwd);
 	ct = bpf_map_lookup_elem(&ct4, &fwd);
@@ -172,6 +173,7 @@ static __always_inline void ct4_track_reply(const struct pkt4 *p, struct nat4_en
 		ct->flags |= flags & CT_REPLY_STATE;
 		ct->expires_ns = nat->expires_ns;
 	}
+	return 1;
 }
 
 #endif

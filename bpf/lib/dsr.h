@@ -85,7 +85,8 @@ static __always_inline int dsr4_pop(struct __ctx_buff *ctx, const struct pkt4 *p
  * is all the backend's node needs; UDP: on every datagram), routed on. No reply comes
  * back through this node. If the option would not fit the path MTU, the client is told
  * (fragmentation needed, an MTU 8 bytes smaller) instead of the packet being lost. */
-static __always_inline int nodeport_dsr(struct __ctx_buff *ctx, const struct pkt4 *p, const struct lb4_backend *b)
+static __always_inline int nodeport_dsr(struct __ctx_buff *ctx, const struct pkt4 *p, const struct lb4_backend *b,
+					struct ct4_entry *ct, int refresh)
 {
 	int with_opt = p->proto == IPPROTO_UDP || (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
 	__be32 vip = p->daddr;
@@ -95,13 +96,14 @@ static __always_inline int nodeport_dsr(struct __ctx_buff *ctx, const struct pkt
 
 	if (p->ttl <= 1)
 		return icmp4_time_exceeded(ctx, p);
-	if (with_opt) {
-		__u32 mtu = fib_mtu_exceeded4(ctx, p->saddr, b->address, p->ip_len + DSR_OPT_LEN);
+	/* A packet that takes the option is routed with the MTU checked for its new size. */
+	route = fib4_route_flow(ctx, p->saddr, b->address, with_opt ? p->ip_len + DSR_OPT_LEN : 0, &ct->hop_ifindex,
+				ct->hop_macs, refresh, &fib);
+	if (route == BPF_FIB_LKUP_RET_FRAG_NEEDED && with_opt) {
+		__u32 mtu = fib.mtu_result ? fib.mtu_result : 1500;
 
-		if (mtu)
-			return icmp4_send_unreach(ctx, p, ICMP_FRAG_NEEDED, mtu - DSR_OPT_LEN);
+		return icmp4_send_unreach(ctx, p, ICMP_FRAG_NEEDED, mtu - DSR_OPT_LEN);
 	}
-	route = fib4_lookup(ctx, p->saddr, b->address, &fib);
 	if (!fib4_usable(route))
 		return fib4_unusable(p->len);
 	if (nat4_rewrite_endpoint(ctx, p, NAT_DST, b->address, b->port) < 0 ||

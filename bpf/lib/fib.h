@@ -4,15 +4,51 @@
 
 #include "maps.h"
 
-/* The route to `daddr`, as if the packet came from `saddr` on the device it came in on. */
-static __always_inline long fib4_lookup(struct __ctx_buff *ctx, __be32 saddr, __be32 daddr, struct bpf_fib_lookup *fib)
+/* The route to `daddr`, as if the packet came from `saddr` on the device it came in on.
+ * With `tot_len`, the route's MTU is checked for a packet of that size (FRAG_NEEDED). */
+static __always_inline long fib4_lookup(struct __ctx_buff *ctx, __be32 saddr, __be32 daddr, __u16 tot_len,
+					struct bpf_fib_lookup *fib)
 {
 	__builtin_memset(fib, 0, sizeof(*fib));
 	fib->family = AF_INET;
 	fib->ifindex = ctx_fib_ifindex(ctx);
 	fib->ipv4_src = saddr;
 	fib->ipv4_dst = daddr;
+	fib->tot_len = tot_len;
 	return bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+}
+
+/* The route for a packet of a flow whose entry keeps its last next hop (`kept_ifindex`,
+ * `kept_macs`: hop_ifindex and hop_macs of a ct4 or nat4 entry). The kept hop is used
+ * unless `refresh` (the flow's lifetime is being written: a change of state, or a second
+ * of traffic), none is kept, or the MTU is to be checked (`tot_len`); else a lookup, whose
+ * complete result is kept. An established flow is so routed about once a second instead
+ * of per packet (the lookup was a fifth of a forwarded packet's cost), and a route or
+ * neighbour change reaches it within that second. `fib` holds the route either way (only
+ * the device and MACs when kept: all fib4_send reads of a successful route). */
+static __always_inline long fib4_route_flow(struct __ctx_buff *ctx, __be32 saddr, __be32 daddr, __u16 tot_len,
+					    __u32 *kept_ifindex, __u8 *kept_macs, int refresh, struct bpf_fib_lookup *fib)
+{
+	long rc;
+
+	if (!refresh && !tot_len) {
+		/* Read once: another CPU may be writing the entry's hop. */
+		fib->ifindex = *kept_ifindex;
+		if (fib->ifindex) {
+			__builtin_memcpy(fib->dmac, kept_macs, ETH_ALEN);
+			__builtin_memcpy(fib->smac, kept_macs + ETH_ALEN, ETH_ALEN);
+			return BPF_FIB_LKUP_RET_SUCCESS;
+		}
+	}
+	rc = fib4_lookup(ctx, saddr, daddr, tot_len, fib);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		*kept_ifindex = 0;
+		return rc;
+	}
+	__builtin_memcpy(kept_macs, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(kept_macs + ETH_ALEN, fib->smac, ETH_ALEN);
+	*kept_ifindex = fib->ifindex;
+	return rc;
 }
 
 /* Can a packet take this route? tc: when the next hop's MAC is known, or when only the
@@ -60,27 +96,11 @@ static __always_inline int fib4_send(struct __ctx_buff *ctx, const struct bpf_fi
 static __always_inline int fib_redirect4(struct __ctx_buff *ctx, __be32 saddr, __be32 daddr)
 {
 	struct bpf_fib_lookup fib;
-	long rc = fib4_lookup(ctx, saddr, daddr, &fib);
+	long rc = fib4_lookup(ctx, saddr, daddr, 0, &fib);
 
 	if (!fib4_usable(rc))
 		return count_drop(DROP_FIB_FAILED, ctx_len(ctx));
 	return fib4_send(ctx, &fib, rc);
-}
-
-/* Would a packet of `tot_len` bytes to `daddr` fit the route's MTU? 0 if so (or unknown),
- * else the MTU. */
-static __always_inline __u32 fib_mtu_exceeded4(struct __ctx_buff *ctx, __be32 saddr, __be32 daddr, __u16 tot_len)
-{
-	struct bpf_fib_lookup fib = {};
-
-	fib.family = AF_INET;
-	fib.ifindex = ctx_fib_ifindex(ctx);
-	fib.ipv4_src = saddr;
-	fib.ipv4_dst = daddr;
-	fib.tot_len = tot_len;
-	if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) == BPF_FIB_LKUP_RET_FRAG_NEEDED)
-		return fib.mtu_result ? fib.mtu_result : 1500;
-	return 0;
 }
 
 #endif

@@ -36,16 +36,18 @@ static __always_inline __u32 maglev_select(const struct lb4_service *svc, __u32 
 }
 
 /* Rewrite both ends of a packet that leaves this node again and send it on: TTL down,
- * counted, redirected to the next hop towards its new destination. */
+ * counted, sent to the next hop towards its new destination (the flow's kept hop, looked
+ * up again when `refresh`). */
 static __always_inline int nat4_forward(struct __ctx_buff *ctx, const struct pkt4 *p, __be32 daddr, __be16 dport,
-					__be32 saddr, __be16 sport, __u32 stat)
+					__be32 saddr, __be16 sport, __u32 stat, __u32 *kept_ifindex, __u8 *kept_macs,
+					int refresh)
 {
 	struct bpf_fib_lookup fib;
 	long route;
 
 	if (p->ttl <= 1)
 		return icmp4_time_exceeded(ctx, p);
-	route = fib4_lookup(ctx, saddr, daddr, &fib);
+	route = fib4_route_flow(ctx, saddr, daddr, 0, kept_ifindex, kept_macs, refresh, &fib);
 	if (!fib4_usable(route))
 		return fib4_unusable(p->len);
 	STAGE_END(11);
@@ -60,8 +62,10 @@ static __always_inline int nat4_forward(struct __ctx_buff *ctx, const struct pkt
 /* A reply from a remote backend to an SNATed flow: restore client and frontend. */
 static __always_inline int nodeport_reply_remote(struct __ctx_buff *ctx, const struct pkt4 *p, struct nat4_entry *nat)
 {
-	ct4_track_reply(p, nat);
-	return nat4_forward(ctx, p, nat->client_addr, nat->client_port, nat->frontend_addr, nat->frontend_port, STAT_REPLY_REMOTE);
+	int refresh = ct4_track_reply(p, nat);
+
+	return nat4_forward(ctx, p, nat->client_addr, nat->client_port, nat->frontend_addr, nat->frontend_port,
+			    STAT_REPLY_REMOTE, &nat->hop_ifindex, nat->hop_macs, refresh);
 }
 
 /* A reply from a local backend (tc egress): it leaves as the frontend. */
@@ -180,8 +184,8 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 	STAGE_END(9);
 
 	if (flags & CT_F_DSR)
-		return nodeport_dsr(ctx, p, b);
-	{
+		return nodeport_dsr(ctx, p, b, ct, due);
+	if (due) {
 		/* Where replies arrive: backend → client (local: tc egress restores the
 		 * frontend) or backend → node:nat_port (remote: tc ingress does). */
 		struct ct4_key reply = {
@@ -192,7 +196,7 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 			.proto = p->proto,
 		};
 
-		if (due && nat4_keep(p, &reply, ct, flags) < 0)
+		if (nat4_keep(p, &reply, ct, flags) < 0)
 			return count_drop(DROP_CT_MAP_FULL, p->len);
 	}
 	STAGE_END(10);
@@ -203,7 +207,8 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 		count_stat(STAT_FWD_LOCAL, p->len);
 		return CTX_ACT_OK; /* the stack routes it to the pod */
 	}
-	return nat4_forward(ctx, p, b->address, b->port, ct->nat_addr, ct->nat_port, STAT_FWD_REMOTE);
+	return nat4_forward(ctx, p, b->address, b->port, ct->nat_addr, ct->nat_port, STAT_FWD_REMOTE, &ct->hop_ifindex,
+			    ct->hop_macs, due);
 }
 
 /* A packet from outside for a frontend: balanced, rejected or dropped as kube-proxy would.

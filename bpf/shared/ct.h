@@ -57,6 +57,10 @@ struct ct4_entry {
 	__u64 bytes;
 	__u32 client_seq_next; /* TCP: host order, the sequence number the client sends next */
 	__u32 ifindex;         /* the device the flow arrived on (layout 2; 0 in flows from layout 1) */
+	/* Layout 4: the next hop the flow's packets to its backend were last sent to (lib/fib.h:
+	 * looked up again at least once a second of traffic). hop_ifindex 0: none kept. */
+	__u32 hop_ifindex;
+	__u8 hop_macs[12];     /* destination, then source MAC, as in struct ethhdr */
 };
 
 struct nat4_entry {
@@ -75,6 +79,9 @@ struct nat4_entry {
 	__be32 pending_addr;
 	__u64 packets;
 	__u64 bytes;
+	/* Layout 4: the next hop of this flow's replies to the client (SNAT only), as in ct4_entry. */
+	__u32 hop_ifindex;
+	__u8 hop_macs[12];
 };
 
 /* IPv4 fragments: the translation of a datagram's first fragment (the only one with

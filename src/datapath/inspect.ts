@@ -5,6 +5,7 @@ import { BackendFlags, CtFlags, DropReason, LbFlags, LbScope, Stat, mapSpecs, pr
 import { clearConntrack, monotonicNs } from './ct-gc.js';
 import { PinnedDatapath } from './pinned-view.js';
 import { interfaceName } from '../sys/interfaces.js';
+import { macText } from '../packet/addr.js';
 import { readServiceTable } from './service-table.js';
 
 /** The names of the datapath's maps. */
@@ -86,6 +87,8 @@ export interface FlowRow {
   nat: string;
   /** The device the flow arrived on ('-': unknown, a flow from before layout 2). */
   device: string;
+  /** Where its packets to a remote backend go next (the kept hop: device, MAC); '-': none kept. */
+  nextHop: string;
   flags: string;
   expires: string;
   packets: number;
@@ -105,6 +108,7 @@ export function listFlows(pinDir: string, filter: { service?: string; backend?: 
           backend: b ? `${b.address}:${b.port}` : `(gone: ${v.backendId})`,
           nat: v.flags & CtFlags.CT_F_SNAT ? `${v.natAddr}:${v.natPort}` : '-',
           device: v.ifindex ? (interfaceName(v.ifindex) ?? `if${v.ifindex}`) : '-',
+          nextHop: v.hopIfindex ? `${interfaceName(v.hopIfindex) ?? `if${v.hopIfindex}`} ${macText(v.hopMacs)}` : '-',
           flags: flagNames(v.flags, CtFlags, 'CT_F_'),
           expires: ageText(v.expiresNs),
           packets: Number(v.packets),

@@ -30,6 +30,22 @@ const ct4EntryV1Codec = structCodec('ct4_entry', {
   pad: { type: 'pad', length: 4 },
 });
 
+/** Layouts 2 and 3: before the flow's kept next hop. */
+const ct4EntryV3Codec = structCodec('ct4_entry', {
+  expiresNs: { type: 'u64' },
+  createdNs: { type: 'u64' },
+  backendId: { type: 'u32' },
+  revNatId: { type: 'u32' },
+  natAddr: { type: 'ipv4' },
+  natPort: { type: 'be16' },
+  flags: { type: 'u8' },
+  tcpFlags: { type: 'u8' },
+  packets: { type: 'u64' },
+  bytes: { type: 'u64' },
+  clientSeqNext: { type: 'u32' },
+  ifindex: { type: 'u32' },
+});
+
 /** Layouts 1 and 2: before a contested DSR binding's pending frontend. */
 const nat4EntryV2Codec = structCodec('nat4_entry', {
   expiresNs: { type: 'u64' },
@@ -44,6 +60,25 @@ const nat4EntryV2Codec = structCodec('nat4_entry', {
   bytes: { type: 'u64' },
 });
 
+/** Layout 3: before the replies' kept next hop. */
+const nat4EntryV3Codec = structCodec('nat4_entry', {
+  expiresNs: { type: 'u64' },
+  clientAddr: { type: 'ipv4' },
+  clientPort: { type: 'be16' },
+  frontendPort: { type: 'be16' },
+  frontendAddr: { type: 'ipv4' },
+  revNatId: { type: 'u32' },
+  flags: { type: 'u8' },
+  pad: { type: 'pad', length: 1 },
+  pendingPort: { type: 'be16' },
+  pendingAddr: { type: 'ipv4' },
+  packets: { type: 'u64' },
+  bytes: { type: 'u64' },
+});
+
+/** A kept next hop of none: the next packet looks its route up. */
+const noHop = { hopIfindex: 0, hopMacs: Buffer.alloc(12) };
+
 /** Oldest first, per map; a map absent here has had one layout since layout 1. */
 export const layoutHistory: Partial<Record<MapName, PastLayout[]>> = {
   ct4: [
@@ -51,7 +86,13 @@ export const layoutHistory: Partial<Record<MapName, PastLayout[]>> = {
       version: 1,
       key: ct4KeyCodec as Codec<unknown>,
       value: ct4EntryV1Codec as Codec<unknown>,
-      upgrade: (key, value) => ({ key, value: { ...(value as ReturnType<typeof ct4EntryV1Codec.decode>), ifindex: 0 } satisfies Ct4Entry }),
+      upgrade: (key, value) => ({ key, value: { ...(value as ReturnType<typeof ct4EntryV1Codec.decode>), ifindex: 0 } satisfies ReturnType<typeof ct4EntryV3Codec.decode> }),
+    },
+    {
+      version: 3,
+      key: ct4KeyCodec as Codec<unknown>,
+      value: ct4EntryV3Codec as Codec<unknown>,
+      upgrade: (key, value) => ({ key, value: { ...(value as ReturnType<typeof ct4EntryV3Codec.decode>), ...noHop } satisfies Ct4Entry }),
     },
   ],
   nat4: [
@@ -59,7 +100,13 @@ export const layoutHistory: Partial<Record<MapName, PastLayout[]>> = {
       version: 2,
       key: ct4KeyCodec as Codec<unknown>,
       value: nat4EntryV2Codec as Codec<unknown>,
-      upgrade: (key, value) => ({ key, value: { ...(value as ReturnType<typeof nat4EntryV2Codec.decode>), pendingPort: 0, pendingAddr: '0.0.0.0' } satisfies Nat4Entry }),
+      upgrade: (key, value) => ({ key, value: { ...(value as ReturnType<typeof nat4EntryV2Codec.decode>), pendingPort: 0, pendingAddr: '0.0.0.0' } satisfies ReturnType<typeof nat4EntryV3Codec.decode> }),
+    },
+    {
+      version: 3,
+      key: ct4KeyCodec as Codec<unknown>,
+      value: nat4EntryV3Codec as Codec<unknown>,
+      upgrade: (key, value) => ({ key, value: { ...(value as ReturnType<typeof nat4EntryV3Codec.decode>), ...noHop } satisfies Nat4Entry }),
     },
   ],
 };

@@ -80,7 +80,7 @@ export const EventType = { EVENT_DROP: 1, EVENT_TRACE: 2 } as const;
 export const MonitorFlags = { MONITOR_DROPS: 1 << 0, MONITOR_TRACES: 1 << 1 } as const;
 export const Hook = { HOOK_TC_INGRESS: 0, HOOK_TC_EGRESS: 1, HOOK_XDP: 2 } as const;
 /** The pinned maps' layout (bpf/shared/types.h); older ones are in layout-history.ts. */
-export const Layout = { FERRY_LAYOUT_VERSION: 3 } as const;
+export const Layout = { FERRY_LAYOUT_VERSION: 4 } as const;
 export const LAYOUT_VERSION = Layout.FERRY_LAYOUT_VERSION;
 
 /** Every mirrored enum, by its C name. */
@@ -194,6 +194,8 @@ export const ct4EntryCodec = structCodec('ct4_entry', {
   bytes: { type: 'u64' },
   clientSeqNext: { type: 'u32' },
   ifindex: { type: 'u32' },
+  hopIfindex: { type: 'u32' },
+  hopMacs: { type: 'bytes', length: 12 },
 });
 export type Ct4Entry = ReturnType<typeof ct4EntryCodec.decode>;
 
@@ -210,6 +212,8 @@ export const nat4EntryCodec = structCodec('nat4_entry', {
   pendingAddr: { type: 'ipv4' },
   packets: { type: 'u64' },
   bytes: { type: 'u64' },
+  hopIfindex: { type: 'u32' },
+  hopMacs: { type: 'bytes', length: 12 },
 });
 export type Nat4Entry = ReturnType<typeof nat4EntryCodec.decode>;
 

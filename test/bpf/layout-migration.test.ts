@@ -1,7 +1,7 @@
 // Upgrades across map layouts, on real maps and programs. The previous release (layout 1,
 // test/fixtures/releases) loads its datapath with its own code and opens flows through its
 // own program; this build then loads over the same pins: conntrack and the reply bindings
-// are converted (from layout 1 and 2 shapes), the flows
+// are converted (from layout 1 and 2 shapes, through every later one), the flows
 // go on to the same backend through the same SNAT port, and a flow the old program opens
 // while the new one loads is caught up once the new one is attached. Also: a resize keeps
 // the entries; a layout this build cannot convert is refused with what to do.
@@ -70,7 +70,7 @@ describeWith(['root', 'bpffs', 'netns'], 'upgrading the pinned maps across layou
     expect(release.commit).toMatch(/^[0-9a-f]{7,40}$/);
     const ct = node.dp.migrated.find((m) => m.map === 'ct4');
     expect(ct).toMatchObject({ fromLayout: 1, copied: 1, caughtUp: 1, dropped: 0 });
-    // Conntrack (layout 2) and the reply bindings (layout 3) changed shape; the counters
+    // Conntrack (layouts 2 and 4) and the reply bindings (layouts 3 and 4) changed shape; the counters
     // grew a slot (a resize, layout unchanged); every other map was adopted as it was.
     expect(node.dp.migrated.map((m) => m.map).sort()).toEqual(['ct4', 'ferry_stats', 'nat4']);
     expect(node.dp.migrated.find((m) => m.map === 'nat4')).toMatchObject({ fromLayout: 2, copied: 1, caughtUp: 1, dropped: 0 });
@@ -83,15 +83,17 @@ describeWith(['root', 'bpffs', 'netns'], 'upgrading the pinned maps across layou
     expect(first).toBeDefined();
     const [key, entry] = first!;
     expect(key).toMatchObject({ sport: CLIENT_PORT, dport: REMOTE_NODEPORT });
-    expect(entry).toMatchObject({ ifindex: 0, natAddr: NODE_IP, natPort: CLIENT_PORT });
+    expect(entry).toMatchObject({ ifindex: 0, natAddr: NODE_IP, natPort: CLIENT_PORT, hopIfindex: 0 });
 
     expect(firstSyn).toBe(`${NODE_IP}:${CLIENT_PORT} → ${REMOTE_POD}:8080`);
     const r = node.run('tc_ingress', ackFrom(CLIENT_PORT));
     expect(r.retval).toBe(TcVerdict.REDIRECT);
     expect(tuple(r.data)).toBe(firstSyn);
+    // The converted flow kept no next hop (layout 4): the first packet through the new program looked it up.
+    expect(node.dp.maps.ct4.lookup(key)?.hopIfindex).toBe(node.ifindex);
     // The old program's reply binding, converted, takes the backend's answer back.
     const binding = node.dp.maps.nat4.entries().find(([k]) => k.dport === CLIENT_PORT);
-    expect(binding?.[1]).toMatchObject({ clientPort: CLIENT_PORT, frontendPort: REMOTE_NODEPORT, pendingPort: 0 });
+    expect(binding?.[1]).toMatchObject({ clientPort: CLIENT_PORT, frontendPort: REMOTE_NODEPORT, pendingPort: 0, hopIfindex: 0 });
     const back = node.run('tc_ingress', buildPacket([eth({ src: OTHER_NODE_MAC, dst: NODE_MAC }), ipv4({ src: REMOTE_POD, dst: NODE_IP, ttl: 63, id: 7 }), tcp({ sport: 8080, dport: CLIENT_PORT, flags: 'SA', seq: 5000, ack: 1001 })]));
     expect(back.retval).toBe(TcVerdict.REDIRECT);
     expect(tuple(back.data)).toBe(`${NODE_IP}:${REMOTE_NODEPORT} → ${CLIENT_IP}:${CLIENT_PORT}`);
@@ -118,7 +120,7 @@ describeWith(['root', 'bpffs'], 'resizing and refusing pinned maps', () => {
     mkdirSync(pinDir);
     try {
       const first = load(4096);
-      const entry = { expiresNs: 1n, createdNs: 1n, backendId: 3, revNatId: 4, natAddr: '10.0.0.1', natPort: 1024, flags: 2, tcpFlags: 2, packets: 1n, bytes: 60n, clientSeqNext: 7, ifindex: 9 };
+      const entry = { expiresNs: 1n, createdNs: 1n, backendId: 3, revNatId: 4, natAddr: '10.0.0.1', natPort: 1024, flags: 2, tcpFlags: 2, packets: 1n, bytes: 60n, clientSeqNext: 7, ifindex: 9, hopIfindex: 9, hopMacs: Buffer.from('020000000001020000000002', 'hex') };
       for (let i = 0; i < 100; i++) first.maps.ct4.update({ saddr: '10.1.0.1', daddr: '10.2.0.1', sport: 1000 + i, dport: 80, proto: 6 }, entry);
       first.release();
       const second = load(8192);

@@ -1,0 +1,114 @@
+// A flow's kept next hop (ct4/nat4 hop_ifindex, hop_macs): a forwarded flow is routed when
+// it starts and whenever its lifetime is written (a change of state, or a second of
+// traffic), and in between sent by the hop it keeps. A wrong MAC written into the kept hop
+// shows which packets used it: those within the second do, the next written one looks the
+// route up again and repairs it. A route the program cannot complete (no neighbour yet) is
+// not kept.
+import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
+import type { Ct4Key } from '../../src/datapath/layouts.js';
+import type { FrontendSpec } from '../../src/model/frontend.js';
+import { macBytes, macText } from '../../src/packet/addr.js';
+import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
+import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
+import { CLIENT_IP, NODE_IP, NODE_MAC, OTHER_NODE_MAC, ROUTER_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { CLIENT_PORT, REMOTE_POD, clientTcp } from '../../src/sandbox/fixtures/tc.js';
+import { describeWith } from '../harness/requirements.js';
+
+/** On the node's own network, with no neighbour entry: the route is known, the MAC not. */
+const UNRESOLVED_BACKEND = '10.0.30.50';
+const SERVICES: FrontendSpec[] = [
+  { address: NODE_IP, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: REMOTE_POD, port: 8080, local: false }] },
+  { address: NODE_IP, port: 30082, proto: 'TCP', kind: 'NodePort', forwarding: 'dsr', backends: [{ address: REMOTE_POD, port: 8080, local: false }] },
+  { address: NODE_IP, port: 30083, proto: 'TCP', kind: 'NodePort', backends: [{ address: UNRESOLVED_BACKEND, port: 8080, local: false }] },
+];
+const STALE_MAC = '02:00:00:00:99:99';
+
+let node: DatapathNode;
+beforeAll(async () => {
+  node = await datapathNode();
+  node.writer.apply(SERVICES);
+});
+afterAll(async () => {
+  await node?.close();
+});
+beforeEach(() => node.flushState());
+
+const macOf = (b: Buffer, at = 0) => macText(b.subarray(at));
+const client = (dport: number, flags: string, seq = 1001) => buildPacket(clientTcp(NODE_IP, dport, { flags, seq }));
+const reply = (flags: string) =>
+  buildPacket([eth({ src: OTHER_NODE_MAC, dst: NODE_MAC }), ipv4({ src: REMOTE_POD, dst: NODE_IP, ttl: 63, id: 7 }), tcp({ sport: 8080, dport: CLIENT_PORT, flags, seq: 5000, ack: 1001 })]);
+const flowKey = (dport: number): Ct4Key => ({ saddr: CLIENT_IP, daddr: NODE_IP, sport: CLIENT_PORT, dport, proto: 6 });
+
+/** Where a packet was sent: its destination MAC, as the program wrote it. */
+function sentTo(data: Buffer, verdict: number): string {
+  expect(verdict).toBe(TcVerdict.REDIRECT);
+  return macOf(data);
+}
+
+/** Make a flow's kept hop wrong (the destination MAC), as a route change would leave it. */
+function staleFlowHop(dport: number, opts: { dueNow?: boolean } = {}): void {
+  const key = flowKey(dport);
+  const e = node.dp.maps.ct4.lookup(key)!;
+  // Moving the lifetime back by two seconds makes the next packet's write due.
+  node.dp.maps.ct4.update(key, { ...e, hopMacs: Buffer.concat([macBytes(STALE_MAC), e.hopMacs.subarray(6)]), expiresNs: opts.dueNow ? e.expiresNs - 2_000_000_000n : e.expiresNs });
+}
+
+describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
+  it('a new SNAT flow keeps the route it was sent by: the device and both MACs', () => {
+    const r = node.run('tc_ingress', client(30081, 'S', 1000));
+    expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
+    const e = node.dp.maps.ct4.lookup(flowKey(30081))!;
+    expect(e.hopIfindex).toBe(node.ifindex);
+    expect(macOf(e.hopMacs, 0)).toBe(OTHER_NODE_MAC);
+    expect(macOf(e.hopMacs, 6)).toBe(NODE_MAC);
+  });
+
+  it('packets within the second go by the kept hop; the next written one routes again and repairs it', () => {
+    node.run('tc_ingress', client(30081, 'S', 1000));
+    staleFlowHop(30081);
+    // The same state, the lifetime moved by less than a second: no lookup.
+    let r = node.run('tc_ingress', client(30081, 'S', 1000));
+    expect(sentTo(r.data, r.retval)).toBe(STALE_MAC);
+    // A second of traffic later (the lifetime moved back two): looked up, kept anew.
+    staleFlowHop(30081, { dueNow: true });
+    r = node.run('tc_ingress', client(30081, 'S', 1000));
+    expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
+    expect(macOf(node.dp.maps.ct4.lookup(flowKey(30081))!.hopMacs)).toBe(OTHER_NODE_MAC);
+    // A change of state routes again at once.
+    staleFlowHop(30081);
+    r = node.run('tc_ingress', client(30081, 'FA'));
+    expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
+  });
+
+  it('a remote backend\'s replies keep their own hop towards the client', () => {
+    node.run('tc_ingress', client(30081, 'S', 1000));
+    let r = node.run('tc_ingress', reply('SA'));
+    expect(sentTo(r.data, r.retval)).toBe(ROUTER_MAC);
+    const [bindingKey, binding] = node.dp.maps.nat4.entries().find(([k]) => k.saddr === REMOTE_POD)!;
+    expect(binding.hopIfindex).toBe(node.ifindex);
+    expect(macOf(binding.hopMacs)).toBe(ROUTER_MAC);
+    node.dp.maps.nat4.update(bindingKey, { ...binding, hopMacs: Buffer.concat([macBytes(STALE_MAC), binding.hopMacs.subarray(6)]) });
+    r = node.run('tc_ingress', reply('SA')); // a retransmitted SYN-ACK: nothing new to write
+    expect(sentTo(r.data, r.retval)).toBe(STALE_MAC);
+    r = node.run('tc_ingress', reply('A')); // established: written, routed again
+    expect(sentTo(r.data, r.retval)).toBe(ROUTER_MAC);
+  });
+
+  it('DSR: a flow\'s later segments use the kept hop; a SYN is always routed (its MTU is checked with the option)', () => {
+    let r = node.run('tc_ingress', client(30082, 'S', 1000));
+    expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
+    expect(node.dp.maps.ct4.lookup(flowKey(30082))!.hopIfindex).toBe(node.ifindex);
+    staleFlowHop(30082);
+    r = node.run('tc_ingress', client(30082, 'A'));
+    expect(sentTo(r.data, r.retval)).toBe(STALE_MAC);
+    staleFlowHop(30082);
+    r = node.run('tc_ingress', client(30082, 'S', 1000));
+    expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
+  });
+
+  it('a route whose neighbour is not resolved yet is not kept: the kernel resolves it, and the next packet asks again', () => {
+    const r = node.run('tc_ingress', client(30083, 'S', 1000));
+    expect(r.retval).toBe(TcVerdict.REDIRECT); // bpf_redirect_neigh
+    expect(node.dp.maps.ct4.lookup(flowKey(30083))!.hopIfindex).toBe(0);
+  });
+});
