@@ -185,7 +185,9 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 
 	if (flags & CT_F_DSR)
 		return nodeport_dsr(ctx, p, b, ct, due);
-	if (due) {
+	/* A new SNAT flow whose first packet left its state as created needs no second write
+	 * of its binding: the port reservation wrote it with the same flags and lifetime. */
+	if (due && !(fresh.flags == CT_F_SNAT && flags == CT_F_SNAT)) {
 		/* Where replies arrive: backend → client (local: tc egress restores the
 		 * frontend) or backend → node:nat_port (remote: tc ingress does). */
 		struct ct4_key reply = {
