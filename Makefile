@@ -49,12 +49,13 @@ demo: build
 	@bash scripts/demo.sh
 
 ## bench: the benchmarks with quick settings, < 10 min (bench/results/quick/); see bench/README.md
-BENCH_REPORTS := forwarding rules-scaling connect-gap pps agent-sync packet-cost packet-stages snat-capacity ipam l2 bgp
+BENCH_REPORTS := forwarding rules-scaling connect-gap connect-trace pps agent-sync packet-cost packet-stages snat-capacity ipam l2 bgp
 bench: build
 	@rm -rf bench/results/quick
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/forwarding.ts --seconds 3 --rr-seconds 1 --repeat 3
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/rules-scaling.ts --services 1,1000,10000,30000 --count 500 --repeat 3 --nft-max 10000
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/connect-gap.ts --count 1000 --repeat 3
+	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/connect-trace.ts --count 200 --repeat 2
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/pps.ts --services 1,10000 --seconds 2 --repeat 2
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/agent-sync.ts --services 1000,10000 --changes 50
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/packet-cost.ts --services 100000 --runs 500
@@ -78,6 +79,7 @@ bench-full: build
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/forwarding.ts --seconds 8 --rr-seconds 3 --repeat 5
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/rules-scaling.ts --services 1,1000,10000,30000,100000 --count 1000 --repeat 5 --nft-max 30000
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/connect-gap.ts --count 2000 --repeat 5
+	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/connect-trace.ts --count 300 --repeat 3
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/pps.ts --services 1,10000 --seconds 5 --repeat 3
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/agent-sync.ts --services 1000,10000,50000,100000 --changes 100
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/packet-cost.ts --services 100000 --runs 2000

@@ -1,18 +1,13 @@
 // Where a NodePort connection's extra time goes (issue 20): connect() latency from the
 // external client, with the backend on the node, through several paths that differ in one
 // thing each, and the time the tc programs themselves take per packet (the kernel's BPF
-// run-time statistics, kernel.bpf_stats_enabled, over the same connects).
-//   direct         the pod's address (the node forwards; ferry's programs pass the packets)
-//   node socket    a listener on the node's own address (local delivery, nothing forwarded)
-//   ferry          the NodePort through ferry (tc DNAT to the pod, reverse NAT on the reply)
-//   iptables DNAT  the NodePort through one PREROUTING DNAT rule (no masquerade)
-//   kube-proxy     the NodePort through kube-proxy-shaped rules (DNAT and masquerade)
+// run-time statistics, kernel.bpf_stats_enabled, over the same connects). The paths: see
+// connect-paths.ts.
 // Run as root: npx tsx bench/connect-gap.ts [--count 1000] [--repeat 5]
 import { parseArgs } from 'node:util';
-import { MiniCluster, WORKLOADS } from '../src/sandbox/mini-cluster.js';
-import { startWorkloads } from '../src/sandbox/workloads/spawn.js';
+import { MiniCluster } from '../src/sandbox/mini-cluster.js';
 import { exec, execOk } from '../src/sys/exec.js';
-import { TARGET_IP, iptablesRules } from './kube-proxy-rules.js';
+import { connectRun, setUpConnectPaths } from './connect-paths.js';
 import { fmtStat, markdownTable, progress, publish, ratio, stat, type Stat } from './report.js';
 
 const { values } = parseArgs({ options: { count: { type: 'string' }, repeat: { type: 'string' } } });
@@ -36,20 +31,8 @@ async function main(): Promise<void> {
   const statsWas = (await execOk('sysctl', ['-n', 'kernel.bpf_stats_enabled'])).trim();
   await execOk('sysctl', ['-qw', 'kernel.bpf_stats_enabled=1']);
   try {
-    const web = await c.pod('web-1', 1, { whoami: 8080 });
-    const node = c.nodes[0]!;
-    await startWorkloads(node.host, [{ kind: 'whoami', port: 9090, name: 'node' }]);
-    c.apply([{ clusterIP: TARGET_IP, ports: [{ port: 80, proto: 'TCP', targetPort: 8080, nodePort: 30080 }], endpoints: [web] }]);
-    await node.host.execOk(['iptables', '-t', 'nat', '-A', 'PREROUTING', '-d', `${node.ip}/32`, '-p', 'tcp', '--dport', '30081', '-j', 'DNAT', '--to-destination', `${web.ip}:8080`]);
-    await node.host.execOk(['iptables-restore', '--noflush'], { input: iptablesRules(0, web.ip, 30082) });
-    const paths = [
-      { path: 'direct', to: `${web.ip}:8080` },
-      { path: 'node socket', to: `${node.ip}:9090` },
-      { path: 'ferry NodePort', to: `${node.ip}:30080` },
-      { path: 'iptables DNAT', to: `${node.ip}:30081` },
-      { path: 'kube-proxy NodePort', to: `${node.ip}:30082` },
-    ];
-    const connect = async (to: string) => JSON.parse(await c.client.execOk([process.execPath, WORKLOADS, 'connect-latency', '--to', to, '--count', String(COUNT), '--reset'], { timeoutMs: 600_000 })) as { p50: number; p90: number; failures: number };
+    const paths = await setUpConnectPaths(c, { nodeSocket: true });
+    const connect = async (to: string) => JSON.parse(await connectRun(c, to, COUNT)) as { p50: number; p90: number; failures: number };
     for (const p of paths) await connect(p.to); // warm-up: neighbours, first flows, CPU frequency
     const rows: Row[] = [];
     for (const p of paths) {

@@ -39,7 +39,7 @@ const STAGES: Array<{ n: number; what: string; newOnly?: boolean }> = [
   { n: 8, what: 'conntrack entry written', newOnly: true },
   { n: 9, what: 'flow state updated' },
   { n: 10, what: 'reply binding kept' },
-  { n: 11, what: 'route looked up (bpf_fib_lookup)' },
+  { n: 11, what: 'route: the flow\'s kept hop, or bpf_fib_lookup (new flow, or once a second)' },
   { n: 12, what: 'headers rewritten, counted' },
   { n: 0, what: 'MACs written, redirected (the whole program)' },
 ];

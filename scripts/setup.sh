@@ -13,15 +13,16 @@ cd "$(dirname "$0")/.."
 #                fit for XDP: full checksums on the wire)
 #   bgp:         frr (the sandbox's router and nodes; vtysh checks ferry's configuration)
 #   benchmarks:  iperf3, iptables, nftables (kube-proxy-shaped rules), netsniff-ng (trafgen:
-#                the packets-per-second generator)
+#                the packets-per-second generator), linux-perf (perf: the connect trace's
+#                per-hop timestamps)
 #   image:       mmdebstrap (the Debian root filesystem), umoci and skopeo (the OCI image),
 #                runc (the test that runs the agent from it)
 #   sandbox:     openssl (its API server's CA and serving certificate)
 PACKAGES=(clang llvm libbpf-dev libbpf1 linux-libc-dev gcc libc6-dev
   iproute2 iputils-ping iputils-arping curl util-linux mount procps bpftool ethtool
-  frr iperf3 iptables nftables netsniff-ng mmdebstrap umoci skopeo runc openssl)
+  frr iperf3 iptables nftables netsniff-ng linux-perf mmdebstrap umoci skopeo runc openssl)
 # The commands those packages must have put on PATH; checked at the end.
-COMMANDS=(clang cc bpftool ethtool ip tc ping arping vtysh curl nsenter unshare taskset mount sysctl iperf3 iptables-restore nft trafgen kubectl mmdebstrap umoci skopeo runc openssl)
+COMMANDS=(clang cc bpftool ethtool ip tc ping arping vtysh curl nsenter unshare taskset mount sysctl iperf3 iptables-restore nft trafgen perf kubectl mmdebstrap umoci skopeo runc openssl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -172,6 +172,7 @@ static __always_inline int ct4_track_reply(const struct pkt4 *p, struct nat4_ent
 	if (ct) {
 		ct->flags |= flags & CT_REPLY_STATE;
 		ct->expires_ns = nat->expires_ns;
+		ct->hop_ifindex = 0; /* routed again by its next packet (as nat4_keep does) */
 	}
 	return 1;
 }

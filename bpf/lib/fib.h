@@ -21,7 +21,8 @@ static __always_inline long fib4_lookup(struct __ctx_buff *ctx, __be32 saddr, __
 /* The route for a packet of a flow whose entry keeps its last next hop (`kept_ifindex`,
  * `kept_macs`: hop_ifindex and hop_macs of a ct4 or nat4 entry). The kept hop is used
  * unless `refresh` (the flow's lifetime is being written: a change of state, or a second
- * of traffic), none is kept, or the MTU is to be checked (`tot_len`); else a lookup, whose
+ * of traffic), none is kept (a write of the other direction's lifetime lets it go), or the
+ * MTU is to be checked (`tot_len`); else a lookup, whose
  * complete result is kept. An established flow is so routed about once a second instead
  * of per packet (the lookup was a fifth of a forwarded packet's cost), and a route or
  * neighbour change reaches it within that second. `fib` holds the route either way (only

@@ -104,6 +104,10 @@ static __always_inline int nat4_keep(const struct pkt4 *p, const struct ct4_key 
 		 * closing would take the new SYN-ACK for another connection's. */
 		nat->expires_ns = ct->expires_ns;
 		nat->flags = flags;
+		/* Its replies' kept hop goes with this write: a reply is routed again when the
+		 * binding's lifetime moves a second, and this write moved it (else a flow whose
+		 * client always writes first would keep its replies' hop for ever). */
+		nat->hop_ifindex = 0;
 		return 0;
 	}
 	return bpf_map_update_elem(&nat4, reply, &n, BPF_ANY) < 0 ? -1 : 0;

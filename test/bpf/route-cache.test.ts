@@ -94,6 +94,31 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
     expect(sentTo(r.data, r.retval)).toBe(ROUTER_MAC);
   });
 
+  it('a write of one direction\'s lifetime lets the other direction\'s kept hop go, so neither keeps a hop for ever', () => {
+    node.run('tc_ingress', client(30081, 'S', 1000));
+    node.run('tc_ingress', reply('SA'));
+    node.run('tc_ingress', client(30081, 'A')); // established: both directions written
+    node.run('tc_ingress', reply('A'));
+    const [bindingKey, binding] = node.dp.maps.nat4.entries().find(([k]) => k.saddr === REMOTE_POD)!;
+    expect(binding.hopIfindex).toBe(node.ifindex);
+    // The replies' hop gone stale; the client's side writes the lifetime (a second on).
+    node.dp.maps.nat4.update(bindingKey, { ...binding, hopMacs: Buffer.concat([macBytes(STALE_MAC), binding.hopMacs.subarray(6)]) });
+    staleFlowHop(30081, { dueNow: true });
+    expect(sentTo(node.run('tc_ingress', client(30081, 'A')).data, TcVerdict.REDIRECT)).toBe(OTHER_NODE_MAC);
+    expect(node.dp.maps.nat4.lookup(bindingKey)!.hopIfindex).toBe(0);
+    // The next reply, not due itself, routes again.
+    let r = node.run('tc_ingress', reply('A'));
+    expect(sentTo(r.data, r.retval)).toBe(ROUTER_MAC);
+    // And the other way: a reply's write lets the client side's kept hop go.
+    staleFlowHop(30081);
+    const b = node.dp.maps.nat4.lookup(bindingKey)!;
+    node.dp.maps.nat4.update(bindingKey, { ...b, expiresNs: b.expiresNs - 2_000_000_000n });
+    node.run('tc_ingress', reply('A'));
+    expect(node.dp.maps.ct4.lookup(flowKey(30081))!.hopIfindex).toBe(0);
+    r = node.run('tc_ingress', client(30081, 'A'));
+    expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
+  });
+
   it('DSR: a flow\'s later segments use the kept hop; a SYN is always routed (its MTU is checked with the option)', () => {
     let r = node.run('tc_ingress', client(30082, 'S', 1000));
     expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
