@@ -31,7 +31,7 @@ import { BGP_ADVERTISEMENT_PATH, BGP_PEER_PATH, type CustomObject } from '../ann
 import { Vtysh } from '../sys/vtysh.js';
 import { HeartbeatWriter } from './heartbeat-writer.js';
 import { netnsCookie } from '../sys/socket.js';
-import { EventQueue, eventSink, type EventSink } from '../k8s/events.js';
+import { boundedEventSink, eventSink } from '../k8s/events.js';
 import { Watcher } from '../k8s/watcher.js';
 import { leanNode, leanService, leanSlice } from '../k8s/lean.js';
 import { SliceIndex } from '../model/slice-index.js';
@@ -47,15 +47,6 @@ export function agentLogger(level: string): Logger {
 }
 
 const NODE_RETRY_MS = 1000;
-
-/** Events through a bounded queue (1000 waiting, 4 at a time; the rest dropped, logged at debug). */
-function boundedEvents(sink: EventSink, log: Logger): EventSink {
-  const q = new EventQueue(sink, { max: 1000, concurrency: 4, onDropped: () => log.debug('an Event was dropped: too many waiting'), onError: (e) => log.debug({ err: (e as Error).message }, 'could not post an event') });
-  return {
-    warn: async (obj, reason, message) => q.post(obj, 'Warning', reason, message),
-    normal: async (obj, reason, message) => q.post(obj, 'Normal', reason, message),
-  };
-}
 
 export class Agent {
   private readonly servers: Server[] = [];
@@ -261,7 +252,7 @@ export class Agent {
       l2: new L2AddressWriter(datapath.maps.l2_owned),
       sendFrames: (ifindex, frames) => void frameSender.send(ifindex, frames),
       // Bounded: a thousand addresses taken over at once must not be a thousand requests at once.
-      events: boundedEvents(eventSink(access, 'ferry', cfg.nodeName), log),
+      events: boundedEventSink(eventSink(access, 'ferry', cfg.nodeName), (msg, err) => log.debug(err === undefined ? {} : { err: (err as Error).message }, msg)),
       metrics,
       log: log.child({ part: 'l2' }),
       leaseDurationMs: cfg.l2LeaseDurationSeconds * 1000,

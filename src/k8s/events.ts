@@ -93,3 +93,13 @@ export class EventQueue {
     }
   }
 }
+
+/** Events through a bounded queue (1000 waiting, 4 at a time): the rest are dropped, and
+ * drops and failed posts told to `debug`. */
+export function boundedEventSink(sink: EventSink, debug: (msg: string, err?: unknown) => void): EventSink {
+  const q = new EventQueue(sink, { max: 1000, concurrency: 4, onDropped: () => debug('an Event was dropped: too many waiting'), onError: (e) => debug('could not post an event', e) });
+  return {
+    warn: async (obj, reason, message) => q.post(obj, 'Warning', reason, message),
+    normal: async (obj, reason, message) => q.post(obj, 'Normal', reason, message),
+  };
+}

@@ -2,7 +2,8 @@
 // datapath → ebpf, with model and k8s beside datapath; cli → operator → ipam and k8s;
 // agent → announce → ipam; model, ipam and announce do no I/O; ebpf knows no Kubernetes;
 // nothing outside datapath/ writes a map; the agent's command loads no sandbox or test
-// code and not @kubernetes/client-node (types only); nothing in src/ imports test/ or bench/.
+// code and not @kubernetes/client-node (types only); nothing in src/ imports test/ or bench/;
+// no file in src/ or bpf/ is longer than 400 lines (one concept per file).
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -119,6 +120,18 @@ export function violations(sources: Map<string, string>): string[] {
 
 const sources = new Map(files(SRC).map((f) => [relative(SRC, f), readFileSync(f, 'utf8')]));
 
+const MAX_LINES = 400;
+/** Files (path → text) longer than MAX_LINES lines. */
+function oversized(texts: Map<string, string>): string[] {
+  return [...texts].filter(([, t]) => t.replace(/\n$/, '').split('\n').length > MAX_LINES).map(([f, t]) => `${f}: ${t.replace(/\n$/, '').split('\n').length} lines`);
+}
+function bpfFiles(dir: string): string[] {
+  return readdirSync(dir).flatMap((f) => {
+    const p = join(dir, f);
+    return statSync(p).isDirectory() ? bpfFiles(p) : /\.(c|h)$/.test(p) ? [p] : [];
+  });
+}
+
 describe('layer rules', () => {
   it('src/ keeps them', () => {
     expect(violations(sources)).toEqual([]);
@@ -141,6 +154,14 @@ describe('layer rules', () => {
     expect(v).toContainEqual('datapath/oops.ts:1: imports ../test/harness/paths.ts from outside src/');
     expect(v).toContainEqual('datapath/oops.ts:2: datapath may not import agent/reconciler.ts');
     expect(v.some((x) => x.startsWith('cli/main.ts loads @kubernetes/client-node statically through agent/agent.ts:'))).toBe(true);
+  });
+
+  it(`no file in src/ or bpf/ is longer than ${MAX_LINES} lines`, () => {
+    const all = new Map([...sources].map(([f, t]) => [`src/${f}`, t]));
+    for (const f of bpfFiles(join(REPO_ROOT, 'bpf'))) all.set(relative(REPO_ROOT, f), readFileSync(f, 'utf8'));
+    expect(all.size).toBeGreaterThan(100);
+    expect(oversized(all)).toEqual([]);
+    expect(oversized(new Map([['x.ts', 'a\n'.repeat(MAX_LINES + 1)], ['y.ts', 'a\n'.repeat(MAX_LINES)]]))).toEqual([`x.ts: ${MAX_LINES + 1} lines`]);
   });
 
   it('reads import forms: type-only, re-exports, multi-line', () => {

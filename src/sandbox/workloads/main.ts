@@ -41,6 +41,7 @@ import { createServer } from 'node:http';
 import { connect, createServer as createTcpServer, type Socket } from 'node:net';
 import { hostname, networkInterfaces } from 'node:os';
 import { hold, steady } from './steady.js';
+import { connectProbe } from './connect-probe.js';
 import { parseArgs } from 'node:util';
 
 function target(s: string | undefined): { host: string; port: number } {
@@ -275,55 +276,6 @@ async function requestResponse(to: { host: string; port: number }, seconds: numb
   samples.sort((a, b) => a - b);
   const q = (p: number) => samples[Math.min(samples.length - 1, Math.floor(p * samples.length))] ?? NaN;
   process.stdout.write(`${JSON.stringify({ count: samples.length, failures, seconds, p50: q(0.5), p90: q(0.9), p99: q(0.99), max: samples[samples.length - 1] ?? NaN, over100ms: samples.filter((x) => x > 100_000).length })}\n`);
-}
-
-/** What connect() says for each target: the socket hooks' decision, read off errno. */
-async function connectProbe(targets: string[], listenLoopback: boolean): Promise<void> {
-  const parsed = targets.map((t) => {
-    const m = /^\[?(.+?)\]?:(\d+)\/(tcp|udp)$/.exec(t);
-    if (!m) throw new Error(`--targets wants IP:PORT/tcp|udp, got ${t}`);
-    return { t, host: m[1]!, port: Number(m[2]), proto: m[3] as 'tcp' | 'udp' };
-  });
-  const servers: Array<{ close(): void }> = [];
-  if (listenLoopback) {
-    const seen = new Set<string>();
-    for (const x of parsed) {
-      const v4 = x.host.replace(/^::ffff:/, '');
-      const key = `${v4}:${x.port}/${x.proto}`;
-      if (!v4.startsWith('127.') || seen.has(key)) continue;
-      seen.add(key);
-      if (x.proto === 'tcp') {
-        const srv = createTcpServer((c) => c.destroy());
-        await new Promise<void>((ok, fail) => srv.once('error', fail).listen(x.port, v4, () => ok()));
-        servers.push(srv);
-      }
-    }
-  }
-  for (const x of parsed) {
-    const result = await new Promise<string>((resolve) => {
-      if (x.proto === 'udp') {
-        // dgram's connect callback gets the error, if any.
-        const sock = createSocket(x.host.includes(':') ? 'udp6' : 'udp4');
-        sock.connect(x.port, x.host, (e?: NodeJS.ErrnoException) => {
-          sock.close();
-          resolve(e ? (e.code ?? e.message) : 'ok');
-        });
-        return;
-      }
-      const c = connect({ host: x.host, port: x.port });
-      c.once('connect', () => {
-        c.destroy();
-        resolve('ok');
-      });
-      c.once('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
-      c.setTimeout(2000, () => {
-        c.destroy();
-        resolve('ETIMEDOUT');
-      });
-    });
-    process.stdout.write(`${JSON.stringify({ target: x.t, result })}\n`);
-  }
-  for (const s of servers) s.close();
 }
 
 /** One connection: connect, a byte there and back, close with FIN; false if any step fails or takes over 1 s. */
