@@ -12,7 +12,7 @@ import { flowKeyCodec, flowValueCodec } from './codecs.js';
 
 let dir = '';
 beforeEach(() => {
-  dir = join('/sys/fs/bpf', `fy${randomBytes(3).toString('hex')}-pins`);
+  dir = join('/sys/fs/bpf', `ferry-pins-${randomBytes(3).toString('hex')}`); // not fy…: no testbed owns it
   mkdirSync(dir);
 });
 afterEach(() => rmSync(dir, { recursive: true, force: true }));

@@ -14,7 +14,7 @@ import { describeWith } from '../harness/requirements.js';
 
 const namespaces = async () => (await exec('ip', ['netns', 'list'])).stdout;
 
-describeWith(['root', 'netns', 'cgroup2'], 'network-namespace testbed', () => {
+describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'network-namespace testbed', () => {
   it('routes between hosts through a router, and removes everything on destroy', async () => {
     const tb = await Testbed.create();
     const router = await tb.addHost('router', { router: true });
@@ -43,10 +43,18 @@ describeWith(['root', 'netns', 'cgroup2'], 'network-namespace testbed', () => {
   it('cleans up after an owner that was killed', async () => {
     // A child process builds a testbed with a long-lived process, then dies by SIGKILL.
     const script = `
+      import { mkdirSync } from 'node:fs';
       import { Testbed } from ${JSON.stringify(resolve(REPO_ROOT, 'dist/sandbox/netns/testbed.js'))};
+      import { createMap, MapType } from ${JSON.stringify(resolve(REPO_ROOT, 'dist/ebpf/map.js'))};
+      import { u32Codec } from ${JSON.stringify(resolve(REPO_ROOT, 'dist/ebpf/codec.js'))};
       const tb = await Testbed.create();
       const h = await tb.addHost('victim');
       h.spawn(['sleep', '600']);
+      // A node's pinned maps, as the datapath tests leave them (<prefix>-<node>).
+      mkdirSync('/sys/fs/bpf/' + tb.prefix + '-victim');
+      const m = createMap({ type: MapType.Array, name: 'left', key: u32Codec, value: u32Codec, maxEntries: 1 });
+      m.pin('/sys/fs/bpf/' + tb.prefix + '-victim/left');
+      m.close();
       process.stdout.write(tb.prefix + '\\n');
       setInterval(() => {}, 1000);
     `;
@@ -60,6 +68,8 @@ describeWith(['root', 'netns', 'cgroup2'], 'network-namespace testbed', () => {
     expect(report.testbeds).toContain(prefix);
     expect(await namespaces()).not.toContain(prefix);
     expect(existsSync(recordPath(prefix))).toBe(false);
+    expect(report.strayPins).toEqual([`/sys/fs/bpf/${prefix}-victim`]);
+    expect(existsSync(`/sys/fs/bpf/${prefix}-victim`)).toBe(false);
   });
 
   it('rejects names that break the per-run prefix rule', async () => {
