@@ -74,6 +74,7 @@ function flatten(name: MapName, k: Record<string, unknown> | number, v: Record<s
     if (f === 'proto') row[f] = protoName(x as number);
     else if (f === 'expiresNs') row.expires = ageText(x as bigint);
     else if (typeof x === 'bigint') row[f] = Number(x);
+    else if (f === 'hopMacs' && Buffer.isBuffer(x)) row[f] = `${macText(x)} (from ${macText(x.subarray(6))})`;
     else if (Buffer.isBuffer(x)) row[f] = x.toString('utf8').replace(/\0.*$/s, '');
     else row[f] = x as string | number;
   }

@@ -5,6 +5,7 @@
 // route up again and repairs it. A route the program cannot complete (no neighbour yet) is
 // not kept.
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
+import { dumpMap } from '../../src/datapath/inspect.js';
 import type { Ct4Key } from '../../src/datapath/layouts.js';
 import type { FrontendSpec } from '../../src/model/frontend.js';
 import { macBytes, macText } from '../../src/packet/addr.js';
@@ -61,6 +62,9 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
     expect(e.hopIfindex).toBe(node.ifindex);
     expect(macOf(e.hopMacs, 0)).toBe(OTHER_NODE_MAC);
     expect(macOf(e.hopMacs, 6)).toBe(NODE_MAC);
+    // As `ferry map dump ct4` shows it.
+    const row = dumpMap(node.pinDir, 'ct4').find((r) => r.dport === 30081);
+    expect(row).toMatchObject({ hopIfindex: node.ifindex, hopMacs: `${OTHER_NODE_MAC} (from ${NODE_MAC})` });
   });
 
   it('packets within the second go by the kept hop; the next written one routes again and repairs it', () => {
