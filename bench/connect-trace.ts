@@ -111,7 +111,12 @@ function medianLead(from: TraceEvent[][], to: TraceEvent[][]): number {
 function handshakeWays(events: TraceEvent[]): PacketWay[] {
   const ways = packetWays(events).filter((w) => w[0]!.kind === 'xmit' && w[0]!.len === HANDSHAKE_FRAME && w.length > 1);
   const bySig = new Map<string, TraceEvent[][]>();
-  for (const w of ways) bySig.set(signature(w), [...(bySig.get(signature(w)) ?? []), w]);
+  for (const w of ways) {
+    const sig = signature(w);
+    const group = bySig.get(sig);
+    if (group) group.push(w);
+    else bySig.set(sig, [w]);
+  }
   const [a, b] = [...bySig.values()].sort((x, y) => y.length - x.length);
   if (!a || !b) return [];
   const [syn, synAck] = medianLead(a, b) < medianLead(b, a) ? [a, b] : [b, a];
@@ -123,6 +128,13 @@ function handshakeWays(events: TraceEvent[]): PacketWay[] {
       total: group.map((w) => w[w.length - 1]!.t - w[0]!.t),
     };
   });
+}
+
+/** The count, median and 10th/90th percentiles of samples, in ns. */
+function spread(ns: number[]): { packets: number; p10: number; p50: number; p90: number } {
+  const sorted = [...ns].sort((a, b) => a - b);
+  const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
+  return { packets: ns.length, p10: at(0.1), p50: at(0.5), p90: at(0.9) };
 }
 
 async function main(): Promise<void> {
@@ -176,7 +188,15 @@ async function main(): Promise<void> {
       method: `a 1-node testbed (MiniCluster) as in connect-gap.ts; ${REPEAT} rounds over the paths (the repeats outermost, so that a slow spell falls on every path alike), each a run of ${COUNT} connects (closing with a reset) under \`perf record -a -e ${EVENTS.join(' -e ')}\`. One skb address's events in time order are one packet's way (veth passes the skb itself to its peer, forwarding keeps it); the handshake's two ways are the two commonest ways of packets that leave as 74-byte frames, the SYN's being the one the other follows closer (the pod answers at once; the client's next SYN waits for its ACK, reset and next connect). A way ends where the next event of its skb address is not the same packet going on (the IP length changes, a forwarding step leaves by the device it came in on or takes over 20 µs: an endpoint reused the freed skb). A hop is the time from one event to the next: "rx X → xmit Y" on the node is its whole forwarding step (tc ingress, routing, netfilter, tc egress); "xmit X → rx Y" is a veth handing the packet to its peer's backlog and the softirq taking it up. Medians over every packet; perf's own cost is in every hop of every path alike.`,
       tables,
       ratios,
-      data: { count: COUNT, repeat: REPEAT, results },
+      // Each hop's spread, not its every sample: the samples were 57k lines of JSON.
+      data: {
+        count: COUNT,
+        repeat: REPEAT,
+        results: results.map((r) => ({
+          path: r.path,
+          ways: r.ways.map((w) => ({ packet: w.packet, hops: w.hops.map((h) => ({ label: h.label, ...spread(h.ns) })), total: spread(w.total) })),
+        })),
+      },
     });
   } finally {
     rmSync(dir, { recursive: true, force: true });

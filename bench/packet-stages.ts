@@ -7,7 +7,7 @@
 // none): the established rows up to the conntrack lookup time a miss, as a new flow does.
 // Run as root: npx tsx bench/packet-stages.ts [--runs 2000]
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -43,6 +43,22 @@ const STAGES: Array<{ n: number; what: string; newOnly?: boolean }> = [
   { n: 12, what: 'headers rewritten, counted' },
   { n: 0, what: 'MACs written, redirected (the whole program)' },
 ];
+
+/** The STAGE_END markers in bpf/ must be the ones labelled above: a marker moved or
+ * dropped without its label would time the wrong code under the right name. */
+function checkMarkers(): void {
+  const dirs = [join(ROOT, 'bpf'), join(ROOT, 'bpf', 'lib')];
+  const inC = new Set<number>();
+  for (const d of dirs) {
+    for (const f of readdirSync(d).filter((x) => /\.(c|h)$/.test(x))) {
+      for (const m of readFileSync(join(d, f), 'utf8').matchAll(/\bSTAGE_END\((\d+)\);/g)) inC.add(Number(m[1]));
+    }
+  }
+  const labelled = STAGES.filter((s) => s.n).map((s) => s.n);
+  if (labelled.length !== inC.size || labelled.some((n) => !inC.has(n))) {
+    throw new Error(`packet-stages: the markers in bpf/ (${[...inC].sort((a, b) => a - b).join(', ')}) are not the labelled ones (${labelled.join(', ')})`);
+  }
+}
 
 const CASES = [
   { name: 'established flow, remote backend (SNAT)', id: 'nodeport-remote-established', fresh: false },
@@ -90,6 +106,7 @@ function verifierUse(): string[] {
 }
 
 async function main(): Promise<void> {
+  checkMarkers();
   const dir = mkdtempSync(join(tmpdir(), 'ferry-stages-'));
   const rows: Array<{ n: number; what: string; ns: Record<string, Stat> }> = [];
   let empty: Stat;

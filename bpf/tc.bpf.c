@@ -62,10 +62,11 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 
 	/* A reply to a flow this node SNATed toward a remote backend. */
 	{
-		struct nat4_entry *nat = snat4_reply_of(&p);
+		__u64 now;
+		struct nat4_entry *nat = snat4_reply_of(&p, &now);
 
 		if (nat)
-			return nodeport_reply_remote(ctx, &p, nat);
+			return nodeport_reply_remote(ctx, &p, nat, now);
 	}
 	STAGE_END(3);
 	return nodeport_ingress(ctx, &p);
@@ -76,6 +77,7 @@ static __always_inline int tc_egress_packet(struct __sk_buff *ctx)
 	struct pkt4 p;
 	struct ct4_key k;
 	struct nat4_entry *nat;
+	__u64 now;
 	int expired;
 
 	if (parse_ipv4(ctx, &p) != PARSE_OK)
@@ -88,7 +90,8 @@ static __always_inline int tc_egress_packet(struct __sk_buff *ctx)
 	nat = bpf_map_lookup_elem(&nat4, &k);
 	if (!nat || !(nat->flags & CT_F_LOCAL))
 		return CTX_ACT_UNSPEC;
-	expired = ct_expired(nat->expires_ns, bpf_ktime_get_ns());
+	now = bpf_ktime_get_ns();
+	expired = ct_expired(nat->expires_ns, now);
 	if (!expired)
 		dsr_reply_settle(&p, nat);
 	if (expired || ct_tcp_reply_reopen(&p, nat->flags)) {
@@ -97,7 +100,7 @@ static __always_inline int tc_egress_packet(struct __sk_buff *ctx)
 		bpf_map_delete_elem(&nat4, &k);
 		return CTX_ACT_UNSPEC;
 	}
-	return nodeport_reply_local(ctx, &p, nat);
+	return nodeport_reply_local(ctx, &p, nat, now);
 }
 
 SEC("tc")

@@ -67,10 +67,11 @@ static __always_inline int xdp_packet(struct xdp_md *ctx)
 
 	/* A reply to a flow this node SNATed toward a remote backend. */
 	{
-		struct nat4_entry *nat = snat4_reply_of(&p);
+		__u64 now;
+		struct nat4_entry *nat = snat4_reply_of(&p, &now);
 
 		if (nat)
-			return nodeport_reply_remote(ctx, &p, nat);
+			return nodeport_reply_remote(ctx, &p, nat, now);
 	}
 	return nodeport_ingress(ctx, &p);
 }

@@ -153,10 +153,10 @@ static __always_inline void ct4_key_of_binding(const struct nat4_entry *nat, __u
 /* A reply passed through its binding: the binding and the client's conntrack entry learn
  * what it says (seen a reply, closing, reset) and live on. Returns whether the lifetime
  * was written. */
-static __always_inline int ct4_track_reply(const struct pkt4 *p, struct nat4_entry *nat)
+static __always_inline int ct4_track_reply(const struct pkt4 *p, struct nat4_entry *nat, __u64 now)
 {
 	__u8 flags = ct_flags_reply(p, nat->flags);
-	__u64 expires = bpf_ktime_get_ns() + ct_lifetime_ns(p->proto, flags);
+	__u64 expires = now + ct_lifetime_ns(p->proto, flags);
 	int due = ct_refresh_due(nat->flags, flags, nat->expires_ns, expires);
 	struct ct4_key fwd;
 	struct ct4_entry *ct;

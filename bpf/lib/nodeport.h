@@ -60,18 +60,20 @@ static __always_inline int nat4_forward(struct __ctx_buff *ctx, const struct pkt
 }
 
 /* A reply from a remote backend to an SNATed flow: restore client and frontend. */
-static __always_inline int nodeport_reply_remote(struct __ctx_buff *ctx, const struct pkt4 *p, struct nat4_entry *nat)
+static __always_inline int nodeport_reply_remote(struct __ctx_buff *ctx, const struct pkt4 *p, struct nat4_entry *nat,
+						 __u64 now)
 {
-	int refresh = ct4_track_reply(p, nat);
+	int refresh = ct4_track_reply(p, nat, now);
 
 	return nat4_forward(ctx, p, nat->client_addr, nat->client_port, nat->frontend_addr, nat->frontend_port,
 			    STAT_REPLY_REMOTE, &nat->hop_ifindex, nat->hop_macs, refresh);
 }
 
 /* A reply from a local backend (tc egress): it leaves as the frontend. */
-static __always_inline int nodeport_reply_local(struct __ctx_buff *ctx, const struct pkt4 *p, struct nat4_entry *nat)
+static __always_inline int nodeport_reply_local(struct __ctx_buff *ctx, const struct pkt4 *p, struct nat4_entry *nat,
+						__u64 now)
 {
-	ct4_track_reply(p, nat);
+	ct4_track_reply(p, nat, now);
 	if (nat4_rewrite_endpoint(ctx, p, NAT_SRC, nat->frontend_addr, nat->frontend_port) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	frag4_record(p, nat->frontend_addr, p->daddr, FRAG_ACT_PASS);
@@ -141,13 +143,13 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 	if (CTX_IS_XDP && ct && b && (ct->flags & CT_F_LOCAL))
 		return CTX_ACT_UNSPEC;
 	if (!ct || !b) {
-		/* New flow, or its backend was removed: (re)balance, honouring ClientIP affinity. */
+		/* New flow, or its backend was removed: (re)balance, honouring ClientIP affinity.
+		 * The flow's hash picks the backend and, for SNAT, the port sequence. */
+		__u32 hash = flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed);
 		struct lb4_affinity_key ak = { .client = p->saddr, .affinity_id = svc->affinity_id };
 		__u32 id = lb4_affinity_get(&ak, fe.address, fe.port, fe.proto, fe.scope, svc, now);
 
 		if (!id) {
-			__u32 hash = flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed);
-
 			id = maglev_select(svc, hash);
 			if (!id)
 				id = lb4_select_slot(fe.address, fe.port, fe.proto, fe.scope, svc, hash);
@@ -168,7 +170,7 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 		fresh.flags = (b->flags & LB_BACKEND_F_LOCAL) ? CT_F_LOCAL : use_dsr(svc, p->proto) ? CT_F_DSR : CT_F_SNAT;
 		if (fresh.flags & CT_F_SNAT) {
 			fresh.nat_addr = snat_ipv4;
-			fresh.nat_port = snat4_reserve(ctx, p, b, &fe, svc->rev_nat_id, now);
+			fresh.nat_port = snat4_reserve(ctx, p, b, &fe, svc->rev_nat_id, hash, now);
 			if (!fresh.nat_port)
 				return count_drop(DROP_NAT_EXHAUSTED, p->len);
 		}

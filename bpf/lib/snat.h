@@ -7,7 +7,6 @@
 #include "maps.h"
 #include "ct.h"
 #include "lb.h"
-#include "hash.h"
 
 /* A binding is being taken over: the old flow's conntrack entry must not keep sending
  * through the port (unless the client reopened that tuple and it now uses another). */
@@ -86,10 +85,11 @@ static __always_inline __u32 snat4_probe_stride(__u32 hash)
 }
 
 /* Reserve the reply tuple (backend → node:port) for a new SNAT binding: the client's own
- * port if free, then the ports of the flow's probe sequence; with none free, a
- * never-established flow's port. Returns the port (network order) or 0. */
+ * port if free, then the ports of the flow's probe sequence (from `hash`, the flow's
+ * flow_hash4); with none free, a never-established flow's port. Returns the port (network
+ * order) or 0. */
 static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct pkt4 *p, const struct lb4_backend *b,
-					    const struct lb4_key *fe, __u32 rev_nat_id, __u64 now)
+					    const struct lb4_key *fe, __u32 rev_nat_id, __u32 hash, __u64 now)
 {
 	struct nat4_entry nat = {
 		.expires_ns = now + ct_lifetime_ns(p->proto, CT_F_SNAT),
@@ -108,7 +108,7 @@ static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct
 	};
 	__u16 port = bpf_ntohs(p->sport);
 	__u32 span = (__u32)snat_port_max - snat_port_min + 1;
-	__u32 probe = flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed);
+	__u32 probe = hash;
 	__u32 stride = snat4_probe_stride(probe);
 	__u32 first_probe = (port < snat_port_min || port > snat_port_max) ? 0 : 1;
 	__be16 victim = 0;
@@ -164,10 +164,11 @@ static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct
 	return victim;
 }
 
-/* The SNAT binding a packet is a reply to, if any. Only a packet to the SNAT address on a
+/* The SNAT binding a packet is a reply to, if any, and in `now` the time it was judged
+ * live by (the reply's accounting uses it too). Only a packet to the SNAT address on a
  * port of the SNAT range can be one: anything else (every client packet to a NodePort or a
- * LoadBalancer IP) is told so without a lookup. */
-static __always_inline struct nat4_entry *snat4_reply_of(const struct pkt4 *p)
+ * LoadBalancer IP) is told so without a lookup or a clock read. */
+static __always_inline struct nat4_entry *snat4_reply_of(const struct pkt4 *p, __u64 *now)
 {
 	__u32 port = bpf_ntohs(p->dport);
 	/* Decided on a value the verifier cannot tie back to the packet's fields: else the paths
@@ -181,9 +182,10 @@ static __always_inline struct nat4_entry *snat4_reply_of(const struct pkt4 *p)
 		return NULL;
 	ct4_key_of(p, &k);
 	nat = bpf_map_lookup_elem(&nat4, &k);
-	if (nat && (nat->flags & CT_F_SNAT) && !ct_expired(nat->expires_ns, bpf_ktime_get_ns()))
-		return nat;
-	return NULL;
+	if (!nat || !(nat->flags & CT_F_SNAT))
+		return NULL;
+	*now = bpf_ktime_get_ns();
+	return ct_expired(nat->expires_ns, *now) ? NULL : nat;
 }
 
 /* Free the SNAT binding of a flow that is being replaced (its backend still known). */
