@@ -78,4 +78,25 @@ describe('the secure listener', () => {
       await api.stop();
     }
   });
+
+  // A client that connected but has not finished its TLS handshake is not among the
+  // connections closeAllConnections() ends: stop() must not wait out the handshake timeout.
+  it('stops at once while a client is still in its TLS handshake', async () => {
+    const { mkdtempSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const net = await import('node:net');
+    const { ClusterIdentity } = await import('../../src/sandbox/cluster-identity.js');
+    const { TestApiServer } = await import('../../src/sandbox/apiserver/server.js');
+    const id = await ClusterIdentity.create(mkdtempSync(join(tmpdir(), 'ferry-id-')), '127.0.0.1', 6443);
+    const api = new TestApiServer({ host: '127.0.0.1', secure: { key: id.key, cert: id.cert, userOf: (t) => id.userOf(t), policy: () => id.policy } });
+    await api.start();
+    const port = Number(new URL(api.url).port);
+    const silent = net.connect(port, '127.0.0.1');
+    await new Promise<void>((resolve, reject) => silent.once('connect', resolve).once('error', reject));
+    const ended = new Promise<void>((resolve) => silent.once('close', () => resolve()));
+    await api.stop(); // before the fix this waited for the 120 s handshake timeout, past the test's
+    await ended;
+    expect(api.listening).toBe(false);
+  }, 10_000);
 });

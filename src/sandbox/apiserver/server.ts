@@ -6,7 +6,7 @@
 // production talks to that.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { listeningSocketInNetns } from '../../sys/socket.js';
 import { crdResources, validateCustom, type ResourceDef } from './crd.js';
 import { discovery } from './discovery.js';
@@ -124,6 +124,8 @@ export class TestApiServer {
   private server: Server | undefined;
   private extra: Server | undefined;
   private readonly watches = new Set<ServerResponse>();
+  /** Every raw socket accepted: closeAllConnections() misses a TLS socket still in its handshake. */
+  private readonly sockets = new Set<Socket>();
   /** Requests served, by verb and resource (for tests). */
   readonly requests: string[] = [];
   /** The same as RBAC sees them: verb, API group, resource (with subresource), namespace. */
@@ -153,6 +155,7 @@ export class TestApiServer {
         this.server!.listen(this.opts.port ?? 0, this.opts.host ?? '127.0.0.1', () => resolve());
       }
     });
+    this.track(this.server);
     if (!this.opts.port) this.opts.port = (this.server.address() as AddressInfo).port; // keep the port across restarts
     const also = this.opts.alsoListen;
     if (also) {
@@ -162,8 +165,16 @@ export class TestApiServer {
         if (also.netns) this.extra!.listen({ fd: listeningSocketInNetns(also.netns, also.host, also.port) }, () => resolve());
         else this.extra!.listen(also.port, also.host, () => resolve());
       });
+      this.track(this.extra);
       if (!also.port) also.port = (this.extra.address() as AddressInfo).port;
     }
+  }
+
+  private track(server: Server): void {
+    server.on('connection', (socket: Socket) => {
+      this.sockets.add(socket);
+      socket.once('close', () => this.sockets.delete(socket));
+    });
   }
 
   /** The built-in resources and those the stored CRDs serve. */
@@ -188,6 +199,9 @@ export class TestApiServer {
     // between (an agent whose watch just ended) would otherwise hold close() open forever.
     const closed = [this.server, this.extra].filter((s): s is NonNullable<typeof s> => Boolean(s)).map((s) => new Promise<void>((resolve) => s.close(() => resolve())));
     for (const s of [this.server, this.extra]) s?.closeAllConnections();
+    // A client mid-TLS-handshake is not among those: close() would wait out its 120 s handshake timeout.
+    for (const socket of this.sockets) socket.destroy();
+    this.sockets.clear();
     for (const w of this.watches) w.destroy();
     this.watches.clear();
     await Promise.all(closed);
