@@ -19,6 +19,7 @@ import { CLIENT_PORT, TC_SERVICES, fixture } from '../src/sandbox/fixtures/tc.js
 import { runFixture, type PacketFixture } from '../src/sandbox/packet-fixture.js';
 import { skbContext, xdpContext } from '../src/ebpf/skb-context.js';
 import { serviceMapSizes } from './map-sizes.js';
+import { flowForgetter } from './new-flow.js';
 import { barChart } from './plot.js';
 import { fmtStat, markdownTable, median, progress, publish, ratio, stat, type Stat } from './report.js';
 
@@ -63,16 +64,17 @@ function measure(node: DatapathNode, services: number): Record<string, Stat> {
   for (const c of CASES) {
     for (const hook of c.hooks) {
       const f = checked(node, c.id);
+      let forget: (() => void) | undefined;
       if (c.fresh) {
         // The key the runs delete must be the flow's, or every run after the first times an established flow.
         const key = { saddr: CLIENT_IP, daddr: NODE_IP, sport: CLIENT_PORT, dport: c.fresh.dport, proto: 6 };
         run(hook, f.input);
         if (!node.dp.maps.ct4.lookup(key)) throw new Error(`${c.id}: no conntrack entry at ${JSON.stringify(key)}`);
+        forget = flowForgetter(node, key);
       }
+      // A new flow each time: its conntrack entry and its reply entries go (bench/new-flow.ts).
       out[`${hook}: ${c.name}`] = singleRuns(() => {
-        // A new flow each time: its conntrack entry goes (an SNAT binding stays, and is the
-        // flow's own again: the same port).
-        if (c.fresh) node.dp.maps.ct4.delete({ saddr: CLIENT_IP, daddr: NODE_IP, sport: CLIENT_PORT, dport: c.fresh.dport, proto: 6 });
+        forget?.();
         return run(hook, f.input);
       });
     }
@@ -113,7 +115,7 @@ async function main(): Promise<void> {
       name: 'packet-cost',
       title: 'Per-packet cost of the tc and XDP programs (BPF_PROG_TEST_RUN)',
       command: `npx tsx bench/packet-cost.ts --services ${MANY} --runs ${RUNS}`,
-      method: `tc_ingress and xdp_ingress run by BPF_PROG_TEST_RUN in a testbed node's namespace, the kernel's own timing of single runs (PROG_TEST_RUN's repeat runs a program on its own output: after the first repeat a translated packet is a flow the program does not know, so repeats would time that miss); ${BATCHES} batches of ${RUNS} single runs per case, each batch's median, then the median and spread (min–max) of the batches. Each is compared with an empty program of its hook timed the same way (a single run carries the timer's fixed cost, in both). Established cases send the fixture's packet of a flow set up once; new flows have their conntrack entry deleted before each run. xdp rows: what XDP does itself (remote backends, replies, DSR), and for a local backend what it costs to hand the packet to tc untouched. ${MANY} Services (ExternalIP frontends, remote backends) loaded in ${loadMs} ms.`,
+      method: `tc_ingress and xdp_ingress run by BPF_PROG_TEST_RUN in a testbed node's namespace, the kernel's own timing of single runs (PROG_TEST_RUN's repeat runs a program on its own output: after the first repeat a translated packet is a flow the program does not know, so repeats would time that miss); ${BATCHES} batches of ${RUNS} single runs per case, each batch's median, then the median and spread (min–max) of the batches. Each is compared with an empty program of its hook timed the same way (a single run carries the timer's fixed cost, in both). Established cases send the fixture's packet of a flow set up once; new flows have their conntrack entry and reply entries (SNAT binding, reverse translation) deleted before each run, so that each run reserves a port and inserts both as a new client's flow does. xdp rows: what XDP does itself (remote backends, replies, DSR), and for a local backend what it costs to hand the packet to tc untouched. ${MANY} Services (ExternalIP frontends, remote backends) loaded in ${loadMs} ms.`,
       tables: [table],
       ratios: rows.map((r) => `${r.case}: ${ratio(r.one.median, baseline[r.hook].median)}× the empty ${r.hook} program with 1 Service, ${ratio(r.many.median, baseline[r.hook].median)}× with ${MANY}`),
       plots: [{

@@ -52,6 +52,54 @@ static __always_inline long fib4_route_flow(struct __ctx_buff *ctx, __be32 saddr
 	return rc;
 }
 
+/* As long as a flow keeps its hop between lookups (CT_REFRESH_NS). */
+#define BACKEND_HOP_MAX_AGE_NS NSEC_PER_SEC
+
+/* The shared hop of new flows to a backend (struct lb4_backend_hop), or NULL. */
+static __always_inline struct lb4_backend_hop *backend_hop_of(__u32 backend_id)
+{
+	__u32 slot = backend_id - 1; /* ids start at 1; id 0 wraps past the array: none */
+
+	return bpf_map_lookup_elem(&lb4_backend_hops, &slot);
+}
+
+/* The route for a new flow's first packet: the hop a new flow to the same backend found
+ * less than a second ago (from the same address, on the same device), else a lookup whose
+ * complete result is shared. The flow keeps the hop either way. bpf_fib_lookup was the
+ * largest part of a new flow after its conntrack insert; with this, a burst of new flows
+ * to a backend looks its route up once a second, and a route or neighbour change reaches
+ * a new flow within that second, as it reaches an established one. */
+static __always_inline long fib4_route_new_flow(struct __ctx_buff *ctx, __be32 saddr, __be32 daddr, __u32 *kept_ifindex,
+						__u8 *kept_macs, struct lb4_backend_hop *shared, __u64 now,
+						struct bpf_fib_lookup *fib)
+{
+	__u32 from = ctx_fib_ifindex(ctx);
+	long rc;
+
+	if (shared && shared->daddr == daddr && shared->saddr == saddr && shared->from_ifindex == from &&
+	    now - shared->looked_up_ns < BACKEND_HOP_MAX_AGE_NS) {
+		/* Another CPU may be writing it: a torn read mixes two lookups of this route. */
+		fib->ifindex = shared->hop_ifindex;
+		if (fib->ifindex) {
+			__builtin_memcpy(fib->dmac, shared->hop_macs, ETH_ALEN);
+			__builtin_memcpy(fib->smac, shared->hop_macs + ETH_ALEN, ETH_ALEN);
+			__builtin_memcpy(kept_macs, shared->hop_macs, 2 * ETH_ALEN);
+			*kept_ifindex = fib->ifindex;
+			return BPF_FIB_LKUP_RET_SUCCESS;
+		}
+	}
+	rc = fib4_route_flow(ctx, saddr, daddr, 0, kept_ifindex, kept_macs, 1, fib);
+	if (shared && rc == BPF_FIB_LKUP_RET_SUCCESS) {
+		shared->hop_ifindex = fib->ifindex;
+		__builtin_memcpy(shared->hop_macs, kept_macs, 2 * ETH_ALEN);
+		shared->daddr = daddr;
+		shared->saddr = saddr;
+		shared->from_ifindex = from;
+		shared->looked_up_ns = now;
+	}
+	return rc;
+}
+
 /* Can a packet take this route? tc: when the next hop's MAC is known, or when only the
  * neighbour is (the kernel resolves it). XDP: only with the MAC. Asked before a packet is
  * rewritten, which XDP could not undo. */

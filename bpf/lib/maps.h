@@ -35,6 +35,14 @@ struct {
 	__type(value, struct lb4_reverse_nat);
 } lb4_reverse_nat SEC(".maps");
 
+/* One slot per backend id (id - 1): sized with lb4_backends. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct lb4_backend_hop);
+} lb4_backend_hops SEC(".maps");
+
 /* Maglev lookup tables: table id (slot 0's backend_id) → an array of backend ids, one
  * per table position. The inner maps are created by the agent, sized by maglev_table_size. */
 struct maglev_inner {

@@ -37,17 +37,20 @@ static __always_inline __u32 maglev_select(const struct lb4_service *svc, __u32 
 
 /* Rewrite both ends of a packet that leaves this node again and send it on: TTL down,
  * counted, sent to the next hop towards its new destination (the flow's kept hop, looked
- * up again when `refresh`). */
+ * up again when `refresh`; a new flow's first packet: `shared`, its backend's hop). */
 static __always_inline int nat4_forward(struct __ctx_buff *ctx, const struct pkt4 *p, __be32 daddr, __be16 dport,
 					__be32 saddr, __be16 sport, __u32 stat, __u32 *kept_ifindex, __u8 *kept_macs,
-					int refresh)
+					int refresh, struct lb4_backend_hop *shared, __u64 now)
 {
 	struct bpf_fib_lookup fib;
 	long route;
 
 	if (p->ttl <= 1)
 		return icmp4_time_exceeded(ctx, p);
-	route = fib4_route_flow(ctx, saddr, daddr, 0, kept_ifindex, kept_macs, refresh, &fib);
+	if (shared)
+		route = fib4_route_new_flow(ctx, saddr, daddr, kept_ifindex, kept_macs, shared, now, &fib);
+	else
+		route = fib4_route_flow(ctx, saddr, daddr, 0, kept_ifindex, kept_macs, refresh, &fib);
 	if (!fib4_usable(route))
 		return fib4_unusable(p->len);
 	STAGE_END(11);
@@ -66,7 +69,7 @@ static __always_inline int nodeport_reply_remote(struct __ctx_buff *ctx, const s
 	int refresh = ct4_track_reply(p, nat, now);
 
 	return nat4_forward(ctx, p, nat->client_addr, nat->client_port, nat->frontend_addr, nat->frontend_port,
-			    STAT_REPLY_REMOTE, &nat->hop_ifindex, nat->hop_macs, refresh);
+			    STAT_REPLY_REMOTE, &nat->hop_ifindex, nat->hop_macs, refresh, NULL, 0);
 }
 
 /* A reply from a local backend (tc egress): it leaves as the frontend. */
@@ -215,8 +218,9 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 		count_stat(STAT_FWD_LOCAL, p->len);
 		return CTX_ACT_OK; /* the stack routes it to the pod */
 	}
+	/* A flow created by this packet routes by its backend's shared hop. */
 	return nat4_forward(ctx, p, b->address, b->port, ct->nat_addr, ct->nat_port, STAT_FWD_REMOTE, &ct->hop_ifindex,
-			    ct->hop_macs, due);
+			    ct->hop_macs, due, fresh.created_ns ? backend_hop_of(ct->backend_id) : NULL, now);
 }
 
 /* A packet from outside for a frontend: balanced, rejected or dropped as kube-proxy would.

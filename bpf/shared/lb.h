@@ -101,6 +101,19 @@ struct lb4_backend {
 	__u8 flags; /* enum lb_backend_flags */
 };
 
+/* The next hop of the newest flow to a backend (lb4_backend_hops, at backend id - 1),
+ * written by the datapath: new SNAT flows to the backend within a second of its lookup,
+ * from the same address and device, take it instead of looking the route up again. */
+struct lb4_backend_hop {
+	__u64 looked_up_ns; /* CLOCK_MONOTONIC */
+	__be32 daddr;       /* the backend address it leads to (an id is reused) */
+	__be32 saddr;       /* looked up from (the SNAT address) */
+	__u32 from_ifindex; /* for packets that came in on this device */
+	__u32 hop_ifindex;  /* 0: none */
+	__u8 hop_macs[12];  /* destination, then source MAC, as in struct ethhdr */
+	__u8 pad[4];
+};
+
 /* The cluster's node addresses (every node's InternalIP/ExternalIP), kept by the agent:
  * a DSR option naming a node address is a NodePort on that node. */
 struct node4_value {

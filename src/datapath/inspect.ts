@@ -53,7 +53,9 @@ export function dumpMap(pinDir: string, name: MapName): Row[] {
         return { key: label, packets: Number(total.packets), bytes: Number(total.bytes) };
       }).filter((r) => r.packets > 0 || !/^\d+$/.test(r.key));
     }
-    return m.entries().map(([k, v]) => flatten(name, k as Record<string, unknown> | number, v as Record<string, unknown> | number));
+    // lb4_backend_hops is an array: only the slots a flow wrote.
+    const written = name === 'lb4_backend_hops' ? m.entries().filter(([, v]) => (v as { lookedUpNs: bigint }).lookedUpNs !== 0n) : m.entries();
+    return written.map(([k, v]) => flatten(name, k as Record<string, unknown> | number, v as Record<string, unknown> | number));
   });
 }
 
@@ -67,12 +69,13 @@ export function dumpKeysHex(pinDir: string, name: MapName): string[] {
 }
 
 function flatten(name: MapName, k: Record<string, unknown> | number, v: Record<string, unknown> | number): Row {
-  const key = typeof k === 'number' ? { id: k } : k;
+  const key = typeof k !== 'number' ? k : name === 'lb4_backend_hops' ? { backendId: k + 1 } : { id: k };
   const val = typeof v === 'number' ? { value: v } : v;
   const row: Row = {};
   for (const [f, x] of [...Object.entries(key), ...Object.entries(val)]) {
     if (f === 'proto') row[f] = protoName(x as number);
     else if (f === 'expiresNs') row.expires = ageText(x as bigint);
+    else if (f === 'lookedUpNs') row.lookedUp = `${(Number(monotonicNs() - (x as bigint)) / 1e9).toFixed(0)}s ago`;
     else if (typeof x === 'bigint') row[f] = Number(x);
     else if (f === 'hopMacs' && Buffer.isBuffer(x)) row[f] = `${macText(x)} (from ${macText(x.subarray(6))})`;
     else if (Buffer.isBuffer(x)) row[f] = x.toString('utf8').replace(/\0.*$/s, '');
@@ -123,7 +126,8 @@ export function listFlows(pinDir: string, filter: { service?: string; backend?: 
 
 /** Delete every conntrack and NAT entry (what `ferry ct flush --yes` does). */
 export function flushConntrack(pinDir: string): { ct: number; nat: number } {
-  return PinnedDatapath.with(pinDir, (dp) => clearConntrack({ ct4: dp.writable('ct4'), nat4: dp.writable('nat4') }));
+  // An agent from before lb4_backend_hops has no such pin.
+  return PinnedDatapath.with(pinDir, (dp) => clearConntrack({ ct4: dp.writable('ct4'), nat4: dp.writable('nat4'), ...(dp.pinned().includes('lb4_backend_hops') ? { lb4_backend_hops: dp.writable('lb4_backend_hops') } : {}) }));
 }
 
 export interface FrontendRow {

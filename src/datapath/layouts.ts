@@ -130,6 +130,17 @@ export const lb4BackendCodec = structCodec('lb4_backend', {
 });
 export type Lb4Backend = ReturnType<typeof lb4BackendCodec.decode>;
 
+/** Written by the datapath only: the route new SNAT flows to a backend share (bpf/lib/fib.h). */
+export const lb4BackendHopCodec = structCodec('lb4_backend_hop', {
+  lookedUpNs: { type: 'u64' },
+  daddr: { type: 'ipv4' },
+  saddr: { type: 'ipv4' },
+  fromIfindex: { type: 'u32' },
+  hopIfindex: { type: 'u32' },
+  hopMacs: { type: 'bytes', length: 12 },
+  pad: { type: 'pad', length: 4 },
+});
+
 export const lb4ReverseNatCodec = structCodec('lb4_reverse_nat', {
   address: { type: 'ipv4' },
   port: { type: 'be16' },
@@ -269,6 +280,7 @@ export const mapSpecs = {
   lb4_services: { key: lb4KeyCodec, value: lb4ServiceCodec, sizeSetting: 'mapSizes.services' },
   lb4_backends: { key: u32Codec, value: lb4BackendCodec, sizeSetting: 'mapSizes.backends' },
   lb4_reverse_nat: { key: u32Codec, value: lb4ReverseNatCodec, sizeSetting: 'mapSizes.reverseNat' },
+  lb4_backend_hops: { key: u32Codec, value: lb4BackendHopCodec, sizeSetting: 'mapSizes.backends' },
   // Outer map of the Maglev tables: written with inner map FDs, read back as map ids.
   lb4_maglev: { key: u32Codec, value: u32Codec, sizeSetting: 'mapSizes.maglevTables' },
   lb4_affinity: { key: lb4AffinityKeyCodec, value: lb4AffinityValueCodec, sizeSetting: 'mapSizes.affinity' },

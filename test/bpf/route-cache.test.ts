@@ -3,8 +3,9 @@
 // traffic), and in between sent by the hop it keeps. A wrong MAC written into the kept hop
 // shows which packets used it: those within the second do, the next written one looks the
 // route up again and repairs it. A route the program cannot complete (no neighbour yet) is
-// not kept.
+// not kept. New SNAT flows to one backend share its route (lb4_backend_hops) for a second.
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
+import { clearConntrack } from '../../src/datapath/ct-gc.js';
 import { dumpMap } from '../../src/datapath/inspect.js';
 import type { Ct4Key } from '../../src/datapath/layouts.js';
 import type { FrontendSpec } from '../../src/model/frontend.js';
@@ -135,9 +136,46 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
     expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
   });
 
+  it('new SNAT flows to a backend share its route for a second: from the same address and device, to the same backend address', () => {
+    const newFlow = (sport: number) => node.run('tc_ingress', buildPacket(clientTcp(NODE_IP, 30081, { sport, flags: 'S' })));
+    const hops = node.dp.maps.lb4_backend_hops;
+    let r = newFlow(CLIENT_PORT);
+    expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
+    const slot = node.dp.maps.ct4.lookup(flowKey(30081))!.backendId - 1;
+    const shared = hops.lookup(slot)!;
+    expect(shared).toMatchObject({ daddr: REMOTE_POD, saddr: NODE_IP, fromIfindex: node.ifindex, hopIfindex: node.ifindex });
+    expect([macOf(shared.hopMacs), macOf(shared.hopMacs, 6)]).toEqual([OTHER_NODE_MAC, NODE_MAC]);
+    // `ferry map dump lb4_backend_hops`: the written slots only, by backend id.
+    expect(dumpMap(node.pinDir, 'lb4_backend_hops')).toEqual([expect.objectContaining({ backendId: slot + 1, daddr: REMOTE_POD, hopMacs: `${OTHER_NODE_MAC} (from ${NODE_MAC})`, lookedUp: '0s ago' })]);
+    // Made wrong: the next new flow within the second is sent by it, and keeps it.
+    const stale = { ...shared, hopMacs: Buffer.concat([macBytes(STALE_MAC), shared.hopMacs.subarray(6)]) };
+    hops.update(slot, stale);
+    r = newFlow(CLIENT_PORT + 1);
+    expect(sentTo(r.data, r.retval)).toBe(STALE_MAC);
+    expect(macOf(node.dp.maps.ct4.lookup({ ...flowKey(30081), sport: CLIENT_PORT + 1 })!.hopMacs)).toBe(STALE_MAC);
+    // Not taken when older than a second, for another address (its id reused), from
+    // another device or address: looked up, and shared anew.
+    const notTaken = [{ lookedUpNs: shared.lookedUpNs - 2_000_000_000n }, { daddr: '10.0.30.99' }, { fromIfindex: node.ifindex + 1000 }, { saddr: '10.0.30.98' }];
+    notTaken.forEach((change, i) => {
+      hops.update(slot, { ...stale, ...change });
+      r = newFlow(CLIENT_PORT + 2 + i);
+      expect(sentTo(r.data, r.retval), Object.keys(change)[0]).toBe(OTHER_NODE_MAC);
+      expect(hops.lookup(slot)).toMatchObject({ daddr: REMOTE_POD, saddr: NODE_IP, fromIfindex: node.ifindex });
+      expect(macOf(hops.lookup(slot)!.hopMacs)).toBe(OTHER_NODE_MAC);
+    });
+    // An established flow's packets do not take it: they have their own kept hop.
+    hops.update(slot, stale);
+    r = node.run('tc_ingress', client(30081, 'S', 1000));
+    expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
+    // `ferry ct flush` forgets it with the flows.
+    clearConntrack(node.dp.maps);
+    expect(hops.lookup(slot)).toMatchObject({ lookedUpNs: 0n, hopIfindex: 0, daddr: '0.0.0.0' });
+  });
+
   it('a route whose neighbour is not resolved yet is not kept: the kernel resolves it, and the next packet asks again', () => {
     const r = node.run('tc_ingress', client(30083, 'S', 1000));
     expect(r.retval).toBe(TcVerdict.REDIRECT); // bpf_redirect_neigh
     expect(node.dp.maps.ct4.lookup(flowKey(30083))!.hopIfindex).toBe(0);
+    expect(node.dp.maps.lb4_backend_hops.lookup(node.dp.maps.ct4.lookup(flowKey(30083))!.backendId - 1)!.hopIfindex).toBe(0);
   });
 });
