@@ -58,9 +58,7 @@ static __always_inline long fib4_route_flow(struct __ctx_buff *ctx, __be32 saddr
 /* The shared hop of new flows to a backend (struct lb4_backend_hop), or NULL. */
 static __always_inline struct lb4_backend_hop *backend_hop_of(__u32 backend_id)
 {
-	__u32 slot = backend_id - 1; /* ids start at 1; id 0 wraps past the array: none */
-
-	return bpf_map_lookup_elem(&lb4_backend_hops, &slot);
+	return bpf_map_lookup_elem(&lb4_backend_hops, &backend_id);
 }
 
 /* The route for a new flow's first packet: the hop a new flow to the same backend found

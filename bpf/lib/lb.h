@@ -95,7 +95,9 @@ static __always_inline int lb4_source_allowed(const struct lb4_service *svc, __b
 
 static __always_inline struct lb4_backend *lb4_backend(__u32 id)
 {
-	return id ? bpf_map_lookup_elem(&lb4_backends, &id) : NULL;
+	struct lb4_backend *b = id ? bpf_map_lookup_elem(&lb4_backends, &id) : NULL;
+
+	return b && b->address ? b : NULL; /* an empty slot: a removed backend */
 }
 
 struct slot_search {

@@ -19,10 +19,11 @@ struct {
 	__type(value, struct lb4_service);
 } lb4_services SEC(".maps");
 
+/* Indexed by backend id (slot 0 unused): an array, so that the programs reach a backend
+ * without a hash lookup (the verifier inlines it). An all-zero slot is no backend. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65537);
 	__type(key, __u32);
 	__type(value, struct lb4_backend);
 } lb4_backends SEC(".maps");
@@ -35,10 +36,10 @@ struct {
 	__type(value, struct lb4_reverse_nat);
 } lb4_reverse_nat SEC(".maps");
 
-/* One slot per backend id (id - 1): sized with lb4_backends. */
+/* One slot per backend id, as lb4_backends (slot 0 unused). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 65537);
 	__type(key, __u32);
 	__type(value, struct lb4_backend_hop);
 } lb4_backend_hops SEC(".maps");

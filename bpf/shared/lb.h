@@ -101,7 +101,7 @@ struct lb4_backend {
 	__u8 flags; /* enum lb_backend_flags */
 };
 
-/* The next hop of the newest flow to a backend (lb4_backend_hops, at backend id - 1),
+/* The next hop of the newest flow to a backend (lb4_backend_hops, at its backend id),
  * written by the datapath: new SNAT flows to the backend within a second of its lookup,
  * from the same address and device, take it instead of looking the route up again. */
 struct lb4_backend_hop {

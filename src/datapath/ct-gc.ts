@@ -82,10 +82,9 @@ export function collectOrphans(maps: Pick<DatapathMaps, 'ct4' | 'nat4' | 'lb4_ba
 
 /**
  * Empty conntrack and NAT (an operator's `ferry ct flush`): every flow is balanced and
- * routed anew (the backends' shared hops are cleared too: an array, so zeroed).
+ * routed anew (the backends' shared hops are cleared too).
  */
 export function clearConntrack(maps: Pick<DatapathMaps, 'ct4' | 'nat4'> & Partial<Pick<DatapathMaps, 'lb4_backend_hops'>>): { ct: number; nat: number } {
-  const hops = maps.lb4_backend_hops?.entries().filter(([, v]) => v.lookedUpNs !== 0n) ?? [];
-  if (hops.length) maps.lb4_backend_hops!.updateBatch(hops.map(([k, v]) => [k, { ...v, lookedUpNs: 0n, daddr: '0.0.0.0', saddr: '0.0.0.0', fromIfindex: 0, hopIfindex: 0, hopMacs: Buffer.alloc(12) }]));
+  maps.lb4_backend_hops?.deleteBatch([...maps.lb4_backend_hops.keys()]);
   return { ct: maps.ct4.deleteBatch([...maps.ct4.keys()]), nat: maps.nat4.deleteBatch([...maps.nat4.keys()]) };
 }

@@ -5,7 +5,7 @@
 // decision (reference/sock.ts, held against the real hooks by a differential test) is
 // worked out from the live maps: cgroup programs cannot be test-run.
 import { join } from 'node:path';
-import { BackendFlags, LbFlags, LbScope, Stat, DropReason, mapSpecs, type MapName } from './layouts.js';
+import { BackendFlags, LbFlags, LbScope, Stat, DropReason, mapOptions, mapSpecs, type MapName } from './layouts.js';
 import type { Codec } from '../ebpf/codec.js';
 import { ErrorCode, errnoError } from '../errors.js';
 import { libbpf } from '../ebpf/libbpf.js';
@@ -126,7 +126,7 @@ function explainPacket(r: ExplainRequest, live: DatapathReader): Explanation {
     // The twin's maps as large as the live ones.
     for (const n of Object.keys(mapSpecs) as MapName[]) twin.setMaxEntries(n, live[n].maxEntries);
     twin.load();
-    const copy = (n: MapName) => twin.map(n, mapSpecs[n].key as Codec<unknown>, mapSpecs[n].value as Codec<unknown>);
+    const copy = (n: MapName) => twin.map(n, mapSpecs[n].key as Codec<unknown>, mapSpecs[n].value as Codec<unknown>, mapOptions(n));
     for (const n of ['lb4_services', 'lb4_backends', 'lb4_reverse_nat', 'lb4_src_ranges'] as const) copyAll(live[n], copy(n));
     // Maglev tables: the twin points at the live inner maps (read only).
     for (const [id, innerId] of live.lb4_maglev.entries()) {

@@ -53,9 +53,7 @@ export function dumpMap(pinDir: string, name: MapName): Row[] {
         return { key: label, packets: Number(total.packets), bytes: Number(total.bytes) };
       }).filter((r) => r.packets > 0 || !/^\d+$/.test(r.key));
     }
-    // lb4_backend_hops is an array: only the slots a flow wrote.
-    const written = name === 'lb4_backend_hops' ? m.entries().filter(([, v]) => (v as { lookedUpNs: bigint }).lookedUpNs !== 0n) : m.entries();
-    return written.map(([k, v]) => flatten(name, k as Record<string, unknown> | number, v as Record<string, unknown> | number));
+    return m.entries().map(([k, v]) => flatten(name, k as Record<string, unknown> | number, v as Record<string, unknown> | number));
   });
 }
 
@@ -69,7 +67,7 @@ export function dumpKeysHex(pinDir: string, name: MapName): string[] {
 }
 
 function flatten(name: MapName, k: Record<string, unknown> | number, v: Record<string, unknown> | number): Row {
-  const key = typeof k !== 'number' ? k : name === 'lb4_backend_hops' ? { backendId: k + 1 } : { id: k };
+  const key = typeof k !== 'number' ? k : name === 'lb4_backend_hops' ? { backendId: k } : { id: k };
   const val = typeof v === 'number' ? { value: v } : v;
   const row: Row = {};
   for (const [f, x] of [...Object.entries(key), ...Object.entries(val)]) {

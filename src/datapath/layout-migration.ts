@@ -11,7 +11,7 @@ import { BpfMap, MapType, UpdateFlag } from '../ebpf/map.js';
 import { nextPinPath, type BpfObject, type PinnedMismatch } from '../ebpf/object.js';
 import { ErrorCode, FerryError, errnoError, errnoName } from '../errors.js';
 import { layoutHistory, OLDEST_UPGRADABLE_LAYOUT, type PastLayout } from './layout-history.js';
-import { LAYOUT_VERSION, mapSpecs, type MapName } from './layouts.js';
+import { LAYOUT_VERSION, mapOptions, mapSpecs, type MapName } from './layouts.js';
 
 /** Maps the programs write (flows, bindings): the ones the second pass catches up. */
 const WRITTEN_BY_DATAPATH = new Set<string>(['ct4', 'nat4', 'frag4', 'lb4_affinity', 'lb4_sock_rev']);
@@ -59,7 +59,7 @@ export class LayoutMigration {
       const result: MigratedMap = { map: name, fromLayout: plan.fromLayout, copied: 0, caughtUp: 0, dropped: 0 };
       if (plan.kind !== 'none') {
         const spec = mapSpecs[name as MapName];
-        const fresh = obj.map(name, spec.key as Codec<unknown>, spec.value as Codec<unknown>);
+        const fresh = obj.map(name, spec.key as Codec<unknown>, spec.value as Codec<unknown>, mapOptions(name as MapName));
         const old = openOld(plan);
         const { copied, dropped } = copyEntries(old, fresh, plan, UpdateFlag.Any);
         result.copied = copied;

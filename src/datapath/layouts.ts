@@ -275,12 +275,15 @@ export type FerryEvent = ReturnType<typeof eventCodec.decode>;
 
 export const counterCodec = structCodec('ferry_counter', { packets: { type: 'u64' }, bytes: { type: 'u64' } });
 
-/** Every datapath map: its codecs and the setting that resizes it. */
+/**
+ * Every datapath map: its codecs, the setting that resizes it, and whether it is a sparse
+ * array (indexed by an id, an all-zero slot is absent: MapOptions.sparse).
+ */
 export const mapSpecs = {
   lb4_services: { key: lb4KeyCodec, value: lb4ServiceCodec, sizeSetting: 'mapSizes.services' },
-  lb4_backends: { key: u32Codec, value: lb4BackendCodec, sizeSetting: 'mapSizes.backends' },
+  lb4_backends: { key: u32Codec, value: lb4BackendCodec, sizeSetting: 'mapSizes.backends', sparse: true },
   lb4_reverse_nat: { key: u32Codec, value: lb4ReverseNatCodec, sizeSetting: 'mapSizes.reverseNat' },
-  lb4_backend_hops: { key: u32Codec, value: lb4BackendHopCodec, sizeSetting: 'mapSizes.backends' },
+  lb4_backend_hops: { key: u32Codec, value: lb4BackendHopCodec, sizeSetting: 'mapSizes.backends', sparse: true },
   // Outer map of the Maglev tables: written with inner map FDs, read back as map ids.
   lb4_maglev: { key: u32Codec, value: u32Codec, sizeSetting: 'mapSizes.maglevTables' },
   lb4_affinity: { key: lb4AffinityKeyCodec, value: lb4AffinityValueCodec, sizeSetting: 'mapSizes.affinity' },
@@ -299,6 +302,12 @@ export const mapSpecs = {
   ferry_scratch: { key: u32Codec, value: scratchCodec, sizeSetting: undefined },
 } as const;
 export type MapName = keyof typeof mapSpecs;
+
+/** How a datapath map is opened: its size setting (named when it is full), sparse or not. */
+export function mapOptions(name: MapName): { sizeSetting?: string; sparse: boolean } {
+  const spec: { sizeSetting?: string; sparse?: boolean } = mapSpecs[name];
+  return { ...(spec.sizeSetting ? { sizeSetting: spec.sizeSetting } : {}), sparse: spec.sparse === true };
+}
 
 type SpecOf<N extends MapName> = (typeof mapSpecs)[N];
 export type MapKey<N extends MapName> = SpecOf<N>['key'] extends Codec<infer K> ? K : never;

@@ -13,7 +13,7 @@ import type { Link } from '../ebpf/link.js';
 import { assertBpffs } from '../ebpf/pinned.js';
 import { ipv4FromString } from '../ebpf/codec.js';
 import { ErrorCode, FerryError } from '../errors.js';
-import { mapSpecs, type DatapathMaps } from './layouts.js';
+import { mapOptions, mapSpecs, type DatapathMaps, type MapName } from './layouts.js';
 import { configureObject, loadXdpObject, setForwardingConstants } from './object-settings.js';
 
 export { loadXdpObject } from './object-settings.js';
@@ -132,10 +132,7 @@ export class Datapath {
     this.sock = sock;
     this.sizes = sizes;
     const maps = {} as Record<string, BpfMap<unknown, unknown>>;
-    for (const [name, spec] of Object.entries(mapSpecs)) {
-      const setting = spec.sizeSetting ?? undefined;
-      maps[name] = tc.map(name, spec.key as Codec<unknown>, spec.value as Codec<unknown>, setting);
-    }
+    for (const [name, spec] of Object.entries(mapSpecs)) maps[name] = tc.map(name, spec.key as Codec<unknown>, spec.value as Codec<unknown>, mapOptions(name as MapName));
     this.maps = maps as unknown as DatapathMaps;
   }
 

@@ -31,9 +31,13 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   ferry_scratch: undefined,
 };
 
+const ID_INDEXED = new Set<string>(['lb4_backends', 'lb4_backend_hops']);
+
 /** What every entry object shares: map sizes, the hash seed, the host's netns, the pins. */
 export function configureObject(obj: BpfObject, cfg: DatapathConfig, sizes: MapSizes, replace?: LayoutMigration['decide']): void {
-  for (const [name, setting] of Object.entries(sizeOf)) if (setting) obj.setMaxEntries(name, sizes[setting]);
+  // Arrays indexed by backend id hold slot 0 too (id 0 is no backend), so that the setting
+  // counts backends.
+  for (const [name, setting] of Object.entries(sizeOf)) if (setting) obj.setMaxEntries(name, sizes[setting] + (ID_INDEXED.has(name) ? 1 : 0));
   obj.setConstant('hash_seed', cfg.hashSeed ?? 0);
   obj.setConstant('host_netns_cookie', cfg.hostNetnsCookie ?? 0n);
   obj.pinMaps({ dir: cfg.pinDir, ...(replace ? { replace } : {}) });

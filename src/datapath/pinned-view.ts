@@ -8,7 +8,7 @@ import type { Codec } from '../ebpf/codec.js';
 import type { BpfMap } from '../ebpf/map.js';
 import { assertBpffs, openPinnedMap } from '../ebpf/pinned.js';
 import { ErrorCode, FerryError } from '../errors.js';
-import { mapSpecs, type DatapathMaps, type MapKey, type MapName, type MapValue } from './layouts.js';
+import { mapOptions, mapSpecs, type DatapathMaps, type MapKey, type MapName, type MapValue } from './layouts.js';
 
 /** What a reader may do with a map. */
 export type MapReader<K, V> = Pick<BpfMap<K, V>, 'name' | 'info' | 'perCpu' | 'maxEntries' | 'keyCodec' | 'lookup' | 'lookupPerCpu' | 'keys' | 'entries' | 'entriesPerCpu'>;
@@ -62,7 +62,7 @@ export class PinnedDatapath {
     let m = this.opened.get(name);
     if (!m) {
       const spec = mapSpecs[name];
-      m = openPinnedMap(join(this.pinDir, name), spec.key as Codec<unknown>, spec.value as Codec<unknown>);
+      m = openPinnedMap(join(this.pinDir, name), spec.key as Codec<unknown>, spec.value as Codec<unknown>, mapOptions(name));
       this.opened.set(name, m);
     }
     return m;

@@ -71,7 +71,8 @@ export class ServiceWriter implements WriterState {
     private readonly maps: ServiceMaps,
     private readonly opts: { maglevTableSize?: number } = {},
   ) {
-    this.backendIds = new IdAllocator<number>('backend', maps.lb4_backends.maxEntries, 'mapSizes.backends');
+    // Ids index lb4_backends, an array whose slot 0 stays empty (id 0 is no backend).
+    this.backendIds = new IdAllocator<number>('backend', maps.lb4_backends.maxEntries - 1, 'mapSizes.backends');
     this.revNatIds = new IdAllocator('reverse-NAT', maps.lb4_reverse_nat.maxEntries, 'mapSizes.reverseNat');
     this.capacity = { services: maps.lb4_services.maxEntries, sourceRanges: maps.lb4_src_ranges.maxEntries };
     this.restore();

@@ -51,6 +51,11 @@ export function mapInfoByFd(fd: number): MapInfo {
 export interface MapOptions {
   /** The setting that resizes this map, named in "map full" errors: `mapSizes.services`. */
   sizeSetting?: string | undefined;
+  /**
+   * An array whose all-zero slots are absent (an id-indexed table the programs read without
+   * a hash lookup): lookups and walks skip them, a delete writes zeros. Ignored for other types.
+   */
+  sparse?: boolean | undefined;
   /** Close the FD with the map (true for FDs this map opened itself). */
   ownsFd: boolean;
 }
@@ -59,6 +64,8 @@ export class BpfMap<K, V> implements Resource {
   readonly name: string;
   readonly info: MapInfo;
   readonly perCpu: boolean;
+  /** See MapOptions.sparse. */
+  readonly sparse: boolean;
   /** Bytes per CPU slot in per-CPU values: the value size rounded up to 8. */
   private readonly slot: number;
   private readonly ncpus: number;
@@ -78,6 +85,7 @@ export class BpfMap<K, V> implements Resource {
     this.owns = opts.ownsFd;
     this.sizeSetting = opts.sizeSetting;
     this.perCpu = perCpuTypes.has(this.info.type);
+    this.sparse = opts.sparse === true && this.info.type === MapType.Array;
     this.slot = Math.ceil(this.info.valueSize / 8) * 8;
     this.ncpus = this.perCpu ? libbpf().numPossibleCpus() : 1;
     if (keyCodec.size !== this.info.keySize) {
@@ -124,7 +132,7 @@ export class BpfMap<K, V> implements Resource {
     if (this.perCpu) throw new FerryError({ code: ErrorCode.MapOp, op: `lookup map ${this.name}`, cause: 'per-CPU map', hint: 'use lookupPerCpu' });
     const v = this.valueBuffer();
     const rc = libbpf().mapLookupElem(this.fd, this.keyCodec.encode(key), v);
-    if (rc === 0) return this.valueCodec.decode(v);
+    if (rc === 0) return this.sparse && isZero(v) ? undefined : this.valueCodec.decode(v);
     if (errnoName(rc) === 'ENOENT') return undefined;
     throw this.fail('lookup', rc);
   }
@@ -164,6 +172,7 @@ export class BpfMap<K, V> implements Resource {
 
   /** Delete a key; false when it was not there. */
   delete(key: K): boolean {
+    if (this.sparse) return this.clearSlots([key]) === 1;
     const rc = libbpf().mapDeleteElem(this.fd, this.keyCodec.encode(key));
     if (rc === 0) return true;
     if (errnoName(rc) === 'ENOENT') return false;
@@ -172,6 +181,10 @@ export class BpfMap<K, V> implements Resource {
 
   /** Keys, walked with get_next_key. Safe while entries are deleted. */
   *keys(): Generator<K> {
+    if (this.sparse) {
+      for (const [k] of this.readAll(256)) yield k;
+      return;
+    }
     let prev: Buffer | null = null;
     for (;;) {
       const next = Buffer.alloc(this.info.keySize);
@@ -213,7 +226,10 @@ export class BpfMap<K, V> implements Resource {
         if (name === 'EINVAL' || name === 'EOPNOTSUPP' || name === 'ENOTSUP') return this.readOneByOne(vsize);
         throw this.fail('batch lookup', rc);
       }
-      for (let i = 0; i < n; i++) out.push([this.keyCodec.decode(keys, i * this.info.keySize), values, i * vsize]);
+      for (let i = 0; i < n; i++) {
+        if (this.sparse && isZero(values.subarray(i * vsize, (i + 1) * vsize))) continue;
+        out.push([this.keyCodec.decode(keys, i * this.info.keySize), values, i * vsize]);
+      }
       if (rc < 0) return out; // ENOENT: the walk is complete
       inBatch = outBatch;
     }
@@ -224,7 +240,7 @@ export class BpfMap<K, V> implements Resource {
     for (const k of this.keys()) {
       const v = Buffer.alloc(vsize);
       const rc = libbpf().mapLookupElem(this.fd, this.keyCodec.encode(k), v);
-      if (rc === 0) out.push([k, v, 0]);
+      if (rc === 0 && !(this.sparse && isZero(v))) out.push([k, v, 0]);
     }
     return out;
   }
@@ -249,6 +265,7 @@ export class BpfMap<K, V> implements Resource {
 
   /** Delete many keys; keys that are absent are ignored. Returns how many were deleted. */
   deleteBatch(keys: K[]): number {
+    if (this.sparse) return this.clearSlots(keys);
     const ks = this.info.keySize;
     const all = Buffer.alloc(ks * keys.length);
     keys.forEach((k, i) => this.keyCodec.encode(k, all, i * ks));
@@ -275,6 +292,22 @@ export class BpfMap<K, V> implements Resource {
     return deleted;
   }
 
+  /** A sparse array's delete: the slots that hold something are zeroed. Returns how many. */
+  private clearSlots(keys: K[]): number {
+    const held = keys.filter((k) => this.lookup(k) !== undefined);
+    const vsize = this.info.valueSize;
+    for (let start = 0; start < held.length; start += 1024) {
+      const part = held.slice(start, start + 1024);
+      const ks = Buffer.alloc(this.info.keySize * part.length);
+      part.forEach((k, i) => this.keyCodec.encode(k, ks, i * this.info.keySize));
+      const count = Buffer.alloc(4);
+      count.writeUInt32LE(part.length);
+      const rc = libbpf().mapUpdateBatch(this.fd, ks, Buffer.alloc(vsize * part.length), count, UpdateFlag.Any);
+      if (rc < 0) throw this.fail('delete (zero) batch', rc);
+    }
+    return held.length;
+  }
+
   /** Pin at a bpffs path. */
   pin(path: string): void {
     const rc = libbpf().objPin(this.fd, path);
@@ -291,14 +324,16 @@ export class BpfMap<K, V> implements Resource {
   }
 }
 
+const isZero = (b: Buffer): boolean => b.every((x) => x === 0);
+
 /** BPF_F_INNER_MAP: an inner map of a map-in-map whose size may differ from the template's. */
 export const BPF_F_INNER_MAP = 1 << 12;
 
 /** A new map not declared in any object (e.g. the inner maps of a map-in-map), owned by the caller. */
-export function createMap<K, V>(o: { type: number; name: string; key: Codec<K>; value: Codec<V>; maxEntries: number; flags?: number }): BpfMap<K, V> {
+export function createMap<K, V>(o: { type: number; name: string; key: Codec<K>; value: Codec<V>; maxEntries: number; flags?: number; sparse?: boolean }): BpfMap<K, V> {
   const fd = libbpf().mapCreate(o.type, o.name, o.key.size, o.value.size, o.maxEntries, o.flags ?? 0);
   if (fd < 0) throw errnoError(`create map ${o.name}`, fd, ErrorCode.MapOp);
-  return new BpfMap(fd, o.key, o.value, { ownsFd: true });
+  return new BpfMap(fd, o.key, o.value, { ownsFd: true, sparse: o.sparse });
 }
 
 export function bpffsHint(rc: number): string | undefined {

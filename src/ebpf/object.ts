@@ -6,7 +6,7 @@ import { Btf, BtfKind } from './btf.js';
 import { Codec, assertLayout } from './codec.js';
 import { ErrorCode, FerryError, codeForErrno, errnoError, errnoHint, errnoMessage, errnoName } from '../errors.js';
 import { captureLibbpfMessages, libbpf, type LibbpfMessage, type Pointer } from './libbpf.js';
-import { BpfMap, bpffsHint } from './map.js';
+import { BpfMap, bpffsHint, type MapOptions } from './map.js';
 import { comparePinned, nextPinPath, type PinOptions, type PinReport } from './pin-compare.js';
 import { track, untrack, type Resource } from './resources.js';
 import { parseVerifierFailure } from './verifier.js';
@@ -296,13 +296,13 @@ export class BpfObject implements Resource {
    * A typed view of a loaded map. The codecs are checked against this object's BTF for the
    * map's key and value types. The FD stays owned by the object.
    */
-  map<K, V>(name: string, key: Codec<K>, value: Codec<V>, sizeSetting?: string): BpfMap<K, V> {
+  map<K, V>(name: string, key: Codec<K>, value: Codec<V>, opts: Pick<MapOptions, 'sizeSetting' | 'sparse'> = {}): BpfMap<K, V> {
     if (!this.loaded) throw new FerryError({ code: ErrorCode.ObjectLoad, op: `map ${name}`, cause: 'the object is not loaded yet' });
     const lb = libbpf();
     const m = this.mapHandle(name);
     if (m.keyTypeId) assertLayout(`map ${name} key`, key as Codec<unknown>, this.btf, m.keyTypeId);
     if (m.valueTypeId) assertLayout(`map ${name} value`, value as Codec<unknown>, this.btf, m.valueTypeId);
-    return new BpfMap(lb.mapFd(m.handle), key, value, { ownsFd: false, sizeSetting });
+    return new BpfMap(lb.mapFd(m.handle), key, value, { ...opts, ownsFd: false });
   }
 
   program(name: string): Program {

@@ -4,7 +4,7 @@ import { dirname } from 'node:path';
 import { Codec, assertLayout } from './codec.js';
 import { ErrorCode, FerryError, errnoError } from '../errors.js';
 import { libbpf } from './libbpf.js';
-import { BpfMap, MapType, bpffsHint, mapInfoByFd } from './map.js';
+import { BpfMap, MapType, bpffsHint, mapInfoByFd, type MapOptions } from './map.js';
 import { kernelBtf } from './object.js';
 
 const BPF_FS_MAGIC = 0xcafe4a11;
@@ -47,7 +47,7 @@ export function readPinnedArrayValue(path: string): Buffer {
 }
 
 /** Open a pinned map and check both codecs against the BTF the kernel keeps for it. */
-export function openPinnedMap<K, V>(path: string, key: Codec<K>, value: Codec<V>, sizeSetting?: string): BpfMap<K, V> {
+export function openPinnedMap<K, V>(path: string, key: Codec<K>, value: Codec<V>, opts: Pick<MapOptions, 'sizeSetting' | 'sparse'> = {}): BpfMap<K, V> {
   const op = `open pinned map ${path}`;
   assertBpffs(dirname(path));
   const lb = libbpf();
@@ -57,7 +57,7 @@ export function openPinnedMap<K, V>(path: string, key: Codec<K>, value: Codec<V>
     const info = mapInfoByFd(fd);
     // Maps of maps carry no value BTF (their values are map references): sizes only.
     if (info.btfId === 0 && (info.type === MapType.HashOfMaps || info.type === MapType.ArrayOfMaps)) {
-      return new BpfMap(fd, key, value, { ownsFd: true, sizeSetting });
+      return new BpfMap(fd, key, value, { ...opts, ownsFd: true });
     }
     if (info.btfId === 0) {
       throw new FerryError({ code: ErrorCode.Layout, op, cause: 'the map carries no BTF, so its layout cannot be checked', hint: 'it was not created by ferry' });
@@ -65,7 +65,7 @@ export function openPinnedMap<K, V>(path: string, key: Codec<K>, value: Codec<V>
     const btf = kernelBtf(info.btfId);
     assertLayout(`${op} key`, key as Codec<unknown>, btf, info.btfKeyTypeId);
     assertLayout(`${op} value`, value as Codec<unknown>, btf, info.btfValueTypeId);
-    return new BpfMap(fd, key, value, { ownsFd: true, sizeSetting });
+    return new BpfMap(fd, key, value, { ...opts, ownsFd: true });
   } catch (e) {
     lb.close(fd);
     throw e;

@@ -71,8 +71,12 @@ describeWith(['root', 'bpffs', 'netns'], 'upgrading the pinned maps across layou
     const ct = node.dp.migrated.find((m) => m.map === 'ct4');
     expect(ct).toMatchObject({ fromLayout: 1, copied: 1, caughtUp: 1, dropped: 0 });
     // Conntrack (layouts 2 and 4) and the reply bindings (layouts 3 and 4) changed shape; the counters
-    // grew a slot (a resize, layout unchanged); every other map was adopted as it was.
-    expect(node.dp.migrated.map((m) => m.map).sort()).toEqual(['ct4', 'ferry_stats', 'nat4']);
+    // grew a slot (a resize, layout unchanged); the backends became an array (another type, the
+    // same entries); every other map was adopted as it was.
+    expect(node.dp.migrated.map((m) => m.map).sort()).toEqual(['ct4', 'ferry_stats', 'lb4_backends', 'nat4']);
+    const backends = node.dp.maps.lb4_backends.entries().length;
+    expect(backends).toBeGreaterThan(1);
+    expect(node.dp.migrated.find((m) => m.map === 'lb4_backends')).toMatchObject({ fromLayout: LAYOUT_VERSION, copied: backends, dropped: 0 });
     expect(node.dp.migrated.find((m) => m.map === 'nat4')).toMatchObject({ fromLayout: 2, copied: 1, caughtUp: 1, dropped: 0 });
     expect(node.dp.migrated.find((m) => m.map === 'ferry_stats')).toMatchObject({ fromLayout: LAYOUT_VERSION, dropped: 0 });
     expect(node.dp.tc.pinReport.adopted).toContain('lb4_services');

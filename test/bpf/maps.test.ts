@@ -62,9 +62,31 @@ describeWith(['root'], 'typed maps', () => {
     });
   });
 
+  it('a sparse array: all-zero slots are absent to lookups and walks, and a delete zeroes a slot', () => {
+    withMaps((obj) => {
+      const arr = obj.map('test_array', u32Codec, flowValueCodec, { sparse: true });
+      expect(arr.sparse).toBe(true);
+      expect(arr.lookup(3)).toBeUndefined();
+      expect(arr.entries()).toEqual([]);
+      arr.updateBatch([[3, value(3)], [5, value(5)], [6, value(6)]]);
+      expect(arr.entries()).toEqual([[3, value(3)], [5, value(5)], [6, value(6)]]);
+      expect([...arr.keys()]).toEqual([3, 5, 6]);
+      expect(arr.delete(3)).toBe(true);
+      expect(arr.delete(3)).toBe(false);
+      expect(arr.lookup(3)).toBeUndefined();
+      expect(arr.deleteBatch([4, 5, 6])).toBe(2);
+      expect(arr.entries()).toEqual([]);
+      // The same map opened plainly: every slot is there, the deleted ones zero.
+      const plain = obj.map('test_array', u32Codec, flowValueCodec);
+      expect(plain.lookup(3)).toEqual({ createdNs: 0n, hits: 0, state: 0 });
+      // Not an array: the option is ignored.
+      expect(obj.map('test_hash', flowKeyCodec, flowValueCodec, { sparse: true }).sparse).toBe(false);
+    });
+  });
+
   it('makes a full map an explicit error that names the setting to raise', () => {
     withMaps((obj) => {
-      const small = obj.map('test_small', flowKeyCodec, flowValueCodec, 'mapSizes.test');
+      const small = obj.map('test_small', flowKeyCodec, flowValueCodec, { sizeSetting: 'mapSizes.test' });
       for (let i = 0; i < 4; i++) small.update(key(i), value(i));
       let err: FerryError | undefined;
       try {

@@ -141,12 +141,12 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
     const hops = node.dp.maps.lb4_backend_hops;
     let r = newFlow(CLIENT_PORT);
     expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
-    const slot = node.dp.maps.ct4.lookup(flowKey(30081))!.backendId - 1;
+    const slot = node.dp.maps.ct4.lookup(flowKey(30081))!.backendId;
     const shared = hops.lookup(slot)!;
     expect(shared).toMatchObject({ daddr: REMOTE_POD, saddr: NODE_IP, fromIfindex: node.ifindex, hopIfindex: node.ifindex });
     expect([macOf(shared.hopMacs), macOf(shared.hopMacs, 6)]).toEqual([OTHER_NODE_MAC, NODE_MAC]);
     // `ferry map dump lb4_backend_hops`: the written slots only, by backend id.
-    expect(dumpMap(node.pinDir, 'lb4_backend_hops')).toEqual([expect.objectContaining({ backendId: slot + 1, daddr: REMOTE_POD, hopMacs: `${OTHER_NODE_MAC} (from ${NODE_MAC})`, lookedUp: '0s ago' })]);
+    expect(dumpMap(node.pinDir, 'lb4_backend_hops')).toEqual([expect.objectContaining({ backendId: slot, daddr: REMOTE_POD, hopMacs: `${OTHER_NODE_MAC} (from ${NODE_MAC})`, lookedUp: '0s ago' })]);
     // Made wrong: the next new flow within the second is sent by it, and keeps it.
     const stale = { ...shared, hopMacs: Buffer.concat([macBytes(STALE_MAC), shared.hopMacs.subarray(6)]) };
     hops.update(slot, stale);
@@ -169,13 +169,14 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
     expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
     // `ferry ct flush` forgets it with the flows.
     clearConntrack(node.dp.maps);
-    expect(hops.lookup(slot)).toMatchObject({ lookedUpNs: 0n, hopIfindex: 0, daddr: '0.0.0.0' });
+    expect(hops.lookup(slot)).toBeUndefined();
+    expect(dumpMap(node.pinDir, 'lb4_backend_hops')).toEqual([]);
   });
 
   it('a route whose neighbour is not resolved yet is not kept: the kernel resolves it, and the next packet asks again', () => {
     const r = node.run('tc_ingress', client(30083, 'S', 1000));
     expect(r.retval).toBe(TcVerdict.REDIRECT); // bpf_redirect_neigh
     expect(node.dp.maps.ct4.lookup(flowKey(30083))!.hopIfindex).toBe(0);
-    expect(node.dp.maps.lb4_backend_hops.lookup(node.dp.maps.ct4.lookup(flowKey(30083))!.backendId - 1)!.hopIfindex).toBe(0);
+    expect(node.dp.maps.lb4_backend_hops.lookup(node.dp.maps.ct4.lookup(flowKey(30083))!.backendId)).toBeUndefined(); // none shared
   });
 });

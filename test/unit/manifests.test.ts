@@ -87,7 +87,7 @@ describe('deploy/kubernetes', () => {
     writeFileSync(join(dir, 'o', 'kustomization.yaml'), 'resources: [a.yaml]\npatches: [{ path: p.yaml, target: { kind: Secret } }]\n');
     writeFileSync(join(dir, 'o', 'p.yaml'), '- { op: add, path: /data, value: {} }\n');
     expect(() => kustomize(join(dir, 'o'))).toThrow(/matches no object/);
-  });
+  }, 60_000); // thirteen CLI processes: over 5 s on a slow machine under make test's load
 
   it('every object (CRDs included) is valid for the Kubernetes 1.33 schemas, with no unknown field', () => {
     const objects = everything();
