@@ -75,16 +75,12 @@ static __always_inline long fib4_route_new_flow(struct __ctx_buff *ctx, __be32 s
 	long rc;
 
 	if (shared && shared->daddr == daddr && shared->saddr == saddr && shared->from_ifindex == from &&
-	    now - shared->looked_up_ns < BACKEND_HOP_MAX_AGE_NS) {
-		/* Another CPU may be writing it: a torn read mixes two lookups of this route. */
-		fib->ifindex = shared->hop_ifindex;
-		if (fib->ifindex) {
-			__builtin_memcpy(fib->dmac, shared->hop_macs, ETH_ALEN);
-			__builtin_memcpy(fib->smac, shared->hop_macs + ETH_ALEN, ETH_ALEN);
-			__builtin_memcpy(kept_macs, shared->hop_macs, 2 * ETH_ALEN);
-			*kept_ifindex = fib->ifindex;
-			return BPF_FIB_LKUP_RET_SUCCESS;
-		}
+	    now - shared->looked_up_ns < BACKEND_HOP_MAX_AGE_NS && shared->hop_ifindex) {
+		/* Taken as the flow's kept hop, which then routes it. Another CPU may be writing
+		 * the slot: a torn read mixes two lookups of this route. */
+		*kept_ifindex = shared->hop_ifindex;
+		__builtin_memcpy(kept_macs, shared->hop_macs, 2 * ETH_ALEN);
+		return fib4_route_flow(ctx, saddr, daddr, 0, kept_ifindex, kept_macs, 0, fib);
 	}
 	rc = fib4_route_flow(ctx, saddr, daddr, 0, kept_ifindex, kept_macs, 1, fib);
 	if (shared && rc == BPF_FIB_LKUP_RET_SUCCESS) {

@@ -4,7 +4,7 @@
 import { join } from 'node:path';
 import { BpfObject } from '../ebpf/object.js';
 import { ipv4FromString } from '../ebpf/codec.js';
-import { FwdMode, type MapName } from './layouts.js';
+import { FwdMode, mapOptions, type MapName } from './layouts.js';
 import { DEFAULT_SNAT_PORTS, type DatapathConfig, type MapSizes } from './loader.js';
 import type { LayoutMigration } from './layout-migration.js';
 
@@ -31,13 +31,11 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   ferry_scratch: undefined,
 };
 
-const ID_INDEXED = new Set<string>(['lb4_backends', 'lb4_backend_hops']);
-
 /** What every entry object shares: map sizes, the hash seed, the host's netns, the pins. */
 export function configureObject(obj: BpfObject, cfg: DatapathConfig, sizes: MapSizes, replace?: LayoutMigration['decide']): void {
-  // Arrays indexed by backend id hold slot 0 too (id 0 is no backend), so that the setting
-  // counts backends.
-  for (const [name, setting] of Object.entries(sizeOf)) if (setting) obj.setMaxEntries(name, sizes[setting] + (ID_INDEXED.has(name) ? 1 : 0));
+  // Sparse arrays are indexed by an id and hold slot 0 too (id 0 is none), so that the
+  // setting counts ids.
+  for (const [name, setting] of Object.entries(sizeOf)) if (setting) obj.setMaxEntries(name, sizes[setting] + (mapOptions(name as MapName).sparse ? 1 : 0));
   obj.setConstant('hash_seed', cfg.hashSeed ?? 0);
   obj.setConstant('host_netns_cookie', cfg.hostNetnsCookie ?? 0n);
   obj.pinMaps({ dir: cfg.pinDir, ...(replace ? { replace } : {}) });
