@@ -33,6 +33,8 @@ export interface Codec<T> {
   readonly size: number;
   encode(value: T, into?: Buffer, offset?: number): Buffer;
   decode(buf: Buffer, offset?: number): T;
+  /** A struct's field offset (undefined: no such field, or not a struct): to read one field without decoding all. */
+  offsetOf?(field: string): number | undefined;
   /** Differences from the BTF type `typeId` (empty when they agree). */
   diff(btf: Btf, typeId: number): string[];
 }
@@ -156,6 +158,7 @@ export function structCodec<S extends Record<string, FieldSpec>>(cStruct: string
   return {
     cName,
     size,
+    offsetOf: (name) => fields.find((f) => f.name === name)?.offset,
     encode(value, into, at = 0) {
       const buf = into ?? Buffer.alloc(size);
       if (buf.length - at < size) throw codecError(`encode ${cName}`, `buffer of ${buf.length - at} bytes, need ${size}`);

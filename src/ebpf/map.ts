@@ -129,10 +129,16 @@ export class BpfMap<K, V> implements Resource {
   }
 
   lookup(key: K): V | undefined {
+    const v = this.lookupBytes(key);
+    return v && this.valueCodec.decode(v);
+  }
+
+  /** A value's bytes, undecoded (a sparse array's empty slot: undefined). */
+  lookupBytes(key: K): Buffer | undefined {
     if (this.perCpu) throw new FerryError({ code: ErrorCode.MapOp, op: `lookup map ${this.name}`, cause: 'per-CPU map', hint: 'use lookupPerCpu' });
     const v = this.valueBuffer();
     const rc = libbpf().mapLookupElem(this.fd, this.keyCodec.encode(key), v);
-    if (rc === 0) return this.sparse && isZero(v) ? undefined : this.valueCodec.decode(v);
+    if (rc === 0) return this.sparse && isZero(v) ? undefined : v;
     if (errnoName(rc) === 'ENOENT') return undefined;
     throw this.fail('lookup', rc);
   }

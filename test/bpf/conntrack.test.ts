@@ -2,8 +2,8 @@
 // a change of state or once a second) and the user-space collector that removes expired
 // flows.
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
-import { collectConntrack, collectOrphans, monotonicNs } from '../../src/datapath/ct-gc.js';
-import { CtFlags } from '../../src/datapath/layouts.js';
+import { collectConntrack, collectOrphans, deleteStillExpired, expiredKeys, monotonicNs } from '../../src/datapath/ct-gc.js';
+import { CtFlags, type Ct4Key, type Nat4Entry } from '../../src/datapath/layouts.js';
 import type { FrontendSpec } from '../../src/model/frontend.js';
 import { buildPacket, eth, ipv4, tcp, udp } from '../../src/packet/build.js';
 import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
@@ -125,6 +125,27 @@ describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
     const later = monotonicNs() + BigInt(LIFETIMES.tcpSyn + 1) * 1_000_000_000n;
     expect(collectConntrack(node.dp.maps, later)).toEqual({ ctScanned: 2, ctDeleted: 2, natScanned: 2, natDeleted: 2 });
     expect(node.dp.maps.ct4.entries()).toEqual([]);
+  });
+
+  it('the collector does not delete a key the datapath took over after the collector found it expired', () => {
+    const toUdpNodePort = (src: string) => buildPacket([eth(), ipv4({ src, dst: NODE_IP }), udp({ sport: 5000, dport: 30053 })]);
+    node.run('tc_ingress', toUdpNodePort(CLIENT_IP));
+    const [[bindingKey, binding]] = node.dp.maps.nat4.entries() as [[Ct4Key, Nat4Entry]];
+    expect(binding.clientAddr).toBe(CLIENT_IP);
+    // The flow is over (expired, awaiting collection) when the collector walks the maps.
+    node.dp.maps.nat4.update(bindingKey, { ...binding, expiresNs: 1n });
+    const now = monotonicNs();
+    const found = expiredKeys(node.dp.maps, now);
+    expect(found.nat).toEqual([bindingKey]);
+    // Before it deletes, a new client from the same port takes the binding's port over.
+    node.run('tc_ingress', toUdpNodePort('192.0.2.77'));
+    expect(node.dp.maps.nat4.lookup(bindingKey)?.clientAddr).toBe('192.0.2.77');
+    expect(deleteStillExpired(node.dp.maps.nat4, found.nat, now)).toBe(0);
+    expect(node.dp.maps.nat4.lookup(bindingKey)?.clientAddr).toBe('192.0.2.77');
+    // What is still expired goes.
+    node.dp.maps.nat4.update(bindingKey, { ...node.dp.maps.nat4.lookup(bindingKey)!, expiresNs: 1n });
+    expect(deleteStillExpired(node.dp.maps.nat4, found.nat, now)).toBe(1);
+    expect(node.dp.maps.nat4.lookup(bindingKey)).toBeUndefined();
   });
 
   it('a closed NodePort flow does not rewrite a new connection that reuses the client port', () => {

@@ -2,6 +2,7 @@
 // release (layout 1), then node by node it is stopped and this build started over its pins.
 // Long-lived connections through node-1's NodePort (to both backends: one local, one
 // remote through SNAT) must survive, and no new request may fail.
+import { dumpMap, listFlows, readCounters } from '../../datapath/inspect.js';
 import { FERRY_BIN } from '../sandbox.js';
 import { WORKLOADS_BIN } from '../workloads/spawn.js';
 import { ECHO_NODEPORT, startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster, sleep } from './cluster.js';
@@ -11,6 +12,38 @@ export interface UpgradeResult {
   nodes: Array<{ node: string; readyMs: number; migrated: Array<{ map: string; fromLayout: number; copied: number; caughtUp: number; dropped: number }> }>;
   held: { count: number; survived: number; brokeAtMs: number[] };
   load: LoadReport;
+  /** When each step of the swap happened (epoch ms), to place a failure in it. */
+  steps: Array<{ at: number; step: string }>;
+  /** After a failure: each node's drops, and its flows and bindings of the failed clients' ports. */
+  diagnosis: string[];
+}
+
+/** What a failed request left in the nodes' maps: read before the cluster goes. */
+function diagnose(c: ReliabilityCluster, failures: LoadReport['failures']): string[] {
+  const ports = failures.map((f) => /from port (\d+)/.exec(f.error)?.[1]).filter((p): p is string => Boolean(p));
+  const out: string[] = [];
+  for (const node of [c.node1, c.node2]) {
+    const pins = c.sb.pinDir(node);
+    try {
+      out.push(`${node.name} drops: ${readCounters(pins).drops.map((d) => `${d.name} ${d.packets}`).join(', ') || 'none'}`);
+      for (const port of ports) {
+        for (const f of listFlows(pins)) if (f.flow.includes(`:${port} `)) out.push(`${node.name} ct4: ${JSON.stringify(f)}`);
+        for (const r of dumpMap(pins, 'nat4')) if (Object.values(r).some((v) => String(v) === port)) out.push(`${node.name} nat4: ${JSON.stringify(r)}`);
+      }
+    } catch (e) {
+      out.push(`${node.name}: cannot read its maps: ${(e as Error).message}`);
+    }
+  }
+  return out;
+}
+
+/** Each failure with the swap step it came closest after: what a failed run is read by. */
+export function failuresInSteps(r: UpgradeResult): string[] {
+  return r.load.failures.slice(0, 5).map((f) => {
+    const before = r.steps.filter((s) => s.at <= f.at).at(-1);
+    const where = before ? `${f.at - before.at} ms after ${before.step}` : 'before the first step';
+    return `${f.target} ${f.error}, started ${where}`;
+  }).concat(r.diagnosis);
 }
 
 /** The cluster must have been started with the previous release's agents (`agentBin`). */
@@ -22,13 +55,23 @@ export async function upgradeScenario(c: ReliabilityCluster, opts: { fromCommit:
   const started = Date.now();
   const load = startSteadyLoad(c);
   const nodes: UpgradeResult['nodes'] = [];
+  const steps: UpgradeResult['steps'] = [];
+  const warnings: string[] = [];
   try {
     await sleep(2000);
     for (const node of [c.node1, c.node2]) {
+      steps.push({ at: Date.now(), step: `${node.name}: old agent told to stop` });
       await sb.stopAgent(node);
       const t0 = Date.now();
+      steps.push({ at: t0, step: `${node.name}: old agent gone, new one starting` });
       const p = await sb.startAgent(node, 60_000, { bin: FERRY_BIN }); // this build
       const readyMs = Date.now() - t0;
+      for (const l of p.output().split('\n')) {
+        // The agent's own clock stamps when its programs took over (pino's time, epoch ms).
+        if (l.includes('"datapath loaded"')) steps.push({ at: (JSON.parse(l) as { time: number }).time, step: `${node.name}: new programs attached` });
+      }
+      steps.push({ at: Date.now(), step: `${node.name}: new agent synced` });
+      warnings.push(...p.output().split('\n').filter((l) => /"level":[456]0/.test(l)).map((l) => `${node.name} agent: ${l.slice(0, 400)}`));
       const migrated = p.output().split('\n').filter((l) => l.includes('"map migrated to the new layout"') || l.includes('"map resized, entries kept"')).map((l) => {
         const m = JSON.parse(l) as UpgradeResult['nodes'][number]['migrated'][number];
         return { map: m.map, fromLayout: m.fromLayout, copied: m.copied, caughtUp: m.caughtUp, dropped: m.dropped };
@@ -42,7 +85,9 @@ export async function upgradeScenario(c: ReliabilityCluster, opts: { fromCommit:
     throw e;
   }
   const report = await load.stop();
+  const diagnosis = report.failures.length ? [...diagnose(c, report.failures), ...nodes.map((n) => `${n.node} migrated: ${JSON.stringify(n.migrated)}`), ...warnings.slice(0, 10)] : [];
   await sleep(Math.max(0, holdSeconds * 1000 - (Date.now() - started)));
   const result = await waitFor('the held connections report', () => hold.output().split('\n').find((l) => l.startsWith('{"count"')), Boolean, 20_000);
-  return { fromCommit: opts.fromCommit, nodes, held: JSON.parse(result!) as UpgradeResult['held'], load: report };
+  steps.sort((a, b) => a.at - b.at);
+  return { fromCommit: opts.fromCommit, nodes, held: JSON.parse(result!) as UpgradeResult['held'], load: report, steps, diagnosis };
 }

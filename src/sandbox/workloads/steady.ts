@@ -20,14 +20,21 @@ function parseTarget(s: string): Target {
 function httpOnce(t: Target, timeoutMs: number): Promise<string | undefined> {
   return new Promise((resolve) => {
     let got = '';
+    const start = Date.now();
+    let connectedMs = -1;
     const s = connect(t.port, t.host);
     const done = (err: string | undefined) => {
       clearTimeout(timer);
       s.destroy();
       resolve(err);
     };
-    const timer = setTimeout(() => done('timeout'), timeoutMs);
-    s.once('connect', () => s.write('GET / HTTP/1.0\r\nHost: probe\r\n\r\n'));
+    // A timeout says how far the exchange got, and how late the timer ran: a client that
+    // was itself not scheduled is told apart from packets that were lost.
+    const timer = setTimeout(() => done(`timeout (${connectedMs < 0 ? 'not connected' : `connected at ${connectedMs} ms, no reply`}; from port ${s.localPort ?? '?'}; timer ${Date.now() - start - timeoutMs} ms late)`), timeoutMs);
+    s.once('connect', () => {
+      connectedMs = Date.now() - start;
+      s.write('GET / HTTP/1.0\r\nHost: probe\r\n\r\n');
+    });
     s.on('data', (d: Buffer) => {
       got += d.toString('latin1');
       if (got.length >= 12) done(/^HTTP\/1\.[01] 200/.test(got) ? undefined : `reply ${got.slice(0, 12)}`);
@@ -47,7 +54,8 @@ function udpOnce(t: Target, seq: number, timeoutMs: number): Promise<string | un
       s.close();
       resolve(err);
     };
-    const timer = setTimeout(() => done('timeout'), timeoutMs);
+    const start = Date.now();
+    const timer = setTimeout(() => done(`timeout (timer ${Date.now() - start - timeoutMs} ms late)`), timeoutMs);
     s.on('message', (m) => {
       if (m.equals(payload)) done(undefined);
     });
