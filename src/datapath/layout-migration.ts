@@ -13,8 +13,14 @@ import { ErrorCode, FerryError, errnoError, errnoName } from '../errors.js';
 import { layoutHistory, OLDEST_UPGRADABLE_LAYOUT, type PastLayout } from './layout-history.js';
 import { LAYOUT_VERSION, mapOptions, mapSpecs, type MapName } from './layouts.js';
 
-/** Maps the programs write (flows, bindings): the ones the second pass catches up. */
-const WRITTEN_BY_DATAPATH = new Set<string>(['ct4', 'nat4', 'frag4', 'lb4_affinity', 'lb4_sock_rev']);
+/**
+ * Maps the programs write (flows, bindings): the ones the second pass catches up, in this
+ * order. Reply bindings first: a reply the new programs find no binding for reaches the
+ * host, which resets the backend's end of the connection; a client packet whose flow entry
+ * is not there yet is balanced again and takes its own binding back (the same backend and
+ * port), so it loses nothing by waiting a little longer.
+ */
+const CATCH_UP_ORDER = ['nat4', 'ct4', 'frag4', 'lb4_affinity', 'lb4_sock_rev'];
 
 type CopyKind = 'entries' | 'per-cpu' | 'map-references' | 'none';
 
@@ -40,9 +46,17 @@ export interface MigratedMap {
   dropped: number;
 }
 
+interface OldMap {
+  old: BpfMap<unknown, unknown>;
+  fresh: BpfMap<unknown, unknown>;
+  plan: Plan;
+  /** Old keys already copied (hex): a pass copies only the others, so that it is short. */
+  copied: Set<string>;
+}
+
 export class LayoutMigration {
   private readonly plans = new Map<string, Plan>();
-  private readonly oldMaps = new Map<string, { old: BpfMap<unknown, unknown>; fresh: BpfMap<unknown, unknown>; plan: Plan }>();
+  private readonly oldMaps = new Map<string, OldMap>();
   readonly migrated: MigratedMap[] = [];
 
   /** For PinOptions.replace: plan one pinned map's migration, or refuse it loudly. */
@@ -61,10 +75,11 @@ export class LayoutMigration {
         const spec = mapSpecs[name as MapName];
         const fresh = obj.map(name, spec.key as Codec<unknown>, spec.value as Codec<unknown>, mapOptions(name as MapName));
         const old = openOld(plan);
-        const { copied, dropped } = copyEntries(old, fresh, plan, UpdateFlag.Any);
+        const seen = new Set<string>();
+        const { copied, dropped } = copyEntries(old, fresh, plan, UpdateFlag.Any, seen);
         result.copied = copied;
         result.dropped = dropped;
-        if (WRITTEN_BY_DATAPATH.has(name)) this.oldMaps.set(name, { old, fresh, plan });
+        if (CATCH_UP_ORDER.includes(name)) this.oldMaps.set(name, { old, fresh, plan, copied: seen });
         else old.close();
       }
       try {
@@ -82,8 +97,10 @@ export class LayoutMigration {
    * between, and right after, which copies those.
    */
   catchUp(): void {
-    for (const [name, { old, fresh, plan }] of this.oldMaps) {
-      const { copied, dropped } = copyEntries(old, fresh, plan, UpdateFlag.NoExist);
+    for (const name of CATCH_UP_ORDER) {
+      const m = this.oldMaps.get(name);
+      if (!m) continue;
+      const { copied, dropped } = copyEntries(m.old, m.fresh, m.plan, UpdateFlag.NoExist, m.copied);
       const result = this.migrated.find((m) => m.map === name)!;
       result.caughtUp += copied;
       result.dropped += dropped;
@@ -135,8 +152,12 @@ function convert(plan: Plan, key: unknown, value: unknown): { key: unknown; valu
   return e;
 }
 
-/** Copy every entry; with NoExist, only the ones the fresh map lacks. */
-function copyEntries(old: BpfMap<unknown, unknown>, fresh: BpfMap<unknown, unknown>, plan: Plan, flag: UpdateFlag): { copied: number; dropped: number } {
+/**
+ * Copy every entry; with NoExist, only the ones the fresh map lacks. `seen`: old keys
+ * copied before, skipped (a key the old programs deleted and made again meanwhile keeps
+ * its first copy, as NoExist would keep it); the keys copied now are added to it.
+ */
+function copyEntries(old: BpfMap<unknown, unknown>, fresh: BpfMap<unknown, unknown>, plan: Plan, flag: UpdateFlag, seen?: Set<string>): { copied: number; dropped: number } {
   let copied = 0;
   let dropped = 0;
   const put = (key: unknown, value: unknown) => {
@@ -168,8 +189,11 @@ function copyEntries(old: BpfMap<unknown, unknown>, fresh: BpfMap<unknown, unkno
     }
   } else {
     for (const [k, v] of old.entries()) {
+      const id = seen && plan.key.encode(k).toString('hex');
+      if (id && seen.has(id)) continue;
       const c = convert(plan, k, v);
       put(c.key, c.value);
+      if (id) seen.add(id);
     }
   }
   return { copied, dropped };

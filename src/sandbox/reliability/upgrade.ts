@@ -68,7 +68,9 @@ export async function upgradeScenario(c: ReliabilityCluster, opts: { fromCommit:
       const readyMs = Date.now() - t0;
       for (const l of p.output().split('\n')) {
         // The agent's own clock stamps when its programs took over (pino's time, epoch ms).
-        if (l.includes('"datapath loaded"')) steps.push({ at: (JSON.parse(l) as { time: number }).time, step: `${node.name}: new programs attached` });
+        if (!l.includes('"datapath loaded"')) continue;
+        const loaded = JSON.parse(l) as { time: number; switchMs?: number };
+        steps.push({ at: loaded.time, step: `${node.name}: new programs attached (the switch took ${loaded.switchMs} ms)` });
       }
       steps.push({ at: Date.now(), step: `${node.name}: new agent synced` });
       warnings.push(...p.output().split('\n').filter((l) => /"level":[456]0/.test(l)).map((l) => `${node.name} agent: ${l.slice(0, 400)}`));
