@@ -3,12 +3,12 @@
 // previous release in another. Under steady TCP and UDP load through the NodePort, the
 // LoadBalancer IP and the ClusterIP, no request may fail.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { reliabilityCluster, type LoadReport, type ReliabilityCluster } from '../../src/sandbox/reliability/cluster.js';
+import { failuresInSteps, reliabilityCluster, type LoadReport, type ReliabilityCluster } from '../../src/sandbox/reliability/cluster.js';
 import { exhaustionScenario } from '../../src/sandbox/reliability/exhaustion.js';
 import { outageScenario } from '../../src/sandbox/reliability/outage.js';
 import { restartsScenario } from '../../src/sandbox/reliability/restarts.js';
 import { soakScenario } from '../../src/sandbox/reliability/soak.js';
-import { failuresInSteps, upgradeScenario } from '../../src/sandbox/reliability/upgrade.js';
+import { upgradeFailures, upgradeScenario } from '../../src/sandbox/reliability/upgrade.js';
 import { unpackRelease } from '../../src/sandbox/previous-release.js';
 import { describeWith } from '../harness/requirements.js';
 
@@ -32,7 +32,7 @@ describeWith(['root', 'bpffs', 'cgroup2', 'netns'], 'reliability (short)', () =>
   it('agent restarts (SIGTERM, SIGKILL, killed mid-start) under load: no request fails', async () => {
     const r = await restartsScenario(c, { restarts: 4, crashes: 2 });
     expect(r.rows.map((x) => [x.how, x.readyMs.length])).toEqual([['SIGTERM', 2], ['SIGKILL', 2], ['SIGKILL mid-start, then a start', 2]]);
-    expectNoFailures(r.load);
+    expectNoFailures(r.load, failuresInSteps(r.load, r.steps));
   }, 180_000);
 
   it('the API server away: the datapath holds, the agent lives, and the change made meanwhile lands when it is back', async () => {
@@ -81,6 +81,6 @@ describeWith(['root', 'bpffs', 'cgroup2', 'netns'], 'reliability (short): a roll
     console.log(`rolling upgrade: ${r.steps.filter((s) => s.step.includes('switch')).map((s) => s.step).join('; ')}`);
     for (const n of r.nodes) expect(n.migrated, n.node).toContainEqual(expect.objectContaining({ map: 'ct4', fromLayout: 1, dropped: 0 }));
     expect(r.held).toMatchObject({ count: 16, survived: 16 });
-    expectNoFailures(r.load, failuresInSteps(r));
+    expectNoFailures(r.load, upgradeFailures(r));
   }, 180_000);
 });

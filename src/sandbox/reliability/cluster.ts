@@ -151,6 +151,19 @@ export function startSteadyLoad(c: ReliabilityCluster, intervalMs = 20): SteadyL
   };
 }
 
+/** A scenario's steps (epoch ms), to place a failure in. */
+export type Steps = Array<{ at: number; step: string }>;
+
+/** Each failure (the first five) with the step it came closest after: what a failed run is read by. */
+export function failuresInSteps(load: LoadReport, steps: Steps): string[] {
+  const sorted = [...steps].sort((a, b) => a.at - b.at);
+  return load.failures.slice(0, 5).map((f) => {
+    const before = sorted.filter((s) => s.at <= f.at).at(-1);
+    const where = before ? `${f.at - before.at} ms after ${before.step}` : 'before the first step';
+    return `${f.target} ${f.error}, started ${where}`;
+  });
+}
+
 /** What node-1's datapath serves: frontend → backends, sorted (to see that it does not change). */
 export function servedTable(c: ReliabilityCluster, node: NodeInfo): string[] {
   return listFrontends(c.sb.pinDir(node)).map((f) => `${f.frontend} ${f.type} → ${f.backends.map((b) => b.address).sort().join(',')}`).sort();

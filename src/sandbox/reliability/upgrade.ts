@@ -5,7 +5,7 @@
 import { dumpMap, listFlows, readCounters } from '../../datapath/inspect.js';
 import { FERRY_BIN } from '../sandbox.js';
 import { WORKLOADS_BIN } from '../workloads/spawn.js';
-import { ECHO_NODEPORT, startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster, sleep } from './cluster.js';
+import { ECHO_NODEPORT, failuresInSteps, startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster, type Steps, sleep } from './cluster.js';
 
 export interface UpgradeResult {
   fromCommit: string;
@@ -13,7 +13,7 @@ export interface UpgradeResult {
   held: { count: number; survived: number; brokeAtMs: number[] };
   load: LoadReport;
   /** When each step of the swap happened (epoch ms), to place a failure in it. */
-  steps: Array<{ at: number; step: string }>;
+  steps: Steps;
   /** After a failure: each node's drops, and its flows and bindings of the failed clients' ports. */
   diagnosis: string[];
 }
@@ -37,13 +37,9 @@ function diagnose(c: ReliabilityCluster, failures: LoadReport['failures']): stri
   return out;
 }
 
-/** Each failure with the swap step it came closest after: what a failed run is read by. */
-export function failuresInSteps(r: UpgradeResult): string[] {
-  return r.load.failures.slice(0, 5).map((f) => {
-    const before = r.steps.filter((s) => s.at <= f.at).at(-1);
-    const where = before ? `${f.at - before.at} ms after ${before.step}` : 'before the first step';
-    return `${f.target} ${f.error}, started ${where}`;
-  }).concat(r.diagnosis);
+/** Each failure placed in the swap, then what the nodes' maps say about it. */
+export function upgradeFailures(r: UpgradeResult): string[] {
+  return failuresInSteps(r.load, r.steps).concat(r.diagnosis);
 }
 
 /** The cluster must have been started with the previous release's agents (`agentBin`). */
