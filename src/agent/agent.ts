@@ -110,6 +110,7 @@ export class Agent {
 
     const devices = chooseDevices(readLinks(), defaultRouteDevices(), view.addresses, cfg.devices);
     mkdirSync(cfg.pinDir, { recursive: true });
+    let switchAt = 0;
     let switchMs = 0;
     const datapath = Datapath.load({
       objectsDir: cfg.objectsDir || defaultObjectsDir(),
@@ -130,6 +131,7 @@ export class Agent {
     try {
       // After an upgrade across layouts, flows the previous programs open until the switch
       // are copied on both sides of it; conntrack matters to the tc programs only.
+      switchAt = Date.now();
       const switchStart = performance.now();
       datapath.catchUpMigration();
       for (const dev of devices) datapath.attachDevice(dev);
@@ -143,7 +145,7 @@ export class Agent {
       throw e;
     }
     for (const m of datapath.migrated) log.info({ ...m, toLayout: LAYOUT_VERSION }, m.fromLayout === LAYOUT_VERSION ? 'map resized, entries kept' : 'map migrated to the new layout');
-    log.info({ pinDir: cfg.pinDir, devices, devicesFrom: cfg.devices.length ? 'config' : 'node addresses and default routes', cgroup: cfg.cgroupRoot, snatIPv4, forwarding: cfg.forwardingMode, xdp: datapath.xdpModes(), ...(datapath.migrated.length ? { switchMs } : {}), adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length }, 'datapath loaded');
+    log.info({ pinDir: cfg.pinDir, devices, devicesFrom: cfg.devices.length ? 'config' : 'node addresses and default routes', cgroup: cfg.cgroupRoot, snatIPv4, forwarding: cfg.forwardingMode, xdp: datapath.xdpModes(), ...(datapath.migrated.length ? { switchAt, switchMs } : {}), adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length }, 'datapath loaded');
 
     health.syncNode(node);
     const serviceHealth = new ServiceHealthServers(health, cfg.healthCheckBindAddress, (svc, e) => log.error({ service: svc, err: e.message }, 'cannot serve the health check node port'));

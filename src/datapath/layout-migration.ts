@@ -101,7 +101,7 @@ export class LayoutMigration {
       const m = this.oldMaps.get(name);
       if (!m) continue;
       const { copied, dropped } = copyEntries(m.old, m.fresh, m.plan, UpdateFlag.NoExist, m.copied);
-      const result = this.migrated.find((m) => m.map === name)!;
+      const result = this.migrated.find((r) => r.map === name)!;
       result.caughtUp += copied;
       result.dropped += dropped;
     }

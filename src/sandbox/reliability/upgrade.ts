@@ -14,6 +14,8 @@ export interface UpgradeResult {
   load: LoadReport;
   /** When each step of the swap happened (epoch ms), to place a failure in it. */
   steps: Steps;
+  /** Each node's switch from the old programs to the new (epoch ms): the window of the known gap. */
+  switches: Array<{ node: string; from: number; to: number }>;
   /** After a failure: each node's drops, and its flows and bindings of the failed clients' ports. */
   diagnosis: string[];
 }
@@ -28,13 +30,24 @@ function diagnose(c: ReliabilityCluster, failures: LoadReport['failures']): stri
       out.push(`${node.name} drops: ${readCounters(pins).drops.map((d) => `${d.name} ${d.packets}`).join(', ') || 'none'}`);
       for (const port of ports) {
         for (const f of listFlows(pins)) if (f.flow.includes(`:${port} `)) out.push(`${node.name} ct4: ${JSON.stringify(f)}`);
-        for (const r of dumpMap(pins, 'nat4')) if (Object.values(r).some((v) => String(v) === port)) out.push(`${node.name} nat4: ${JSON.stringify(r)}`);
+        for (const r of dumpMap(pins, 'nat4')) if (String(r.clientPort) === port) out.push(`${node.name} nat4: ${JSON.stringify(r)}`);
       }
     } catch (e) {
       out.push(`${node.name}: cannot read its maps: ${(e as Error).message}`);
     }
   }
   return out;
+}
+
+/**
+ * The failures a switch can explain: requests that were under way while it ran (started at
+ * most `timeoutMs` before it began, and before it ended). A flow the old programs open in
+ * the switch, whose reply reaches the new programs before its binding is copied, is lost
+ * (README, Upgrade gaps); any other failure is not explained by it.
+ */
+export function failuresInSwitches(r: UpgradeResult, timeoutMs = 2000): { inSwitch: LoadReport['failures']; outside: LoadReport['failures'] } {
+  const inSwitch = r.load.failures.filter((f) => r.switches.some((s) => f.at >= s.from - timeoutMs && f.at <= s.to));
+  return { inSwitch, outside: r.load.failures.filter((f) => !inSwitch.includes(f)) };
 }
 
 /** Each failure placed in the swap, then what the nodes' maps say about it. */
@@ -53,6 +66,7 @@ export async function upgradeScenario(c: ReliabilityCluster, opts: { fromCommit:
   const nodes: UpgradeResult['nodes'] = [];
   const steps: UpgradeResult['steps'] = [];
   const warnings: string[] = [];
+  const switches: UpgradeResult['switches'] = [];
   try {
     await sleep(2000);
     for (const node of [c.node1, c.node2]) {
@@ -65,8 +79,10 @@ export async function upgradeScenario(c: ReliabilityCluster, opts: { fromCommit:
       for (const l of p.output().split('\n')) {
         // The agent's own clock stamps when its programs took over (pino's time, epoch ms).
         if (!l.includes('"datapath loaded"')) continue;
-        const loaded = JSON.parse(l) as { time: number; switchMs?: number };
-        steps.push({ at: loaded.time, step: `${node.name}: new programs attached (the switch took ${loaded.switchMs} ms)` });
+        const loaded = JSON.parse(l) as { time: number; switchAt: number; switchMs: number };
+        switches.push({ node: node.name, from: loaded.switchAt, to: loaded.switchAt + loaded.switchMs });
+        steps.push({ at: loaded.switchAt, step: `${node.name}: the switch to the new programs began (it took ${loaded.switchMs} ms)` });
+        steps.push({ at: loaded.time, step: `${node.name}: new programs attached` });
       }
       steps.push({ at: Date.now(), step: `${node.name}: new agent synced` });
       warnings.push(...p.output().split('\n').filter((l) => /"level":[456]0/.test(l)).map((l) => `${node.name} agent: ${l.slice(0, 400)}`));
@@ -87,5 +103,5 @@ export async function upgradeScenario(c: ReliabilityCluster, opts: { fromCommit:
   await sleep(Math.max(0, holdSeconds * 1000 - (Date.now() - started)));
   const result = await waitFor('the held connections report', () => hold.output().split('\n').find((l) => l.startsWith('{"count"')), Boolean, 20_000);
   steps.sort((a, b) => a.at - b.at);
-  return { fromCommit: opts.fromCommit, nodes, held: JSON.parse(result!) as UpgradeResult['held'], load: report, steps, diagnosis };
+  return { fromCommit: opts.fromCommit, nodes, held: JSON.parse(result!) as UpgradeResult['held'], load: report, steps, switches, diagnosis };
 }

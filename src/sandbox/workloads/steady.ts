@@ -55,7 +55,14 @@ function udpOnce(t: Target, seq: number, timeoutMs: number): Promise<string | un
       resolve(err);
     };
     const start = Date.now();
-    const timer = setTimeout(() => done(`timeout (timer ${Date.now() - start - timeoutMs} ms late)`), timeoutMs);
+    const port = () => {
+      try {
+        return s.address().port;
+      } catch {
+        return '?'; // not bound: the datagram was never sent
+      }
+    };
+    const timer = setTimeout(() => done(`timeout (from port ${port()}; timer ${Date.now() - start - timeoutMs} ms late)`), timeoutMs);
     s.on('message', (m) => {
       if (m.equals(payload)) done(undefined);
     });
