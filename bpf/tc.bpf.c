@@ -63,10 +63,13 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 	/* A reply to a flow this node SNATed toward a remote backend. */
 	{
 		__u64 now;
-		struct nat4_entry *nat = snat4_reply_of(&p, &now);
+		int unbound = 0;
+		struct nat4_entry *nat = snat4_reply_of(ctx, &p, &now, &unbound);
 
 		if (nat)
 			return nodeport_reply_remote(ctx, &p, nat, now);
+		if (unbound)
+			return count_drop(DROP_HANDOVER_UNBOUND, p.len);
 	}
 	STAGE_END(3);
 	return nodeport_ingress(ctx, &p);

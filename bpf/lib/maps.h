@@ -113,6 +113,14 @@ struct {
 	__type(value, struct frag4_entry);
 } frag4 SEC(".maps");
 
+/* One slot: the upgrade switch's deadline (struct ferry_handover), written by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ferry_handover);
+} ferry_handover SEC(".maps");
+
 /* Every node's addresses, written by the agent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -164,11 +164,27 @@ static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct
 	return victim;
 }
 
+/* In an upgrade's switch (struct ferry_handover), a reply with no binding may be one the
+ * previous programs made and the agent has not copied yet: handed to the host, it would
+ * reset the backend's end of the connection; dropped, it comes again (TCP retransmits)
+ * once the binding is there. A host socket on the tuple keeps it the host's. */
+static __always_inline int snat4_unbound_in_handover(struct __ctx_buff *ctx, const struct ct4_key *k)
+{
+	__u32 zero = 0;
+	struct ferry_handover *h = bpf_map_lookup_elem(&ferry_handover, &zero);
+
+	if (!h || !h->until_ns || bpf_ktime_get_ns() >= h->until_ns)
+		return 0;
+	return !snat4_port_in_use(ctx, k);
+}
+
 /* The SNAT binding a packet is a reply to, if any, and in `now` the time it was judged
  * live by (the reply's accounting uses it too). Only a packet to the SNAT address on a
  * port of the SNAT range can be one: anything else (every client packet to a NodePort or a
- * LoadBalancer IP) is told so without a lookup or a clock read. */
-static __always_inline struct nat4_entry *snat4_reply_of(const struct pkt4 *p, __u64 *now)
+ * LoadBalancer IP) is told so without a lookup or a clock read. `unbound` is set for one
+ * that finds no binding in an upgrade's switch: the caller drops it. */
+static __always_inline struct nat4_entry *snat4_reply_of(struct __ctx_buff *ctx, const struct pkt4 *p, __u64 *now,
+							 int *unbound)
 {
 	__u32 port = bpf_ntohs(p->dport);
 	/* Decided on a value the verifier cannot tie back to the packet's fields: else the paths
@@ -182,7 +198,11 @@ static __always_inline struct nat4_entry *snat4_reply_of(const struct pkt4 *p, _
 		return NULL;
 	ct4_key_of(p, &k);
 	nat = bpf_map_lookup_elem(&nat4, &k);
-	if (!nat || !(nat->flags & CT_F_SNAT))
+	if (!nat) {
+		*unbound = snat4_unbound_in_handover(ctx, &k);
+		return NULL;
+	}
+	if (!(nat->flags & CT_F_SNAT))
 		return NULL;
 	*now = bpf_ktime_get_ns();
 	return ct_expired(nat->expires_ns, *now) ? NULL : nat;

@@ -108,4 +108,12 @@ struct frag4_entry {
 	__u8 pad[7];
 };
 
+/* An upgrade across layouts in progress: until `until_ns` (CLOCK_MONOTONIC) the previous
+ * programs' bindings are still being copied into this build's maps, and a reply that finds
+ * none is dropped rather than handed to the host (lib/snat.h). The agent sets it for the
+ * switch and clears it after the last copy; 0: no switch. */
+struct ferry_handover {
+	__u64 until_ns;
+};
+
 #endif

@@ -110,21 +110,22 @@ function explainSocket(r: ExplainRequest, maps: DatapathReader): Explanation {
 export function explain(r: ExplainRequest): Explanation {
   const live = PinnedDatapath.open(r.pinDir);
   try {
-    return r.from === 'external' ? explainPacket(r, live.maps) : explainSocket(r, live.maps);
+    return r.from === 'external' ? explainPacket(r, live.maps, live.pinned()) : explainSocket(r, live.maps);
   } finally {
     live.close();
   }
 }
 
 /** Run the packet through a twin of the loaded tc program, on copies of the live maps. */
-function explainPacket(r: ExplainRequest, live: DatapathReader): Explanation {
+function explainPacket(r: ExplainRequest, live: DatapathReader, pinned: readonly MapName[]): Explanation {
   const lb = libbpf();
   const rodata = readPinnedArrayValue(join(r.pinDir, RODATA_PIN));
   const twin = BpfObject.open(join(r.objectsDir, 'tc.bpf.o'));
   try {
     twin.setRodataBytes(rodata);
-    // The twin's maps as large as the live ones.
-    for (const n of Object.keys(mapSpecs) as MapName[]) twin.setMaxEntries(n, live[n].maxEntries);
+    // The twin's maps as large as the live ones (a map an older agent did not make keeps its
+    // default size: the CLI may be newer than the agent).
+    for (const n of pinned) twin.setMaxEntries(n, live[n].maxEntries);
     twin.load();
     const copy = (n: MapName) => twin.map(n, mapSpecs[n].key as Codec<unknown>, mapSpecs[n].value as Codec<unknown>, mapOptions(n));
     for (const n of ['lb4_services', 'lb4_backends', 'lb4_reverse_nat', 'lb4_src_ranges'] as const) copyAll(live[n], copy(n));

@@ -107,6 +107,11 @@ export class LayoutMigration {
     }
   }
 
+  /** Are there flows of the previous programs still to copy (an upgrade across layouts or sizes)? */
+  get catchingUp(): boolean {
+    return this.oldMaps.size > 0;
+  }
+
   close(): void {
     for (const { old } of this.oldMaps.values()) old.close();
     this.oldMaps.clear();

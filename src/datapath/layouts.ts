@@ -73,6 +73,7 @@ export const DropReason = {
   DROP_DSR_INVALID: 13,
   DROP_TTL_EXCEEDED: 14,
   DROP_ICMP_RATELIMIT: 15,
+  DROP_HANDOVER_UNBOUND: 16,
   DROP_REASON_MAX: 32,
 } as const;
 
@@ -250,6 +251,7 @@ export type L2Key = ReturnType<typeof l2KeyCodec.decode>;
 export type L2Entry = ReturnType<typeof l2EntryCodec.decode>;
 export const icmpBucketCodec = structCodec('icmp_bucket', { lastNs: { type: 'u64' }, tokens: { type: 'u64' } });
 
+export const handoverCodec = structCodec('ferry_handover', { untilNs: { type: 'u64' } });
 export const monitorCodec = structCodec('ferry_monitor', { flags: { type: 'u32' }, pad: { type: 'pad', length: 4 } });
 export const scratchCodec = structCodec('ferry_scratch', { lastDrop: { type: 'u32' }, lastStat: { type: 'u32' } });
 export const eventCodec = structCodec('ferry_event', {
@@ -299,6 +301,7 @@ export const mapSpecs = {
   ferry_stats: { key: u32Codec, value: counterCodec, sizeSetting: undefined },
   ferry_drops: { key: u32Codec, value: counterCodec, sizeSetting: undefined },
   ferry_monitor: { key: u32Codec, value: monitorCodec, sizeSetting: undefined },
+  ferry_handover: { key: u32Codec, value: handoverCodec, sizeSetting: undefined },
   ferry_scratch: { key: u32Codec, value: scratchCodec, sizeSetting: undefined },
 } as const;
 export type MapName = keyof typeof mapSpecs;

@@ -28,6 +28,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   ferry_stats: undefined,
   ferry_drops: undefined,
   ferry_monitor: undefined,
+  ferry_handover: undefined,
   ferry_scratch: undefined,
 };
 

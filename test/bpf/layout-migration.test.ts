@@ -8,7 +8,8 @@
 import { mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { LAYOUT_VERSION } from '../../src/datapath/layouts.js';
+import { DropReason, LAYOUT_VERSION } from '../../src/datapath/layouts.js';
+import { monotonicNs } from '../../src/datapath/ct-gc.js';
 import { Datapath, defaultObjectsDir } from '../../src/datapath/loader.js';
 import { createMap, MapType } from '../../src/ebpf/map.js';
 import { ErrorCode, FerryError } from '../../src/errors.js';
@@ -17,7 +18,7 @@ import { u32Codec, structCodec } from '../../src/ebpf/codec.js';
 import { inNetns } from '../../src/sys/netns.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
-import { CLIENT_IP, NODE_IP, NODE_MAC, OTHER_NODE_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { CLIENT_IP, NODE_IP, NODE_MAC, OTHER_NODE_MAC, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { CLIENT_PORT, REMOTE_POD, TC_SERVICES, clientTcp, syn } from '../../src/sandbox/fixtures/tc.js';
 import { startReleaseDatapath, unpackRelease, type ReleaseDatapath, type UnpackedRelease } from '../../src/sandbox/previous-release.js';
 import { describeWith } from '../harness/requirements.js';
@@ -40,6 +41,14 @@ let secondSyn: { retval: number; data: Buffer };
 /** Before the second pass: did the new conntrack have flow 2? */
 let secondBeforeCatchUp = true;
 const SECOND_PORT = CLIENT_PORT + 1;
+/** The switch's deadline while it ran, and after; what the new program made of the backend's
+ * answer to flow 2 before its binding was copied. */
+let handoverInSwitch = 0n;
+let handoverAfter = 1n;
+let secondReplyInSwitch = 0;
+/** The backend's answer to a flow through `natPort`. */
+const replyTo = (natPort: number) =>
+  buildPacket([eth({ src: OTHER_NODE_MAC, dst: NODE_MAC }), ipv4({ src: REMOTE_POD, dst: NODE_IP, ttl: 63 }), tcp({ sport: 8080, dport: natPort, flags: 'SA', seq: 5000, ack: 1001 })]);
 
 beforeAll(async () => {
   release = unpackRelease();
@@ -54,10 +63,16 @@ beforeAll(async () => {
     firstSyn = tuple(r.data);
   });
   node.writer.apply(TC_SERVICES);
+  // The switch begins (the agent attaches the new programs after this first pass).
+  node.dp.catchUpMigration();
+  handoverInSwitch = node.dp.maps.ferry_handover.lookup(0)?.untilNs ?? 0n;
   // The old program still sees packets until the new one is attached.
   secondSyn = await old.run('tc_ingress', syn(NODE_IP, REMOTE_NODEPORT, { sport: SECOND_PORT }), node.ifindex);
   secondBeforeCatchUp = node.dp.maps.ct4.entries().some(([k]) => k.sport === SECOND_PORT);
+  // The backend answers flow 2 at the new program before the last pass copied its binding.
+  secondReplyInSwitch = node.run('tc_ingress', replyTo(secondSyn.data.readUInt16BE(34))).retval;
   node.dp.completeMigration();
+  handoverAfter = node.dp.maps.ferry_handover.lookup(0)?.untilNs ?? 1n;
 }, 60_000);
 afterAll(async () => {
   await old?.proc.stop();
@@ -109,6 +124,15 @@ describeWith(['root', 'bpffs', 'netns'], 'upgrading the pinned maps across layou
     expect(node.dp.migrated.find((m) => m.map === 'ct4')).toMatchObject({ caughtUp: 1, dropped: 0 });
     const next = node.run('tc_ingress', ackFrom(SECOND_PORT));
     expect(tuple(next.data)).toBe(tuple(secondSyn.data));
+    // Its answer in the switch was dropped (not handed to the host, which would have reset
+    // the backend's end); sent again after the last pass, it goes back to the client.
+    expect(handoverInSwitch).toBeGreaterThan(monotonicNs());
+    expect(secondReplyInSwitch).toBe(TcVerdict.SHOT);
+    expect(total(node.dp, 'ferry_drops', DropReason.DROP_HANDOVER_UNBOUND)).toBe(1n);
+    expect(handoverAfter).toBe(0n);
+    const again = node.run('tc_ingress', replyTo(secondSyn.data.readUInt16BE(34)));
+    expect(again.retval).toBe(TcVerdict.REDIRECT);
+    expect(tuple(again.data)).toBe(`${NODE_IP}:${REMOTE_NODEPORT} → ${CLIENT_IP}:${SECOND_PORT}`);
     // A flow the new program opens records the device it came in on.
     node.run('tc_ingress', syn(NODE_IP, REMOTE_NODEPORT, { sport: CLIENT_PORT + 2 }));
     const fresh = node.dp.maps.ct4.entries().find(([k]) => k.sport === CLIENT_PORT + 2);

@@ -1,6 +1,7 @@
 // The debugging CLI against real maps populated by real traffic: every command as a table
 // and as JSON, working from the pins alone (no agent here).
 import { spawn, spawnSync } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { PodInfo } from '../../src/sandbox/network.js';
@@ -110,6 +111,9 @@ describeWith(['root', 'netns', 'bpffs'], 'ferry CLI on live pins', () => {
     expect(ex('10.96.0.30:80/tcp', 2, 'pod').lines.join('\n')).toMatch(/backends: 10\.244\.1\.11:8080/);
     // And the live maps were only read: no flow from the synthetic packets.
     expect(JSON.parse(ferry('ct', 'list', '--pin-dir', pins, '-o', 'json').stdout).filter((f: { flow: string }) => f.flow.includes(':45000 '))).toEqual([]);
+    // A CLI newer than its agent: a map the agent did not make is not among its pins.
+    rmSync(join(c.nodes[1]!.pinDir, 'ferry_handover'));
+    expect(ex('10.0.30.22:30700/tcp', 2).lines.join('\n')).toMatch(/another node with SNAT/);
   });
 
   it('monitor shows drops with their reason and traces of translations, and stops on Ctrl-C', async () => {
