@@ -75,7 +75,7 @@ static __always_inline int sock_lb4(struct bpf_sock_addr *ctx, __be32 *dst, __be
 	cookie = bpf_get_socket_cookie(ctx);
 	{
 		struct lb4_affinity_key ak = { .netns_cookie = bpf_get_netns_cookie(ctx), .affinity_id = svc->affinity_id };
-		__u64 now = bpf_ktime_get_ns();
+		__u64 now = ferry_now();
 
 		id = lb4_affinity_get(&ak, addr, port, proto, scope, svc, now);
 		if (!id) {

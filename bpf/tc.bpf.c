@@ -93,7 +93,7 @@ static __always_inline int tc_egress_packet(struct __sk_buff *ctx)
 	nat = bpf_map_lookup_elem(&nat4, &k);
 	if (!nat || !(nat->flags & CT_F_LOCAL))
 		return CTX_ACT_UNSPEC;
-	now = bpf_ktime_get_ns();
+	now = ferry_now();
 	expired = ct_expired(nat->expires_ns, now);
 	if (!expired)
 		dsr_reply_settle(&p, nat);

@@ -45,7 +45,7 @@ static __always_inline int arp_respond(struct __ctx_buff *ctx)
 	__builtin_memcpy(&key.addr, a.tpa, 4);
 	e = bpf_map_lookup_elem(&l2_owned, &key);
 	/* Expired: the agent stopped refreshing it (dead, or the address moved on). */
-	if (!e || e->expires_ns < bpf_ktime_get_ns())
+	if (!e || e->expires_ns < ferry_now())
 		return CTX_ACT_UNSPEC;
 	/* Our own request coming back, or another node's gratuitous ARP for the address. */
 	if (mac_equal(a.sha, e->mac) || __builtin_memcmp(a.spa, a.tpa, 4) == 0)

@@ -184,7 +184,7 @@ static __always_inline void dsr_reply_settle(const struct pkt4 *p, struct nat4_e
 static __always_inline int dsr_receive(struct __ctx_buff *ctx, const struct pkt4 *p)
 {
 	struct ct4_key reply = { .saddr = p->daddr, .daddr = p->saddr, .sport = p->dport, .dport = p->sport, .proto = p->proto };
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = ferry_now();
 	__u8 flags = ct_flags_client(p, CT_F_LOCAL | CT_F_DSR, 0);
 	struct nat4_entry n = {
 		.expires_ns = now + ct_lifetime_ns(p->proto, flags),

@@ -33,7 +33,7 @@ static __always_inline void frag4_record(const struct pkt4 *p, __be32 saddr, __b
 
 	if (!pkt4_first_fragment(p))
 		return;
-	e.expires_ns = bpf_ktime_get_ns() + (__u64)frag_lifetime * NSEC_PER_SEC;
+	e.expires_ns = ferry_now() + (__u64)frag_lifetime * NSEC_PER_SEC;
 	frag4_key_of(p, &k);
 	bpf_map_update_elem(&frag4, &k, &e, BPF_ANY);
 }
@@ -47,7 +47,7 @@ static __always_inline int frag4_follow(struct __ctx_buff *ctx, const struct pkt
 
 	frag4_key_of(p, &k);
 	e = bpf_map_lookup_elem(&frag4, &k);
-	if (!e || e->expires_ns < bpf_ktime_get_ns())
+	if (!e || e->expires_ns < ferry_now())
 		return service ? count_drop(DROP_FRAGMENT, p->len) : CTX_ACT_UNSPEC;
 	if (e->action == FRAG_ACT_REDIRECT && p->ttl <= 1)
 		return icmp4_time_exceeded(ctx, p);

@@ -23,7 +23,7 @@ static __always_inline int icmp4_allowed(void)
 {
 	__u32 zero = 0;
 	struct icmp_bucket *b = bpf_map_lookup_elem(&icmp_ratelimit, &zero);
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = ferry_now();
 	__u64 cap = (__u64)icmp_burst * 1000;
 	__u64 elapsed, added;
 

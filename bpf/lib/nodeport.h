@@ -122,7 +122,7 @@ static __always_inline int nat4_keep(const struct pkt4 *p, const struct ct4_key 
 static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct pkt4 *p, struct lb4_service *svc)
 {
 	struct lb4_key fe = { .address = p->daddr, .port = p->dport, .proto = p->proto, .scope = LB_SCOPE_EXTERNAL };
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = ferry_now();
 	struct ct4_key key;
 	struct ct4_entry *ct;
 	struct ct4_entry fresh = {};

@@ -204,7 +204,7 @@ static __always_inline struct nat4_entry *snat4_reply_of(struct __ctx_buff *ctx,
 	}
 	if (!(nat->flags & CT_F_SNAT))
 		return NULL;
-	*now = bpf_ktime_get_ns();
+	*now = ferry_now();
 	return ct_expired(nat->expires_ns, *now) ? NULL : nat;
 }
 
