@@ -8,7 +8,8 @@
  *          known Service address, unknown port → drop;
  *          ICMP error quoting a translated flow → translate it too;
  *          ARP request for an address this node announces → the reply (lib/arp.h).
- * egress:  reply from a local backend → source back to the frontend.
+ * egress:  reply from a local backend → source back to the frontend; what ingress
+ *          forwarded out of this device passes untouched (FERRY_MARK_FORWARDED, lib/ctx.h).
  *
  * This file only orchestrates: the logic lives in lib/ (nodeport.h, snat.h, dsr.h,
  * icmp_related.h, ct.h, monitor.h), the load-time settings in lib/config.h.
@@ -120,6 +121,8 @@ int tc_egress(struct __sk_buff *ctx)
 {
 	struct monitor_ctx m;
 
+	if (ctx_take_forwarded_mark(ctx))
+		return CTX_ACT_UNSPEC;
 	monitor_begin(ctx, &m);
 	return monitor_end(ctx, &m, tc_egress_packet(ctx), HOOK_TC_EGRESS);
 }

@@ -220,13 +220,38 @@ static __always_inline long ctx_resize(struct __sk_buff *ctx, __u32 len)
 	return bpf_skb_change_tail(ctx, len, 0);
 }
 
+/* A packet tc sends back out of the device it came in on passes that device's tc egress,
+ * where ferry has nothing to do with it (tc_egress translates what the stack sends): it is
+ * marked so, if it bears no one else's mark, and tc_egress takes the mark off and lets it
+ * go without parsing it (~75 ns a forwarded packet). Not for other devices: they may have
+ * no ferry egress program to take the mark off. */
+#define FERRY_MARK_FORWARDED 0x0fe70000
+
+static __always_inline void ctx_mark_forwarded(struct __sk_buff *ctx, __u32 ifindex)
+{
+	if (ifindex == ctx->ifindex && !ctx->mark)
+		ctx->mark = FERRY_MARK_FORWARDED;
+}
+
+/* In tc_egress: was this packet forwarded by tc_ingress (ctx_mark_forwarded)? The mark
+ * goes with the answer. */
+static __always_inline int ctx_take_forwarded_mark(struct __sk_buff *ctx)
+{
+	if (ctx->mark != FERRY_MARK_FORWARDED)
+		return 0;
+	ctx->mark = 0;
+	return 1;
+}
+
 static __always_inline int ctx_bounce(struct __sk_buff *ctx)
 {
+	ctx_mark_forwarded(ctx, ctx->ifindex);
 	return bpf_redirect(ctx->ifindex, 0);
 }
 
 static __always_inline int ctx_redirect(struct __sk_buff *ctx, __u32 ifindex)
 {
+	ctx_mark_forwarded(ctx, ifindex);
 	return bpf_redirect(ifindex, 0);
 }
 

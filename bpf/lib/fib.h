@@ -128,6 +128,7 @@ static __always_inline int fib4_send(struct __ctx_buff *ctx, const struct bpf_fi
 		/* The route is known but not the neighbour's MAC: let the kernel resolve it. */
 		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = fib->ipv4_dst };
 
+		ctx_mark_forwarded(ctx, fib->ifindex);
 		return bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
 	}
 #endif
