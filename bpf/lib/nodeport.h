@@ -146,6 +146,8 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 	if (CTX_IS_XDP && ct && b && (ct->flags & CT_F_LOCAL))
 		return CTX_ACT_UNSPEC;
 	if (!ct || !b) {
+		if (!ct && ct4_unknown_in_handover(p))
+			return count_drop(DROP_HANDOVER_UNBOUND, p->len);
 		/* New flow, or its backend was removed: (re)balance, honouring ClientIP affinity.
 		 * The flow's hash picks the backend and, for SNAT, the port sequence. */
 		__u32 hash = flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed);

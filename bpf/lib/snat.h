@@ -164,18 +164,32 @@ static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct
 	return victim;
 }
 
-/* In an upgrade's switch (struct ferry_handover), a reply with no binding may be one the
- * previous programs made and the agent has not copied yet: handed to the host, it would
- * reset the backend's end of the connection; dropped, it comes again (TCP retransmits)
- * once the binding is there. A host socket on the tuple keeps it the host's. */
-static __always_inline int snat4_unbound_in_handover(struct __ctx_buff *ctx, const struct ct4_key *k)
+/* Is an upgrade's switch under way (struct ferry_handover)? The agent is then copying the
+ * previous programs' flows and bindings into this build's maps. */
+static __always_inline int handover_active(void)
 {
 	__u32 zero = 0;
 	struct ferry_handover *h = bpf_map_lookup_elem(&ferry_handover, &zero);
 
-	if (!h || !h->until_ns || bpf_ktime_get_ns() >= h->until_ns)
-		return 0;
-	return !snat4_port_in_use(ctx, k);
+	return h && h->until_ns && bpf_ktime_get_ns() < h->until_ns;
+}
+
+/* In a switch, a reply with no binding may be one the previous programs made and the agent
+ * has not copied yet: handed to the host, it would reset the backend's end of the
+ * connection; dropped, it comes again (TCP retransmits) once the binding is there. A host
+ * socket on the tuple keeps it the host's. */
+static __always_inline int snat4_unbound_in_handover(struct __ctx_buff *ctx, const struct ct4_key *k)
+{
+	return handover_active() && !snat4_port_in_use(ctx, k);
+}
+
+/* In a switch, a client's TCP segment other than a SYN with no conntrack entry may be of a
+ * flow the previous programs opened and the agent has not copied yet: balanced afresh it
+ * could take another SNAT port (or backend) than its own, which the backend would answer
+ * with a reset. Dropped, it comes again once the entry is there. */
+static __always_inline int ct4_unknown_in_handover(const struct pkt4 *p)
+{
+	return p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_SYN | TCP_ACK)) != TCP_SYN && handover_active();
 }
 
 /* The SNAT binding a packet is a reply to, if any, and in `now` the time it was judged

@@ -45,8 +45,9 @@ enum ferry_drop_reason {
 				    * destination not a local backend of it, or (not a TCP SYN) a live flow's binding */
 	DROP_TTL_EXCEEDED = 14,    /* TTL 1 or 0 on a packet this node would forward */
 	DROP_ICMP_RATELIMIT = 15,  /* an ICMP error was due but over the rate limit: dropped silently */
-	DROP_HANDOVER_UNBOUND = 16, /* a reply in an upgrade's switch whose binding is not copied yet:
-				     * its sender retransmits (TCP) once the binding is there */
+	DROP_HANDOVER_UNBOUND = 16, /* in an upgrade's switch, a reply whose binding, or a client's
+				     * TCP segment (not a SYN) whose flow, is not copied yet: its
+				     * sender retransmits (TCP) once it is there */
 	DROP_REASON_MAX = 32,
 };
 

@@ -3,7 +3,9 @@
 // no binding may be one not copied yet. Handed to the host it would reset the backend's
 // end of the connection, so in the switch it is dropped and counted (the backend sends it
 // again once the binding is there); outside it, or with a host socket on the tuple, it goes
-// to the host as ever. Through tc alone and through XDP in front of tc.
+// to the host as ever. Likewise a client's TCP segment (not a SYN) with no flow entry: in
+// the switch it is dropped rather than balanced afresh onto another SNAT port. Through tc
+// alone and through XDP in front of tc.
 import { closeSync } from 'node:fs';
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { monotonicNs } from '../../src/datapath/ct-gc.js';
@@ -11,7 +13,7 @@ import { DropReason } from '../../src/datapath/layouts.js';
 import { buildPacket, eth, ipv4, payload, tcp, udp } from '../../src/packet/build.js';
 import { TcVerdict, XdpVerdict } from '../../src/sandbox/packet-fixture.js';
 import { NODE_IP, NODE_MAC, OTHER_NODE_MAC, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
-import { REMOTE_POD, TC_SERVICES, syn } from '../../src/sandbox/fixtures/tc.js';
+import { REMOTE_POD, TC_SERVICES, clientTcp, syn } from '../../src/sandbox/fixtures/tc.js';
 import { listeningSocketInNetns } from '../../src/sys/socket.js';
 import { describeWith } from '../harness/requirements.js';
 
@@ -73,6 +75,19 @@ for (const acceleration of ['none', 'native'] as const) {
       } finally {
         closeSync(fd);
       }
+      expect(unboundDrops()).toBe(0n);
+    });
+
+    it('in a switch, a client\'s TCP segment with no flow entry is dropped unless it is a SYN; outside one it is balanced afresh', () => {
+      const ack = buildPacket(clientTcp(NODE_IP, REMOTE_NODEPORT, { flags: 'A', seq: 1001 }));
+      handover(monotonicNs() + 5_000_000_000n);
+      expectDroppedAt(node.run('tc_ingress', ack));
+      expect(unboundDrops()).toBe(1n);
+      expect(node.dp.maps.ct4.entries()).toEqual([]);
+      expect(node.run('tc_ingress', syn(NODE_IP, REMOTE_NODEPORT)).retval).toBe(TcVerdict.REDIRECT);
+      node.flushState();
+      handover(0n);
+      expect(node.run('tc_ingress', ack).retval).toBe(TcVerdict.REDIRECT);
       expect(unboundDrops()).toBe(0n);
     });
 

@@ -24,10 +24,12 @@
 //                                  C loops of: connect, one byte echoed, close with FIN (the
 //                                  close every HTTP/1.0 client makes) for S seconds; print
 //                                  connections completed and failed, per second of the run
-//   hold --to IP:PORT --count N --seconds S
+//   hold --to IP:PORT --count N --seconds S [--timeout-ms T]
 //                                  N long-lived TCP connections to an echo server, each sending
 //                                  8 bytes every 100 ms and wanting them back within 1 s, for S
-//                                  seconds: print how many survived and when the others broke
+//                                  seconds: print how many survived and when the others broke;
+//                                  with --timeout-ms, a connect not done in T ms is made again
+//                                  from a new local port (up to 5 tries)
 //   steady --targets tcp:IP:PORT,udp:IP:PORT,... [--interval-ms 20] [--timeout-ms 2000]
 //                                  until stopped, one request per target every interval
 //                                  (TCP: a new connection, an HTTP GET, the reply's status
@@ -345,7 +347,7 @@ async function main(): Promise<void> {
     case 'connect-probe':
       return connectProbe((values.targets ?? '').split(',').filter(Boolean), Boolean(values['listen-loopback']));
     case 'hold':
-      return hold(target(values.to), Number(values.count ?? 10), Number(values.seconds ?? 10));
+      return hold(target(values.to), Number(values.count ?? 10), Number(values.seconds ?? 10), values['timeout-ms'] ? Number(values['timeout-ms']) : undefined);
     case 'steady':
       return steady((values.targets ?? '').split(',').filter(Boolean), Number(values['interval-ms'] ?? 20), Number(values['timeout-ms'] ?? 2000));
     case 'rr':

@@ -108,15 +108,37 @@ const SILENCE_MS = 5000;
  * connections broken during a full `make test` on the 2 cores, never in the test alone
  * (a retransmission or scheduling stall, not a lost flow, as far as was seen).
  */
-export async function hold(to: { host: string; port: number }, count: number, seconds: number): Promise<void> {
+/** A TCP connection; with `timeoutMs`, an attempt not connected by then is given up and made
+ * again from a new local port, as a client with a connect timeout does. */
+async function connectOnce(to: { host: string; port: number }, timeoutMs?: number, attempts = 5): Promise<Socket> {
+  for (let a = 1; ; a++) {
+    try {
+      return await new Promise<Socket>((resolve, reject) => {
+        const c = connect(to, () => {
+          clearTimeout(timer);
+          resolve(c);
+        });
+        const timer = timeoutMs ? setTimeout(() => {
+          c.destroy();
+          reject(new Error(`not connected within ${timeoutMs} ms`));
+        }, timeoutMs) : undefined;
+        c.once('error', (e) => {
+          clearTimeout(timer);
+          reject(e);
+        });
+      });
+    } catch (e) {
+      if (!timeoutMs || a >= attempts) throw e;
+    }
+  }
+}
+
+export async function hold(to: { host: string; port: number }, count: number, seconds: number, connectTimeoutMs?: number): Promise<void> {
   const start = Date.now();
   const broke: Array<number | undefined> = Array.from({ length: count }, () => undefined);
   const sockets: Socket[] = [];
   for (let i = 0; i < count; i++) {
-    const s = await new Promise<Socket>((resolve, reject) => {
-      const c = connect(to, () => resolve(c));
-      c.once('error', reject);
-    });
+    const s = await connectOnce(to, connectTimeoutMs);
     s.setNoDelay(true);
     let lastReply = Date.now();
     const fail = () => {
