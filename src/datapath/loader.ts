@@ -112,7 +112,7 @@ export const XDP_PROGRAM = 'xdp_ingress';
 /** The socket hooks: IPv4, and IPv6 sockets reaching IPv4 Services through ::ffff:a.b.c.d. */
 export const SOCK_PROGRAMS = ['sock4_connect', 'sock4_sendmsg', 'sock4_recvmsg', 'sock4_getpeername', 'sock6_connect', 'sock6_sendmsg', 'sock6_recvmsg', 'sock6_getpeername'] as const;
 
-/** The longest an upgrade's switch drops unbound replies (ferry_handover): the switch clears
+/** The longest an upgrade's switch drops packets of flows not copied yet (ferry_handover): the switch clears
  * it after the last copy (tens of ms); an agent that dies in between leaves it to lapse. */
 const HANDOVER_LIMIT_NS = 5_000_000_000n;
 
@@ -184,8 +184,8 @@ export class Datapath {
    * An upgrade's last steps: call `catchUpMigration` right before attaching the tc programs
    * and `completeMigration` right after. Each copies the flows the previous build's
    * programs created meanwhile; the second also lets the previous maps go. In between, the
-   * new programs drop a reply they find no binding for (ferry_handover) instead of handing
-   * it to the host, which would reset a connection whose binding is not copied yet.
+   * new programs drop a reply with no binding and a client's TCP segment with no flow entry
+   * (ferry_handover), which would otherwise reset a connection not copied yet.
    */
   catchUpMigration(): void {
     if (this.migration.catchingUp) this.maps.ferry_handover.update(0, { untilNs: monotonicNs() + HANDOVER_LIMIT_NS });

@@ -78,7 +78,7 @@ describeWith(['root', 'bpffs', 'cgroup2', 'netns'], 'reliability (short): a roll
 
   it('upgrades node by node from map layout 1 under load: conntrack migrated, long-lived connections unharmed, no request lost but a few under way in the switch', async () => {
     const r = await upgradeScenario(c, { fromCommit: release.commit, held: 16 });
-    console.log(`rolling upgrade: ${r.steps.filter((s) => s.step.includes('switch')).map((s) => s.step).join('; ')}; unbound replies dropped in the switch: ${r.nodes.map((n) => `${n.node} ${n.unboundRepliesDropped}`).join(', ')}`);
+    console.log(`rolling upgrade: ${r.steps.filter((s) => s.step.includes('switch')).map((s) => s.step).join('; ')}; packets dropped in the switch (handover_unbound): ${r.nodes.map((n) => `${n.node} ${n.handoverDrops}`).join(', ')}`);
     for (const n of r.nodes) expect(n.migrated, n.node).toContainEqual(expect.objectContaining({ map: 'ct4', fromLayout: 1, dropped: 0 }));
     expect(r.held).toMatchObject({ count: 16, survived: 16 });
     expect(r.switches.map((s) => s.node)).toEqual(['node-1', 'node-2']);

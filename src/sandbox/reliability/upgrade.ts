@@ -10,7 +10,7 @@ import { ECHO_NODEPORT, failuresInSteps, startSteadyLoad, waitFor, type LoadRepo
 
 export interface UpgradeResult {
   fromCommit: string;
-  nodes: Array<{ node: string; readyMs: number; migrated: Array<{ map: string; fromLayout: number; copied: number; caughtUp: number; dropped: number }>; unboundRepliesDropped: number }>;
+  nodes: Array<{ node: string; readyMs: number; migrated: Array<{ map: string; fromLayout: number; copied: number; caughtUp: number; dropped: number }>; handoverDrops: number }>;
   held: { count: number; survived: number; brokeAtMs: number[] };
   load: LoadReport;
   /** When each step of the swap happened (epoch ms), to place a failure in it. */
@@ -95,7 +95,7 @@ export async function upgradeScenario(c: ReliabilityCluster, opts: { fromCommit:
         return { map: m.map, fromLayout: m.fromLayout, copied: m.copied, caughtUp: m.caughtUp, dropped: m.dropped };
       });
       if (migrated.length === 0) throw new Error(`${node.name}: the upgraded agent migrated nothing:\n${p.output().slice(-2000)}`);
-      nodes.push({ node: node.name, readyMs, migrated, unboundRepliesDropped: 0 });
+      nodes.push({ node: node.name, readyMs, migrated, handoverDrops: 0 });
       await sleep(3000);
     }
   } catch (e) {
@@ -103,11 +103,11 @@ export async function upgradeScenario(c: ReliabilityCluster, opts: { fromCommit:
     throw e;
   }
   const report = await load.stop();
-  // Replies the new programs dropped in their switch for want of a binding not copied yet
-  // (each one a reply the host would have answered with a reset before ferry_handover).
+  // Packets the new programs dropped in their switch for want of a flow not copied yet
+  // (replies the host would have reset, client segments that would have taken another port).
   for (const n of nodes) {
     const node = n.node === c.node1.name ? c.node1 : c.node2;
-    n.unboundRepliesDropped = readCounters(c.sb.pinDir(node)).drops.find((d) => d.name === 'handover_unbound')?.packets ?? 0;
+    n.handoverDrops = readCounters(c.sb.pinDir(node)).drops.find((d) => d.name === 'handover_unbound')?.packets ?? 0;
   }
   const diagnosis = report.failures.length ? [...diagnose(c, report.failures), ...nodes.map((n) => `${n.node} migrated: ${JSON.stringify(n.migrated)}`), ...warnings.slice(0, 10)] : [];
   await sleep(Math.max(0, holdSeconds * 1000 - (Date.now() - started)));
