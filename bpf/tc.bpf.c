@@ -44,21 +44,21 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 	rc = parse_ipv4(ctx, &p);
 	STAGE_END(2);
 
-	if (rc == PARSE_NOT_IPV4)
+	if (unlikely(rc == PARSE_NOT_IPV4))
 		return arp_respond(ctx);
-	if (rc == PARSE_MALFORMED)
+	if (unlikely(rc == PARSE_MALFORMED))
 		return count_drop(DROP_MALFORMED, ctx->len);
 
-	if (p.fragment)
+	if (unlikely(p.fragment))
 		return frag4_follow(ctx, &p, lb4_lookup_master(p.daddr, 0, 0, LB_SCOPE_EXTERNAL) != NULL);
-	if (p.proto == IPPROTO_ICMP) {
+	if (unlikely(p.proto == IPPROTO_ICMP)) {
 		if (icmp4_is_error(p.icmp_type))
 			return icmp_related_ingress(ctx, &p);
 		return CTX_ACT_UNSPEC;
 	}
 	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
 		return CTX_ACT_UNSPEC;
-	if (p.dsr_opt)
+	if (unlikely(p.dsr_opt))
 		return dsr_receive(ctx, &p);
 
 	/* A reply to a flow this node SNATed toward a remote backend. */
@@ -69,7 +69,7 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 
 		if (nat)
 			return nodeport_reply_remote(ctx, &p, nat, now);
-		if (unbound)
+		if (unlikely(unbound))
 			return count_drop(DROP_HANDOVER_UNBOUND, p.len);
 	}
 	STAGE_END(3);

@@ -28,7 +28,7 @@ static __always_inline int mac_equal(const __u8 *a, const __u8 *b)
 	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4] && a[5] == b[5];
 }
 
-static __always_inline int arp_respond(struct __ctx_buff *ctx)
+__ferry_global int arp_respond(struct __ctx_buff *ctx)
 {
 	struct ethhdr eth;
 	struct arp4 a;

@@ -181,12 +181,19 @@ static __always_inline void dsr_reply_settle(const struct pkt4 *p, struct nat4_e
  * frontend only leaves it pending, for the pod to decide (dsr_reply_settle). This node
  * does not see the client end a DSR flow with a reset (only the pod's side), so a client
  * reusing its port towards another frontend meets a binding that still looks live. */
-static __always_inline int dsr_receive(struct __ctx_buff *ctx, const struct pkt4 *p)
+__ferry_global int dsr_receive(struct __ctx_buff *ctx, const struct pkt4 *p)
 {
-	struct ct4_key reply = { .saddr = p->daddr, .daddr = p->saddr, .sport = p->dport, .dport = p->sport, .proto = p->proto };
+	struct ct4_key reply;
 	__u64 now = ferry_now();
-	__u8 flags = ct_flags_client(p, CT_F_LOCAL | CT_F_DSR, 0);
-	struct nat4_entry n = {
+	__u8 flags;
+	struct nat4_entry n;
+	struct nat4_entry *have;
+
+	if (!p)
+		return CTX_ACT_UNSPEC;
+	reply = (struct ct4_key){ .saddr = p->daddr, .daddr = p->saddr, .sport = p->dport, .dport = p->sport, .proto = p->proto };
+	flags = ct_flags_client(p, CT_F_LOCAL | CT_F_DSR, 0);
+	n = (struct nat4_entry){
 		.expires_ns = now + ct_lifetime_ns(p->proto, flags),
 		.client_addr = p->saddr,
 		.client_port = p->sport,
@@ -194,7 +201,7 @@ static __always_inline int dsr_receive(struct __ctx_buff *ctx, const struct pkt4
 		.frontend_port = p->dsr_port,
 		.flags = flags,
 	};
-	struct nat4_entry *have = bpf_map_lookup_elem(&nat4, &reply);
+	have = bpf_map_lookup_elem(&nat4, &reply);
 
 	if (have && have->frontend_addr == n.frontend_addr && have->frontend_port == n.frontend_port &&
 	    (have->flags & CT_F_DSR) && !ct_expired(have->expires_ns, now)) {

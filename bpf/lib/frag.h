@@ -40,11 +40,13 @@ static __always_inline void frag4_record(const struct pkt4 *p, __be32 saddr, __b
 
 /* A later fragment: translated as its first was. Without a record it is passed on, unless
  * it is addressed to a Service (`service`): then nothing could have been meant by it. */
-static __always_inline int frag4_follow(struct __ctx_buff *ctx, const struct pkt4 *p, int service)
+__ferry_global int frag4_follow(struct __ctx_buff *ctx, const struct pkt4 *p, int service)
 {
 	struct frag4_key k;
 	struct frag4_entry *e;
 
+	if (!p)
+		return CTX_ACT_UNSPEC;
 	frag4_key_of(p, &k);
 	e = bpf_map_lookup_elem(&frag4, &k);
 	if (!e || e->expires_ns < ferry_now())

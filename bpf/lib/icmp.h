@@ -106,8 +106,10 @@ static __always_inline int icmp4_send_error(struct __ctx_buff *ctx, const struct
 
 /* Destination unreachable (port unreachable, or fragmentation needed with a next-hop MTU)
  * from the address the packet was sent to. */
-static __always_inline int icmp4_send_unreach(struct __ctx_buff *ctx, const struct pkt4 *p, __u8 code, __u16 mtu)
+__ferry_global int icmp4_send_unreach(struct __ctx_buff *ctx, const struct pkt4 *p, __u8 code, __u16 mtu)
 {
+	if (!p)
+		return CTX_ACT_SHOT;
 	return icmp4_send_error(ctx, p, p->daddr, ICMP_DEST_UNREACH, code, mtu,
 				code == ICMP_FRAG_NEEDED ? STAT_ICMP_FRAG_NEEDED : STAT_ICMP_REJECT);
 }
@@ -120,10 +122,12 @@ static __always_inline int icmp4_reject(struct __ctx_buff *ctx, const struct pkt
 
 /* A packet this node would forward has no TTL left: time exceeded, from this node (what a
  * router answers), and the packet goes no further. */
-static __always_inline int icmp4_time_exceeded(struct __ctx_buff *ctx, const struct pkt4 *p)
+__ferry_global int icmp4_time_exceeded(struct __ctx_buff *ctx, const struct pkt4 *p)
 {
 	int rc;
 
+	if (!p)
+		return CTX_ACT_SHOT;
 	if (p->proto == IPPROTO_ICMP)
 		return count_drop(DROP_TTL_EXCEEDED, p->len); /* never an error about an error */
 	rc = icmp4_send_error(ctx, p, snat_ipv4, ICMP_TIME_EXCEEDED, ICMP_EXC_TTL, 0, STAT_ICMP_TIME_EXCEEDED);

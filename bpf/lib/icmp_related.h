@@ -14,11 +14,13 @@
  *    to the client as if it quoted the client's packet to the frontend;
  *  - it quotes our reply to the client (frontend → client): send it to the backend as if
  *    it quoted the backend's packet. This is the path-MTU case for large replies. */
-static __always_inline int icmp_related_ingress(struct __ctx_buff *ctx, const struct pkt4 *p)
+__ferry_global int icmp_related_ingress(struct __ctx_buff *ctx, const struct pkt4 *p)
 {
 	struct icmp4_inner in;
 	struct ct4_key k;
 
+	if (!p)
+		return CTX_ACT_UNSPEC;
 	if (icmp4_parse_inner(ctx, p, &in) < 0)
 		return CTX_ACT_UNSPEC;
 

@@ -45,16 +45,16 @@ static __always_inline int nat4_forward(struct __ctx_buff *ctx, const struct pkt
 	struct bpf_fib_lookup fib;
 	long route;
 
-	if (p->ttl <= 1)
+	if (unlikely(p->ttl <= 1))
 		return icmp4_time_exceeded(ctx, p);
 	if (shared)
 		route = fib4_route_new_flow(ctx, saddr, daddr, kept_ifindex, kept_macs, shared, now, &fib);
 	else
 		route = fib4_route_flow(ctx, saddr, daddr, 0, kept_ifindex, kept_macs, refresh, &fib);
-	if (!fib4_usable(route))
+	if (unlikely(!fib4_usable(route)))
 		return fib4_unusable(p->len);
 	STAGE_END(11);
-	if (nat4_rewrite_forwarded(ctx, p, saddr, sport, daddr, dport) < 0)
+	if (unlikely(nat4_rewrite_forwarded(ctx, p, saddr, sport, daddr, dport) < 0))
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	frag4_record(p, saddr, daddr, FRAG_ACT_REDIRECT);
 	count_stat(stat, p->len);
@@ -62,11 +62,16 @@ static __always_inline int nat4_forward(struct __ctx_buff *ctx, const struct pkt
 	return fib4_send(ctx, &fib, route);
 }
 
-/* A reply from a remote backend to an SNATed flow: restore client and frontend. */
-static __always_inline int nodeport_reply_remote(struct __ctx_buff *ctx, const struct pkt4 *p, struct nat4_entry *nat,
-						 __u64 now)
+/* A reply from a remote backend to an SNATed flow: restore client and frontend. A global
+ * function (lib/common.h), so that the stack frame of its route lookup is not the
+ * program's own. */
+__ferry_global int nodeport_reply_remote(struct __ctx_buff *ctx, const struct pkt4 *p, struct nat4_entry *nat, __u64 now)
 {
-	int refresh = ct4_track_reply(p, nat, now);
+	int refresh;
+
+	if (!p || !nat)
+		return CTX_ACT_SHOT;
+	refresh = ct4_track_reply(p, nat, now);
 
 	return nat4_forward(ctx, p, nat->client_addr, nat->client_port, nat->frontend_addr, nat->frontend_port,
 			    STAT_REPLY_REMOTE, &nat->hop_ifindex, nat->hop_macs, refresh, NULL, 0);
@@ -84,12 +89,17 @@ static __always_inline int nodeport_reply_local(struct __ctx_buff *ctx, const st
 	return CTX_ACT_OK;
 }
 
-/* Keep a flow's reply binding alive (whenever the flow's lifetime is written), or restore
- * it after LRU eviction. */
-static __always_inline int nat4_keep(const struct pkt4 *p, const struct ct4_key *reply, const struct ct4_entry *ct, __u8 flags)
+/* Keep a flow's reply binding alive (whenever the flow's lifetime is written: a flow's
+ * first packet, then at most once a second), or restore it after LRU eviction. */
+__ferry_global int nat4_keep(const struct pkt4 *p, const struct ct4_key *reply, const struct ct4_entry *ct, __u8 flags)
 {
-	struct nat4_entry *nat = bpf_map_lookup_elem(&nat4, reply);
-	struct nat4_entry n = {
+	struct nat4_entry *nat;
+	struct nat4_entry n;
+
+	if (!p || !reply || !ct)
+		return -1;
+	nat = bpf_map_lookup_elem(&nat4, reply);
+	n = (struct nat4_entry){
 		.expires_ns = ct->expires_ns,
 		.client_addr = p->saddr,
 		.client_port = p->sport,
@@ -118,78 +128,88 @@ static __always_inline int nat4_keep(const struct pkt4 *p, const struct ct4_key 
 	return bpf_map_update_elem(&nat4, reply, &n, BPF_ANY) < 0 ? -1 : 0;
 }
 
-/* A packet for a frontend with backends: conntrack, then translate. */
-static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct pkt4 *p, struct lb4_service *svc)
+/* What nodeport_balance returns besides a drop reason (> 0). */
+enum balance_verdict {
+	BALANCED = 0,           /* the flow's conntrack entry is written */
+	BALANCE_TO_TC = -1,     /* XDP: a local backend, left to tc */
+	BALANCE_STAGE_STOP = -2, /* bench/packet-stages.ts: a marker in here was reached */
+};
+
+#ifdef FERRY_STAGE_STOP
+#undef STAGE_STOP_VERDICT
+#define STAGE_STOP_VERDICT BALANCE_STAGE_STOP
+#endif
+
+/* A flow's first packet, or one whose backend was removed: a backend chosen (ClientIP
+ * affinity, Maglev or the frontend's slots), for SNAT a port reserved, and the flow's
+ * conntrack entry written under `key`, created `now`. */
+__ferry_global int nodeport_balance(struct __ctx_buff *ctx, const struct pkt4 *p, const struct lb4_service *svc,
+				  const struct ct4_key *key, __u64 now)
 {
-	struct lb4_key fe = { .address = p->daddr, .port = p->dport, .proto = p->proto, .scope = LB_SCOPE_EXTERNAL };
-	__u64 now = ferry_now();
-	struct ct4_key key;
-	struct ct4_entry *ct;
 	struct ct4_entry fresh = {};
-	struct lb4_backend *b = NULL;
-	__u8 flags;
+	struct lb4_key fe;
+	struct lb4_affinity_key ak;
+	struct lb4_backend *b;
+	__u32 hash, id;
+
+	ctx_keep(ctx);
+	if (!p || !svc || !key)
+		return DROP_MALFORMED;
+	fe = (struct lb4_key){ .address = p->daddr, .port = p->dport, .proto = p->proto, .scope = LB_SCOPE_EXTERNAL };
+	/* The flow's hash picks the backend and, for SNAT, the port sequence. */
+	hash = flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed);
+	ak = (struct lb4_affinity_key){ .client = p->saddr, .affinity_id = svc->affinity_id };
+	id = lb4_affinity_get(&ak, fe.address, fe.port, fe.proto, fe.scope, svc, now);
+	if (!id) {
+		id = maglev_select(svc, hash);
+		if (!id)
+			id = lb4_select_slot(fe.address, fe.port, fe.proto, fe.scope, svc, hash);
+		lb4_affinity_set(&ak, svc, id, now);
+	}
+	b = lb4_backend(id);
+	if (!b)
+		return DROP_BACKEND_MISSING;
+	if (CTX_IS_XDP && (b->flags & LB_BACKEND_F_LOCAL))
+		return BALANCE_TO_TC;
+	STAGE_END(6);
+	fresh.created_ns = now;
+	fresh.ifindex = ctx_ifindex(ctx);
+	fresh.backend_id = id;
+	fresh.rev_nat_id = svc->rev_nat_id;
+	fresh.flags = (b->flags & LB_BACKEND_F_LOCAL) ? CT_F_LOCAL : use_dsr(svc, p->proto) ? CT_F_DSR : CT_F_SNAT;
+	if (fresh.flags & CT_F_SNAT) {
+		fresh.nat_addr = snat_ipv4;
+		fresh.nat_port = snat4_reserve(ctx, p, b, &fe, svc->rev_nat_id, hash, now);
+		if (!fresh.nat_port)
+			return DROP_NAT_EXHAUSTED;
+	}
+	STAGE_END(7);
+	if (bpf_map_update_elem(&ct4, key, &fresh, BPF_ANY) < 0)
+		return DROP_CT_MAP_FULL;
+	return BALANCED;
+}
+
+#ifdef FERRY_STAGE_STOP
+#undef STAGE_STOP_VERDICT
+#define STAGE_STOP_VERDICT CTX_ACT_OK
+#endif
+
+/* A client's packet on its flow's conntrack entry `ct` (`created` by this packet, `now`):
+ * the flow's state, its reply binding, then the packet translated and sent on. */
+__ferry_global int nodeport_send(struct __ctx_buff *ctx, const struct pkt4 *p, struct ct4_entry *ct, __u64 now,
+				 int created)
+{
+	const struct lb4_backend *b;
+	__u8 created_flags, flags;
 	int due;
 
-	ct4_key_of(p, &key);
-	ct = bpf_map_lookup_elem(&ct4, &key);
-	if (ct && (ct_expired(ct->expires_ns, now) || ct_tcp_reopen(p, ct->flags))) {
-		/* A new flow on an old tuple: drop the old binding, balance it afresh. */
-		snat4_release(ct, p->proto);
-		ct = NULL;
-	}
-	if (ct)
-		b = lb4_backend(ct->backend_id);
-	STAGE_END(5);
-	/* XDP leaves a flow to a local backend to tc, whose packets the stack then takes to
-	 * the pod; it does so before touching the flow's state, so that tc finds the flow as
-	 * if XDP were not there. */
-	if (CTX_IS_XDP && ct && b && (ct->flags & CT_F_LOCAL))
-		return CTX_ACT_UNSPEC;
-	if (!ct || !b) {
-		if (!ct && ct4_unknown_in_handover(p))
-			return count_drop(DROP_HANDOVER_UNBOUND, p->len);
-		/* New flow, or its backend was removed: (re)balance, honouring ClientIP affinity.
-		 * The flow's hash picks the backend and, for SNAT, the port sequence. */
-		__u32 hash = flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed);
-		struct lb4_affinity_key ak = { .client = p->saddr, .affinity_id = svc->affinity_id };
-		__u32 id = lb4_affinity_get(&ak, fe.address, fe.port, fe.proto, fe.scope, svc, now);
-
-		if (!id) {
-			id = maglev_select(svc, hash);
-			if (!id)
-				id = lb4_select_slot(fe.address, fe.port, fe.proto, fe.scope, svc, hash);
-			lb4_affinity_set(&ak, svc, id, now);
-		}
-		b = lb4_backend(id);
-		if (!b)
-			return count_drop(DROP_BACKEND_MISSING, p->len);
-		if (CTX_IS_XDP && (b->flags & LB_BACKEND_F_LOCAL))
-			return CTX_ACT_UNSPEC;
-		STAGE_END(6);
-		if (ct)
-			count_stat(STAT_CT_REBALANCED, p->len);
-		fresh.created_ns = now;
-		fresh.ifindex = ctx_ifindex(ctx);
-		fresh.backend_id = id;
-		fresh.rev_nat_id = svc->rev_nat_id;
-		fresh.flags = (b->flags & LB_BACKEND_F_LOCAL) ? CT_F_LOCAL : use_dsr(svc, p->proto) ? CT_F_DSR : CT_F_SNAT;
-		if (fresh.flags & CT_F_SNAT) {
-			fresh.nat_addr = snat_ipv4;
-			fresh.nat_port = snat4_reserve(ctx, p, b, &fe, svc->rev_nat_id, hash, now);
-			if (!fresh.nat_port)
-				return count_drop(DROP_NAT_EXHAUSTED, p->len);
-		}
-		STAGE_END(7);
-		/* Looked up again rather than read from `fresh`: a pointer that is a map
-		 * value on one path and the stack on the other costs the verifier a tenth of
-		 * its limit, for ~25 ns. */
-		if (bpf_map_update_elem(&ct4, &key, &fresh, BPF_ANY) < 0)
-			return count_drop(DROP_CT_MAP_FULL, p->len);
-		ct = bpf_map_lookup_elem(&ct4, &key);
-		if (!ct)
-			return count_drop(DROP_CT_MAP_FULL, p->len);
-		STAGE_END(8);
-	}
+	ctx_keep(ctx);
+	if (!p || !ct)
+		return CTX_ACT_SHOT;
+	b = lb4_backend(ct->backend_id);
+	if (!b)
+		return count_drop(DROP_BACKEND_MISSING, p->len);
+	created_flags = created ? ct->flags : 0;
 	due = ct4_account_client(ct, p, now);
 	flags = ct->flags;
 	STAGE_END(9);
@@ -198,7 +218,7 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 		return nodeport_dsr(ctx, p, b, ct, due);
 	/* A new SNAT flow whose first packet left its state as created needs no second write
 	 * of its binding: the port reservation wrote it with the same flags and lifetime. */
-	if (due && !(fresh.flags == CT_F_SNAT && flags == CT_F_SNAT)) {
+	if (unlikely(due) && !(created_flags == CT_F_SNAT && flags == CT_F_SNAT)) {
 		/* Where replies arrive: backend → client (local: tc egress restores the
 		 * frontend) or backend → node:nat_port (remote: tc ingress does). */
 		struct ct4_key reply = {
@@ -222,7 +242,57 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 	}
 	/* A flow created by this packet routes by its backend's shared hop. */
 	return nat4_forward(ctx, p, b->address, b->port, ct->nat_addr, ct->nat_port, STAT_FWD_REMOTE, &ct->hop_ifindex,
-			    ct->hop_macs, due, fresh.created_ns ? backend_hop_of(ct->backend_id) : NULL, now);
+			    ct->hop_macs, due, created ? backend_hop_of(ct->backend_id) : NULL, now);
+}
+
+/* A packet for a frontend with backends: its flow found in conntrack, or balanced. */
+static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct pkt4 *p, struct lb4_service *svc)
+{
+	__u64 now = ferry_now();
+	struct ct4_key key;
+	struct ct4_entry *ct;
+	struct lb4_backend *b = NULL;
+	int created = 0;
+
+	ct4_key_of(p, &key);
+	ct = bpf_map_lookup_elem(&ct4, &key);
+	if (ct && unlikely(ct_expired(ct->expires_ns, now) || ct_tcp_reopen(p, ct->flags))) {
+		/* A new flow on an old tuple: drop the old binding, balance it afresh. */
+		snat4_release(ct, p->proto);
+		ct = NULL;
+	}
+	if (ct)
+		b = lb4_backend(ct->backend_id);
+	STAGE_END(5);
+	/* XDP leaves a flow to a local backend to tc, whose packets the stack then takes to
+	 * the pod; it does so before touching the flow's state, so that tc finds the flow as
+	 * if XDP were not there. */
+	if (CTX_IS_XDP && ct && b && (ct->flags & CT_F_LOCAL))
+		return CTX_ACT_UNSPEC;
+	if (unlikely(!ct || !b)) {
+		int rebalanced = ct != NULL;
+		int rc;
+
+		if (!ct && ct4_unknown_in_handover(p))
+			return count_drop(DROP_HANDOVER_UNBOUND, p->len);
+		rc = nodeport_balance(ctx, p, svc, &key, now);
+		if (rc == BALANCE_TO_TC)
+			return CTX_ACT_UNSPEC;
+#ifdef FERRY_STAGE_STOP
+		if (rc == BALANCE_STAGE_STOP)
+			return CTX_ACT_OK;
+#endif
+		if (rc)
+			return count_drop(rc, p->len);
+		if (rebalanced)
+			count_stat(STAT_CT_REBALANCED, p->len);
+		ct = bpf_map_lookup_elem(&ct4, &key);
+		if (!ct)
+			return count_drop(DROP_CT_MAP_FULL, p->len);
+		created = 1;
+		STAGE_END(8);
+	}
+	return nodeport_send(ctx, p, ct, now, created);
 }
 
 /* A packet from outside for a frontend: balanced, rejected or dropped as kube-proxy would.

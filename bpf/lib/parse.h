@@ -84,7 +84,11 @@ static __always_inline int parse_ipv4(struct __ctx_buff *ctx, struct pkt4 *p)
 	p->l4_off = ETH_HLEN + ip->ihl * 4;
 	p->len = ctx_len(ctx);
 	p->ip_len = bpf_ntohs(ip->tot_len);
+	/* All set on every path: a field left unset is a register the compiler may spill
+	 * unwritten, which the verifier refuses. */
 	p->dsr_opt = 0;
+	p->dsr_port = 0;
+	p->dsr_addr = 0;
 	if (ip->ihl == 7) {
 		__u8 opt[8];
 

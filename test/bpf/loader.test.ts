@@ -133,10 +133,12 @@ describeWith(['root'], 'loading BPF objects', () => {
     }
   });
 
-  it('the datapath programs verify with headroom in every forwarding mode: under 90% of the verifier\'s instruction limit', () => {
+  it('the datapath programs verify with headroom in every forwarding mode: under 15% of the verifier\'s instruction limit', () => {
     // An early warning: the programs still load up to 100%, but a change that gets close
-    // has made the paths explode (see README, "Where a packet's time goes"). The node's
-    // settings are constants the verifier prunes by, so each mode is its own check.
+    // has made the paths explode. The paths few packets take are global functions that
+    // the verifier checks once each (__ferry_global, bpf/lib/common.h): inlined, tc_ingress
+    // took 59% and xdp_ingress 41%; out of line, 3-4%. The node's settings are constants
+    // the verifier prunes by, so each mode is its own check.
     for (const [file, programs] of [['tc', ['tc_ingress', 'tc_egress']], ['xdp', ['xdp_ingress']]] as const) {
       for (const forwardingMode of ['snat', 'dsr', 'hybrid'] as const) {
         for (const maglevTableSize of [0, 16381]) {
@@ -149,7 +151,7 @@ describeWith(['root'], 'loading BPF objects', () => {
               const s = obj.verifierStats(name);
               const what = `${name}, ${forwardingMode}, Maglev ${maglevTableSize}`;
               expect(s, what).toBeDefined();
-              expect(s!.processed / s!.limit, `${what}: ${s!.processed} of ${s!.limit} instructions`).toBeLessThan(0.9);
+              expect(s!.processed / s!.limit, `${what}: ${s!.processed} of ${s!.limit} instructions`).toBeLessThan(0.15);
             }
           } finally {
             obj.close();
