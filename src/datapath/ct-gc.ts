@@ -88,28 +88,63 @@ export function flushFlowsTo(maps: Pick<DatapathMaps, 'ct4' | 'nat4'>, backends:
   return { ct: ctKeys.length ? maps.ct4.deleteBatch(ctKeys) : 0, nat: natKeys.length ? maps.nat4.deleteBatch(natKeys) : 0 };
 }
 
+/** Flows and bindings whose backend was in no map when the walk read them: a snapshot. */
+export interface OrphanKeys {
+  ct: Ct4Key[];
+  nat: Ct4Key[];
+  /** Backend ids the other flows pointed at. */
+  backendIdsInFlows: Set<number>;
+}
+
+type OrphanMaps = Pick<DatapathMaps, 'ct4' | 'nat4' | 'lb4_backends'>;
+
+/** The backends as lb4_backends holds them now: their ids, and their endpoints. */
+function liveBackends(maps: OrphanMaps): { ids: Set<number>; endpoints: Set<string> } {
+  const backends = maps.lb4_backends.entries();
+  return { ids: new Set(backends.map(([id]) => id)), endpoints: new Set(backends.map(([, b]) => `${b.address}:${b.port}/${b.proto}`)) };
+}
+
+/** Conntrack entries whose backend id is not in lb4_backends, and reply bindings whose backend (their key's source) is no backend. */
+export function orphanKeys(maps: OrphanMaps): OrphanKeys {
+  const { ids, endpoints } = liveBackends(maps);
+  const inFlows = new Set<number>();
+  const ct: Ct4Key[] = [];
+  for (const [k, v] of maps.ct4.entries()) {
+    if (ids.has(v.backendId)) inFlows.add(v.backendId);
+    else ct.push(k);
+  }
+  const nat = maps.nat4.entries().filter(([k]) => !endpoints.has(`${k.saddr}:${k.sport}/${k.proto}`)).map(([k]) => k);
+  return { ct, nat, backendIdsInFlows: inFlows };
+}
+
 /**
- * Remove what points at backends that are gone: conntrack entries whose backend id is not
- * in lb4_backends, and reply bindings whose backend (their key's source) is no backend.
+ * Delete the keys of `found` that are still orphans, against lb4_backends read again and
+ * each entry read again just before its delete (as deleteStillExpired): between the walk
+ * and the delete, the datapath may balance a flow afresh under the same key (its backend
+ * was gone: it picks a live one), and the agent may add a backend again whose endpoint a
+ * new flow's binding then uses. Deleting those would cut live flows.
+ */
+export function deleteStillOrphaned(maps: OrphanMaps, found: OrphanKeys): { ctDeleted: number; natDeleted: number } {
+  if (found.ct.length === 0 && found.nat.length === 0) return { ctDeleted: 0, natDeleted: 0 };
+  const { ids, endpoints } = liveBackends(maps);
+  let ctDeleted = 0;
+  for (const k of found.ct) {
+    const v = maps.ct4.lookup(k);
+    if (v && !ids.has(v.backendId) && maps.ct4.delete(k)) ctDeleted++;
+  }
+  let natDeleted = 0;
+  for (const k of found.nat) if (!endpoints.has(`${k.saddr}:${k.sport}/${k.proto}`) && maps.nat4.delete(k)) natDeleted++;
+  return { ctDeleted, natDeleted };
+}
+
+/**
+ * Remove what points at backends that are gone (orphanKeys, then deleteStillOrphaned).
  * Both can only fail; a flush at removal time misses them when the agent was not running.
  * Returns the backend ids live flows still use.
  */
-export function collectOrphans(maps: Pick<DatapathMaps, 'ct4' | 'nat4' | 'lb4_backends'>): OrphanResult {
-  const backends = maps.lb4_backends.entries();
-  const ids = new Set(backends.map(([id]) => id));
-  const endpoints = new Set(backends.map(([, b]) => `${b.address}:${b.port}/${b.proto}`));
-  const inFlows = new Set<number>();
-  const ctKeys: Ct4Key[] = [];
-  for (const [k, v] of maps.ct4.entries()) {
-    if (ids.has(v.backendId)) inFlows.add(v.backendId);
-    else ctKeys.push(k);
-  }
-  const natKeys = maps.nat4.entries().filter(([k]) => !endpoints.has(`${k.saddr}:${k.sport}/${k.proto}`)).map(([k]) => k);
-  return {
-    ctDeleted: ctKeys.length ? maps.ct4.deleteBatch(ctKeys) : 0,
-    natDeleted: natKeys.length ? maps.nat4.deleteBatch(natKeys) : 0,
-    backendIdsInFlows: inFlows,
-  };
+export function collectOrphans(maps: OrphanMaps): OrphanResult {
+  const found = orphanKeys(maps);
+  return { ...deleteStillOrphaned(maps, found), backendIdsInFlows: found.backendIdsInFlows };
 }
 
 /**

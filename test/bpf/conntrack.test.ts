@@ -2,7 +2,7 @@
 // a change of state or once a second) and the user-space collector that removes expired
 // flows.
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
-import { collectConntrack, collectOrphans, deleteStillExpired, expiredKeys, monotonicNs } from '../../src/datapath/ct-gc.js';
+import { collectConntrack, collectOrphans, deleteStillExpired, deleteStillOrphaned, expiredKeys, monotonicNs, orphanKeys } from '../../src/datapath/ct-gc.js';
 import { CtFlags, type Ct4Key, type Nat4Entry } from '../../src/datapath/layouts.js';
 import type { FrontendSpec } from '../../src/model/frontend.js';
 import { buildPacket, eth, ipv4, tcp, udp } from '../../src/packet/build.js';
@@ -113,6 +113,32 @@ describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
     expect([...r.backendIdsInFlows]).not.toContain(udpId);
     expect(node.dp.maps.ct4.entries().map(([k]) => k.dport)).toEqual([30080]);
     // The maps and the writer's view agree again.
+    node.writer.apply([]);
+    node.writer.apply(SERVICES);
+  });
+
+  it('the orphan collector keeps a flow and a binding whose backend is live again when it deletes, though its walk found them orphaned', () => {
+    const udpFrom = (sport: number) => buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), udp({ sport, dport: 30053 })]);
+    node.run('tc_ingress', udpFrom(5001));
+    const [[ctKey]] = node.dp.maps.ct4.entries() as [[Ct4Key, unknown]];
+    const [[natKey]] = node.dp.maps.nat4.entries() as [[Ct4Key, unknown]];
+    const [udpId, udpBackend] = node.dp.maps.lb4_backends.entries().find(([, b]) => b.address === '10.244.2.5')!;
+    // The backend disappears behind the writer's back, and the collector's walk finds both orphans.
+    node.dp.maps.lb4_backends.delete(udpId);
+    const found = orphanKeys(node.dp.maps);
+    expect(found.ct).toEqual([ctKey]);
+    expect(found.nat).toEqual([natKey]);
+    // Before it deletes, the backend is back under its id (as a flow balanced afresh under the
+    // same key points at a live one) and the flow's next packet went on through it.
+    node.dp.maps.lb4_backends.update(udpId, udpBackend);
+    node.run('tc_ingress', udpFrom(5001));
+    expect(deleteStillOrphaned(node.dp.maps, found)).toEqual({ ctDeleted: 0, natDeleted: 0 });
+    expect(node.dp.maps.ct4.lookup(ctKey)?.backendId).toBe(udpId);
+    expect(node.dp.maps.nat4.lookup(natKey)).toBeDefined();
+    // Still orphans when it deletes: they go.
+    node.dp.maps.lb4_backends.delete(udpId);
+    expect(deleteStillOrphaned(node.dp.maps, found)).toEqual({ ctDeleted: 1, natDeleted: 1 });
+    expect(node.dp.maps.ct4.lookup(ctKey)).toBeUndefined();
     node.writer.apply([]);
     node.writer.apply(SERVICES);
   });
