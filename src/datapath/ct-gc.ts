@@ -69,6 +69,9 @@ export function collectConntrack(maps: Pick<DatapathMaps, 'ct4' | 'nat4'>, now: 
   };
 }
 
+/** A backend endpoint as a set key: a nat4 key's source (saddr, sport, proto) or a backend's address, port and protocol. */
+const endpointKey = (address: string, port: number, proto: number): string => `${address}:${port}/${proto}`;
+
 /**
  * Remove flows whose backend is gone (kube-proxy's stale UDP flow flush, done for every
  * protocol: a flow to a removed backend can only fail). nat4 keys start with the backend
@@ -76,11 +79,11 @@ export function collectConntrack(maps: Pick<DatapathMaps, 'ct4' | 'nat4'>, now: 
  */
 export function flushFlowsTo(maps: Pick<DatapathMaps, 'ct4' | 'nat4'>, backends: Array<{ address: string; port: number; proto: number }>, backendIds: Set<number> = new Set()): { ct: number; nat: number } {
   if (backends.length === 0 && backendIds.size === 0) return { ct: 0, nat: 0 };
-  const gone = new Set(backends.map((b) => `${b.address}:${b.port}/${b.proto}`));
+  const gone = new Set(backends.map((b) => endpointKey(b.address, b.port, b.proto)));
   const natKeys: Ct4Key[] = [];
   const clients = new Set<string>();
   for (const [k, v] of maps.nat4.entries()) {
-    if (!gone.has(`${k.saddr}:${k.sport}/${k.proto}`)) continue;
+    if (!gone.has(endpointKey(k.saddr, k.sport, k.proto))) continue;
     natKeys.push(k);
     clients.add(`${v.clientAddr}:${v.clientPort}>${v.frontendAddr}:${v.frontendPort}/${k.proto}`);
   }
@@ -101,7 +104,7 @@ type OrphanMaps = Pick<DatapathMaps, 'ct4' | 'nat4' | 'lb4_backends'>;
 /** The backends as lb4_backends holds them now: their ids, and their endpoints. */
 function liveBackends(maps: OrphanMaps): { ids: Set<number>; endpoints: Set<string> } {
   const backends = maps.lb4_backends.entries();
-  return { ids: new Set(backends.map(([id]) => id)), endpoints: new Set(backends.map(([, b]) => `${b.address}:${b.port}/${b.proto}`)) };
+  return { ids: new Set(backends.map(([id]) => id)), endpoints: new Set(backends.map(([, b]) => endpointKey(b.address, b.port, b.proto))) };
 }
 
 /** Conntrack entries whose backend id is not in lb4_backends, and reply bindings whose backend (their key's source) is no backend. */
@@ -113,7 +116,7 @@ export function orphanKeys(maps: OrphanMaps): OrphanKeys {
     if (ids.has(v.backendId)) inFlows.add(v.backendId);
     else ct.push(k);
   }
-  const nat = maps.nat4.entries().filter(([k]) => !endpoints.has(`${k.saddr}:${k.sport}/${k.proto}`)).map(([k]) => k);
+  const nat = maps.nat4.entries().filter(([k]) => !endpoints.has(endpointKey(k.saddr, k.sport, k.proto))).map(([k]) => k);
   return { ct, nat, backendIdsInFlows: inFlows };
 }
 
@@ -133,7 +136,7 @@ export function deleteStillOrphaned(maps: OrphanMaps, found: OrphanKeys): { ctDe
     if (v && !ids.has(v.backendId) && maps.ct4.delete(k)) ctDeleted++;
   }
   let natDeleted = 0;
-  for (const k of found.nat) if (!endpoints.has(`${k.saddr}:${k.sport}/${k.proto}`) && maps.nat4.delete(k)) natDeleted++;
+  for (const k of found.nat) if (!endpoints.has(endpointKey(k.saddr, k.sport, k.proto)) && maps.nat4.delete(k)) natDeleted++;
   return { ctDeleted, natDeleted };
 }
 
