@@ -286,6 +286,11 @@ export class Sandbox {
     return p;
   }
 
+  /** The router's LoadBalancer route changes so far (epoch ms, the last 200). */
+  routeChanges(): Array<{ at: number; step: string }> {
+    return [...this.lbRoutes.changes];
+  }
+
   /** The replica holding the leader Lease now, if any. */
   async operatorLeader(): Promise<string | undefined> {
     const lease = this.store.get('leases', OPERATOR_NAMESPACE, 'ferry-operator') as { spec?: { holderIdentity?: string } } | undefined;

@@ -9,12 +9,14 @@
 //   it forgets the least recently used flow; live connections must survive that.
 import { readCounters } from '../../datapath/inspect.js';
 import { WORKLOADS_BIN } from '../workloads/spawn.js';
-import { ECHO_NODEPORT, mapFill, servedTable, startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster, sleep } from './cluster.js';
+import { ECHO_NODEPORT, mapFill, servedTable, startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster, type Steps, sleep } from './cluster.js';
 
 export interface ExhaustionResult {
   services: { capacity: number; offered: number; refused: number; mapFullErrors: number; deleted: number; recoveredMs: number; load: LoadReport };
   nat: { ports: number; held: number; probes: number; probesRefused: number; natDrops: number; recoveredMs: number };
   conntrack: { capacity: number; held: number; survived: number; brokeAtMs: number[]; load: LoadReport };
+  /** The parts' steps and the router's route changes (epoch ms), to place a failure in. */
+  steps: Steps;
 }
 
 const FILL = 20;
@@ -112,27 +114,36 @@ async function snatPorts(c: ReliabilityCluster): Promise<ExhaustionResult['nat']
   }
 }
 
-async function conntrack(c: ReliabilityCluster): Promise<ExhaustionResult['conntrack']> {
+async function conntrack(c: ReliabilityCluster, step: (what: string) => void): Promise<ExhaustionResult['conntrack']> {
   const { sb, node1 } = c;
   const capacity = 256;
   const held = 100;
   await restartNode1(c, { FERRY_MAP_SIZES: JSON.stringify({ conntrack: capacity }) });
+  step(`node-1 restarted with ${capacity} conntrack entries`);
   const hold = sb.net.client.spawn([process.execPath, WORKLOADS_BIN, 'hold', '--to', `${node1.ip}:${ECHO_NODEPORT}`, '--count', String(held), '--seconds', '30']);
   await waitFor('the connections are open', () => hold.output(), (o) => o.includes('holding'), 20_000);
+  step(`${held} connections held`);
   // Every new UDP flow stays in conntrack for a minute: a few seconds of this fill it many times over.
   const load = startSteadyLoad(c, 10);
+  step('load at 10 ms');
   const result = await waitFor('the held connections report', () => hold.output().split('\n').find((l) => l.startsWith('{"count"')), Boolean, 60_000, 500);
   const report = await load.stop();
+  step('load stopped');
   const r = JSON.parse(result!) as { survived: number; brokeAtMs: number[] };
   return { capacity, held, survived: r.survived, brokeAtMs: r.brokeAtMs, load: report };
 }
 
 export async function exhaustionScenario(c: ReliabilityCluster): Promise<ExhaustionResult> {
+  const steps: Steps = [];
+  const step = (what: string) => steps.push({ at: Date.now(), step: what });
   try {
+    step('services and backends');
     const services = await servicesAndBackends(c);
+    step('SNAT ports');
     const nat = await snatPorts(c);
-    const ct = await conntrack(c);
-    return { services, nat, conntrack: ct };
+    step('conntrack');
+    const ct = await conntrack(c, step);
+    return { services, nat, conntrack: ct, steps: [...steps, ...c.sb.routeChanges()] };
   } finally {
     // Back to the default sizes, also after a failed part: the next scenario on this
     // cluster must not run on 32 SNAT ports or a 256-flow conntrack.
