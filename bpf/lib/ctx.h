@@ -14,17 +14,63 @@
 #include "common.h"
 #include "csum.h"
 
-/* XDP's direct packet access up to this offset (a bound the verifier needs); beyond, helpers. */
+/* Direct packet access up to this offset (a bound the verifier needs); beyond, helpers. */
 #define CTX_DIRECT_MAX_OFF 256
 
 #ifdef FERRY_XDP
-
 #define __ctx_buff xdp_md
 #define CTX_IS_XDP 1
 #define CTX_ACT_OK XDP_PASS
 #define CTX_ACT_UNSPEC XDP_PASS
 #define CTX_ACT_SHOT XDP_DROP
 #define CTX_ACT_REDIRECT XDP_REDIRECT
+#else
+#define __ctx_buff __sk_buff
+#define CTX_IS_XDP 0
+#define CTX_ACT_OK TC_ACT_OK
+#define CTX_ACT_UNSPEC TC_ACT_UNSPEC
+#define CTX_ACT_SHOT TC_ACT_SHOT
+#define CTX_ACT_REDIRECT TC_ACT_REDIRECT
+#endif
+
+/* `len` bytes at `off` when they lie in the packet's linear part (an skb's head, an XDP
+ * frame without fragments), for direct access, no helper call; NULL otherwise (bytes past
+ * the linear part or the end). */
+static __always_inline void *ctx_linear(struct __ctx_buff *ctx, __u32 off, __u32 len)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	void *at;
+
+	if (off > CTX_DIRECT_MAX_OFF)
+		return NULL;
+	at = data + off;
+	if (at + len > end)
+		return NULL;
+	return at;
+}
+
+/* Bytes of the packet into `to`: read directly where they lie in the linear part (a
+ * constant length, so the copy is a few loads), else by the hook's helper, which also
+ * reads an skb's paged data or an XDP frame's fragments. */
+static __always_inline long ctx_load_bytes(struct __ctx_buff *ctx, __u32 off, void *to, __u32 len)
+{
+	if (__builtin_constant_p(len)) {
+		void *at = ctx_linear(ctx, off, len);
+
+		if (at) {
+			__builtin_memcpy(to, at, len);
+			return 0;
+		}
+	}
+#if CTX_IS_XDP
+	return bpf_xdp_load_bytes(ctx, off, to, len);
+#else
+	return bpf_skb_load_bytes(ctx, off, to, len);
+#endif
+}
+
+#if CTX_IS_XDP
 
 /* A helper rather than data_end - data: those load as packet pointers, which the
  * verifier will not let be spilled as plain numbers. */
@@ -44,39 +90,10 @@ static __always_inline __u32 ctx_fib_ifindex(const struct xdp_md *ctx)
 	return ctx->ingress_ifindex;
 }
 
-/* `len` bytes at `off` when they lie in the frame's linear part, for direct access (no
- * helper call); NULL otherwise (a frame with fragments, or bytes past its end). */
-static __always_inline void *xdp_linear(struct xdp_md *ctx, __u32 off, __u32 len)
-{
-	void *data = (void *)(long)ctx->data;
-	void *end = (void *)(long)ctx->data_end;
-	void *at;
-
-	if (off > CTX_DIRECT_MAX_OFF)
-		return NULL;
-	at = data + off;
-	if (at + len > end)
-		return NULL;
-	return at;
-}
-
-static __always_inline long ctx_load_bytes(struct xdp_md *ctx, __u32 off, void *to, __u32 len)
-{
-	if (__builtin_constant_p(len)) {
-		void *at = xdp_linear(ctx, off, len);
-
-		if (at) {
-			__builtin_memcpy(to, at, len);
-			return 0;
-		}
-	}
-	return bpf_xdp_load_bytes(ctx, off, to, len);
-}
-
 static __always_inline long ctx_store_bytes(struct xdp_md *ctx, __u32 off, const void *from, __u32 len, __u64 flags)
 {
 	if (__builtin_constant_p(len)) {
-		void *at = xdp_linear(ctx, off, len);
+		void *at = ctx_linear(ctx, off, len);
 
 		if (at) {
 			__builtin_memcpy(at, from, len);
@@ -167,13 +184,6 @@ static __always_inline int ctx_redirect(struct xdp_md *ctx, __u32 ifindex)
 
 #else /* tc */
 
-#define __ctx_buff __sk_buff
-#define CTX_IS_XDP 0
-#define CTX_ACT_OK TC_ACT_OK
-#define CTX_ACT_UNSPEC TC_ACT_UNSPEC
-#define CTX_ACT_SHOT TC_ACT_SHOT
-#define CTX_ACT_REDIRECT TC_ACT_REDIRECT
-
 static __always_inline __u32 ctx_len(const struct __sk_buff *ctx)
 {
 	return ctx->len;
@@ -187,11 +197,6 @@ static __always_inline __u32 ctx_ifindex(const struct __sk_buff *ctx)
 static __always_inline __u32 ctx_fib_ifindex(const struct __sk_buff *ctx)
 {
 	return ctx->ingress_ifindex ? ctx->ingress_ifindex : ctx->ifindex;
-}
-
-static __always_inline long ctx_load_bytes(struct __sk_buff *ctx, __u32 off, void *to, __u32 len)
-{
-	return bpf_skb_load_bytes(ctx, off, to, len);
 }
 
 static __always_inline long ctx_store_bytes(struct __sk_buff *ctx, __u32 off, const void *from, __u32 len, __u64 flags)

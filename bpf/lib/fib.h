@@ -111,18 +111,12 @@ static __always_inline int fib4_unusable(__u32 len)
 	return count_drop(DROP_FIB_FAILED, len);
 }
 
-/* Send a rewritten packet by a usable route: both MACs, then out of the route's device. */
-static __always_inline int fib4_send(struct __ctx_buff *ctx, const struct bpf_fib_lookup *fib, long rc)
+/* Send a rewritten packet whose MACs are written (when the route has them) by a usable
+ * route: out of the route's device. */
+static __always_inline int fib4_send_addressed(struct __ctx_buff *ctx, const struct bpf_fib_lookup *fib, long rc)
 {
-	if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
-		__u8 macs[2 * ETH_ALEN]; /* as in struct ethhdr: destination, then source */
-
-		__builtin_memcpy(macs, fib->dmac, ETH_ALEN);
-		__builtin_memcpy(macs + ETH_ALEN, fib->smac, ETH_ALEN);
-		if (ctx_store_bytes(ctx, 0, macs, sizeof(macs), 0) < 0)
-			return count_drop(DROP_CSUM_FAILED, ctx_len(ctx));
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
 		return ctx_redirect(ctx, fib->ifindex);
-	}
 #if !CTX_IS_XDP
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
 		/* The route is known but not the neighbour's MAC: let the kernel resolve it. */
@@ -133,6 +127,20 @@ static __always_inline int fib4_send(struct __ctx_buff *ctx, const struct bpf_fi
 	}
 #endif
 	return count_drop(DROP_FIB_FAILED, ctx_len(ctx));
+}
+
+/* Send a rewritten packet by a usable route: both MACs, then out of the route's device. */
+static __always_inline int fib4_send(struct __ctx_buff *ctx, const struct bpf_fib_lookup *fib, long rc)
+{
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
+		__u8 macs[2 * ETH_ALEN]; /* as in struct ethhdr: destination, then source */
+
+		__builtin_memcpy(macs, fib->dmac, ETH_ALEN);
+		__builtin_memcpy(macs + ETH_ALEN, fib->smac, ETH_ALEN);
+		if (ctx_store_bytes(ctx, 0, macs, sizeof(macs), 0) < 0)
+			return count_drop(DROP_CSUM_FAILED, ctx_len(ctx));
+	}
+	return fib4_send_addressed(ctx, fib, rc);
 }
 
 /* Route a packet that is already rewritten (tc only: fragments, ICMP errors). Returns

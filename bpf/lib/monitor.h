@@ -15,24 +15,36 @@ static __always_inline __u32 monitor_flags(void)
 	return m ? m->flags : 0;
 }
 
-static __always_inline void monitor_event(struct __ctx_buff *ctx, const struct pkt4 *in, __u32 flags, int verdict, __u8 hook)
+/* What an event tells of the packet as it arrived. */
+struct monitor_tuple {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+};
+
+/* Out of line (lib/common.h), as is monitor_note: their packets' copies are in their own
+ * stack frames, not in the program's, which every chain of calls adds to. */
+__ferry_global int monitor_event(struct __ctx_buff *ctx, const struct monitor_tuple *in, __u32 flags, int verdict, __u8 hook)
 {
 	struct ferry_scratch *s = scratch();
 	struct ferry_event *e;
 	struct pkt4 out;
 	__u32 type;
 
-	if (!s)
-		return;
+	ctx_keep(ctx);
+	if (!in || !s)
+		return 0;
 	if (verdict == CTX_ACT_SHOT && (flags & MONITOR_DROPS) && s->last_drop)
 		type = EVENT_DROP;
 	else if (verdict != CTX_ACT_SHOT && (flags & MONITOR_TRACES) && s->last_stat)
 		type = EVENT_TRACE;
 	else
-		return;
+		return 0;
 	e = bpf_ringbuf_reserve(&ferry_events, sizeof(*e), 0);
 	if (!e)
-		return;
+		return 0;
 	__builtin_memset(e, 0, sizeof(*e));
 	e->ts_ns = bpf_ktime_get_ns();
 	e->type = type;
@@ -52,14 +64,27 @@ static __always_inline void monitor_event(struct __ctx_buff *ctx, const struct p
 		e->out_dport = out.dport;
 	}
 	bpf_ringbuf_submit(e, 0);
+	return 0;
 }
 
 /* What a monitored packet looked like on arrival, while a monitor asks. */
 struct monitor_ctx {
 	__u32 flags;
 	int have;
-	struct pkt4 in;
+	struct monitor_tuple in;
 };
+
+/* A monitored packet's tuple as it arrived; 1 when it is IPv4 with one. */
+__ferry_global int monitor_note(struct __ctx_buff *ctx, struct monitor_tuple *t)
+{
+	struct pkt4 in;
+
+	ctx_keep(ctx);
+	if (!t || parse_ipv4(ctx, &in) != PARSE_OK)
+		return 0;
+	*t = (struct monitor_tuple){ .saddr = in.saddr, .daddr = in.daddr, .sport = in.sport, .dport = in.dport, .proto = in.proto };
+	return 1;
+}
 
 /* Before the program decides: note the packet, clear the last recorded stat and drop. */
 static __always_inline void monitor_begin(struct __ctx_buff *ctx, struct monitor_ctx *m)
@@ -75,7 +100,7 @@ static __always_inline void monitor_begin(struct __ctx_buff *ctx, struct monitor
 		s->last_drop = 0;
 		s->last_stat = 0;
 	}
-	m->have = parse_ipv4(ctx, &m->in) == PARSE_OK;
+	m->have = monitor_note(ctx, &m->in);
 }
 
 /* After: report the verdict, if a monitor asks for this kind of event. */

@@ -86,32 +86,57 @@ union l4_ports {
 	__u32 word;
 };
 
+/* The Ethernet header and the first 20 bytes of IPv4, as they lie from the frame's start,
+ * two bytes ahead so that the IPv4 words are 4-byte aligned. */
+struct eth_ipv4_head {
+	__u8 align[2];
+	__u8 macs[2 * ETH_ALEN]; /* destination, then source, as in struct ethhdr */
+	__be16 h_proto;
+	__u8 ip_unrouted[8];     /* version .. fragment offset: forwarding leaves them */
+	struct ipv4_routed_part ip;
+};
+
+_Static_assert(__builtin_offsetof(struct eth_ipv4_head, ip) - __builtin_offsetof(struct eth_ipv4_head, macs) ==
+		       ETH_HLEN + __builtin_offsetof(struct iphdr, ttl),
+	       "the routed part where it lies in the frame");
+
 /* Forward a packet as both endpoints translated (DNAT and SNAT at once): one read and one
- * write of the IPv4 header with its checksum computed here, one write of both ports, and
- * one L4 checksum update each for the pseudo-header (addresses) and the ports (a checksum
- * the sender left partial takes the first only, which the kernel's helper knows). The
- * TTL goes down by one: forwarding to another host is routing. The words are summed as
- * they lie in memory, so the byte order takes care of itself. */
+ * write of the Ethernet header and the IPv4 header with its checksum computed here (with
+ * `route`, a successful route lookup's MACs written in the same store; NULL: the MACs are
+ * left, for a route whose neighbour the kernel resolves), one write of both
+ * ports, and one L4 checksum update each for the pseudo-header (addresses) and the ports
+ * (a checksum the sender left partial takes the first only, which the kernel's helper
+ * knows). The TTL goes down by one: forwarding to another host is routing. The words are
+ * summed as they lie in memory, so the byte order takes care of itself. The parser put the
+ * IPv4 header right after the Ethernet header (l3_off is ETH_HLEN). */
 static __always_inline int nat4_rewrite_forwarded(struct __ctx_buff *ctx, const struct pkt4 *p, __be32 saddr, __be16 sport,
-						  __be32 daddr, __be16 dport)
+						  __be32 daddr, __be16 dport, const struct bpf_fib_lookup *route)
 {
 	__u32 csum = l4_csum_off(p);
-	struct ipv4_routed_part ip;
+	struct eth_ipv4_head h;
 	union l4_ports ports = { .sport = sport, .dport = dport }, old_ports = { .sport = p->sport, .dport = p->dport };
 	__u16 old_word, new_word;
 	__u32 addrs, sum;
+	long rc;
 
-	if (ctx_load_bytes(ctx, IP_TTL_OFF(p), &ip, sizeof(ip)) < 0)
+	if (ctx_load_bytes(ctx, 0, h.macs, ETH_HLEN + sizeof(struct iphdr)) < 0)
 		return -1;
-	addrs = csum32_replace(csum32_replace(0, ip.saddr, saddr), ip.daddr, daddr);
-	__builtin_memcpy(&old_word, &ip, sizeof(old_word));
-	ip.ttl--;
-	__builtin_memcpy(&new_word, &ip, sizeof(new_word));
+	addrs = csum32_replace(csum32_replace(0, h.ip.saddr, saddr), h.ip.daddr, daddr);
+	__builtin_memcpy(&old_word, &h.ip, sizeof(old_word));
+	h.ip.ttl--;
+	__builtin_memcpy(&new_word, &h.ip, sizeof(new_word));
 	sum = csum32_add(addrs, csum32_add((__u16)~old_word, new_word));
-	ip.check = csum_fold32(csum32_add((__u16)~ip.check, sum));
-	ip.saddr = saddr;
-	ip.daddr = daddr;
-	if (ctx_store_bytes(ctx, IP_TTL_OFF(p), &ip, sizeof(ip), 0) < 0)
+	h.ip.check = csum_fold32(csum32_add((__u16)~h.ip.check, sum));
+	h.ip.saddr = saddr;
+	h.ip.daddr = daddr;
+	if (route) {
+		__builtin_memcpy(h.macs, route->dmac, ETH_ALEN);
+		__builtin_memcpy(h.macs + ETH_ALEN, route->smac, ETH_ALEN);
+		rc = ctx_store_bytes(ctx, 0, h.macs, ETH_HLEN + sizeof(struct iphdr), 0);
+	} else {
+		rc = ctx_store_bytes(ctx, IP_TTL_OFF(p), &h.ip, sizeof(h.ip), 0);
+	}
+	if (rc < 0)
 		return -1;
 	if (!csum)
 		return 0;

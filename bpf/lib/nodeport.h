@@ -54,12 +54,14 @@ static __always_inline int nat4_forward(struct __ctx_buff *ctx, const struct pkt
 	if (unlikely(!fib4_usable(route)))
 		return fib4_unusable(p->len);
 	STAGE_END(11);
-	if (unlikely(nat4_rewrite_forwarded(ctx, p, saddr, sport, daddr, dport) < 0))
+	/* The MACs go in with the IPv4 header: one store less. */
+	if (unlikely(nat4_rewrite_forwarded(ctx, p, saddr, sport, daddr, dport,
+					    route == BPF_FIB_LKUP_RET_SUCCESS ? &fib : NULL) < 0))
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	frag4_record(p, saddr, daddr, FRAG_ACT_REDIRECT);
 	count_stat(stat, p->len);
 	STAGE_END(12);
-	return fib4_send(ctx, &fib, route);
+	return fib4_send_addressed(ctx, &fib, route);
 }
 
 /* A reply from a remote backend to an SNATed flow: restore client and frontend. A global

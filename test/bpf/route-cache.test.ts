@@ -11,6 +11,7 @@ import type { Ct4Key } from '../../src/datapath/layouts.js';
 import type { FrontendSpec } from '../../src/model/frontend.js';
 import { macBytes, macText } from '../../src/packet/addr.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
+import { decodePacket } from '../../src/packet/decode.js';
 import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
 import { CLIENT_IP, NODE_IP, NODE_MAC, OTHER_NODE_MAC, ROUTER_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { CLIENT_PORT, REMOTE_POD, clientTcp } from '../../src/sandbox/fixtures/tc.js';
@@ -174,8 +175,15 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
   });
 
   it('a route whose neighbour is not resolved yet is not kept: the kernel resolves it, and the next packet asks again', () => {
-    const r = node.run('tc_ingress', client(30083, 'S', 1000));
+    const sent = client(30083, 'S', 1000);
+    const r = node.run('tc_ingress', sent);
     expect(r.retval).toBe(TcVerdict.REDIRECT); // bpf_redirect_neigh
+    // Translated, TTL down, checksums right; the MACs left for the kernel to write (a
+    // resolved route's MACs go in with the IPv4 header, this one's with nothing).
+    const [l2, l3, l4] = decodePacket(r.data);
+    expect(l2!.fields).toMatchObject({ dst: macOf(sent, 0), src: macOf(sent, 6) });
+    expect(l3!.fields).toMatchObject({ src: NODE_IP, dst: UNRESOLVED_BACKEND, ttl: 62, checksumValid: true });
+    expect(l4!.fields).toMatchObject({ dport: 8080, checksumValid: true });
     expect(node.dp.maps.ct4.lookup(flowKey(30083))!.hopIfindex).toBe(0);
     expect(node.dp.maps.lb4_backend_hops.lookup(node.dp.maps.ct4.lookup(flowKey(30083))!.backendId)).toBeUndefined(); // none shared
   });
