@@ -22,6 +22,27 @@ import { LAYOUT_VERSION, mapOptions, mapSpecs, type MapName } from './layouts.js
  */
 const CATCH_UP_ORDER = ['nat4', 'ct4', 'frag4', 'lb4_affinity', 'lb4_sock_rev'];
 
+/**
+ * Which flow an entry is, of the maps whose keys the programs reuse in place: a new flow
+ * on an old conntrack tuple (a reopened connection) is written over the old entry, and a
+ * SNAT binding taken over from a finished flow is rewritten where it lies. A catch-up
+ * pass copies such an entry again when the old programs made it another flow since its
+ * copy. Conntrack: when the flow was created and where it went; a binding: its client and
+ * frontend. A binding reused by the same client port towards the same frontend looks the
+ * same and is not copied again. These fields have the same names in every past layout
+ * (a test holds layout-history.ts to it), so an old entry is judged before it is
+ * converted: a pass converts only what it copies.
+ */
+export const FLOW_IDENTITY_FIELDS: Partial<Record<MapName, readonly string[]>> = {
+  ct4: ['createdNs', 'backendId', 'natPort'],
+  nat4: ['clientAddr', 'clientPort', 'frontendAddr', 'frontendPort'],
+};
+
+function flowIdentity(name: string): ((value: unknown) => string) | undefined {
+  const fields = FLOW_IDENTITY_FIELDS[name as MapName];
+  return fields && ((v) => fields.map((f) => String((v as Record<string, unknown>)[f])).join('/'));
+}
+
 type CopyKind = 'entries' | 'per-cpu' | 'map-references' | 'none';
 
 interface Plan {
@@ -50,8 +71,9 @@ interface OldMap {
   old: BpfMap<unknown, unknown>;
   fresh: BpfMap<unknown, unknown>;
   plan: Plan;
-  /** Old keys already copied (hex): a pass copies only the others, so that it is short. */
-  copied: Set<string>;
+  /** Old keys already copied (hex), with the flow each was (FLOW_IDENTITY_FIELDS): a pass copies
+   * only the others and those made another flow since, so that it is short. */
+  copied: Map<string, string>;
 }
 
 export class LayoutMigration {
@@ -75,8 +97,8 @@ export class LayoutMigration {
         const spec = mapSpecs[name as MapName];
         const fresh = obj.map(name, spec.key as Codec<unknown>, spec.value as Codec<unknown>, mapOptions(name as MapName));
         const old = openOld(plan);
-        const seen = new Set<string>();
-        const { copied, dropped } = copyEntries(old, fresh, plan, UpdateFlag.Any, seen);
+        const seen = new Map<string, string>();
+        const { copied, dropped } = copyEntries(old, fresh, plan, UpdateFlag.Any, seen, flowIdentity(name));
         result.copied = copied;
         result.dropped = dropped;
         if (CATCH_UP_ORDER.includes(name)) this.oldMaps.set(name, { old, fresh, plan, copied: seen });
@@ -92,15 +114,16 @@ export class LayoutMigration {
   }
 
   /**
-   * Copy what the old programs created since the last pass (entries the fresh maps lack).
-   * Called right before the new programs are attached, which leaves few flows made in
-   * between, and right after, which copies those.
+   * Copy what the old programs created since the last pass (entries the fresh maps lack,
+   * and entries they reused in place for another flow). Called right before the new
+   * programs are attached, which leaves few flows made in between, and right after, which
+   * copies those.
    */
   catchUp(): void {
     for (const name of CATCH_UP_ORDER) {
       const m = this.oldMaps.get(name);
       if (!m) continue;
-      const { copied, dropped } = copyEntries(m.old, m.fresh, m.plan, UpdateFlag.NoExist, m.copied);
+      const { copied, dropped } = copyEntries(m.old, m.fresh, m.plan, UpdateFlag.NoExist, m.copied, flowIdentity(name));
       const result = this.migrated.find((r) => r.map === name)!;
       result.caughtUp += copied;
       result.dropped += dropped;
@@ -159,10 +182,20 @@ function convert(plan: Plan, key: unknown, value: unknown): { key: unknown; valu
 
 /**
  * Copy every entry; with NoExist, only the ones the fresh map lacks. `seen`: old keys
- * copied before, skipped (a key the old programs deleted and made again meanwhile keeps
- * its first copy, as NoExist would keep it); the keys copied now are added to it.
+ * copied before, with the flow each was (`identity`); such a key is skipped while the old
+ * map holds the same flow under it. One the old programs made another flow since is copied
+ * again over the fresh map's entry, unless the fresh map's entry is no longer the first
+ * copy (the new programs made it a flow of their own, which they own now). The keys copied
+ * now are added to it.
  */
-function copyEntries(old: BpfMap<unknown, unknown>, fresh: BpfMap<unknown, unknown>, plan: Plan, flag: UpdateFlag, seen?: Set<string>): { copied: number; dropped: number } {
+function copyEntries(
+  old: BpfMap<unknown, unknown>,
+  fresh: BpfMap<unknown, unknown>,
+  plan: Plan,
+  flag: UpdateFlag,
+  seen?: Map<string, string>,
+  identity: (value: unknown) => string = () => '',
+): { copied: number; dropped: number } {
   let copied = 0;
   let dropped = 0;
   const put = (key: unknown, value: unknown) => {
@@ -195,10 +228,25 @@ function copyEntries(old: BpfMap<unknown, unknown>, fresh: BpfMap<unknown, unkno
   } else {
     for (const [k, v] of old.entries()) {
       const id = seen && plan.key.encode(k).toString('hex');
-      if (id && seen.has(id)) continue;
+      const flow = identity(v);
+      const before = id ? seen.get(id) : undefined;
+      if (before === flow) continue;
       const c = convert(plan, k, v);
+      if (before !== undefined) {
+        // Reused in place for another flow since its copy.
+        const now = fresh.lookup(c.key);
+        if (now !== undefined && identity(now) !== before) continue;
+        try {
+          fresh.update(c.key, c.value, UpdateFlag.Any);
+          copied++;
+          seen!.set(id!, flow);
+        } catch {
+          dropped++;
+        }
+        continue;
+      }
       put(c.key, c.value);
-      if (id) seen.add(id);
+      if (id) seen.set(id, flow);
     }
   }
   return { copied, dropped };

@@ -8,13 +8,16 @@
 import { mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { DropReason, LAYOUT_VERSION } from '../../src/datapath/layouts.js';
+import { ct4EntryCodec, ct4KeyCodec, DropReason, LAYOUT_VERSION, mapSpecs, type MapName } from '../../src/datapath/layouts.js';
+import { layoutHistory } from '../../src/datapath/layout-history.js';
+import { FLOW_IDENTITY_FIELDS } from '../../src/datapath/layout-migration.js';
+import { openPinnedMap } from '../../src/ebpf/pinned.js';
 import { monotonicNs } from '../../src/datapath/ct-gc.js';
 import { Datapath, defaultObjectsDir } from '../../src/datapath/loader.js';
 import { createMap, MapType } from '../../src/ebpf/map.js';
 import { ErrorCode, FerryError } from '../../src/errors.js';
 import { ifindexOf } from '../../src/ebpf/link-tc.js';
-import { u32Codec, structCodec } from '../../src/ebpf/codec.js';
+import { u32Codec, structCodec, type Codec } from '../../src/ebpf/codec.js';
 import { inNetns } from '../../src/sys/netns.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
@@ -168,6 +171,52 @@ describeWith(['root', 'bpffs'], 'resizing and refusing pinned maps', () => {
       }
     } finally {
       rmSync(pinDir, { recursive: true, force: true });
+    }
+  });
+
+  it('a catch-up pass copies again a key the old programs made another flow since its copy, unless the new programs made it theirs', () => {
+    mkdirSync(pinDir);
+    try {
+      const first = load(4096);
+      const entry = { expiresNs: 1n, createdNs: 1n, backendId: 3, revNatId: 4, natAddr: '10.0.0.1', natPort: 1024, flags: 2, tcpFlags: 2, packets: 1n, bytes: 60n, clientSeqNext: 7, ifindex: 9, hopIfindex: 0, hopMacs: Buffer.alloc(12) };
+      const key = (sport: number) => ({ saddr: '10.1.0.1', daddr: '10.2.0.1', sport, dport: 80, proto: 6 });
+      for (const sport of [1000, 1001, 1002]) first.maps.ct4.update(key(sport), entry);
+      first.release();
+      // The old programs' map, as they go on using it while the new build loads.
+      const old = openPinnedMap(join(pinDir, 'ct4'), ct4KeyCodec, ct4EntryCodec);
+      const second = load(8192);
+      try {
+        expect(second.migrated).toEqual([{ map: 'ct4', fromLayout: LAYOUT_VERSION, copied: 3, caughtUp: 0, dropped: 0 }]);
+        // 1000: the client reopened it; the old programs wrote the new flow over the old.
+        const reopened = { ...entry, createdNs: 5n, backendId: 7, natPort: 2000, packets: 1n };
+        old.update(key(1000), reopened);
+        // 1001: the same flow went on at the old programs (counters); the new programs
+        // counted its packets too: theirs stands.
+        old.update(key(1001), { ...entry, packets: 50n });
+        second.maps.ct4.update(key(1001), { ...entry, packets: 99n });
+        // 1002: reused at the old programs, but the new programs made it a flow of their own.
+        old.update(key(1002), { ...entry, createdNs: 6n });
+        second.maps.ct4.update(key(1002), { ...entry, createdNs: 8n, backendId: 5 });
+        second.catchUpMigration();
+        second.completeMigration();
+        expect(second.maps.ct4.lookup(key(1000))).toEqual(reopened);
+        expect(second.maps.ct4.lookup(key(1001))?.packets).toBe(99n);
+        expect(second.maps.ct4.lookup(key(1002))).toMatchObject({ createdNs: 8n, backendId: 5 });
+        expect(second.migrated).toEqual([{ map: 'ct4', fromLayout: LAYOUT_VERSION, copied: 3, caughtUp: 1, dropped: 0 }]);
+      } finally {
+        old.close();
+        second.close();
+      }
+    } finally {
+      rmSync(pinDir, { recursive: true, force: true });
+    }
+  });
+
+  it('the fields that tell one flow from another have their names in every past layout (old entries are judged unconverted)', () => {
+    for (const [map, fields] of Object.entries(FLOW_IDENTITY_FIELDS)) {
+      const codecs = [mapSpecs[map as MapName].value as Codec<unknown>, ...(layoutHistory[map as MapName] ?? []).map((l) => l.value)];
+      expect(codecs.length, map).toBeGreaterThan(1);
+      for (const codec of codecs) for (const f of fields!) expect(codec.offsetOf?.(f), `${map} ${codec.size} bytes: ${f}`).toBeTypeOf('number');
     }
   });
 
