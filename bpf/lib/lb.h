@@ -25,6 +25,26 @@ static __always_inline struct lb4_service *lb4_lookup_master(__be32 addr, __be16
 	return bpf_map_lookup_elem(&lb4_services, &key);
 }
 
+/* An address's bit in lb4_addr_filter: the top 16 bits of a multiplicative hash of its
+ * value in host order (Knuth's 2654435761). The agent computes the same. */
+static __always_inline __u32 lb4_addr_hash(__be32 addr)
+{
+	return (bpf_ntohl(addr) * 2654435761u) >> 16;
+}
+
+/* May `addr` be a Service's? No when the writer's filter says so: then a packet to it is
+ * passed on without the frontend lookups (two hash lookups that would miss, on every
+ * packet of the node's other traffic). Yes until the writer has filled the filter. */
+static __always_inline int lb4_maybe_service(__be32 addr)
+{
+	__u32 zero = 0, h = lb4_addr_hash(addr);
+	struct lb4_addr_filter *f = bpf_map_lookup_elem(&lb4_addr_filter, &zero);
+
+	if (!f || !f->ready)
+		return 1;
+	return (f->bits[(h >> 3) & (sizeof(f->bits) - 1)] >> (h & 7)) & 1;
+}
+
 /* Find the master entry of a frontend, telling apart "not a Service" from "known address,
  * unknown port" through the address's wildcard entry. */
 static __always_inline int lb4_lookup(__be32 addr, __be16 port, __u8 proto, __u8 scope, struct lb4_service **out)

@@ -36,6 +36,14 @@ struct {
 	__type(value, struct lb4_reverse_nat);
 } lb4_reverse_nat SEC(".maps");
 
+/* One slot: the destination addresses that may be a Service's (struct lb4_addr_filter). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lb4_addr_filter);
+} lb4_addr_filter SEC(".maps");
+
 /* One slot per backend id, as lb4_backends (slot 0 unused). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -304,6 +304,8 @@ static __always_inline int nodeport_ingress(struct __ctx_buff *ctx, const struct
 	struct lb4_service *svc;
 	int rc;
 
+	if (!lb4_maybe_service(p->daddr))
+		return CTX_ACT_UNSPEC;
 	rc = lb4_lookup(p->daddr, p->dport, p->proto, LB_SCOPE_EXTERNAL, &svc);
 	/* loadBalancerSourceRanges: decided before any translation or reject. */
 	if (svc && !lb4_source_allowed(svc, p->saddr))

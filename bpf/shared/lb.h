@@ -114,6 +114,17 @@ struct lb4_backend_hop {
 	__u8 pad[4];
 };
 
+/* Which destination addresses may be a Service's (lb4_addr_filter, one slot), written by
+ * the agent's service writer: bit h of `bits` is set when an address with an external
+ * frontend or wildcard entry hashes to h (lib/lb.h lb4_addr_hash; the agent computes the
+ * same: src/datapath/address-filter.ts). A clear bit: the packet is not for a Service,
+ * and the frontend lookups are skipped. Read only once `ready` (the writer has filled it). */
+struct lb4_addr_filter {
+	__u32 ready;
+	__u32 pad;
+	__u8 bits[8192]; /* 65536 bits: bit h is bit h % 8 of byte h / 8 */
+};
+
 /* The cluster's node addresses (every node's InternalIP/ExternalIP), kept by the agent:
  * a DSR option naming a node address is a NodePort on that node. */
 struct node4_value {

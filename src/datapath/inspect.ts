@@ -66,6 +66,12 @@ export function dumpKeysHex(pinDir: string, name: MapName): string[] {
   });
 }
 
+function setBits(b: Buffer): number {
+  let n = 0;
+  for (const byte of b) for (let v = byte; v; v &= v - 1) n++;
+  return n;
+}
+
 function flatten(name: MapName, k: Record<string, unknown> | number, v: Record<string, unknown> | number): Row {
   const key = typeof k !== 'number' ? k : name === 'lb4_backend_hops' ? { backendId: k } : { id: k };
   const val = typeof v === 'number' ? { value: v } : v;
@@ -76,6 +82,7 @@ function flatten(name: MapName, k: Record<string, unknown> | number, v: Record<s
     else if (f === 'lookedUpNs') row.lookedUp = `${(Number(monotonicNs() - (x as bigint)) / 1e9).toFixed(0)}s ago`;
     else if (typeof x === 'bigint') row[f] = Number(x);
     else if (f === 'hopMacs' && Buffer.isBuffer(x)) row[f] = `${macText(x)} (from ${macText(x.subarray(6))})`;
+    else if (f === 'bits' && Buffer.isBuffer(x)) row[f] = `${setBits(x)} of ${x.length * 8} set`; // lb4_addr_filter
     else if (Buffer.isBuffer(x)) row[f] = x.toString('utf8').replace(/\0.*$/s, '');
     else row[f] = x as string | number;
   }

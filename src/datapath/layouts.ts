@@ -251,6 +251,9 @@ export type L2Key = ReturnType<typeof l2KeyCodec.decode>;
 export type L2Entry = ReturnType<typeof l2EntryCodec.decode>;
 export const icmpBucketCodec = structCodec('icmp_bucket', { lastNs: { type: 'u64' }, tokens: { type: 'u64' } });
 
+/** lb4_addr_filter's bit set: 65536 bits (src/datapath/address-filter.ts). */
+export const ADDR_FILTER_BYTES = 8192;
+export const lb4AddrFilterCodec = structCodec('lb4_addr_filter', { ready: { type: 'u32' }, pad: { type: 'pad', length: 4 }, bits: { type: 'bytes', length: ADDR_FILTER_BYTES } });
 export const handoverCodec = structCodec('ferry_handover', { untilNs: { type: 'u64' } });
 export const monitorCodec = structCodec('ferry_monitor', { flags: { type: 'u32' }, pad: { type: 'pad', length: 4 } });
 export const scratchCodec = structCodec('ferry_scratch', { lastDrop: { type: 'u32' }, lastStat: { type: 'u32' } });
@@ -286,6 +289,7 @@ export const mapSpecs = {
   lb4_backends: { key: u32Codec, value: lb4BackendCodec, sizeSetting: 'mapSizes.backends', sparse: true },
   lb4_reverse_nat: { key: u32Codec, value: lb4ReverseNatCodec, sizeSetting: 'mapSizes.reverseNat' },
   lb4_backend_hops: { key: u32Codec, value: lb4BackendHopCodec, sizeSetting: 'mapSizes.backends', sparse: true },
+  lb4_addr_filter: { key: u32Codec, value: lb4AddrFilterCodec, sizeSetting: undefined },
   // Outer map of the Maglev tables: written with inner map FDs, read back as map ids.
   lb4_maglev: { key: u32Codec, value: u32Codec, sizeSetting: 'mapSizes.maglevTables' },
   lb4_affinity: { key: lb4AffinityKeyCodec, value: lb4AffinityValueCodec, sizeSetting: 'mapSizes.affinity' },

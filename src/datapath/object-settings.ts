@@ -14,6 +14,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   lb4_backends: 'backends',
   lb4_reverse_nat: 'reverseNat',
   lb4_backend_hops: 'backends',
+  lb4_addr_filter: undefined,
   lb4_names: 'reverseNat',
   lb4_src_ranges: 'sourceRanges',
   lb4_affinity: 'affinity',

@@ -4,10 +4,13 @@
 // Service as they fit; write() makes them make-before-break:
 // backends, reverse NAT, each frontend's slots and Maglev table, source ranges, then its
 // master entry (which makes the new slots visible at once), then wildcard entries; stale
-// slots, frontends, wildcards, ranges, backends and tables are removed last.
+// slots, frontends, wildcards, ranges, backends and tables are removed last. The filter of
+// Service addresses (address-filter.ts) takes a new address before its first entry and
+// lets one go after its last.
 import { LbFlags, LbScope, protoName, type Lb4Backend, type Lb4Key } from './layouts.js';
 import { IdAllocator, backendKey } from './ids.js';
 import type { DatapathMaps } from './loader.js';
+import { ServiceAddressFilter } from './address-filter.js';
 import { MaglevTables } from './maglev-tables.js';
 import { readServiceTable } from './service-table.js';
 import { SourceRangeSet } from './source-ranges.js';
@@ -32,7 +35,7 @@ export interface ApplyStats {
   failures: WriteFailure[];
 }
 
-export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_reverse_nat' | 'lb4_src_ranges' | 'lb4_maglev' | 'lb4_names'>;
+export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_reverse_nat' | 'lb4_src_ranges' | 'lb4_maglev' | 'lb4_names' | 'lb4_addr_filter'>;
 
 const wildcardKey = (address: string): Lb4Key => ({ address, port: 0, proto: 0, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 });
 
@@ -65,6 +68,8 @@ export class ServiceWriter implements WriterState {
   private fresh = false;
   ranges!: SourceRangeSet;
   maglev!: MaglevTables;
+  /** The addresses of external frontends and wildcards, as the datapath's filter holds them. */
+  readonly addressFilter: ServiceAddressFilter;
   readonly capacity: { services: number; sourceRanges: number };
 
   constructor(
@@ -75,6 +80,7 @@ export class ServiceWriter implements WriterState {
     this.backendIds = new IdAllocator<number>('backend', maps.lb4_backends.maxEntries - 1, 'mapSizes.backends');
     this.revNatIds = new IdAllocator('reverse-NAT', maps.lb4_reverse_nat.maxEntries, 'mapSizes.reverseNat');
     this.capacity = { services: maps.lb4_services.maxEntries, sourceRanges: maps.lb4_src_ranges.maxEntries };
+    this.addressFilter = new ServiceAddressFilter(maps.lb4_addr_filter);
     this.restore();
   }
 
@@ -88,7 +94,8 @@ export class ServiceWriter implements WriterState {
       this.backends.set(id, b);
       this.backendIds.restore(backendKey(b.address, b.port, b.proto), id);
     }
-    for (const a of table.wildcards) this.wildcards.add(a);
+    this.addressFilter.reset();
+    for (const a of table.wildcards) this.addWildcard(a);
     for (const { key, master: v, backendIds } of table.frontends) {
       const fid = `${frontendId({ address: key.address, port: key.port, proto: protoName(key.proto) })}#${key.scope}`;
       const state: FrontendState = { key, revNatId: v.revNatId, flags: v.flags, affinityId: v.affinityId, affinityTimeout: v.affinityTimeout, tableId: v.backendId, backendIds, drainingIds: [], wildcard: key.scope === LbScope.LB_SCOPE_EXTERNAL && this.wildcards.has(key.address) };
@@ -178,7 +185,18 @@ export class ServiceWriter implements WriterState {
       for (const id of fs.backendIds) bump(this.backendRefs, id, by);
       for (const id of fs.drainingIds) bump(this.backendRefs, id, by);
       if (fs.wildcard) bump(this.wildcardRefs, fs.key.address, by);
+      if (fs.key.scope === LbScope.LB_SCOPE_EXTERNAL) this.addressFilter.hold(fs.key.address, by);
     }
+  }
+
+  private addWildcard(address: string): void {
+    if (this.wildcards.has(address)) return;
+    this.wildcards.add(address);
+    this.addressFilter.hold(address, +1);
+  }
+
+  private removeWildcard(address: string): void {
+    if (this.wildcards.delete(address)) this.addressFilter.hold(address, -1);
   }
 
   private own(fid: string, service: string | undefined): void {
@@ -215,6 +233,7 @@ export class ServiceWriter implements WriterState {
     this.fresh = false;
     const stats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [], removedBackendIds: [], failures: plan.failures };
     const m = this.maps;
+    this.addressFilter.admit([...plan.masterWrites.filter(([k]) => k.scope === LbScope.LB_SCOPE_EXTERNAL).map(([k]) => k.address), ...plan.newWildcards]);
     if (plan.backendWrites.length > 0) {
       m.lb4_backends.updateBatch(plan.backendWrites);
       for (const [id, b] of plan.backendWrites) this.backends.set(id, b);
@@ -244,14 +263,14 @@ export class ServiceWriter implements WriterState {
     for (const [fid, service] of plan.owners) this.own(fid, service);
     if (plan.newWildcards.length > 0) {
       m.lb4_services.updateBatch(plan.newWildcards.map((a) => [wildcardKey(a), { ...emptyService, flags: LbFlags.LB_F_WILDCARD }]));
-      for (const a of plan.newWildcards) this.wildcards.add(a);
+      for (const a of plan.newWildcards) this.addWildcard(a);
       stats.entriesWritten += plan.newWildcards.length;
     }
 
     // Removals: stale slots, whole frontends, wildcards, ranges, then what nothing uses.
     const deletes = [...plan.serviceDeletes, ...plan.staleWildcards.map(wildcardKey)];
     if (deletes.length > 0) stats.entriesDeleted += m.lb4_services.deleteBatch(deletes);
-    for (const a of plan.staleWildcards) this.wildcards.delete(a);
+    for (const a of plan.staleWildcards) this.removeWildcard(a);
     // A removed frontend's reverse NAT goes after its entries: replies in flight still map.
     if (plan.removedFrontends.length > 0) {
       const ids = plan.removedFrontends.map(([, st]) => st.revNatId);
@@ -280,6 +299,7 @@ export class ServiceWriter implements WriterState {
     }
     // Maglev tables and affinity ids can only fall free when a frontend changed or went.
     if (plan.masterWrites.length + plan.states.length + plan.removedFrontends.length > 0) this.collectIds();
+    this.addressFilter.flush();
     return stats;
   }
 

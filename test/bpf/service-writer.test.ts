@@ -54,7 +54,7 @@ function recording(n: DatapathNode): { maps: ServiceMaps; log: string[] } {
         };
       },
     });
-  return { maps: { lb4_services: wrap('services', n.dp.maps.lb4_services), lb4_backends: wrap('backend', n.dp.maps.lb4_backends), lb4_reverse_nat: wrap('revnat', n.dp.maps.lb4_reverse_nat), lb4_src_ranges: wrap('ranges', n.dp.maps.lb4_src_ranges), lb4_maglev: wrap('maglev', n.dp.maps.lb4_maglev), lb4_names: wrap('names', n.dp.maps.lb4_names) }, log };
+  return { maps: { lb4_services: wrap('services', n.dp.maps.lb4_services), lb4_backends: wrap('backend', n.dp.maps.lb4_backends), lb4_reverse_nat: wrap('revnat', n.dp.maps.lb4_reverse_nat), lb4_src_ranges: wrap('ranges', n.dp.maps.lb4_src_ranges), lb4_maglev: wrap('maglev', n.dp.maps.lb4_maglev), lb4_names: wrap('names', n.dp.maps.lb4_names), lb4_addr_filter: n.dp.maps.lb4_addr_filter }, log };
 }
 
 describeWith(['root', 'bpffs', 'netns'], 'service writer', () => {
