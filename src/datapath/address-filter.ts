@@ -22,8 +22,8 @@ export class ServiceAddressFilter {
   /** Held addresses per bit. */
   private readonly perBit: Uint32Array;
   private readonly bits: Buffer;
-  /** The map does not say what `bits` says (at first: a restart or an upgrade must write it). */
-  private dirty = true;
+  /** What the map was last given (none yet: a restart or an upgrade must write it). */
+  private written: Buffer | undefined;
 
   constructor(private readonly map: DatapathMaps['lb4_addr_filter']) {
     this.bits = Buffer.alloc(ADDR_FILTER_BYTES);
@@ -47,19 +47,21 @@ export class ServiceAddressFilter {
       const bit = addressBit(a);
       if (!this.isSet(bit)) extra.push(bit);
     }
-    if (extra.length === 0 && !this.dirty) return;
     const bits = Buffer.from(this.bits);
     for (const bit of extra) bits[bit >> 3]! |= 1 << (bit & 7);
-    this.map.update(0, { ready: 1, bits });
-    // What the map holds now is `bits` plus these: the next flush writes the truth.
-    this.dirty = true;
+    this.write(bits);
   }
 
   /** After the entries are written and removed: the map says exactly what is held. */
   flush(): void {
-    if (!this.dirty) return;
-    this.map.update(0, { ready: 1, bits: this.bits });
-    this.dirty = false;
+    this.write(Buffer.from(this.bits));
+  }
+
+  /** One map update, when the map would say something else. */
+  private write(bits: Buffer): void {
+    if (this.written?.equals(bits)) return;
+    this.map.update(0, { ready: 1, bits });
+    this.written = bits;
   }
 
   /** Forget everything held (the writer reads its view from the maps again). */
@@ -67,7 +69,7 @@ export class ServiceAddressFilter {
     this.refs.clear();
     this.perBit.fill(0);
     this.bits.fill(0);
-    this.dirty = true;
+    this.written = undefined;
   }
 
   /** Addresses held (for tests and the CLI). */
@@ -86,6 +88,5 @@ export class ServiceAddressFilter {
     if (set === this.isSet(bit)) return;
     if (set) this.bits[bit >> 3]! |= 1 << (bit & 7);
     else this.bits[bit >> 3]! &= ~(1 << (bit & 7));
-    this.dirty = true;
   }
 }

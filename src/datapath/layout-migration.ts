@@ -198,12 +198,14 @@ function copyEntries(
 ): { copied: number; dropped: number } {
   let copied = 0;
   let dropped = 0;
-  const put = (key: unknown, value: unknown) => {
+  const put = (key: unknown, value: unknown, how = flag): boolean => {
     try {
-      fresh.update(key, value, flag);
+      fresh.update(key, value, how);
       copied++;
+      return true;
     } catch (e) {
-      if (!(flag === UpdateFlag.NoExist && e instanceof FerryError && e.errno !== undefined && errnoName(e.errno) === 'EEXIST')) dropped++;
+      if (!(how === UpdateFlag.NoExist && e instanceof FerryError && e.errno !== undefined && errnoName(e.errno) === 'EEXIST')) dropped++;
+      return false;
     }
   };
   if (plan.kind === 'per-cpu') {
@@ -233,16 +235,10 @@ function copyEntries(
       if (before === flow) continue;
       const c = convert(plan, k, v);
       if (before !== undefined) {
-        // Reused in place for another flow since its copy.
+        // Reused in place for another flow since its copy: written over the first copy,
+        // unless the new programs made the key a flow of their own.
         const now = fresh.lookup(c.key);
-        if (now !== undefined && identity(now) !== before) continue;
-        try {
-          fresh.update(c.key, c.value, UpdateFlag.Any);
-          copied++;
-          seen!.set(id!, flow);
-        } catch {
-          dropped++;
-        }
+        if ((now === undefined || identity(now) === before) && put(c.key, c.value, UpdateFlag.Any)) seen!.set(id!, flow);
         continue;
       }
       put(c.key, c.value);
