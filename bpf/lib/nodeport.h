@@ -179,6 +179,8 @@ __ferry_global int nodeport_balance(struct __ctx_buff *ctx, const struct pkt4 *p
 	fresh.backend_id = id;
 	fresh.rev_nat_id = svc->rev_nat_id;
 	fresh.flags = (b->flags & LB_BACKEND_F_LOCAL) ? CT_F_LOCAL : use_dsr(svc, p->proto) ? CT_F_DSR : CT_F_SNAT;
+	if (svc->flags & LB_F_SOURCE_RANGES)
+		fresh.flags |= CT_F_RANGED;
 	if (fresh.flags & CT_F_SNAT) {
 		fresh.nat_addr = snat_ipv4;
 		fresh.nat_port = snat4_reserve(ctx, p, b, &fe, svc->rev_nat_id, hash, now);
@@ -211,7 +213,7 @@ __ferry_global int nodeport_send(struct __ctx_buff *ctx, const struct pkt4 *p, s
 	b = lb4_backend(ct->backend_id);
 	if (!b)
 		return count_drop(DROP_BACKEND_MISSING, p->len);
-	created_flags = created ? ct->flags : 0;
+	created_flags = created ? ct->flags & ~CT_F_RANGED : 0;
 	due = ct4_account_client(ct, p, now);
 	flags = ct->flags;
 	STAGE_END(9);
@@ -220,7 +222,7 @@ __ferry_global int nodeport_send(struct __ctx_buff *ctx, const struct pkt4 *p, s
 		return nodeport_dsr(ctx, p, b, ct, due);
 	/* A new SNAT flow whose first packet left its state as created needs no second write
 	 * of its binding: the port reservation wrote it with the same flags and lifetime. */
-	if (unlikely(due) && !(created_flags == CT_F_SNAT && flags == CT_F_SNAT)) {
+	if (unlikely(due) && !(created_flags == CT_F_SNAT && (flags & ~CT_F_RANGED) == CT_F_SNAT)) {
 		/* Where replies arrive: backend → client (local: tc egress restores the
 		 * frontend) or backend → node:nat_port (remote: tc ingress does). */
 		struct ct4_key reply = {
@@ -247,54 +249,50 @@ __ferry_global int nodeport_send(struct __ctx_buff *ctx, const struct pkt4 *p, s
 			    ct->hop_macs, due, created ? backend_hop_of(ct->backend_id) : NULL, now);
 }
 
-/* A packet for a frontend with backends: its flow found in conntrack, or balanced. */
-static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct pkt4 *p, struct lb4_service *svc)
+/* A flow conntrack holds, live, on a backend that still exists. */
+static __always_inline int ct4_flow_live(const struct pkt4 *p, const struct ct4_entry *ct, __u64 now)
 {
-	__u64 now = ferry_now();
-	struct ct4_key key;
-	struct ct4_entry *ct;
-	struct lb4_backend *b = NULL;
-	int created = 0;
+	return ct && !ct_expired(ct->expires_ns, now) && !ct_tcp_reopen(p, ct->flags) && lb4_backend(ct->backend_id);
+}
 
-	ct4_key_of(p, &key);
-	ct = bpf_map_lookup_elem(&ct4, &key);
-	if (ct && unlikely(ct_expired(ct->expires_ns, now) || ct_tcp_reopen(p, ct->flags))) {
-		/* A new flow on an old tuple: drop the old binding, balance it afresh. */
-		snat4_release(ct, p->proto);
-		ct = NULL;
-	}
-	if (ct)
-		b = lb4_backend(ct->backend_id);
-	STAGE_END(5);
-	/* XDP leaves a flow to a local backend to tc, whose packets the stack then takes to
-	 * the pod; it does so before touching the flow's state, so that tc finds the flow as
-	 * if XDP were not there. */
-	if (CTX_IS_XDP && ct && b && (ct->flags & CT_F_LOCAL))
+/* A client's packet on its live flow. XDP leaves a flow to a local backend to tc, whose
+ * packets the stack then takes to the pod; it does so before touching the flow's state,
+ * so that tc finds the flow as if XDP were not there. */
+static __always_inline int nodeport_on_flow(struct __ctx_buff *ctx, const struct pkt4 *p, struct ct4_entry *ct, __u64 now)
+{
+	if (CTX_IS_XDP && (ct->flags & CT_F_LOCAL))
 		return CTX_ACT_UNSPEC;
-	if (unlikely(!ct || !b)) {
-		int rebalanced = ct != NULL;
-		int rc;
+	return nodeport_send(ctx, p, ct, now, 0);
+}
 
-		if (!ct && ct4_unknown_in_handover(p))
-			return count_drop(DROP_HANDOVER_UNBOUND, p->len);
-		rc = nodeport_balance(ctx, p, svc, &key, now);
-		if (rc == BALANCE_TO_TC)
-			return CTX_ACT_UNSPEC;
+/* A packet for a frontend with backends whose flow conntrack does not hold live (`ct`: an
+ * expired or reopened entry, one whose backend is gone, or NULL): balanced afresh. */
+static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct pkt4 *p, struct lb4_service *svc,
+					    const struct ct4_key *key, struct ct4_entry *ct, __u64 now)
+{
+	int rebalanced = ct != NULL;
+	int rc;
+
+	if (ct && (ct_expired(ct->expires_ns, now) || ct_tcp_reopen(p, ct->flags)))
+		snat4_release(ct, p->proto); /* a new flow on an old tuple: the old binding goes */
+	else if (!ct && ct4_unknown_in_handover(p))
+		return count_drop(DROP_HANDOVER_UNBOUND, p->len);
+	rc = nodeport_balance(ctx, p, svc, key, now);
+	if (rc == BALANCE_TO_TC)
+		return CTX_ACT_UNSPEC;
 #ifdef FERRY_STAGE_STOP
-		if (rc == BALANCE_STAGE_STOP)
-			return CTX_ACT_OK;
+	if (rc == BALANCE_STAGE_STOP)
+		return CTX_ACT_OK;
 #endif
-		if (rc)
-			return count_drop(rc, p->len);
-		if (rebalanced)
-			count_stat(STAT_CT_REBALANCED, p->len);
-		ct = bpf_map_lookup_elem(&ct4, &key);
-		if (!ct)
-			return count_drop(DROP_CT_MAP_FULL, p->len);
-		created = 1;
-		STAGE_END(8);
-	}
-	return nodeport_send(ctx, p, ct, now, created);
+	if (rc)
+		return count_drop(rc, p->len);
+	if (rebalanced)
+		count_stat(STAT_CT_REBALANCED, p->len);
+	ct = bpf_map_lookup_elem(&ct4, key);
+	if (!ct)
+		return count_drop(DROP_CT_MAP_FULL, p->len);
+	STAGE_END(8);
+	return nodeport_send(ctx, p, ct, now, 1);
 }
 
 /* A packet from outside for a frontend: balanced, rejected or dropped as kube-proxy would.
@@ -302,18 +300,33 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 static __always_inline int nodeport_ingress(struct __ctx_buff *ctx, const struct pkt4 *p)
 {
 	struct lb4_service *svc;
+	struct ct4_key key;
+	struct ct4_entry *ct;
+	__u64 now;
 	int rc;
 
 	if (!lb4_maybe_service(p->daddr))
 		return CTX_ACT_UNSPEC;
+	/* A flow conntrack holds goes on without its frontend looked up: one hash lookup
+	 * instead of two. The agent flushes the flows of a removed frontend (as of a removed
+	 * backend); a frontend with loadBalancerSourceRanges is still looked up on every
+	 * packet (CT_F_RANGED), so that a source its ranges deny later loses its flow. */
+	now = ferry_now();
+	ct4_key_of(p, &key);
+	ct = bpf_map_lookup_elem(&ct4, &key);
+	if (likely(ct4_flow_live(p, ct, now) && !(ct->flags & CT_F_RANGED)))
+		return nodeport_on_flow(ctx, p, ct, now);
+	STAGE_END(4);
 	rc = lb4_lookup(p->daddr, p->dport, p->proto, LB_SCOPE_EXTERNAL, &svc);
 	/* loadBalancerSourceRanges: decided before any translation or reject. */
 	if (svc && !lb4_source_allowed(svc, p->saddr))
 		return count_drop(DROP_SOURCE_RANGE, p->len);
-	STAGE_END(4);
+	STAGE_END(5);
 	switch (rc) {
 	case LB_FOUND:
-		return nodeport_forward(ctx, p, svc);
+		if (ct4_flow_live(p, ct, now))
+			return nodeport_on_flow(ctx, p, ct, now);
+		return nodeport_forward(ctx, p, svc, &key, ct, now);
 	case LB_NO_BACKEND:
 		return icmp4_reject(ctx, p);
 	case LB_UNKNOWN_PORT:

@@ -34,6 +34,8 @@ enum ct_flags {
 	CT_F_ESTABLISHED = 1 << 6, /* the handshake completed: the client sent a non-SYN packet
 				    * after a reply, or the backend a non-SYN one. Until then the
 				    * flow lives the SYN lifetime, however many replies it saw. */
+	CT_F_RANGED = 1 << 7,      /* the frontend has loadBalancerSourceRanges: every packet
+				    * looks it up (an unranged flow's packets do not) */
 };
 
 /* Lifetimes, in seconds: the defaults of the load-time settings in lib/config.h. */

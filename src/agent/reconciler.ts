@@ -226,8 +226,8 @@ export class Reconciler {
         for (const name of changed) this.failed.delete(name);
       }
       for (const f of stats.failures) this.failed.set(f.service, f);
-      // Flows to removed backends, found by the backend (local, SNAT, DSR at either end).
-      const flushed = flushFlowsTo(this.d.maps, stats.removedBackends, new Set(stats.removedBackendIds));
+      // Flows to removed backends, found by the backend (local, SNAT, DSR at either end), and to removed frontends.
+      const flushed = flushFlowsTo(this.d.maps, stats.removedBackends, new Set(stats.removedBackendIds), stats.removedFrontends);
       this.failures = [...this.failed.values()];
       await this.d.serviceHealth.sync(this.table.healthChecks());
       this.syncs++;
@@ -250,7 +250,7 @@ export class Reconciler {
       // A Service that did not fit may fit once this sync's removals, or ids reclaimed now, freed room.
       if (stats.failures.length > 0 && (stats.frontendsRemoved + stats.backendsRemoved > 0 || (this.d.reclaimIds?.() ?? 0) > 0)) this.retryLater();
       if (stats.entriesWritten + stats.entriesDeleted > 0 || flushed.ct + flushed.nat > 0) {
-        this.d.log.info({ full: whole, frontends: this.table.frontendCount, ...stats, removedBackends: stats.removedBackends.length, flushedFlows: flushed.ct, seconds }, 'datapath synced');
+        this.d.log.info({ full: whole, frontends: this.table.frontendCount, ...stats, removedBackends: stats.removedBackends.length, removedFrontends: stats.removedFrontends.length, flushedFlows: flushed.ct, seconds }, 'datapath synced');
       }
     } catch (e) {
       const code = e instanceof FerryError ? e.code : 'FERRY_INTERNAL';

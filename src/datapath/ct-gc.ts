@@ -72,22 +72,31 @@ export function collectConntrack(maps: Pick<DatapathMaps, 'ct4' | 'nat4'>, now: 
 /** A backend endpoint as a set key: a nat4 key's source (saddr, sport, proto) or a backend's address, port and protocol. */
 const endpointKey = (address: string, port: number, proto: number): string => `${address}:${port}/${proto}`;
 
+type Endpoint = { address: string; port: number; proto: number };
+
 /**
  * Remove flows whose backend is gone (kube-proxy's stale UDP flow flush, done for every
- * protocol: a flow to a removed backend can only fail). nat4 keys start with the backend
- * as the reply's source; ct4 entries are matched through their nat4 partner or backend ID.
+ * protocol: a flow to a removed backend can only fail), and flows to a removed frontend
+ * (their packets skip the frontend lookup, so only this ends them; kube-proxy's conntrack
+ * would carry a TCP flow on, Cilium's per-packet lookup would not). nat4 keys start with
+ * the backend as the reply's source and name the frontend in their value; ct4 entries are
+ * matched through their nat4 partner, their backend ID or their key's frontend.
  */
-export function flushFlowsTo(maps: Pick<DatapathMaps, 'ct4' | 'nat4'>, backends: Array<{ address: string; port: number; proto: number }>, backendIds: Set<number> = new Set()): { ct: number; nat: number } {
-  if (backends.length === 0 && backendIds.size === 0) return { ct: 0, nat: 0 };
+export function flushFlowsTo(maps: Pick<DatapathMaps, 'ct4' | 'nat4'>, backends: Endpoint[], backendIds: Set<number> = new Set(), frontends: Endpoint[] = []): { ct: number; nat: number } {
+  if (backends.length === 0 && backendIds.size === 0 && frontends.length === 0) return { ct: 0, nat: 0 };
   const gone = new Set(backends.map((b) => endpointKey(b.address, b.port, b.proto)));
+  const goneFrontends = new Set(frontends.map((f) => endpointKey(f.address, f.port, f.proto)));
   const natKeys: Ct4Key[] = [];
   const clients = new Set<string>();
   for (const [k, v] of maps.nat4.entries()) {
-    if (!gone.has(endpointKey(k.saddr, k.sport, k.proto))) continue;
+    if (!gone.has(endpointKey(k.saddr, k.sport, k.proto)) && !goneFrontends.has(endpointKey(v.frontendAddr, v.frontendPort, k.proto))) continue;
     natKeys.push(k);
     clients.add(`${v.clientAddr}:${v.clientPort}>${v.frontendAddr}:${v.frontendPort}/${k.proto}`);
   }
-  const ctKeys = maps.ct4.entries().filter(([k, v]) => backendIds.has(v.backendId) || clients.has(`${k.saddr}:${k.sport}>${k.daddr}:${k.dport}/${k.proto}`)).map(([k]) => k);
+  const ctKeys = maps.ct4
+    .entries()
+    .filter(([k, v]) => backendIds.has(v.backendId) || goneFrontends.has(endpointKey(k.daddr, k.dport, k.proto)) || clients.has(`${k.saddr}:${k.sport}>${k.daddr}:${k.dport}/${k.proto}`))
+    .map(([k]) => k);
   return { ct: ctKeys.length ? maps.ct4.deleteBatch(ctKeys) : 0, nat: natKeys.length ? maps.nat4.deleteBatch(natKeys) : 0 };
 }
 

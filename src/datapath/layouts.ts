@@ -25,7 +25,7 @@ export const DsrOption = { DSR_OPT_TYPE: 0x9e, DSR_OPT_LEN: 8 } as const;
 
 export const BackendFlags = { LB_BACKEND_F_LOCAL: 1 << 0, LB_BACKEND_F_TERMINATING: 1 << 1 } as const;
 
-export const CtFlags = { CT_F_LOCAL: 1 << 0, CT_F_SNAT: 1 << 1, CT_F_SEEN_REPLY: 1 << 2, CT_F_CLOSING: 1 << 3, CT_F_DSR: 1 << 4, CT_F_RESET: 1 << 5, CT_F_ESTABLISHED: 1 << 6 } as const;
+export const CtFlags = { CT_F_LOCAL: 1 << 0, CT_F_SNAT: 1 << 1, CT_F_SEEN_REPLY: 1 << 2, CT_F_CLOSING: 1 << 3, CT_F_DSR: 1 << 4, CT_F_RESET: 1 << 5, CT_F_ESTABLISHED: 1 << 6, CT_F_RANGED: 1 << 7 } as const;
 export const FragAction = { FRAG_ACT_PASS: 0, FRAG_ACT_REDIRECT: 1 } as const;
 
 export const CtLifetime = {

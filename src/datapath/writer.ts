@@ -31,6 +31,9 @@ export interface ApplyStats {
   removedBackends: Lb4Backend[];
   /** Their ids (retired: not given to another backend while a flow may point at them). */
   removedBackendIds: number[];
+  /** External frontends no entry holds any more: flows to them are stale (the datapath
+   * sends an established flow's packets on without looking its frontend up). */
+  removedFrontends: Array<{ address: string; port: number; proto: number }>;
   /** Services the maps could not take: they keep what they had; everything else is written. */
   failures: WriteFailure[];
 }
@@ -231,7 +234,7 @@ export class ServiceWriter implements WriterState {
   /** Make the plan's writes, in make-before-break order. */
   private write(plan: WritePlan): ApplyStats {
     this.fresh = false;
-    const stats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [], removedBackendIds: [], failures: plan.failures };
+    const stats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [], removedBackendIds: [], removedFrontends: [], failures: plan.failures };
     const m = this.maps;
     this.addressFilter.admit([...plan.masterWrites.filter(([k]) => k.scope === LbScope.LB_SCOPE_EXTERNAL).map(([k]) => k.address), ...plan.newWildcards]);
     if (plan.backendWrites.length > 0) {
@@ -284,6 +287,7 @@ export class ServiceWriter implements WriterState {
       this.lastSpecs.delete(fid);
       this.revNatIds.release(fid);
       stats.frontendsRemoved++;
+      if (st.key.scope === LbScope.LB_SCOPE_EXTERNAL) stats.removedFrontends.push({ address: st.key.address, port: st.key.port, proto: st.key.proto });
     }
     stats.entriesDeleted += this.ranges.remove(plan.staleRanges);
     if (plan.staleBackends.length > 0) {

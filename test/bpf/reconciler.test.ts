@@ -102,12 +102,26 @@ describeWith(['root', 'bpffs', 'netns'], 'reconciler', () => {
     expect(dstOf(node.run('tc_ingress', query(port)).data)).toBe('10.244.1.20');
   });
 
-  it('deletes the frontends of a deleted Service', async () => {
-    services = [];
+  it('deletes the frontends of a deleted Service, and flushes their flows even while their backends live on', async () => {
+    // A second Service on the same endpoint keeps the backend: only the frontend goes.
+    const twin: V1Service = { metadata: { name: 'dns-twin', namespace: 'kube-system' }, spec: { type: 'NodePort', clusterIP: '10.96.0.11', ports: [{ name: 'dns', port: 53, nodePort: 30054, protocol: 'UDP' }] } };
+    const twinSlice: V1EndpointSlice = { ...slice(['10.244.1.20']), metadata: { name: 'dns-twin-1', namespace: 'kube-system', labels: { 'kubernetes.io/service-name': 'dns-twin' } } };
+    services = [dns, twin];
+    slices = [slice(['10.244.1.20']), twinSlice];
+    r.serviceChanged(twin);
+    r.sliceChanged(twinSlice);
+    await r.syncNow();
+    expect(dstOf(node.run('tc_ingress', query(7000)).data)).toBe('10.244.1.20');
+    services = [twin];
     r.serviceChanged(dns);
     await r.syncNow();
-    expect(node.dp.maps.lb4_services.entries()).toEqual([]);
+    expect(node.dp.maps.lb4_services.entries().filter(([k]) => k.port === 30053)).toEqual([]);
+    // The flow's packets skip the frontend lookup: only the flush ends it.
     expect(node.run('tc_ingress', query(7000)).retval).toBe(TcVerdict.UNSPEC); // passes, untouched, on to the next filter
     expect(dstOf(node.run('tc_ingress', query(7000)).data)).toBe(NODE_IP);
+    services = [];
+    r.serviceChanged(twin);
+    await r.syncNow();
+    expect(node.dp.maps.lb4_services.entries()).toEqual([]);
   });
 });

@@ -99,7 +99,7 @@ describeWith(['root', 'bpffs', 'netns'], 'service writer', () => {
     const before = servicesView(node);
     const restarted = new ServiceWriter(node.dp.maps);
     const stats = restarted.apply([web(3), web(2, { address: '10.96.0.20', port: 53, proto: 'UDP' })]);
-    expect(stats).toEqual({ frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [], removedBackendIds: [], failures: [] });
+    expect(stats).toEqual({ frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [], removedBackendIds: [], removedFrontends: [], failures: [] });
     expect(servicesView(node)).toEqual(before);
     node.writer = restarted;
   });

@@ -13,7 +13,7 @@ import { ManualClock } from '../harness/manual-clock.js';
 
 const node: V1Node = { metadata: { name: 'node-1' }, status: { addresses: [{ type: 'InternalIP', address: '10.0.30.21' }] } };
 const svc = (name: string, ip: string): V1Service => ({ metadata: { name, namespace: 'default' }, spec: { type: 'ClusterIP', clusterIP: ip, ports: [{ port: 80, protocol: 'TCP' }] } });
-const noStats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [], removedBackendIds: [], failures: [] };
+const noStats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [], removedBackendIds: [], removedFrontends: [], failures: [] };
 
 class RecordingWriter implements FrontendWriter {
   applied: FrontendSpec[][] = [];
