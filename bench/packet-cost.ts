@@ -53,8 +53,9 @@ const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks:
   { name: 'established flow, remote backend (SNAT)', id: 'nodeport-remote-established', hooks: ['tc', 'xdp'] },
   { name: 'reply to an SNATed flow', id: 'snat-reply', hooks: ['tc', 'xdp'] },
   { name: 'DSR SYN, flow in conntrack (IPv4 option added)', id: 'dsr-annotated-established', hooks: ['tc', 'xdp'] },
-  // What every other packet pays (pod-to-pod across nodes, the host's own traffic): the frontend lookup that misses, then the address's.
+  // What every other packet pays: pod-to-pod across nodes, and the host's own traffic to its address (which carries NodePorts).
   { name: 'not for a Service (passed on)', id: 'not-a-service', hooks: ['tc', 'xdp'] },
+  { name: 'to a node address, not a NodePort (passed on)', id: 'host-to-node-address', hooks: ['tc', 'xdp'] },
 ];
 
 function measure(node: DatapathNode, services: number): Record<string, Stat> {
