@@ -32,17 +32,27 @@ static __always_inline __u32 lb4_addr_hash(__be32 addr)
 	return (bpf_ntohl(addr) * 2654435761u) >> 16;
 }
 
-/* May `addr` be a Service's? No when the writer's filter says so: then a packet to it is
- * passed on without the frontend lookups (two hash lookups that would miss, on every
- * packet of the node's other traffic). Yes until the writer has filled the filter. */
-static __always_inline int lb4_maybe_service(__be32 addr)
+/* Bit `bit` of a filter slot: 1 or 0; -1 while the writer has not filled the slot. */
+static __always_inline int lb4_filter_bit(__u32 slot, __u32 bit)
 {
-	__u32 zero = 0, h = lb4_addr_hash(addr);
-	struct lb4_addr_filter *f = bpf_map_lookup_elem(&lb4_addr_filter, &zero);
+	struct lb4_addr_filter *f = bpf_map_lookup_elem(&lb4_addr_filter, &slot);
 
 	if (!f || !f->ready)
-		return 1;
-	return (f->bits[(h >> 3) & (sizeof(f->bits) - 1)] >> (h & 7)) & 1;
+		return -1;
+	return (f->bits[(bit >> 3) & (sizeof(f->bits) - 1)] >> (bit & 7)) & 1;
+}
+
+/* May a packet to addr:port be a Service's? No when the writer's filter says so: then it
+ * is passed on without its lookups (conntrack, then the frontend and its address's
+ * wildcard, all missing, on every packet of the node's other traffic: pod-to-pod across
+ * nodes, and the host's own, whose address carries NodePorts). Yes until it is filled. */
+static __always_inline int lb4_maybe_service(__be32 addr, __be16 port)
+{
+	__u32 h = lb4_addr_hash(addr);
+
+	if (!lb4_filter_bit(LB4_FILTER_ADDRESSES, h))
+		return 0;
+	return lb4_filter_bit(LB4_FILTER_PORTS, bpf_ntohs(port)) || lb4_filter_bit(LB4_FILTER_WILDCARDS, h);
 }
 
 /* Find the master entry of a frontend, telling apart "not a Service" from "known address,

@@ -36,10 +36,10 @@ struct {
 	__type(value, struct lb4_reverse_nat);
 } lb4_reverse_nat SEC(".maps");
 
-/* One slot: the destination addresses that may be a Service's (struct lb4_addr_filter). */
+/* Which packets may be a Service's (struct lb4_addr_filter, enum lb4_filter_slot). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, LB4_FILTER_SLOTS);
 	__type(key, __u32);
 	__type(value, struct lb4_addr_filter);
 } lb4_addr_filter SEC(".maps");

@@ -305,7 +305,7 @@ static __always_inline int nodeport_ingress(struct __ctx_buff *ctx, const struct
 	__u64 now;
 	int rc;
 
-	if (!lb4_maybe_service(p->daddr))
+	if (!lb4_maybe_service(p->daddr, p->dport))
 		return CTX_ACT_UNSPEC;
 	/* A flow conntrack holds goes on without its frontend looked up: one hash lookup
 	 * instead of two. The agent flushes the flows of a removed frontend (as of a removed

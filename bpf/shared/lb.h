@@ -114,11 +114,19 @@ struct lb4_backend_hop {
 	__u8 pad[4];
 };
 
-/* Which destination addresses may be a Service's (lb4_addr_filter, one slot), written by
- * the agent's service writer: bit h of `bits` is set when an address with an external
- * frontend or wildcard entry hashes to h (lib/lb.h lb4_addr_hash; the agent computes the
- * same: src/datapath/address-filter.ts). A clear bit: the packet is not for a Service,
- * and the frontend lookups are skipped. Read only once `ready` (the writer has filled it). */
+/* Which packets may be a Service's (lb4_addr_filter: three slots of 65536 bits), written
+ * by the agent's service writer (src/datapath/address-filter.ts). An address's bit is
+ * lb4_addr_hash (lib/lb.h; the agent computes the same), a port's its number. A packet
+ * whose address is not held, or whose port no frontend uses at an address without a
+ * wildcard, is not for a Service: its lookups are skipped. A slot is read only once
+ * `ready` (the writer has filled it). */
+enum lb4_filter_slot {
+	LB4_FILTER_ADDRESSES = 0, /* an external frontend or wildcard holds the address */
+	LB4_FILTER_WILDCARDS = 1, /* the address has a wildcard: unknown ports are dropped */
+	LB4_FILTER_PORTS = 2,     /* an external frontend (at any address) uses the port */
+	LB4_FILTER_SLOTS = 3,
+};
+
 struct lb4_addr_filter {
 	__u32 ready;
 	__u32 pad;

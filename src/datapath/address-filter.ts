@@ -1,13 +1,14 @@
-// Which destination addresses may be a Service's: lb4_addr_filter, a 65536-bit set the
-// datapath reads before its frontend lookups (bpf/lib/lb.h lb4_maybe_service). A packet to
-// an address whose bit is clear (pod-to-pod traffic across nodes, the host's own) is passed
-// on without the two hash lookups that would miss. The service writer holds every address
-// of an external frontend or wildcard entry here; a bit is set while any address hashing
-// to it is held. A set bit too many costs lookups; a clear bit too few would pass a
-// Service's packets by, so an address's bit is set before its entries are written and
-// cleared only after they are gone.
+// Which packets may be a Service's: lb4_addr_filter, three 65536-bit sets the datapath
+// reads before any lookup (bpf/lib/lb.h lb4_maybe_service): the addresses an external
+// frontend or wildcard entry holds, the addresses with a wildcard, and the ports of
+// external frontends. A packet to an address not held (pod-to-pod traffic across nodes),
+// or to a port no frontend uses at an address without a wildcard (the host's own traffic
+// to a node address), is passed on without the lookups that would miss. The service
+// writer holds every address and port here; a bit is set while anything held takes it. A
+// set bit too many costs lookups; a clear bit too few would pass a Service's packets by,
+// so bits are set before their entries are written and cleared only after they are gone.
 import { ipv4FromString } from '../ebpf/codec.js';
-import { ADDR_FILTER_BYTES } from './layouts.js';
+import { ADDR_FILTER_BYTES, FilterSlot } from './layouts.js';
 import type { DatapathMaps } from './loader.js';
 
 /** The bit an address takes: lb4_addr_hash in bpf/lib/lb.h (the top 16 bits of Knuth's
@@ -16,77 +17,109 @@ export function addressBit(address: string): number {
   return Math.imul(ipv4FromString(address), 2654435761) >>> 16;
 }
 
-export class ServiceAddressFilter {
-  /** Entries that hold each address (external frontends, and its wildcard). */
-  private readonly refs = new Map<string, number>();
-  /** Held addresses per bit. */
-  private readonly perBit: Uint32Array;
-  private readonly bits: Buffer;
-  /** What the map was last given (none yet: a restart or an upgrade must write it). */
-  private written: Buffer | undefined;
+/** A set of 65536 bits, each set while anything held takes it. */
+class CountedBits<K> {
+  /** How many holders each key has. */
+  private readonly refs = new Map<K, number>();
+  /** Held keys per bit. */
+  private readonly perBit = new Uint32Array(ADDR_FILTER_BYTES * 8);
+  readonly bits = Buffer.alloc(ADDR_FILTER_BYTES);
 
-  constructor(private readonly map: DatapathMaps['lb4_addr_filter']) {
-    this.bits = Buffer.alloc(ADDR_FILTER_BYTES);
-    this.perBit = new Uint32Array(this.bits.length * 8);
-  }
+  constructor(readonly bitOf: (key: K) => number) {}
 
-  /** One more (`by` > 0) or one less entry holds `address`. */
-  hold(address: string, by: number): void {
-    const was = this.refs.get(address) ?? 0;
+  hold(key: K, by: number): void {
+    const was = this.refs.get(key) ?? 0;
     const now = was + by;
-    if (now > 0) this.refs.set(address, now);
-    else this.refs.delete(address);
-    if (was <= 0 && now > 0) this.count(address, +1);
-    else if (was > 0 && now <= 0) this.count(address, -1);
+    if (now > 0) this.refs.set(key, now);
+    else this.refs.delete(key);
+    if (was <= 0 && now > 0) this.count(this.bitOf(key), +1);
+    else if (was > 0 && now <= 0) this.count(this.bitOf(key), -1);
   }
 
-  /** Before entries for `addresses` are written: the map has their bits (and every bit it had). */
-  admit(addresses: Iterable<string>): void {
-    const extra: number[] = [];
-    for (const a of addresses) {
-      const bit = addressBit(a);
-      if (!this.isSet(bit)) extra.push(bit);
-    }
+  /** The bits, with those of `keys` set too. */
+  withKeys(keys: Iterable<K>): Buffer {
     const bits = Buffer.from(this.bits);
-    for (const bit of extra) bits[bit >> 3]! |= 1 << (bit & 7);
-    this.write(bits);
+    for (const k of keys) {
+      const bit = this.bitOf(k);
+      bits[bit >> 3]! |= 1 << (bit & 7);
+    }
+    return bits;
+  }
+
+  keys(): K[] {
+    return [...this.refs.keys()];
+  }
+
+  clear(): void {
+    this.refs.clear();
+    this.perBit.fill(0);
+    this.bits.fill(0);
+  }
+
+  private count(bit: number, by: number): void {
+    const set = (this.perBit[bit] = this.perBit[bit]! + by) > 0;
+    if (set) this.bits[bit >> 3]! |= 1 << (bit & 7);
+    else this.bits[bit >> 3]! &= ~(1 << (bit & 7));
+  }
+}
+
+export class ServiceAddressFilter {
+  private readonly sets = {
+    [FilterSlot.LB4_FILTER_ADDRESSES]: new CountedBits<string>(addressBit),
+    [FilterSlot.LB4_FILTER_WILDCARDS]: new CountedBits<string>(addressBit),
+    [FilterSlot.LB4_FILTER_PORTS]: new CountedBits<number>((port) => port),
+  };
+  /** What each slot was last given (none yet: a restart or an upgrade must write it). */
+  private readonly written = new Map<number, Buffer>();
+
+  constructor(private readonly map: DatapathMaps['lb4_addr_filter']) {}
+
+  /** One more (`by` > 0) or one less external frontend at address:port. */
+  holdFrontend(address: string, port: number, by: number): void {
+    this.sets[FilterSlot.LB4_FILTER_ADDRESSES].hold(address, by);
+    this.sets[FilterSlot.LB4_FILTER_PORTS].hold(port, by);
+  }
+
+  /** The address's wildcard entry is written (`by` > 0) or gone. */
+  holdWildcard(address: string, by: number): void {
+    this.sets[FilterSlot.LB4_FILTER_ADDRESSES].hold(address, by);
+    this.sets[FilterSlot.LB4_FILTER_WILDCARDS].hold(address, by);
+  }
+
+  /** Before the entries of `frontends` and `wildcards` are written: the map has their bits (and every bit it had). */
+  admit(frontends: Iterable<{ address: string; port: number }>, wildcards: Iterable<string>): void {
+    const fs = [...frontends];
+    const ws = [...wildcards];
+    this.write(FilterSlot.LB4_FILTER_ADDRESSES, this.sets[FilterSlot.LB4_FILTER_ADDRESSES].withKeys([...fs.map((f) => f.address), ...ws]));
+    this.write(FilterSlot.LB4_FILTER_WILDCARDS, this.sets[FilterSlot.LB4_FILTER_WILDCARDS].withKeys(ws));
+    this.write(FilterSlot.LB4_FILTER_PORTS, this.sets[FilterSlot.LB4_FILTER_PORTS].withKeys(fs.map((f) => f.port)));
   }
 
   /** After the entries are written and removed: the map says exactly what is held. */
   flush(): void {
-    this.write(Buffer.from(this.bits));
+    for (const [slot, set] of Object.entries(this.sets)) this.write(Number(slot), Buffer.from(set.bits));
   }
 
-  /** One map update, when the map would say something else. */
-  private write(bits: Buffer): void {
-    if (this.written?.equals(bits)) return;
-    this.map.update(0, { ready: 1, bits });
-    this.written = bits;
+  /** One map update per slot, when the map would say something else. */
+  private write(slot: number, bits: Buffer): void {
+    if (this.written.get(slot)?.equals(bits)) return;
+    this.map.update(slot, { ready: 1, bits });
+    this.written.set(slot, bits);
   }
 
   /** Forget everything held (the writer reads its view from the maps again). */
   reset(): void {
-    this.refs.clear();
-    this.perBit.fill(0);
-    this.bits.fill(0);
-    this.written = undefined;
+    for (const set of Object.values(this.sets)) set.clear();
+    this.written.clear();
   }
 
   /** Addresses held (for tests and the CLI). */
   addresses(): string[] {
-    return [...this.refs.keys()];
+    return this.sets[FilterSlot.LB4_FILTER_ADDRESSES].keys();
   }
 
-  private isSet(bit: number): boolean {
-    return ((this.bits[bit >> 3]! >> (bit & 7)) & 1) === 1;
-  }
-
-  private count(address: string, by: number): void {
-    const bit = addressBit(address);
-    const n = (this.perBit[bit] = this.perBit[bit]! + by);
-    const set = n > 0;
-    if (set === this.isSet(bit)) return;
-    if (set) this.bits[bit >> 3]! |= 1 << (bit & 7);
-    else this.bits[bit >> 3]! &= ~(1 << (bit & 7));
+  /** Ports held. */
+  ports(): number[] {
+    return this.sets[FilterSlot.LB4_FILTER_PORTS].keys();
   }
 }

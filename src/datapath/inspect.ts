@@ -1,7 +1,7 @@
 // The datapath as its pinned maps hold it, decoded into plain records for the CLI: maps
 // and their fill, any map's entries, conntrack flows, frontends with their backends,
 // counters. Works without the agent running. Only ct flush writes, through ct-gc.
-import { BackendFlags, CtFlags, DropReason, LbFlags, LbScope, Stat, mapSpecs, protoName, type MapName } from './layouts.js';
+import { BackendFlags, CtFlags, DropReason, FilterSlot, LbFlags, LbScope, Stat, mapSpecs, protoName, type MapName } from './layouts.js';
 import { clearConntrack, monotonicNs } from './ct-gc.js';
 import { PinnedDatapath } from './pinned-view.js';
 import { interfaceName } from '../sys/interfaces.js';
@@ -72,8 +72,11 @@ function setBits(b: Buffer): number {
   return n;
 }
 
+/** lb4_addr_filter's slot by name: addresses, wildcards, ports. */
+const filterSlotName = (slot: number): string => Object.entries(FilterSlot).find(([, v]) => v === slot)?.[0].replace('LB4_FILTER_', '').toLowerCase() ?? String(slot);
+
 function flatten(name: MapName, k: Record<string, unknown> | number, v: Record<string, unknown> | number): Row {
-  const key = typeof k !== 'number' ? k : name === 'lb4_backend_hops' ? { backendId: k } : { id: k };
+  const key = typeof k !== 'number' ? k : name === 'lb4_backend_hops' ? { backendId: k } : name === 'lb4_addr_filter' ? { slot: filterSlotName(k) } : { id: k };
   const val = typeof v === 'number' ? { value: v } : v;
   const row: Row = {};
   for (const [f, x] of [...Object.entries(key), ...Object.entries(val)]) {

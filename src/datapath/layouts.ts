@@ -84,9 +84,13 @@ export const Hook = { HOOK_TC_INGRESS: 0, HOOK_TC_EGRESS: 1, HOOK_XDP: 2 } as co
 export const Layout = { FERRY_LAYOUT_VERSION: 4 } as const;
 export const LAYOUT_VERSION = Layout.FERRY_LAYOUT_VERSION;
 
+/** lb4_addr_filter's slots (src/datapath/address-filter.ts). */
+export const FilterSlot = { LB4_FILTER_ADDRESSES: 0, LB4_FILTER_WILDCARDS: 1, LB4_FILTER_PORTS: 2, LB4_FILTER_SLOTS: 3 } as const;
+
 /** Every mirrored enum, by its C name. */
 export const sharedEnums: Record<string, Record<string, number>> = {
   lb_scope: LbScope,
+  lb4_filter_slot: FilterSlot,
   lb_flags: LbFlags,
   fwd_mode: FwdMode,
   dsr_option: DsrOption,
@@ -251,7 +255,7 @@ export type L2Key = ReturnType<typeof l2KeyCodec.decode>;
 export type L2Entry = ReturnType<typeof l2EntryCodec.decode>;
 export const icmpBucketCodec = structCodec('icmp_bucket', { lastNs: { type: 'u64' }, tokens: { type: 'u64' } });
 
-/** lb4_addr_filter's bit set: 65536 bits (src/datapath/address-filter.ts). */
+/** A slot of lb4_addr_filter: 65536 bits (src/datapath/address-filter.ts). */
 export const ADDR_FILTER_BYTES = 8192;
 export const lb4AddrFilterCodec = structCodec('lb4_addr_filter', { ready: { type: 'u32' }, pad: { type: 'pad', length: 4 }, bits: { type: 'bytes', length: ADDR_FILTER_BYTES } });
 export const handoverCodec = structCodec('ferry_handover', { untilNs: { type: 'u64' } });

@@ -188,18 +188,18 @@ export class ServiceWriter implements WriterState {
       for (const id of fs.backendIds) bump(this.backendRefs, id, by);
       for (const id of fs.drainingIds) bump(this.backendRefs, id, by);
       if (fs.wildcard) bump(this.wildcardRefs, fs.key.address, by);
-      if (fs.key.scope === LbScope.LB_SCOPE_EXTERNAL) this.addressFilter.hold(fs.key.address, by);
+      if (fs.key.scope === LbScope.LB_SCOPE_EXTERNAL) this.addressFilter.holdFrontend(fs.key.address, fs.key.port, by);
     }
   }
 
   private addWildcard(address: string): void {
     if (this.wildcards.has(address)) return;
     this.wildcards.add(address);
-    this.addressFilter.hold(address, +1);
+    this.addressFilter.holdWildcard(address, +1);
   }
 
   private removeWildcard(address: string): void {
-    if (this.wildcards.delete(address)) this.addressFilter.hold(address, -1);
+    if (this.wildcards.delete(address)) this.addressFilter.holdWildcard(address, -1);
   }
 
   private own(fid: string, service: string | undefined): void {
@@ -236,7 +236,7 @@ export class ServiceWriter implements WriterState {
     this.fresh = false;
     const stats: ApplyStats = { frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [], removedBackendIds: [], removedFrontends: [], failures: plan.failures };
     const m = this.maps;
-    this.addressFilter.admit([...plan.masterWrites.filter(([k]) => k.scope === LbScope.LB_SCOPE_EXTERNAL).map(([k]) => k.address), ...plan.newWildcards]);
+    this.addressFilter.admit(plan.masterWrites.filter(([k]) => k.scope === LbScope.LB_SCOPE_EXTERNAL).map(([k]) => k), plan.newWildcards);
     if (plan.backendWrites.length > 0) {
       m.lb4_backends.updateBatch(plan.backendWrites);
       for (const [id, b] of plan.backendWrites) this.backends.set(id, b);
