@@ -232,7 +232,7 @@ export class Agent {
         // A conntrack walk: not again while the retired ids are those a walk could not free
         // (their flows live on; the periodic GC frees them when they end).
         if (writer.retiredBackendIds === 0 || writer.retiredBackendIds === unfreeable) return 0;
-        const o = collectOrphans(datapath.maps);
+        const o = collectOrphans(datapath.maps, writer.externalFrontends());
         metrics.ctCollected.inc({ map: 'ct4' }, o.ctDeleted);
         metrics.ctCollected.inc({ map: 'nat4' }, o.natDeleted);
         const freed = writer.releaseRetiredBackends(o.backendIdsInFlows);
@@ -329,7 +329,7 @@ export class Agent {
 
   /**
    * Conntrack GC, in the background every ctGcIntervalSeconds: expired flows, flows of
-   * backends that are gone, retired backend ids no flow uses any more. The conntrack fill
+   * backends or frontends that are gone, retired backend ids no flow uses any more. The conntrack fill
    * it sees is what /metrics reports, so a scrape never walks a map.
    */
   collect(): void {
@@ -337,7 +337,7 @@ export class Agent {
       const r = collectConntrack(this.datapath.maps);
       this.metrics.ctCollected.inc({ map: 'ct4' }, r.ctDeleted);
       this.metrics.ctCollected.inc({ map: 'nat4' }, r.natDeleted);
-      const o = collectOrphans(this.datapath.maps);
+      const o = collectOrphans(this.datapath.maps, this.writer.externalFrontends());
       this.metrics.ctCollected.inc({ map: 'ct4' }, o.ctDeleted);
       this.metrics.ctCollected.inc({ map: 'nat4' }, o.natDeleted);
       this.writer.quarantineBackendIds(o.backendIdsInFlows);

@@ -3,7 +3,7 @@
 // eviction is only the last resort when the maps fill up.
 import type { BpfMap } from '../ebpf/map.js';
 import { ErrorCode, FerryError } from '../errors.js';
-import type { Ct4Key } from './layouts.js';
+import { CtFlags, type Ct4Key } from './layouts.js';
 import type { DatapathMaps } from './loader.js';
 
 export interface GcResult {
@@ -100,12 +100,14 @@ export function flushFlowsTo(maps: Pick<DatapathMaps, 'ct4' | 'nat4'>, backends:
   return { ct: ctKeys.length ? maps.ct4.deleteBatch(ctKeys) : 0, nat: natKeys.length ? maps.nat4.deleteBatch(natKeys) : 0 };
 }
 
-/** Flows and bindings whose backend was in no map when the walk read them: a snapshot. */
+/** Flows and bindings whose backend (or frontend) was in no map when the walk read them: a snapshot. */
 export interface OrphanKeys {
   ct: Ct4Key[];
   nat: Ct4Key[];
-  /** Backend ids the other flows pointed at. */
+  /** Backend ids the flows pointed at whose backend lives (a flow orphaned by its frontend too). */
   backendIdsInFlows: Set<number>;
+  /** The external frontends the walk judged by (none given: frontends were not judged). */
+  frontends?: Set<string>;
 }
 
 type OrphanMaps = Pick<DatapathMaps, 'ct4' | 'nat4' | 'lb4_backends'>;
@@ -116,17 +118,33 @@ function liveBackends(maps: OrphanMaps): { ids: Set<number>; endpoints: Set<stri
   return { ids: new Set(backends.map(([id]) => id)), endpoints: new Set(backends.map(([, b]) => endpointKey(b.address, b.port, b.proto))) };
 }
 
-/** Conntrack entries whose backend id is not in lb4_backends, and reply bindings whose backend (their key's source) is no backend. */
-export function orphanKeys(maps: OrphanMaps): OrphanKeys {
+/** A flow to a frontend no longer held (a ct4 key names one of this node's frontends). */
+const ctFrontendGone = (frontends: Set<string> | undefined, k: Ct4Key): boolean => frontends !== undefined && !frontends.has(endpointKey(k.daddr, k.dport, k.proto));
+/** A binding to a frontend no longer held; a DSR binding names another node's frontend (it is the backend's end), so only its backend judges it. */
+const natFrontendGone = (frontends: Set<string> | undefined, k: Ct4Key, v: { flags: number; frontendAddr: string; frontendPort: number }): boolean =>
+  frontends !== undefined && !(v.flags & CtFlags.CT_F_DSR) && !frontends.has(endpointKey(v.frontendAddr, v.frontendPort, k.proto));
+
+/**
+ * Conntrack entries whose backend id is not in lb4_backends, and reply bindings whose
+ * backend (their key's source) is no backend; with `liveFrontends` (the external
+ * frontends the service writer holds), also flows and bindings of any other frontend: a
+ * removed frontend's flows are flushed when it goes, but not when the agent stopped in
+ * between, and a live flow's packets never look its frontend up.
+ */
+export function orphanKeys(maps: OrphanMaps, liveFrontends?: Iterable<Endpoint>): OrphanKeys {
   const { ids, endpoints } = liveBackends(maps);
+  const frontends = liveFrontends ? new Set([...liveFrontends].map((f) => endpointKey(f.address, f.port, f.proto))) : undefined;
   const inFlows = new Set<number>();
   const ct: Ct4Key[] = [];
   for (const [k, v] of maps.ct4.entries()) {
     if (ids.has(v.backendId)) inFlows.add(v.backendId);
-    else ct.push(k);
+    if (!ids.has(v.backendId) || ctFrontendGone(frontends, k)) ct.push(k);
   }
-  const nat = maps.nat4.entries().filter(([k]) => !endpoints.has(endpointKey(k.saddr, k.sport, k.proto))).map(([k]) => k);
-  return { ct, nat, backendIdsInFlows: inFlows };
+  const nat = maps.nat4
+    .entries()
+    .filter(([k, v]) => !endpoints.has(endpointKey(k.saddr, k.sport, k.proto)) || natFrontendGone(frontends, k, v))
+    .map(([k]) => k);
+  return { ct, nat, backendIdsInFlows: inFlows, ...(frontends ? { frontends } : {}) };
 }
 
 /**
@@ -142,20 +160,26 @@ export function deleteStillOrphaned(maps: OrphanMaps, found: OrphanKeys): { ctDe
   let ctDeleted = 0;
   for (const k of found.ct) {
     const v = maps.ct4.lookup(k);
-    if (v && !ids.has(v.backendId) && maps.ct4.delete(k)) ctDeleted++;
+    if (v && (!ids.has(v.backendId) || ctFrontendGone(found.frontends, k)) && maps.ct4.delete(k)) ctDeleted++;
   }
   let natDeleted = 0;
-  for (const k of found.nat) if (!endpoints.has(endpointKey(k.saddr, k.sport, k.proto)) && maps.nat4.delete(k)) natDeleted++;
+  for (const k of found.nat) {
+    if (endpoints.has(endpointKey(k.saddr, k.sport, k.proto))) {
+      const v = maps.nat4.lookup(k);
+      if (!v || !natFrontendGone(found.frontends, k, v)) continue;
+    }
+    if (maps.nat4.delete(k)) natDeleted++;
+  }
   return { ctDeleted, natDeleted };
 }
 
 /**
- * Remove what points at backends that are gone (orphanKeys, then deleteStillOrphaned).
- * Both can only fail; a flush at removal time misses them when the agent was not running.
+ * Remove what points at backends (or, given the live ones, frontends) that are gone
+ * (orphanKeys, then deleteStillOrphaned). Both can only fail; a flush at removal time misses them when the agent was not running.
  * Returns the backend ids live flows still use.
  */
-export function collectOrphans(maps: OrphanMaps): OrphanResult {
-  const found = orphanKeys(maps);
+export function collectOrphans(maps: OrphanMaps, liveFrontends?: Iterable<Endpoint>): OrphanResult {
+  const found = orphanKeys(maps, liveFrontends);
   return { ...deleteStillOrphaned(maps, found), backendIdsInFlows: found.backendIdsInFlows };
 }
 

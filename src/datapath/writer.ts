@@ -120,6 +120,11 @@ export class ServiceWriter implements WriterState {
     return this.wildcards.size + this.frontendEntries;
   }
 
+  /** The external frontends the maps hold (flows to any other are orphans: ct-gc.ts). */
+  externalFrontends(): Array<{ address: string; port: number; proto: number }> {
+    return [...this.frontends.values()].filter((fs) => fs.key.scope === LbScope.LB_SCOPE_EXTERNAL).map(({ key }) => ({ address: key.address, port: key.port, proto: key.proto }));
+  }
+
   /** Frontend keys currently programmed (for tests and the CLI). */
   frontendKeys(): string[] {
     return [...this.frontends.keys()];
