@@ -303,7 +303,7 @@ static __always_inline int nodeport_ingress(struct __ctx_buff *ctx, const struct
 	struct ct4_key key;
 	struct ct4_entry *ct;
 	__u64 now;
-	int rc;
+	int live, rc;
 
 	if (!lb4_maybe_service(p->daddr, p->dport))
 		return CTX_ACT_UNSPEC;
@@ -314,7 +314,8 @@ static __always_inline int nodeport_ingress(struct __ctx_buff *ctx, const struct
 	now = ferry_now();
 	ct4_key_of(p, &key);
 	ct = bpf_map_lookup_elem(&ct4, &key);
-	if (likely(ct4_flow_live(p, ct, now) && !(ct->flags & CT_F_RANGED)))
+	live = ct4_flow_live(p, ct, now);
+	if (likely(live && !(ct->flags & CT_F_RANGED)))
 		return nodeport_on_flow(ctx, p, ct, now);
 	STAGE_END(4);
 	rc = lb4_lookup(p->daddr, p->dport, p->proto, LB_SCOPE_EXTERNAL, &svc);
@@ -324,7 +325,7 @@ static __always_inline int nodeport_ingress(struct __ctx_buff *ctx, const struct
 	STAGE_END(5);
 	switch (rc) {
 	case LB_FOUND:
-		if (ct4_flow_live(p, ct, now))
+		if (live && ct) /* a ranged flow its source may still use */
 			return nodeport_on_flow(ctx, p, ct, now);
 		return nodeport_forward(ctx, p, svc, &key, ct, now);
 	case LB_NO_BACKEND:
