@@ -17,11 +17,6 @@
 #define ECONNREFUSED 111
 #endif
 
-static __always_inline int is_loopback4(__be32 addr)
-{
-	return (bpf_ntohl(addr) >> 24) == 127;
-}
-
 /* kube-proxy answers NodePorts on loopback in the host's network namespace only: a pod's
  * own 127.0.0.1:port is its own (a sidecar's, say). */
 static __always_inline int in_host_netns(struct bpf_sock_addr *ctx)
@@ -56,7 +51,7 @@ static __always_inline int sock_lb4(struct bpf_sock_addr *ctx, __be32 *dst, __be
 	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
 		return SYS_PROCEED;
 	found = lb4_lookup_internal(addr, port, proto, &scope, &svc);
-	if (found == LB_NOT_SERVICE && is_loopback4(addr)) {
+	if (found == LB_NOT_SERVICE && lb4_is_loopback(addr)) {
 		if (!in_host_netns(ctx))
 			return SYS_PROCEED;
 		/* NodePort on loopback: the 0.0.0.0:port entry. */

@@ -72,6 +72,11 @@ static __always_inline int lb4_lookup(__be32 addr, __be16 port, __u8 proto, __u8
 	return LB_NOT_SERVICE;
 }
 
+static __always_inline int lb4_is_loopback(__be32 addr)
+{
+	return (bpf_ntohl(addr) >> 24) == 127;
+}
+
 /* For traffic from this node's pods and host (socket LB): the internal-scope entry when
  * there is one (it exists when the traffic policies make internal traffic see other
  * backends, e.g. ETP=Local's short-circuit to cluster endpoints), else the external one. */
@@ -162,17 +167,18 @@ static __always_inline int lb4_has_backend(__be32 addr, __be16 port, __u8 proto,
 	return s.found;
 }
 
-struct local_backend_search {
+struct backend_search {
 	struct lb4_key key;
 	__be32 address;
 	__be16 port;
 	__u8 proto;
 	__u8 found;
+	__u8 flags; /* enum lb_backend_flags the backend must have */
 };
 
-static long local_backend_step(__u64 i, void *ctx)
+static long backend_search_step(__u64 i, void *ctx)
 {
-	struct local_backend_search *s = ctx;
+	struct backend_search *s = ctx;
 	struct lb4_service *slot;
 	struct lb4_backend *b;
 
@@ -181,26 +187,34 @@ static long local_backend_step(__u64 i, void *ctx)
 	if (!slot)
 		return 0;
 	b = lb4_backend(slot->backend_id);
-	if (b && b->address == s->address && b->port == s->port && b->proto == s->proto && (b->flags & LB_BACKEND_F_LOCAL)) {
+	if (b && b->address == s->address && b->port == s->port && b->proto == s->proto && (b->flags & s->flags) == s->flags) {
 		s->found = 1;
 		return 1;
 	}
 	return 0;
 }
 
-/* Is address:port one of this frontend's backends, and on this node? */
-static __always_inline int lb4_has_local_backend(__be32 addr, __be16 port, __u8 proto, __u8 scope, const struct lb4_service *svc,
-						 __be32 baddr, __be16 bport)
+/* Is baddr:bport one of this frontend's backends, with all of `flags`? */
+static __always_inline int lb4_has_backend_at(__be32 addr, __be16 port, __u8 proto, __u8 scope, const struct lb4_service *svc,
+					      __be32 baddr, __be16 bport, __u8 flags)
 {
-	struct local_backend_search s = {
+	struct backend_search s = {
 		.key = { .address = addr, .port = port, .proto = proto, .scope = scope },
 		.address = baddr,
 		.port = bport,
 		.proto = proto,
+		.flags = flags,
 	};
 
-	bpf_loop(svc->count, local_backend_step, &s, 0);
+	bpf_loop(svc->count, backend_search_step, &s, 0);
 	return s.found;
+}
+
+/* Is address:port one of this frontend's backends, and on this node? */
+static __always_inline int lb4_has_local_backend(__be32 addr, __be16 port, __u8 proto, __u8 scope, const struct lb4_service *svc,
+						 __be32 baddr, __be16 bport)
+{
+	return lb4_has_backend_at(addr, port, proto, scope, svc, baddr, bport, LB_BACKEND_F_LOCAL);
 }
 
 /* ClientIP session affinity: the backend this client used for the Service port within the

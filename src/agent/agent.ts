@@ -7,7 +7,8 @@ import type { Server } from 'node:http';
 import { join } from 'node:path';
 import type { V1EndpointSlice, V1Lease, V1Node, V1Service } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
-import { collectConntrack, collectOrphans } from '../datapath/ct-gc.js';
+import { collectGarbage, collectOrphanFlows } from './garbage.js';
+import { StaleUdpSockets, type StaleUdpSocketsStatus } from './stale-sockets.js';
 import type { WriteFailure } from '../datapath/write-plan.js';
 import { Datapath, defaultObjectsDir } from '../datapath/loader.js';
 import { LAYOUT_VERSION } from '../datapath/layouts.js';
@@ -66,6 +67,7 @@ export class Agent {
     private readonly serviceHealth: ServiceHealthServers,
     readonly announcer: Announcer,
     readonly bgp: BgpSpeaker,
+    private readonly staleSockets: StaleUdpSockets,
   ) {}
 
   static async start(cfg: AgentConfig, log: Logger = agentLogger(cfg.logLevel)): Promise<Agent> {
@@ -155,6 +157,7 @@ export class Agent {
     writer.quarantineBackendIds(datapath.maps.ct4.entries().map(([, v]) => v.backendId));
 
     let reconciler: Reconciler | undefined;
+    const staleSockets = StaleUdpSockets.start(datapath, log, metrics);
     let unfreeable = -1;
     let announcer: Announcer | undefined;
     const onError = (what: string) => (err: unknown, retryInMs: number) => log.warn({ watch: what, err: (err as Error)?.message ?? String(err), retryInMs }, 'watch failed; the datapath keeps its state');
@@ -228,13 +231,12 @@ export class Agent {
       // BGP announces a new Service's address once its frontends are in the maps, and
       // leaves out what did not fit.
       onSynced: () => bgp?.kick(),
+      onUdpBackendsRemoved: () => staleSockets.sweep('a UDP backend removed'),
       reclaimIds: () => {
         // A conntrack walk: not again while the retired ids are those a walk could not free
         // (their flows live on; the periodic GC frees them when they end).
         if (writer.retiredBackendIds === 0 || writer.retiredBackendIds === unfreeable) return 0;
-        const o = collectOrphans(datapath.maps, writer.externalFrontends());
-        metrics.ctCollected.inc({ map: 'ct4' }, o.ctDeleted);
-        metrics.ctCollected.inc({ map: 'nat4' }, o.natDeleted);
+        const o = collectOrphanFlows(datapath.maps, writer, metrics);
         const freed = writer.releaseRetiredBackends(o.backendIdsInFlows);
         unfreeable = writer.retiredBackendIds;
         return freed;
@@ -286,7 +288,7 @@ export class Agent {
     });
     const synced = [services, slices, nodes] as unknown as Watcher<never>[];
     const watchers = [...synced, policies, leases, bgpPeers, bgpAds] as unknown as Watcher<never>[];
-    const agent = new Agent(cfg, log, datapath, reconciler, writer, metrics, watchers, serviceHealth, announcer, bgp);
+    const agent = new Agent(cfg, log, datapath, reconciler, writer, metrics, watchers, serviceHealth, announcer, bgp, staleSockets);
     agent.servers.push(...early.splice(0)); // the agent closes them from now on
     agent.frameSender = frameSender;
     try {
@@ -329,23 +331,18 @@ export class Agent {
 
   /**
    * Conntrack GC, in the background every ctGcIntervalSeconds: expired flows, flows of
-   * backends or frontends that are gone, retired backend ids no flow uses any more. The conntrack fill
-   * it sees is what /metrics reports, so a scrape never walks a map.
+   * backends or frontends that are gone, retired backend ids no flow uses any more; then
+   * connected UDP sockets to backends their Service lost. The conntrack fill it sees is
+   * what /metrics reports, so a scrape never walks a map.
    */
   collect(): void {
     try {
-      const r = collectConntrack(this.datapath.maps);
-      this.metrics.ctCollected.inc({ map: 'ct4' }, r.ctDeleted);
-      this.metrics.ctCollected.inc({ map: 'nat4' }, r.natDeleted);
-      const o = collectOrphans(this.datapath.maps, this.writer.externalFrontends());
-      this.metrics.ctCollected.inc({ map: 'ct4' }, o.ctDeleted);
-      this.metrics.ctCollected.inc({ map: 'nat4' }, o.natDeleted);
-      this.writer.quarantineBackendIds(o.backendIdsInFlows);
-      this.writer.releaseRetiredBackends(o.backendIdsInFlows);
-      this.sampledFill = { ct4: r.ctScanned - r.ctDeleted - o.ctDeleted, nat4: r.natScanned - r.natDeleted - o.natDeleted, lb4_sock_rev: [...this.datapath.maps.lb4_sock_rev.keys()].length };
+      this.sampledFill = collectGarbage(this.datapath.maps, this.writer, this.metrics);
     } catch (e) {
       this.log.error({ err: (e as Error).message }, 'conntrack GC failed');
     }
+    // A backend can leave one Service while another keeps it (no removal for the sync to see).
+    this.staleSockets.sweep('periodic');
   }
 
   /** The gauges a scrape reads (see refreshDatapathGauges: no map walk). */
@@ -354,7 +351,7 @@ export class Agent {
   }
 
   /** What /status answers: the last sync, and what could not be programmed. */
-  status(): { node: string; lastSync: string | undefined; unprogrammed: WriteFailure[]; conflicts: number; l2: ReturnType<Announcer['status']>; bgp: ReturnType<BgpSpeaker['status']> } {
+  status(): { node: string; lastSync: string | undefined; unprogrammed: WriteFailure[]; conflicts: number; l2: ReturnType<Announcer['status']>; bgp: ReturnType<BgpSpeaker['status']>; udpSockets: StaleUdpSocketsStatus } {
     return {
       node: this.cfg.nodeName,
       lastSync: this.reconciler.syncs > 0 ? new Date(this.reconciler.lastSyncAt).toISOString() : undefined,
@@ -362,6 +359,7 @@ export class Agent {
       conflicts: this.reconciler.conflictCount,
       l2: this.announcer.status().slice(0, 1000),
       bgp: this.bgp.status(),
+      udpSockets: this.staleSockets.status(),
     };
   }
 
@@ -395,6 +393,7 @@ export class Agent {
     await this.reconciler.stop();
     await this.serviceHealth.close();
     for (const s of this.servers.splice(0)) await closeServer(s);
+    this.staleSockets.close();
     this.datapath.release();
   }
 }

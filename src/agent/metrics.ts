@@ -38,6 +38,7 @@ export class AgentMetrics {
   readonly bgpApplyDuration: Histogram;
   readonly bgpApplyErrors: Counter;
   readonly bgpSessions: Gauge;
+  readonly udpSocketsTerminated: Counter;
 
   constructor() {
     const r = [this.registry];
@@ -78,6 +79,7 @@ export class AgentMetrics {
     this.bgpApplyDuration = new Histogram({ name: 'ferry_bgp_apply_duration_seconds', help: 'Time to apply a change of the BGP configuration to FRR', buckets: exponentialBuckets(0.005, 2, 12), registers: r });
     this.bgpApplyErrors = new Counter({ name: 'ferry_bgp_apply_errors_total', help: 'Failed applies of the BGP configuration to FRR', registers: r });
     this.bgpSessions = new Gauge({ name: 'ferry_bgp_sessions', help: 'BGP sessions by peer and state (1 for the current state)', labelNames: ['peer', 'state'], registers: r });
+    this.udpSocketsTerminated = new Counter({ name: 'ferry_udp_sockets_terminated_total', help: 'Connected UDP sockets destroyed because their backend left their Service', registers: r });
     this.syncErrors = new Counter({ name: 'ferry_sync_errors_total', help: 'Failed syncs of the datapath maps, by error code', labelNames: ['code'], registers: r });
   }
 }

@@ -7,6 +7,7 @@ import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node
 import type { Logger } from 'pino';
 import { flushFlowsTo } from '../datapath/ct-gc.js';
 import type { DatapathMaps } from '../datapath/loader.js';
+import { Proto } from '../datapath/layouts.js';
 import type { ApplyStats } from '../datapath/writer.js';
 import type { WriteFailure } from '../datapath/write-plan.js';
 import { FerryError } from '../errors.js';
@@ -71,6 +72,8 @@ export interface ReconcilerDeps {
    * (a conntrack pass, otherwise left to the periodic GC). Returns how many were freed.
    */
   reclaimIds?: () => number;
+  /** After a sync that removed a UDP backend: its connected sockets are destroyed. */
+  onUdpBackendsRemoved?: () => void;
 }
 
 export class Reconciler {
@@ -228,6 +231,7 @@ export class Reconciler {
       for (const f of stats.failures) this.failed.set(f.service, f);
       // Flows to removed backends, found by the backend (local, SNAT, DSR at either end), and to removed frontends.
       const flushed = flushFlowsTo(this.d.maps, stats.removedBackends, new Set(stats.removedBackendIds), stats.removedFrontends);
+      if (stats.removedBackends.some((b) => b.proto === Proto.UDP)) this.d.onUdpBackendsRemoved?.();
       this.failures = [...this.failed.values()];
       await this.d.serviceHealth.sync(this.table.healthChecks());
       this.syncs++;

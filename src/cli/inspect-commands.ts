@@ -9,6 +9,7 @@ import { uninstall, uninstallPlan } from '../datapath/uninstall.js';
 import { defaultObjectsDir } from '../datapath/loader.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { table } from './table.js';
+import type { StaleUdpSocketsStatus } from '../agent/stale-sockets.js';
 
 const PIN_DIR = '/sys/fs/bpf/ferry';
 const MAP_TYPES: Record<number, string> = { 1: 'hash', 2: 'array', 6: 'percpu_array', 9: 'lru_hash', 11: 'lpm_trie', 13: 'hash_of_maps', 27: 'ringbuf' };
@@ -149,10 +150,12 @@ export function registerInspect(program: Command): void {
       let unprogrammed: Array<{ service: string; error: string }> = [];
       type Announcing = { l2?: Array<{ address: string; devices: string[] }>; bgp?: { peers: Array<{ peer: string; address: string; state: string; uptime: string; prefixesSent: number; bfd?: string }>; prefixes: string[]; error?: string } };
       let announcing: Announcing = {};
+      let udpSockets: StaleUdpSocketsStatus | undefined;
       try {
-        const s = (await (await fetch(`${o.metrics}/status`, { signal: AbortSignal.timeout(1000) })).json()) as { lastSync?: string; unprogrammed?: Array<{ service: string; error: string }> } & Announcing;
+        const s = (await (await fetch(`${o.metrics}/status`, { signal: AbortSignal.timeout(1000) })).json()) as { lastSync?: string; unprogrammed?: Array<{ service: string; error: string }>; udpSockets?: StaleUdpSocketsStatus } & Announcing;
         agent = s.lastSync ? `up, last sync ${s.lastSync}` : 'up, not synced yet';
         unprogrammed = s.unprogrammed ?? [];
+        udpSockets = s.udpSockets;
         announcing = { l2: s.l2, bgp: s.bgp };
         mode = (await (await fetch(`${o.metrics}/proxyMode`, { signal: AbortSignal.timeout(1000) })).text()).trim();
       } catch {
@@ -168,13 +171,15 @@ export function registerInspect(program: Command): void {
         backends: maps.find((m) => m.name === 'lb4_backends')?.entries ?? 0,
         flows: maps.find((m) => m.name === 'ct4')?.entries ?? 0,
         maps: maps.map((m) => ({ name: m.name, entries: m.entries, capacity: m.capacity })),
-        forwarded: stats, drops, links, unprogrammed, ...announcing,
+        forwarded: stats, drops, links, unprogrammed, ...announcing, ...(udpSockets ? { udpSockets } : {}),
       };
       if (o.output === 'json') {
         process.stdout.write(`${JSON.stringify(status, null, 2)}\n`);
         return;
       }
-      process.stdout.write(`agent:     ${agent}\nmode:      ${mode}\npins:      ${o.pinDir}\nfrontends: ${status.frontends}   backends: ${status.backends}   flows: ${status.flows}\n\n`);
+      process.stdout.write(`agent:     ${agent}\nmode:      ${mode}\npins:      ${o.pinDir}\nfrontends: ${status.frontends}   backends: ${status.backends}   flows: ${status.flows}\n`);
+      if (udpSockets) process.stdout.write(`udp:       ${udpSocketsLine(udpSockets)}\n`);
+      process.stdout.write('\n');
       process.stdout.write(table(['MAP', 'ENTRIES', 'CAPACITY'], status.maps.map((m) => [m.name, m.entries, m.capacity])));
       process.stdout.write('\nforwarded:\n');
       process.stdout.write(stats.length ? table(['PATH', 'PACKETS', 'BYTES'], stats.map((r) => [r.name, r.packets, r.bytes])) : '(none)\n');
@@ -193,4 +198,11 @@ export function registerInspect(program: Command): void {
       process.stdout.write('\nattached:\n');
       process.stdout.write(links.length ? table(['WHERE', 'PROGRAM', 'ID', 'LOADED'], links.map((l) => [l.where, l.program, l.id, l.loaded])) : '(nothing found: is the agent running here?)\n');
     });
+}
+
+/** The agent's UDP socket terminator in one line. */
+export function udpSocketsLine(u: StaleUdpSocketsStatus): string {
+  if (!u.enabled) return `connected sockets are not terminated (${u.reason ?? 'unavailable'})`;
+  const last = u.lastPass ? `; last pass ${u.lastPass.at} (${u.lastPass.why}): ${u.lastPass.namespaces} namespaces, ${u.lastPass.destroyed} destroyed, ${u.lastPass.ms} ms` : '';
+  return `connected sockets to removed backends are terminated: ${u.destroyed} so far in ${u.passes} passes${last}`;
 }

@@ -81,6 +81,10 @@ export interface Libbpf {
   /** The program attached in the mode `flags` names (0: none), or <0. */
   xdpQueryId(ifindex: number, flags: number): { rc: number; id: number };
   programAttachCgroup(prog: Pointer, cgroupFd: number): Pointer | null;
+  /** An iterator program as a link (no options: the iterator's default target). */
+  programAttachIter(prog: Pointer): Pointer | null;
+  /** A new read of an iterator link: an fd whose read() runs the program over the objects. */
+  iterCreate(linkFd: number): number;
   linkFd(link: Pointer): number;
   linkPin(link: Pointer, path: string): number;
   linkDestroy(link: Pointer): number;
@@ -225,6 +229,8 @@ function bind(): Libbpf {
   const xdpDetach = f('int bpf_xdp_detach(int ifindex, uint32_t flags, void *opts)');
   const xdpQueryId = f('int bpf_xdp_query_id(int ifindex, int flags, _Out_ uint32_t *prog_id)');
   const attachCgroup = f('bpf_link *bpf_program__attach_cgroup(bpf_program *prog, int cgroup_fd)');
+  const attachIter = f('bpf_link *bpf_program__attach_iter(bpf_program *prog, void *opts)');
+  const iterCreate = f('int bpf_iter_create(int link_fd)');
   const linkFd = f('int bpf_link__fd(bpf_link *link)');
   const linkPin = f('int bpf_link__pin(bpf_link *link, const char *path)');
   const linkDestroy = f('int bpf_link__destroy(bpf_link *link)');
@@ -314,6 +320,8 @@ function bind(): Libbpf {
       const rc = xdpQueryId(ifindex, flags, id);
       return { rc, id: Number(id[0]) };
     },
+    programAttachIter: (p) => attachIter(p, null),
+    iterCreate: (fd) => iterCreate(fd),
     linkFd: (l) => linkFd(l),
     linkPin: (l, path) => linkPin(l, path),
     linkDestroy: (l) => linkDestroy(l),

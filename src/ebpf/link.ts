@@ -30,6 +30,12 @@ export class BpfLink implements Link {
     return `link ${this.program} at ${this.where}`;
   }
 
+  /** The link's file descriptor (owned by the link). */
+  get fd(): number {
+    if (!this.handle) throw new FerryError({ code: ErrorCode.Closed, op: `use ${this.what}`, cause: 'used after close' });
+    return libbpf().linkFd(this.handle);
+  }
+
   /** Pin at a bpffs path, so the attachment outlives this process. */
   pin(path: string): void {
     if (!this.handle) throw new FerryError({ code: ErrorCode.Closed, op: `pin ${this.what}`, cause: 'used after close' });

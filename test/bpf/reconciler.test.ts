@@ -19,6 +19,8 @@ let services: V1Service[] = [];
 let slices: V1EndpointSlice[] = [];
 const nodeObj: V1Node = { metadata: { name: 'node-1' }, status: { addresses: [{ type: 'InternalIP', address: NODE_IP }] } };
 let r: Reconciler;
+/** Syncs that told the agent a UDP backend went (its connected sockets are then destroyed). */
+let udpRemovals = 0;
 
 beforeAll(async () => {
   node = await datapathNode();
@@ -35,6 +37,7 @@ beforeAll(async () => {
     syncPeriodMs: 60_000,
     extraNodeAddresses: [],
     nodeName: 'node-1',
+    onUdpBackendsRemoved: () => udpRemovals++,
   });
 });
 afterAll(async () => {
@@ -72,9 +75,11 @@ describeWith(['root', 'bpffs', 'netns'], 'reconciler', () => {
     for (let p = 6000; p < 6100; p++) seen.add(dstOf(node.run('tc_ingress', query(p)).data));
     expect([...seen].sort()).toEqual(['10.244.1.10', '10.244.1.11']);
 
+    expect(udpRemovals).toBe(0);
     slices = [slice(['10.244.1.11'])];
     r.sliceChanged(slices[0]!);
     await r.syncNow();
+    expect(udpRemovals).toBe(1);
     // The UDP flow from port 5000 was on .10: flushed, so even it moves now.
     expect(node.dp.maps.ct4.entries().every(([, v]) => node.dp.maps.lb4_backends.lookup(v.backendId))).toBe(true);
     for (let p = 5000; p < 6100; p += 7) expect(dstOf(node.run('tc_ingress', query(p)).data)).toBe('10.244.1.11');
@@ -114,7 +119,9 @@ describeWith(['root', 'bpffs', 'netns'], 'reconciler', () => {
     expect(dstOf(node.run('tc_ingress', query(7000)).data)).toBe('10.244.1.20');
     services = [twin];
     r.serviceChanged(dns);
+    const before = udpRemovals;
     await r.syncNow();
+    expect(udpRemovals).toBe(before); // the backend lives on for the twin: the periodic pass covers its sockets
     expect(node.dp.maps.lb4_services.entries().filter(([k]) => k.port === 30053)).toEqual([]);
     // The flow's packets skip the frontend lookup: only the flush ends it.
     expect(node.run('tc_ingress', query(7000)).retval).toBe(TcVerdict.UNSPEC); // passes, untouched, on to the next filter

@@ -14,6 +14,8 @@ import { eventually } from '../harness/wait.js';
 import { WORKLOADS } from '../../src/sandbox/mini-cluster.js';
 import { describeWith } from '../harness/requirements.js';
 import { agentSecurity } from '../../src/sandbox/manifests.js';
+import type { StaleUdpSocketsStatus } from '../../src/agent/stale-sockets.js';
+import { udpSocketsLine } from '../../src/cli/inspect-commands.js';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT } from '../harness/paths.js';
@@ -76,6 +78,35 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
     expect(await eventually(() => hostname(c.net.client, 'http://10.0.30.21:30082/'), (h) => h === 'error 7')).toBe('error 7');
     applyObject(c, 'endpointslices', sliceFor('web', [{ pod: web1 }], [{ name: 'http', port: 8080 }]));
     expect(await eventually(() => hostname(client1.host, 'http://10.96.0.10/'), (h) => h === 'web-1')).toBe('web-1');
+  });
+
+  it('destroys a pod\'s connected UDP socket when its backend leaves the Service, so that it connects again', async () => {
+    const [dns1, dns2] = await Promise.all([podWith(c, 'dns-1', 1, { udpEcho: 5353 }), podWith(c, 'dns-2', 2, { udpEcho: 5353 })]);
+    const dns: V1Service = { metadata: { name: 'dns', namespace: 'default' }, spec: { type: 'ClusterIP', clusterIP: '10.96.0.30', clusterIPs: ['10.96.0.30'], ports: [{ name: 'dns', port: 53, protocol: 'UDP' }] } };
+    applyObject(c, 'services', dns);
+    applyObject(c, 'endpointslices', sliceFor('dns', [{ pod: dns1 }], [{ name: 'dns', port: 5353, protocol: 'UDP' }]));
+    // A client that connects once and sends a datagram every 100 ms: echoes while its backend serves.
+    const script = `const s = require('dgram').createSocket('udp4');
+let replies = 0;
+s.on('error', (e) => { console.log('error ' + e.code + ' after ' + replies + ' replies'); process.exit(0); });
+s.on('message', () => { if (replies++ === 0) console.log('reply'); });
+s.connect(53, '10.96.0.30', () => setInterval(() => s.send('q', () => {}), 100));`;
+    const client = client1.host.spawn([process.execPath, '-e', script]);
+    try {
+      expect(await eventually(async () => client.output(), (o) => o.includes('reply'), 15_000)).toContain('reply');
+      applyObject(c, 'endpointslices', sliceFor('dns', [{ pod: dns2 }], [{ name: 'dns', port: 5353, protocol: 'UDP' }]));
+      expect(await eventually(async () => client.output(), (o) => o.includes('error'), 15_000)).toMatch(/error ECONNABORTED after [1-9]/);
+      const m = await c.net.node(1).host.execOk(['curl', '-sS', 'http://127.0.0.1:10249/metrics']);
+      expect(Number(/^ferry_udp_sockets_terminated_total (\d+)/m.exec(m)?.[1])).toBeGreaterThanOrEqual(1);
+      // ferry status: what the agent's /status says of it.
+      const status = JSON.parse(await c.net.node(1).host.execOk(['curl', '-sS', 'http://127.0.0.1:10249/status'])) as { udpSockets: StaleUdpSocketsStatus };
+      expect(status.udpSockets).toMatchObject({ enabled: true });
+      expect(status.udpSockets.destroyed).toBeGreaterThanOrEqual(1);
+      expect(udpSocketsLine(status.udpSockets)).toMatch(/^connected sockets to removed backends are terminated: [1-9]\d* so far in \d+ passes; last pass .*: \d+ namespaces, \d+ destroyed, \d+ ms$/);
+    } finally {
+      client.child.kill();
+    }
+    c.store.delete('services', 'default', 'dns');
   });
 
   it('serves kube-proxy health: /healthz, /livez and the health check node port of an ETP=Local Service', async () => {
@@ -184,6 +215,9 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry agent', () => {
     const agent = await c.startAgent(node1, 60_000, { capabilities: granted.map((x) => x.toLowerCase()) });
     expect(agent.output()).toMatch(/"adopted":\d+/);
     expect(await hostname(c.net.client, 'http://10.0.30.21:30080/')).toMatch(/^web-/);
+    // The UDP socket terminator (an iterator: a tracing program) loads with them too.
+    expect(agent.output()).not.toMatch(/connected UDP sockets are not terminated/);
+    expect((JSON.parse(await node1.host.execOk(['curl', '-sS', 'http://127.0.0.1:10249/status'])) as { udpSockets: StaleUdpSocketsStatus }).udpSockets.enabled).toBe(true);
     // Adopting the pinned maps reads their BTF by id, which the kernel allows CAP_SYS_ADMIN only.
     await c.stopAgent(node1);
     await expect(c.startAgent(node1, 15_000, { capabilities: granted.filter((x) => x !== 'SYS_ADMIN').map((x) => x.toLowerCase()) })).rejects.toThrow(/EPERM|not permitted/);

@@ -43,7 +43,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'the ferry image', () => {
       expect(readdirSync(join(root, 'usr/lib/x86_64-linux-gnu')).some((f) => /^libbpf\.so\.1\.5/.test(f))).toBe(true);
       expect(chroot(['node', '/opt/ferry/bin/ferry.js', '--help']).stdout).toMatch(/Usage: ferry/);
       expect(chroot(['node', '/opt/ferry/bin/ferry.js', 'manifests', '--talos']).stdout).toMatch(/kind: DaemonSet/);
-      for (const f of ['opt/ferry/build/bpf/tc.bpf.o', 'opt/ferry/build/bpf/sock.bpf.o', 'usr/sbin/bpftool', 'usr/lib/frr/watchfrr', 'usr/bin/ip', 'usr/sbin/iptables-nft-save', 'usr/sbin/iptables-legacy-save', 'usr/sbin/nft']) expect(existsSync(join(root, f)), f).toBe(true);
+      for (const f of ['opt/ferry/build/bpf/tc.bpf.o', 'opt/ferry/build/bpf/sock.bpf.o', 'opt/ferry/build/bpf/sock_term.bpf.o', 'usr/sbin/bpftool', 'usr/lib/frr/watchfrr', 'usr/bin/ip', 'usr/sbin/iptables-nft-save', 'usr/sbin/iptables-legacy-save', 'usr/sbin/nft']) expect(existsSync(join(root, f)), f).toBe(true);
       for (const f of ['usr/bin/gcc', 'usr/bin/cc', 'usr/bin/clang', 'usr/bin/apt-get']) expect(existsSync(join(root, f)), f).toBe(false);
       const files = (dir: string) => (readdirSync(join(root, dir), { recursive: true, withFileTypes: true }) as Array<{ isDirectory(): boolean; name: string }>).filter((e) => !e.isDirectory()).map((e) => e.name);
       expect(files('var/lib/apt/lists').filter((f) => f !== 'lock')).toEqual([]);

@@ -1,0 +1,126 @@
+/* Connected UDP sockets whose backend has left their Service: destroyed, so that the
+ * application sees an error and connects again (balanced afresh by the socket hooks), as
+ * kube-proxy deletes the conntrack entries of UDP flows to a removed endpoint. A socket
+ * balanced at connect() talks to its backend's address directly; without this it would
+ * send into the void until it is closed (Cilium terminates such sockets the same way).
+ *
+ * An iterator over the UDP sockets of the network namespace it is read in (the agent reads
+ * it in every namespace of the node, src/datapath/socket-terminator.ts). A socket is
+ * destroyed when the socket hooks balanced it (lb4_sock_rev holds its cookie and its
+ * connected address) and that address is no longer a backend of the frontend it asked for,
+ * nor a terminating backend that still serves.
+ * Each destroyed socket is reported as a line "<cookie> <backend address> <port> <rc>".
+ * Needs the bpf_sock_destroy kfunc (kernel 6.5); the agent runs without it where missing. */
+#include "lib/common.h"
+#include "lib/config.h"
+#include "lib/maps.h"
+#include "lib/lb.h"
+
+#define TCP_ESTABLISHED 1 /* a connected UDP socket's state */
+
+/* The kernel's types this iterator reads, as far as it reads them: their offsets are the
+ * running kernel's (CO-RE, relocated by libbpf from the kernel's BTF). */
+struct sock_common {
+	__be32 skc_daddr;
+	__be16 skc_dport;
+	volatile unsigned char skc_state;
+} __attribute__((preserve_access_index));
+
+struct sock {
+	struct sock_common __sk_common;
+} __attribute__((preserve_access_index));
+
+struct udp_sock;
+struct seq_file;
+
+struct bpf_iter_meta {
+	struct seq_file *seq;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter__udp {
+	struct bpf_iter_meta *meta;
+	struct udp_sock *udp_sk;
+} __attribute__((preserve_access_index));
+
+extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
+
+struct draining_search {
+	__be32 address;
+	__be16 port;
+	__u8 found;
+};
+
+static long draining_step(__u64 i, void *ctx)
+{
+	struct draining_search *s = ctx;
+	__u32 id = i + 1;
+	struct lb4_backend *b = bpf_map_lookup_elem(&lb4_backends, &id);
+
+	if (!b)
+		return 1; /* past the last id */
+	if (b->address == s->address && b->port == s->port && b->proto == IPPROTO_UDP && (b->flags & LB_BACKEND_F_TERMINATING)) {
+		s->found = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* Is baddr:bport a terminating backend that still serves? Those stay out of the frontends'
+ * slots (no new flows) but keep what they have until they are gone, as kube-proxy keeps a
+ * serving endpoint's conntrack entries. A walk over the backends, for sockets whose backend
+ * is in no slot only. */
+static __always_inline int sock_backend_draining(__be32 baddr, __be16 bport)
+{
+	struct draining_search s = { .address = baddr, .port = bport };
+
+	bpf_loop(1 << 20, draining_step, &s, 0);
+	return s.found;
+}
+
+/* Does the frontend this socket asked for (as the socket hooks found it: the internal
+ * scope's entry first, a NodePort on loopback by its 0.0.0.0 entry) still have the backend
+ * the socket is connected to? */
+static __always_inline int sock_backend_current(const struct lb4_sock_value *asked, __be32 baddr, __be16 bport)
+{
+	struct lb4_service *svc;
+	__be32 addr = asked->address;
+	__u8 scope;
+	int found;
+
+	found = lb4_lookup_internal(addr, asked->port, IPPROTO_UDP, &scope, &svc);
+	if (found == LB_NOT_SERVICE && lb4_is_loopback(addr)) {
+		addr = 0;
+		found = lb4_lookup_internal(addr, asked->port, IPPROTO_UDP, &scope, &svc);
+	}
+	if (found != LB_FOUND || !svc)
+		return 0;
+	return lb4_has_backend_at(addr, asked->port, IPPROTO_UDP, scope, svc, baddr, bport, 0);
+}
+
+SEC("iter/udp")
+int sock4_term_udp(struct bpf_iter__udp *ctx)
+{
+	struct sock *sk = (struct sock *)ctx->udp_sk;
+	struct lb4_sock_value *asked;
+	struct lb4_sock_key k = {};
+	__u64 args[4];
+	int rc;
+
+	if (!sk || sk->__sk_common.skc_state != TCP_ESTABLISHED)
+		return 0;
+	k.cookie = bpf_get_socket_cookie(sk);
+	k.address = sk->__sk_common.skc_daddr;
+	k.port = sk->__sk_common.skc_dport;
+	asked = bpf_map_lookup_elem(&lb4_sock_rev, &k);
+	if (!asked || sock_backend_current(asked, k.address, k.port) || sock_backend_draining(k.address, k.port))
+		return 0;
+	rc = bpf_sock_destroy((struct sock_common *)sk);
+	args[0] = k.cookie;
+	args[1] = (__u64)&k.address;
+	args[2] = bpf_ntohs(k.port);
+	args[3] = (__u64)(__s64)rc;
+	bpf_seq_printf(ctx->meta->seq, "%llu %pI4 %llu %lld\n", sizeof("%llu %pI4 %llu %lld\n"), args, sizeof(args));
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,25 @@
+// The agent's conntrack GC: expired flows and bindings, flows of backends or frontends the
+// writer no longer holds, and retired backend ids no flow uses any more.
+import { collectConntrack, collectOrphans } from '../datapath/ct-gc.js';
+import type { DatapathMaps } from '../datapath/loader.js';
+import type { ServiceWriter } from '../datapath/writer.js';
+import type { AgentMetrics } from './metrics.js';
+
+/** Flows whose backend or frontend is gone, counted; the backend ids flows still use. */
+export function collectOrphanFlows(maps: DatapathMaps, writer: ServiceWriter, metrics: AgentMetrics): ReturnType<typeof collectOrphans> {
+  const o = collectOrphans(maps, writer.externalFrontends());
+  metrics.ctCollected.inc({ map: 'ct4' }, o.ctDeleted);
+  metrics.ctCollected.inc({ map: 'nat4' }, o.natDeleted);
+  return o;
+}
+
+/** One GC pass; returns the map fill it saw (what /metrics reports until the next). */
+export function collectGarbage(maps: DatapathMaps, writer: ServiceWriter, metrics: AgentMetrics): Record<string, number> {
+  const r = collectConntrack(maps);
+  metrics.ctCollected.inc({ map: 'ct4' }, r.ctDeleted);
+  metrics.ctCollected.inc({ map: 'nat4' }, r.natDeleted);
+  const o = collectOrphanFlows(maps, writer, metrics);
+  writer.quarantineBackendIds(o.backendIdsInFlows);
+  writer.releaseRetiredBackends(o.backendIdsInFlows);
+  return { ct4: r.ctScanned - r.ctDeleted - o.ctDeleted, nat4: r.natScanned - r.natDeleted - o.natDeleted, lb4_sock_rev: [...maps.lb4_sock_rev.keys()].length };
+}
