@@ -1,6 +1,6 @@
 // Connected UDP sockets balanced at connect() by the socket hooks keep their backend's
 // address; when the backend leaves the Service the terminator destroys them (the
-// application's pending receive fails), and leaves alone sockets whose backend is still
+// application's pending receive fails; IPv4 sockets and dual-stack IPv6 ones alike), and leaves alone sockets whose backend is still
 // the Service's (or terminating but serving) and sockets that connected to a pod address
 // themselves.
 import { mkdirSync, rmSync } from 'node:fs';
@@ -59,7 +59,7 @@ const udp = (address: string, backends: string[]): FrontendSpec => ({
 /** A client in the pod with a connected UDP socket, waiting for datagrams; it prints its
  * peer as getpeername() reports it, and the error its socket gets. */
 async function connectedClient(address: string, port: number): Promise<Proc> {
-  const script = `const s = require('dgram').createSocket('udp4');
+  const script = `const s = require('dgram').createSocket('${address.includes(':') ? 'udp6' : 'udp4'}');
 s.on('error', (e) => { console.log('error ' + e.code); process.exit(0); });
 s.on('message', () => {});
 s.connect(${port}, '${address}', () => { const r = s.remoteAddress(); console.log('connected ' + r.address + ':' + r.port); });
@@ -84,8 +84,10 @@ describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'UDP socket termination', ()
     const moved = await connectedClient('10.96.0.10', 53);
     const kept = await connectedClient('10.96.0.11', 53);
     const direct = await connectedClient('10.244.1.10', 5353); // the same backend, not through a Service
+    const mapped = await connectedClient('::ffff:10.96.0.10', 53); // a dual-stack socket (Java, .NET)
     // getpeername() says the Service: the hooks balanced these two.
     expect(moved.output()).toContain('connected 10.96.0.10:53');
+    expect(mapped.output()).toContain('connected ::ffff:10.96.0.10:53');
     expect(direct.output()).toContain('connected 10.244.1.10:5353');
 
     // Nothing has changed yet: a pass destroys nothing.
@@ -93,9 +95,10 @@ describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'UDP socket termination', ()
 
     writer.apply([udp('10.96.0.10', ['10.244.1.11']), udp('10.96.0.11', ['10.244.1.20'])]);
     const pass = term.terminate(listNetns());
-    expect(pass.terminated.map((t) => ({ backend: t.backend, port: t.port, rc: t.rc }))).toEqual([{ backend: '10.244.1.10', port: 5353, rc: 0 }]);
+    expect(pass.terminated.map((t) => ({ backend: t.backend, port: t.port, rc: t.rc }))).toEqual([{ backend: '10.244.1.10', port: 5353, rc: 0 }, { backend: '10.244.1.10', port: 5353, rc: 0 }]);
     expect(pass.terminated[0]!.netns).not.toBe('/proc/thread-self/ns/net');
     expect(await eventually(async () => moved.output(), (o) => o.includes('error'), 5000, 25)).toMatch(/error ECONNABORTED/);
+    expect(await eventually(async () => mapped.output(), (o) => o.includes('error'), 5000, 25)).toMatch(/error ECONNABORTED/);
 
     // A new client reaches the new backend; the others still hold their sockets.
     const again = await connectedClient('10.96.0.10', 53);
