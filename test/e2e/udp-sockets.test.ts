@@ -1,8 +1,8 @@
 // Connected UDP sockets balanced at connect() by the socket hooks keep their backend's
 // address; when the backend leaves the Service the terminator destroys them (the
-// application's pending receive fails; IPv4 sockets and dual-stack IPv6 ones alike), and leaves alone sockets whose backend is still
-// the Service's (or terminating but serving) and sockets that connected to a pod address
-// themselves.
+// application's pending receive fails; IPv4 sockets and dual-stack IPv6 ones alike), and
+// leaves alone sockets whose backend is still the Service's (or terminating but serving)
+// and sockets that connected to a pod address themselves.
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
