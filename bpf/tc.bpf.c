@@ -92,7 +92,12 @@ static __always_inline int tc_egress_packet(struct __sk_buff *ctx)
 		return CTX_ACT_UNSPEC;
 	ct4_key_of(&p, &k);
 	nat = bpf_map_lookup_elem(&nat4, &k);
-	if (!nat || !(nat->flags & CT_F_LOCAL))
+	if (!nat) {
+		if (unlikely(local_reply_unbound_in_handover(&p)))
+			return count_drop(DROP_HANDOVER_UNBOUND, p.len);
+		return CTX_ACT_UNSPEC;
+	}
+	if (!(nat->flags & CT_F_LOCAL))
 		return CTX_ACT_UNSPEC;
 	now = ferry_now();
 	expired = ct_expired(nat->expires_ns, now);

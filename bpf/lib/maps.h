@@ -36,6 +36,15 @@ struct {
 	__type(value, struct lb4_reverse_nat);
 } lb4_reverse_nat SEC(".maps");
 
+/* A backend's endpoint → its id (struct lb4_backend_key), sized as lb4_backends. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lb4_backend_key);
+	__type(value, __u32);
+} lb4_backend_ids SEC(".maps");
+
 /* Which packets may be a Service's (struct lb4_addr_filter, enum lb4_filter_slot). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -101,6 +101,15 @@ struct lb4_backend {
 	__u8 flags; /* enum lb_backend_flags */
 };
 
+/* lb4_backend_ids: a backend's endpoint → its id, kept by the writer beside lb4_backends:
+ * what tells a packet leaving from a backend's endpoint on the egress path. */
+struct lb4_backend_key {
+	__be32 address;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
 /* The next hop of the newest flow to a backend (lb4_backend_hops, at its backend id),
  * written by the datapath: new SNAT flows to the backend within a second of its lookup,
  * from the same address and device, take it instead of looking the route up again. */

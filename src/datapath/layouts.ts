@@ -135,6 +135,15 @@ export const lb4BackendCodec = structCodec('lb4_backend', {
 });
 export type Lb4Backend = ReturnType<typeof lb4BackendCodec.decode>;
 
+/** lb4_backend_ids' key: a backend's endpoint (the writer keeps endpoint → id there). */
+export const lb4BackendKeyCodec = structCodec('lb4_backend_key', {
+  address: { type: 'ipv4' },
+  port: { type: 'be16' },
+  proto: { type: 'u8' },
+  pad: { type: 'pad', length: 1 },
+});
+export type Lb4BackendKey = ReturnType<typeof lb4BackendKeyCodec.decode>;
+
 /** Written by the datapath only: the route new SNAT flows to a backend share (bpf/lib/fib.h). */
 export const lb4BackendHopCodec = structCodec('lb4_backend_hop', {
   lookedUpNs: { type: 'u64' },
@@ -292,6 +301,7 @@ export const mapSpecs = {
   lb4_services: { key: lb4KeyCodec, value: lb4ServiceCodec, sizeSetting: 'mapSizes.services' },
   lb4_backends: { key: u32Codec, value: lb4BackendCodec, sizeSetting: 'mapSizes.backends', sparse: true },
   lb4_reverse_nat: { key: u32Codec, value: lb4ReverseNatCodec, sizeSetting: 'mapSizes.reverseNat' },
+  lb4_backend_ids: { key: lb4BackendKeyCodec, value: u32Codec, sizeSetting: 'mapSizes.backends' },
   lb4_backend_hops: { key: u32Codec, value: lb4BackendHopCodec, sizeSetting: 'mapSizes.backends', sparse: true },
   lb4_addr_filter: { key: u32Codec, value: lb4AddrFilterCodec, sizeSetting: undefined },
   // Outer map of the Maglev tables: written with inner map FDs, read back as map ids.

@@ -15,6 +15,7 @@ import { ipv4FromString } from '../ebpf/codec.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { mapOptions, mapSpecs, type DatapathMaps, type MapName } from './layouts.js';
 import { configureObject, loadXdpObject, setForwardingConstants } from './object-settings.js';
+import { rebuildBackendIndex } from './backend-index.js';
 
 export { loadXdpObject } from './object-settings.js';
 
@@ -166,6 +167,7 @@ export class Datapath {
       migration.migrate(sock);
       const dp = new Datapath(tc, sock, sizes, cfg, migration);
       dp.maglevTableSize = cfg.maglevTableSize ?? 0;
+      if (!['lb4_backends', 'lb4_backend_ids'].every((m) => tc.pinReport.adopted.includes(m))) rebuildBackendIndex(dp.maps);
       return dp;
     } catch (e) {
       migration.close();

@@ -13,6 +13,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   lb4_services: 'services',
   lb4_backends: 'backends',
   lb4_reverse_nat: 'reverseNat',
+  lb4_backend_ids: 'backends',
   lb4_backend_hops: 'backends',
   lb4_addr_filter: undefined,
   lb4_names: 'reverseNat',

@@ -14,6 +14,7 @@ import { ServiceAddressFilter } from './address-filter.js';
 import { MaglevTables } from './maglev-tables.js';
 import { readServiceTable } from './service-table.js';
 import { SourceRangeSet } from './source-ranges.js';
+import { backendIndexKey } from './backend-index.js';
 import { emptyService, planChangedWrites, planWrites, type FrontendState, type WriteFailure, type WritePlan, type WriterState } from './write-plan.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { frontendId, type FrontendSpec } from '../model/frontend.js';
@@ -38,7 +39,7 @@ export interface ApplyStats {
   failures: WriteFailure[];
 }
 
-export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_reverse_nat' | 'lb4_src_ranges' | 'lb4_maglev' | 'lb4_names' | 'lb4_addr_filter'>;
+export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_backend_ids' | 'lb4_reverse_nat' | 'lb4_src_ranges' | 'lb4_maglev' | 'lb4_names' | 'lb4_addr_filter'>;
 
 const wildcardKey = (address: string): Lb4Key => ({ address, port: 0, proto: 0, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 });
 
@@ -244,6 +245,7 @@ export class ServiceWriter implements WriterState {
     this.addressFilter.admit(plan.masterWrites.filter(([k]) => k.scope === LbScope.LB_SCOPE_EXTERNAL).map(([k]) => k), plan.newWildcards);
     if (plan.backendWrites.length > 0) {
       m.lb4_backends.updateBatch(plan.backendWrites);
+      m.lb4_backend_ids.updateBatch(plan.backendWrites.map(([id, b]) => [backendIndexKey(b), id]));
       for (const [id, b] of plan.backendWrites) this.backends.set(id, b);
       stats.backendsWritten += plan.backendWrites.length;
       stats.entriesWritten += plan.backendWrites.length;
@@ -297,6 +299,9 @@ export class ServiceWriter implements WriterState {
     stats.entriesDeleted += this.ranges.remove(plan.staleRanges);
     if (plan.staleBackends.length > 0) {
       stats.entriesDeleted += m.lb4_backends.deleteBatch(plan.staleBackends);
+      // An endpoint this plan wrote again under another id keeps its new index entry.
+      const rewritten = new Set(plan.backendWrites.map(([, b]) => backendKey(b.address, b.port, b.proto)));
+      m.lb4_backend_ids.deleteBatch(plan.staleBackends.map((id) => this.backends.get(id)!).filter((b) => !rewritten.has(backendKey(b.address, b.port, b.proto))).map(backendIndexKey));
       for (const id of plan.staleBackends) {
         const b = this.backends.get(id)!;
         stats.removedBackends.push(b);

@@ -4,16 +4,19 @@
 // end of the connection, so in the switch it is dropped and counted (the backend sends it
 // again once the binding is there); outside it, or with a host socket on the tuple, it goes
 // to the host as ever. Likewise a client's TCP segment (not a SYN) with no flow entry: in
-// the switch it is dropped rather than balanced afresh onto another SNAT port. Through tc
-// alone and through XDP in front of tc.
-import { closeSync } from 'node:fs';
+// the switch it is dropped rather than balanced afresh onto another SNAT port, and a local
+// backend's packet leaving with no binding (its reply, untranslated, would be reset by the
+// client) too. Through tc alone and through XDP in front of tc.
+import { closeSync, unlinkSync } from 'node:fs';
+import { join } from 'node:path';
+import { Datapath } from '../../src/datapath/loader.js';
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { monotonicNs } from '../../src/datapath/ct-gc.js';
 import { DropReason } from '../../src/datapath/layouts.js';
 import { buildPacket, eth, ipv4, payload, tcp, udp } from '../../src/packet/build.js';
 import { TcVerdict, XdpVerdict } from '../../src/sandbox/packet-fixture.js';
-import { NODE_IP, NODE_MAC, OTHER_NODE_MAC, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
-import { REMOTE_POD, TC_SERVICES, clientTcp, syn } from '../../src/sandbox/fixtures/tc.js';
+import { CLIENT_IP, NODE_IP, NODE_MAC, OTHER_NODE_MAC, ROUTER_MAC, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { LOCAL_POD, REMOTE_POD, TC_SERVICES, clientTcp, syn } from '../../src/sandbox/fixtures/tc.js';
 import { listeningSocketInNetns } from '../../src/sys/socket.js';
 import { describeWith } from '../harness/requirements.js';
 
@@ -89,6 +92,39 @@ for (const acceleration of ['none', 'native'] as const) {
       handover(0n);
       expect(node.run('tc_ingress', ack).retval).toBe(TcVerdict.REDIRECT);
       expect(unboundDrops()).toBe(0n);
+    });
+
+    it('in a switch, a local backend\'s packet leaving with no binding is dropped; other endpoints\' go on; outside one it goes on', () => {
+      // The pod's answer on a flow the previous programs opened: the client would reset it untranslated.
+      const fromPod = (sport: number) => buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: LOCAL_POD, dst: CLIENT_IP, ttl: 63 }), tcp({ sport, dport: 40000, flags: 'A', seq: 1, ack: 1001 })]);
+      handover(monotonicNs() + 5_000_000_000n);
+      expect(node.run('tc_egress', fromPod(8080)).retval).toBe(TcVerdict.SHOT);
+      expect(unboundDrops()).toBe(1n);
+      expect(node.run('tc_egress', fromPod(45000)).retval).toBe(TcVerdict.UNSPEC); // the pod's own connection
+      handover(0n);
+      expect(node.run('tc_egress', fromPod(8080)).retval).toBe(TcVerdict.UNSPEC);
+      expect(unboundDrops()).toBe(1n);
+      // And through the index: the backend's id found by its endpoint.
+      const index = node.dp.maps.lb4_backend_ids;
+      const key = { address: LOCAL_POD, port: 8080, proto: 6 };
+      const id = index.lookup(key)!;
+      index.delete(key);
+      handover(monotonicNs() + 5_000_000_000n);
+      expect(node.run('tc_egress', fromPod(8080)).retval).toBe(TcVerdict.UNSPEC);
+      index.update(key, id);
+    });
+
+    it('a load that finds no index (an upgrade from a build without it) fills it from lb4_backends', () => {
+      const want = node.dp.maps.lb4_backend_ids.entries().sort(([a], [b]) => `${a.address}:${a.port}`.localeCompare(`${b.address}:${b.port}`));
+      expect(want.length).toBeGreaterThan(1);
+      unlinkSync(join(node.pinDir, 'lb4_backend_ids'));
+      const again = Datapath.load({ ...node.dp.config });
+      try {
+        expect(again.tc.pinReport.created).toContain('lb4_backend_ids');
+        expect(again.maps.lb4_backend_ids.entries().sort(([a], [b]) => `${a.address}:${a.port}`.localeCompare(`${b.address}:${b.port}`))).toEqual(want);
+      } finally {
+        again.release();
+      }
     });
 
     it('in a switch, a bound reply is translated as ever, and a packet outside the SNAT range is not judged', () => {
