@@ -192,18 +192,21 @@ static __always_inline int ct4_unknown_in_handover(const struct pkt4 *p)
 	return p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_SYN | TCP_ACK)) != TCP_SYN && handover_active();
 }
 
-/* In a switch, a packet leaving from a local backend's endpoint with no binding may be a
- * reply of a flow the previous programs opened and the agent has not copied yet: sent on
+/* In a switch, a TCP segment leaving from a local backend's endpoint with no binding may be
+ * a reply of a flow the previous programs opened and the agent has not copied yet: sent on
  * untranslated (from the pod's address), the client would answer it with a reset. Dropped,
- * it comes again (TCP) once the binding is there. Packets from other endpoints (the pods'
- * own connections, the host's) go on. */
+ * it comes again once the binding is there. So are the backend's segments that need no
+ * binding (its replies to pods and hosts whose connect() the socket hooks balanced): sent
+ * again after their retransmission timeout, in a switch of tens of ms. UDP is not judged:
+ * such a datagram would be lost, and an east-west answer needs no binding. Packets from
+ * other endpoints (the pods' own connections, the host's) go on. */
 static __always_inline int local_reply_unbound_in_handover(const struct pkt4 *p)
 {
 	struct lb4_backend_key bk = { .address = p->saddr, .port = p->sport, .proto = p->proto };
 	struct lb4_backend *b;
 	__u32 *id;
 
-	if (!handover_active())
+	if (p->proto != IPPROTO_TCP || !handover_active())
 		return 0;
 	id = bpf_map_lookup_elem(&lb4_backend_ids, &bk);
 	b = id ? lb4_backend(*id) : NULL;

@@ -14,7 +14,7 @@ import { ServiceAddressFilter } from './address-filter.js';
 import { MaglevTables } from './maglev-tables.js';
 import { readServiceTable } from './service-table.js';
 import { SourceRangeSet } from './source-ranges.js';
-import { backendIndexKey } from './backend-index.js';
+import { backendIndexKey, isLocal } from './backend-index.js';
 import { emptyService, planChangedWrites, planWrites, type FrontendState, type WriteFailure, type WritePlan, type WriterState } from './write-plan.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { frontendId, type FrontendSpec } from '../model/frontend.js';
@@ -245,7 +245,11 @@ export class ServiceWriter implements WriterState {
     this.addressFilter.admit(plan.masterWrites.filter(([k]) => k.scope === LbScope.LB_SCOPE_EXTERNAL).map(([k]) => k), plan.newWildcards);
     if (plan.backendWrites.length > 0) {
       m.lb4_backends.updateBatch(plan.backendWrites);
-      m.lb4_backend_ids.updateBatch(plan.backendWrites.map(([id, b]) => [backendIndexKey(b), id]));
+      // The index holds local backends only (what tc egress asks it about).
+      const localNow = plan.backendWrites.filter(([, b]) => isLocal(b));
+      if (localNow.length) m.lb4_backend_ids.updateBatch(localNow.map(([id, b]) => [backendIndexKey(b), id]));
+      const localNoMore = plan.backendWrites.filter(([id, b]) => !isLocal(b) && isLocal(this.backends.get(id)));
+      if (localNoMore.length) m.lb4_backend_ids.deleteBatch(localNoMore.map(([, b]) => backendIndexKey(b)));
       for (const [id, b] of plan.backendWrites) this.backends.set(id, b);
       stats.backendsWritten += plan.backendWrites.length;
       stats.entriesWritten += plan.backendWrites.length;
@@ -301,7 +305,8 @@ export class ServiceWriter implements WriterState {
       stats.entriesDeleted += m.lb4_backends.deleteBatch(plan.staleBackends);
       // An endpoint this plan wrote again under another id keeps its new index entry.
       const rewritten = new Set(plan.backendWrites.map(([, b]) => backendKey(b.address, b.port, b.proto)));
-      m.lb4_backend_ids.deleteBatch(plan.staleBackends.map((id) => this.backends.get(id)!).filter((b) => !rewritten.has(backendKey(b.address, b.port, b.proto))).map(backendIndexKey));
+      const unindex = plan.staleBackends.map((id) => this.backends.get(id)!).filter((b) => isLocal(b) && !rewritten.has(backendKey(b.address, b.port, b.proto)));
+      if (unindex.length) m.lb4_backend_ids.deleteBatch(unindex.map(backendIndexKey));
       for (const id of plan.staleBackends) {
         const b = this.backends.get(id)!;
         stats.removedBackends.push(b);

@@ -5,8 +5,8 @@
 // again once the binding is there); outside it, or with a host socket on the tuple, it goes
 // to the host as ever. Likewise a client's TCP segment (not a SYN) with no flow entry: in
 // the switch it is dropped rather than balanced afresh onto another SNAT port, and a local
-// backend's packet leaving with no binding (its reply, untranslated, would be reset by the
-// client) too. Through tc alone and through XDP in front of tc.
+// backend's TCP segment leaving with no binding (its reply, untranslated, would be reset by
+// the client) too. Through tc alone and through XDP in front of tc.
 import { closeSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { Datapath } from '../../src/datapath/loader.js';
@@ -101,6 +101,10 @@ for (const acceleration of ['none', 'native'] as const) {
       expect(node.run('tc_egress', fromPod(8080)).retval).toBe(TcVerdict.SHOT);
       expect(unboundDrops()).toBe(1n);
       expect(node.run('tc_egress', fromPod(45000)).retval).toBe(TcVerdict.UNSPEC); // the pod's own connection
+      // UDP is not judged: an east-west answer (the socket hooks balanced its client) needs no binding.
+      const udpFromPod = buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: LOCAL_POD, dst: CLIENT_IP, ttl: 63 }), udp({ sport: 5353, dport: 40000 }), payload('answer')]);
+      expect(node.dp.maps.lb4_backend_ids.lookup({ address: LOCAL_POD, port: 5353, proto: 17 })).toBeDefined();
+      expect(node.run('tc_egress', udpFromPod).retval).toBe(TcVerdict.UNSPEC);
       handover(0n);
       expect(node.run('tc_egress', fromPod(8080)).retval).toBe(TcVerdict.UNSPEC);
       expect(unboundDrops()).toBe(1n);

@@ -73,11 +73,14 @@ describeWith(['root', 'bpffs', 'netns'], 'service writer', () => {
       [3, { address: '10.244.1.12', port: 8080, proto: 6, flags: BackendFlags.LB_BACKEND_F_LOCAL }],
     ]);
     expect(node.dp.maps.lb4_reverse_nat.entries()).toEqual([[1, { address: '10.96.0.10', port: 80 }]]);
-    // Each backend's endpoint → its id (tc egress tells a local backend's packets by it).
+    // Each local backend's endpoint → its id (tc egress tells a local backend's packets by it).
     const index = () => node.dp.maps.lb4_backend_ids.entries().map(([k, id]) => `${k.address}:${k.port}/${k.proto} → ${id}`).sort();
-    expect(index()).toEqual(['10.244.1.10:8080/6 → 1', '10.244.1.11:8080/6 → 2', '10.244.1.12:8080/6 → 3']);
+    expect(index()).toEqual(['10.244.1.10:8080/6 → 1', '10.244.1.12:8080/6 → 3']);
     node.writer.apply([web(2)]);
-    expect(index()).toEqual(['10.244.1.10:8080/6 → 1', '10.244.1.11:8080/6 → 2']);
+    expect(index()).toEqual(['10.244.1.10:8080/6 → 1']);
+    // An endpoint that is no longer on this node leaves the index; one that comes to it enters.
+    node.writer.apply([web(2, { backends: [{ address: '10.244.1.10', port: 8080, local: false }, { address: '10.244.1.11', port: 8080, local: true }] })]);
+    expect(index()).toEqual(['10.244.1.11:8080/6 → 2']);
     node.writer.apply([web(3)]);
     expect(node.dp.maps.lb4_names.lookup(1)?.name.toString().replace(/\0+$/, '')).toBe('default/web:http');
   });
@@ -88,7 +91,7 @@ describeWith(['root', 'bpffs', 'netns'], 'service writer', () => {
     const w = new ServiceWriter(maps);
     w.apply([web(1, { backends: [{ address: '10.244.1.99', port: 8080, local: true }] })]);
     // (Frontend names are for the CLI only: their order does not matter.)
-    expect(log.filter((l) => !l.endsWith(' names'))).toEqual(['put backend', 'put index', 'put slot', 'put master', 'del slot', 'del slot', 'del backend', 'del backend', 'del backend', 'del index', 'del index', 'del index']);
+    expect(log.filter((l) => !l.endsWith(' names'))).toEqual(['put backend', 'put index', 'put slot', 'put master', 'del slot', 'del slot', 'del backend', 'del backend', 'del backend', 'del index', 'del index']);
     w.apply([]); // one writer per map set: leave nothing behind for the shared one
   });
 
