@@ -54,11 +54,8 @@ static __always_inline int sock_lb4(struct bpf_sock_addr *ctx, __be32 *dst, __be
 	if (found == LB_NOT_SERVICE && lb4_is_loopback(addr)) {
 		if (!in_host_netns(ctx))
 			return SYS_PROCEED;
-		/* NodePort on loopback: the 0.0.0.0:port entry. */
 		addr = 0;
-		found = lb4_lookup_internal(addr, port, proto, &scope, &svc);
-		if (found == LB_UNKNOWN_PORT)
-			found = LB_NOT_SERVICE; /* 127.0.0.1:other is somebody's local port */
+		found = lb4_lookup_loopback_nodeport(port, proto, &scope, &svc);
 	}
 	if (found == LB_NOT_SERVICE)
 		return SYS_PROCEED;

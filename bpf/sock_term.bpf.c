@@ -90,7 +90,7 @@ static __always_inline int sock_backend_current(const struct lb4_sock_value *ask
 	found = lb4_lookup_internal(addr, asked->port, IPPROTO_UDP, &scope, &svc);
 	if (found == LB_NOT_SERVICE && lb4_is_loopback(addr)) {
 		addr = 0;
-		found = lb4_lookup_internal(addr, asked->port, IPPROTO_UDP, &scope, &svc);
+		found = lb4_lookup_loopback_nodeport(asked->port, IPPROTO_UDP, &scope, &svc);
 	}
 	if (found != LB_FOUND || !svc)
 		return 0;

@@ -95,6 +95,16 @@ static __always_inline int lb4_lookup_internal(__be32 addr, __be16 port, __u8 pr
 	return lb4_lookup(addr, port, proto, LB_SCOPE_EXTERNAL, out);
 }
 
+/* A NodePort reached on loopback (127.0.0.1:port, the host's network namespace only): its
+ * 0.0.0.0:port entry, as the socket hooks and the socket terminator find it. An unknown
+ * port there is somebody's local port, not a Service's. */
+static __always_inline int lb4_lookup_loopback_nodeport(__be16 port, __u8 proto, __u8 *scope, struct lb4_service **out)
+{
+	int found = lb4_lookup_internal(0, port, proto, scope, out);
+
+	return found == LB_UNKNOWN_PORT ? LB_NOT_SERVICE : found;
+}
+
 /* The backend for a flow hash: slot (hash % count) + 1. */
 static __always_inline __u32 lb4_select_slot(__be32 addr, __be16 port, __u8 proto, __u8 scope,
 					     const struct lb4_service *svc, __u32 hash)
