@@ -307,9 +307,9 @@ export class Agent {
       // The start's garbage (list pages, the first plan) is most of the heap now: collect it
       // once, so the heap the agent keeps is near what it holds (AGENT_NODE_FLAGS exposes gc).
       (globalThis as { gc?: () => void }).gc?.();
-      // ms: from the start; loadMs: the datapath loaded and attached; listMs: the caches
-      // listed; syncMs: the first sync (model and maps).
-      log.info({ ms: done - started, loadMs: watching - started, listMs: listed - watching, syncMs: done - listed, services: services.list().length, slices: slices.list().length, frontends: reconciler.frontendCount }, 'initial sync done');
+      // ms: from the start; loadMs: the datapath loaded and attached, the maps read back
+      // (restoreMs of it); listMs: the caches listed; syncMs: the first sync (model and maps).
+      log.info({ ms: done - started, loadMs: watching - started, restoreMs: writer.restoreMs, listMs: listed - watching, syncMs: done - listed, services: services.list().length, slices: slices.list().length, frontends: reconciler.frontendCount }, 'initial sync done');
       health.markReady();
       if (cfg.metricsBindAddress) agent.servers.push(await agent.startMetricsServer(cfg.metricsBindAddress));
       agent.collect(); // and so the map fill is known before the first scrape

@@ -11,7 +11,7 @@ import { ErrorCode, FerryError } from '../errors.js';
 import { mapOptions, mapSpecs, type DatapathMaps, type MapKey, type MapName, type MapValue } from './layouts.js';
 
 /** What a reader may do with a map. */
-export type MapReader<K, V> = Pick<BpfMap<K, V>, 'name' | 'info' | 'perCpu' | 'maxEntries' | 'keyCodec' | 'lookup' | 'lookupPerCpu' | 'keys' | 'entries' | 'entriesPerCpu'>;
+export type MapReader<K, V> = Pick<BpfMap<K, V>, 'name' | 'info' | 'perCpu' | 'maxEntries' | 'keyCodec' | 'lookup' | 'lookupPerCpu' | 'keys' | 'entries' | 'entriesPerCpu' | 'forEachRaw'>;
 
 export type DatapathReader = { readonly [N in MapName]: MapReader<MapKey<N>, MapValue<N>> };
 

@@ -6,11 +6,12 @@
 // here; nothing is written.
 import { ErrorCode } from '../errors.js';
 import { frontendId, type BackendSpec, type FrontendKind, type FrontendSpec, type ProtoName } from '../model/frontend.js';
-import { backendKey, type IdAllocator } from './ids.js';
+import type { IdAllocator } from './ids.js';
 import { BackendFlags, LbFlags, LbScope, Proto, type Lb4Backend, type Lb4Key, type Lb4Service } from './layouts.js';
 import type { MaglevBuild, MaglevTables } from './maglev-tables.js';
 import { SourceRangeSet } from './source-ranges.js';
-import { ipv4FromString } from '../ebpf/codec.js';
+import { backendKeys, canonical, wantsWildcard, type ScopedFrontend } from './scoped-frontend.js';
+import { SlotWrites } from './slot-writes.js';
 
 export interface FrontendState {
   key: Lb4Key; // slot 0
@@ -25,6 +26,8 @@ export interface FrontendState {
   drainingIds: number[];
   /** It holds its address's "unknown port → drop" entry (with every other frontend there that does). */
   wildcard: boolean;
+  /** The name lb4_names holds for it (`namespace/name:port`), as written or read back. */
+  name: string | undefined;
 }
 
 /** A Service the maps could not take this sync, and why. */
@@ -40,7 +43,7 @@ export interface WritePlan {
   backendWrites: Array<[number, Lb4Backend]>;
   reverseNat: Array<[number, { address: string; port: number }]>;
   names: Array<[number, string]>;
-  slotWrites: Array<[Lb4Key, Lb4Service]>;
+  slotWrites: SlotWrites;
   maglevBuilds: Map<string, MaglevBuild>;
   newRanges: string[];
   masterWrites: Array<[Lb4Key, Lb4Service, string, FrontendState]>;
@@ -81,14 +84,6 @@ export interface WriterState {
   wildcardRefs: ReadonlyMap<string, number>;
 }
 
-interface ScopedFrontend {
-  f: FrontendSpec;
-  scope: number;
-  fid: string;
-  backends: BackendSpec[];
-  dropWhenEmpty: boolean;
-}
-
 const kindFlag: Record<FrontendKind, number> = {
   ClusterIP: LbFlags.LB_F_CLUSTER_IP,
   NodePort: LbFlags.LB_F_NODE_PORT,
@@ -101,21 +96,9 @@ export const emptyService: Lb4Service = { backendId: 0, count: 0, revNatId: 0, f
 /** The Service a frontend belongs to: "ns/name" of "ns/name:port". */
 const serviceOf = (f: FrontendSpec) => (f.service ? f.service.slice(0, f.service.lastIndexOf(':')) : frontendId(f));
 
-/** Backends in one order on every node (address, then port), whatever order the slices had. */
-function canonical(backends: BackendSpec[]): BackendSpec[] {
-  if (backends.length < 2) return backends;
-  const keyed = backends.map((b) => [ipv4FromString(b.address) * 65_536 + b.port, b] as const);
-  return keyed.sort((a, b) => a[0] - b[0]).map(([, b]) => b);
-}
-
-/** The "known address, unknown port → drop" entry is only for addresses the model says
- * belong to Services alone: a node address also carries the host's own traffic. */
-const wantsWildcard = (sf: ScopedFrontend) =>
-  sf.scope === LbScope.LB_SCOPE_EXTERNAL && (sf.f.serviceOnlyAddress ?? (sf.f.kind === 'ClusterIP' || sf.f.kind === 'LoadBalancer'));
-
 class Planner {
   readonly plan: WritePlan = {
-    backendWrites: [], reverseNat: [], names: [], slotWrites: [], maglevBuilds: new Map(), newRanges: [], masterWrites: [], states: [], specs: [], owners: [],
+    backendWrites: [], reverseNat: [], names: [], slotWrites: new SlotWrites(), maglevBuilds: new Map(), newRanges: [], masterWrites: [], states: [], specs: [], owners: [],
     newWildcards: [], serviceDeletes: [], removedFrontends: [], staleWildcards: [], staleRanges: [], staleBackends: [], failures: [],
   };
   private readonly wantBackends = new Map<number, Lb4Backend>();
@@ -215,10 +198,7 @@ class Planner {
       need.entries += have ? Math.max(0, sf.backends.length - have.backendIds.length) : 1 + sf.backends.length;
       if (!have) need.revNat++;
       if (wantsWildcard(sf) && !this.st.wildcards.has(sf.f.address) && !this.wantWildcards.has(sf.f.address)) newAddresses.add(sf.f.address);
-      for (const b of [...sf.backends, ...(sf.f.drainingBackends ?? [])]) {
-        const key = backendKey(b.address, b.port, Proto[sf.f.proto]);
-        if (this.st.backendIds.get(key) === undefined) newBackends.add(key);
-      }
+      for (const key of backendKeys(sf)) if (this.st.backendIds.get(key) === undefined) newBackends.add(key);
       if ((sf.f.affinityTimeout ?? 0) > 0 && this.st.affinityIds.get(sf.f.service ?? frontendId(sf.f)) === undefined) need.affinity++;
       if (sf.scope === LbScope.LB_SCOPE_EXTERNAL && sf.f.kind !== 'ClusterIP' && sf.backends.length > 0 && this.st.maglev.size > 0 && !have?.tableId) newTables.add(`${sf.f.service ?? frontendId(sf.f)}#maglev`);
       if (sf.scope === LbScope.LB_SCOPE_EXTERNAL) need.ranges += sf.f.sourceRanges?.length ?? 0;
@@ -236,11 +216,12 @@ class Planner {
     return undefined;
   }
 
-  private wantBackend(b: BackendSpec, proto: ProtoName, terminating: boolean): number {
-    const id = this.st.backendIds.allocate(backendKey(b.address, b.port, Proto[proto]));
+  private wantBackend(b: BackendSpec, key: number, proto: ProtoName, terminating: boolean): number {
+    const id = this.st.backendIds.allocate(key);
     const flags = (b.local ? BackendFlags.LB_BACKEND_F_LOCAL : 0) | (terminating ? BackendFlags.LB_BACKEND_F_TERMINATING : 0);
-    const value: Lb4Backend = { address: b.address, port: b.port, proto: Proto[proto], flags };
     const prev = this.wantBackends.get(id);
+    if (prev && (prev.flags | flags) === prev.flags) return id; // another frontend's: nothing to add
+    const value: Lb4Backend = { address: b.address, port: b.port, proto: Proto[proto], flags };
     // Locality and termination belong to the endpoint: frontends sharing it agree.
     this.wantBackends.set(id, prev ? { ...value, flags: prev.flags | value.flags } : value);
     return id;
@@ -272,8 +253,9 @@ class Planner {
     this.plan.owners.push([fid, service]);
     const wildcard = wantsWildcard(sf);
     if (wildcard) this.wantWildcards.add(f.address);
-    const ids = canonical(sf.backends).map((b) => this.wantBackend(b, f.proto, Boolean(b.terminating)));
-    const drainingIds = (f.drainingBackends ?? []).map((b) => this.wantBackend(b, f.proto, true));
+    const keys = backendKeys(sf);
+    const ids = canonical(sf).map((i) => this.wantBackend(sf.backends[i]!, keys[i]!, f.proto, Boolean(sf.backends[i]!.terminating)));
+    const drainingIds = (f.drainingBackends ?? []).map((b, i) => this.wantBackend(b, keys[sf.backends.length + i]!, f.proto, true));
     this.plan.specs.push([fid, f]);
     const key: Lb4Key = { address: f.address, port: f.port, proto: Proto[f.proto], scope, slot: 0 };
     const external = scope === LbScope.LB_SCOPE_EXTERNAL;
@@ -287,10 +269,11 @@ class Planner {
     const revNatId = this.st.revNatIds.allocate(fid);
     if (external) for (const r of SourceRangeSet.entries(revNatId, f.sourceRanges)) this.wantRanges.add(r);
     if (!have) this.plan.reverseNat.push([revNatId, { address: f.address, port: f.port }]);
-    if (f.service && (!have || this.st.lastSpecs.get(fid)?.service !== f.service)) this.plan.names.push([revNatId, f.service]);
+    // A restarted writer read the names back: the same one is not written again.
+    if (f.service && (!have || have.revNatId !== revNatId || have.name !== f.service)) this.plan.names.push([revNatId, f.service]);
     const oldIds = have?.backendIds ?? [];
     ids.forEach((id, i) => {
-      if (oldIds[i] !== id) this.plan.slotWrites.push([{ ...key, slot: i + 1 }, { ...emptyService, backendId: id }]);
+      if (oldIds[i] !== id) this.plan.slotWrites.push(key, i + 1, id);
     });
     for (let s = ids.length + 1; s <= oldIds.length; s++) this.plan.serviceDeletes.push({ ...key, slot: s });
     const tableId = external && f.kind !== 'ClusterIP'
@@ -301,7 +284,7 @@ class Planner {
       }), this.plan.maglevBuilds)
       : 0;
     const changed = !have || have.wildcard !== wildcard || have.backendIds.length !== ids.length || have.flags !== flags || have.affinityTimeout !== affinityTimeout || have.affinityId !== affinityId || have.revNatId !== revNatId || have.tableId !== tableId;
-    const state: FrontendState = { key, revNatId, flags, affinityId, affinityTimeout, tableId, backendIds: ids, drainingIds, wildcard };
+    const state: FrontendState = { key, revNatId, flags, affinityId, affinityTimeout, tableId, backendIds: ids, drainingIds, wildcard, name: f.service ?? have?.name };
     if (changed) this.plan.masterWrites.push([key, { backendId: tableId, count: ids.length, revNatId, flags, affinityId, affinityTimeout }, fid, state]);
     else this.plan.states.push([fid, state]);
   }

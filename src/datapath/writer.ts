@@ -7,7 +7,7 @@
 // slots, frontends, wildcards, ranges, backends and tables are removed last. The filter of
 // Service addresses (address-filter.ts) takes a new address before its first entry and
 // lets one go after its last.
-import { LbFlags, LbScope, protoName, type Lb4Backend, type Lb4Key } from './layouts.js';
+import { LbFlags, LbScope, protoName, type Lb4Backend, type Lb4Key, type Lb4Service } from './layouts.js';
 import { IdAllocator, backendKey } from './ids.js';
 import type { DatapathMaps } from './loader.js';
 import { ServiceAddressFilter } from './address-filter.js';
@@ -88,8 +88,12 @@ export class ServiceWriter implements WriterState {
     this.restore();
   }
 
+  /** How long the last read of the maps took (a restart's restore, in ms). */
+  restoreMs = 0;
+
   /** Rebuild the in-memory view (and the IDs) from what the maps hold. */
   private restore(): void {
+    const started = performance.now();
     this.fresh = true;
     this.ranges = new SourceRangeSet(this.maps.lb4_src_ranges);
     this.maglev = new MaglevTables(this.maps.lb4_maglev, this.opts.maglevTableSize ?? 0);
@@ -100,15 +104,16 @@ export class ServiceWriter implements WriterState {
     }
     this.addressFilter.reset();
     for (const a of table.wildcards) this.addWildcard(a);
-    for (const { key, master: v, backendIds } of table.frontends) {
+    for (const { key, master: v, backendIds, name } of table.frontends) {
       const fid = `${frontendId({ address: key.address, port: key.port, proto: protoName(key.proto) })}#${key.scope}`;
-      const state: FrontendState = { key, revNatId: v.revNatId, flags: v.flags, affinityId: v.affinityId, affinityTimeout: v.affinityTimeout, tableId: v.backendId, backendIds, drainingIds: [], wildcard: key.scope === LbScope.LB_SCOPE_EXTERNAL && this.wildcards.has(key.address) };
+      const state: FrontendState = { key, revNatId: v.revNatId, flags: v.flags, affinityId: v.affinityId, affinityTimeout: v.affinityTimeout, tableId: v.backendId, backendIds, drainingIds: [], wildcard: key.scope === LbScope.LB_SCOPE_EXTERNAL && this.wildcards.has(key.address), name };
       this.frontends.set(fid, state);
       this.account(undefined, state);
       this.revNatIds.restore(fid, v.revNatId);
       // Claimed again by the frontend's Service port on its first sync.
       if (v.affinityId) this.affinityIds.restoreUnclaimed(v.affinityId);
     }
+    this.restoreMs = Math.round(performance.now() - started);
   }
 
   /** Entries the service maps hold, from the writer's own view (no map walk). */
@@ -257,8 +262,21 @@ export class ServiceWriter implements WriterState {
     if (plan.reverseNat.length > 0) m.lb4_reverse_nat.updateBatch(plan.reverseNat);
     if (plan.names.length > 0) m.lb4_names.updateBatch(plan.names.map(([id, name]) => [id, { name: Buffer.from(name.slice(0, 95)) }]));
     if (plan.slotWrites.length > 0) {
-      m.lb4_services.updateBatch(plan.slotWrites);
-      stats.entriesWritten += plan.slotWrites.length;
+      const { masters, slots, ids } = plan.slotWrites;
+      const key = { ...masters[0]! };
+      const value = { ...emptyService };
+      const entry: [Lb4Key, Lb4Service] = [key, value];
+      m.lb4_services.updateBatchOf(slots.length, (i) => {
+        const master = masters[i]!;
+        key.address = master.address;
+        key.port = master.port;
+        key.proto = master.proto;
+        key.scope = master.scope;
+        key.slot = slots[i]!;
+        value.backendId = ids[i]!;
+        return entry;
+      });
+      stats.entriesWritten += slots.length;
     }
     for (const [owner, b] of plan.maglevBuilds) {
       this.maglev.build(owner, b);

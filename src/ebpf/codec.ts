@@ -35,6 +35,12 @@ export interface Codec<T> {
   decode(buf: Buffer, offset?: number): T;
   /** A struct's field offset (undefined: no such field, or not a struct): to read one field without decoding all. */
   offsetOf?(field: string): number | undefined;
+  /**
+   * A reader of one numeric field of a struct at `at` (an ipv4 field as its 32-bit number):
+   * walks over raw map batches read the fields they need without decoding whole entries.
+   * Undefined for no such field, a u64, bytes or padding.
+   */
+  numberReader?(field: string): ((buf: Buffer, at: number) => number) | undefined;
   /** Differences from the BTF type `typeId` (empty when they agree). */
   diff(btf: Btf, typeId: number): string[];
 }
@@ -162,6 +168,10 @@ export function structCodec<S extends Record<string, FieldSpec>>(cStruct: string
     cName,
     size,
     offsetOf: (name) => fields.find((f) => f.name === name)?.offset,
+    numberReader(name) {
+      const f = fields.find((x) => x.name === name);
+      return f ? numberReader(f) : undefined;
+    },
     encode(value, into, at = 0) {
       const buf = into ?? Buffer.alloc(size);
       if (buf.length - at < size) throw codecError(`encode ${cName}`, `buffer of ${buf.length - at} bytes, need ${size}`);
@@ -221,6 +231,27 @@ export function structCodec<S extends Record<string, FieldSpec>>(cStruct: string
 }
 
 type FieldWriter = (buf: Buffer, at: number, v: Record<string, unknown>) => void;
+
+function numberReader(f: LaidField): ((buf: Buffer, at: number) => number) | undefined {
+  const o = f.offset;
+  switch (f.spec.type) {
+    case 'u8':
+      return (buf, at) => buf[at + o]!;
+    case 'u16':
+      return (buf, at) => buf.readUInt16LE(at + o);
+    case 'u32':
+      return (buf, at) => buf.readUInt32LE(at + o);
+    case 'i32':
+      return (buf, at) => buf.readInt32LE(at + o);
+    case 'be16':
+      return (buf, at) => buf.readUInt16BE(at + o);
+    case 'be32':
+    case 'ipv4':
+      return (buf, at) => buf.readUInt32BE(at + o);
+    default:
+      return undefined;
+  }
+}
 
 /** The encoder of one struct field at its offset from the struct's start. */
 function fieldWriter(f: LaidField, what: string): FieldWriter {

@@ -216,6 +216,30 @@ export class BpfMap<K, V> implements Resource {
 
   private readAll(batchSize: number): Array<[K, Buffer, number]> {
     const out: Array<[K, Buffer, number]> = [];
+    const ksize = this.info.keySize;
+    const done = this.eachBatch(batchSize, (keys, values, n, vsize) => {
+      for (let i = 0; i < n; i++) if (!(this.sparse && isZeroAt(values, i * vsize, vsize))) out.push([this.keyCodec.decode(keys, i * ksize), values, i * vsize]);
+    });
+    return done ? out : this.readOneByOne(this.valueBuffer().length);
+  }
+
+  /**
+   * Every entry's raw bytes, a batch at a time, nothing decoded: for walks over hundreds of
+   * thousands of entries that need a few fields of each (read them at the codecs'
+   * offsetOf). The buffers are the batch's; `visit` must copy what it keeps.
+   */
+  forEachRaw(visit: (keys: Buffer, keyAt: number, values: Buffer, valueAt: number) => void, batchSize = 4096): void {
+    if (this.perCpu) throw new FerryError({ code: ErrorCode.MapOp, op: `read map ${this.name}`, cause: 'per-CPU map', hint: 'use entriesPerCpu' });
+    const ksize = this.info.keySize;
+    const done = this.eachBatch(batchSize, (keys, values, n, vsize) => {
+      for (let i = 0; i < n; i++) if (!(this.sparse && isZeroAt(values, i * vsize, vsize))) visit(keys, i * ksize, values, i * vsize);
+    });
+    if (done) return;
+    for (const [k, v] of this.readOneByOne(this.valueBuffer().length)) visit(this.keyCodec.encode(k), 0, v, 0);
+  }
+
+  /** Batch lookups over the whole map; false when the kernel has no batch lookup for it. */
+  private eachBatch(batchSize: number, batch: (keys: Buffer, values: Buffer, n: number, vsize: number) => void): boolean {
     const vsize = this.valueBuffer().length;
     const cursorSize = Math.max(8, this.info.keySize);
     let inBatch: Buffer | null = null;
@@ -229,14 +253,12 @@ export class BpfMap<K, V> implements Resource {
       const n = count.readUInt32LE();
       const name = rc < 0 ? errnoName(rc) : '';
       if (rc < 0 && name !== 'ENOENT') {
-        if (name === 'EINVAL' || name === 'EOPNOTSUPP' || name === 'ENOTSUP') return this.readOneByOne(vsize);
+        // No batch lookup for this map type: only the first call can tell.
+        if (inBatch === null && (name === 'EINVAL' || name === 'EOPNOTSUPP' || name === 'ENOTSUP')) return false;
         throw this.fail('batch lookup', rc);
       }
-      for (let i = 0; i < n; i++) {
-        if (this.sparse && isZero(values.subarray(i * vsize, (i + 1) * vsize))) continue;
-        out.push([this.keyCodec.decode(keys, i * this.info.keySize), values, i * vsize]);
-      }
-      if (rc < 0) return out; // ENOENT: the walk is complete
+      batch(keys, values, n, vsize);
+      if (rc < 0) return true; // ENOENT: the walk is complete
       inBatch = outBatch;
     }
   }
@@ -253,18 +275,29 @@ export class BpfMap<K, V> implements Resource {
 
   /** Write many entries in one syscall per chunk. */
   updateBatch(entries: Array<[K, V | V[]]>, flag: UpdateFlag = UpdateFlag.Any, chunk = 1024): void {
+    this.updateBatchOf(entries.length, (i) => entries[i]!, flag, chunk);
+  }
+
+  /**
+   * Write `count` entries, the i-th as `entry(i)` gives it, in one syscall per chunk. The
+   * entry is encoded at once, so `entry` may return the same scratch pair each time: a
+   * writer of half a million entries need not make an object per entry.
+   */
+  updateBatchOf(count: number, entry: (i: number) => readonly [K, V | V[]], flag: UpdateFlag = UpdateFlag.Any, chunk = 1024): void {
     const vsize = this.valueBuffer().length;
-    for (let start = 0; start < entries.length; start += chunk) {
-      const part = entries.slice(start, start + chunk);
-      const keys = Buffer.alloc(this.info.keySize * part.length);
-      const values = Buffer.alloc(vsize * part.length);
-      part.forEach(([k, v], i) => {
-        this.keyCodec.encode(k, keys, i * this.info.keySize);
+    const ksize = this.info.keySize;
+    for (let start = 0; start < count; start += chunk) {
+      const n = Math.min(chunk, count - start);
+      const keys = Buffer.alloc(ksize * n);
+      const values = Buffer.alloc(vsize * n);
+      for (let i = 0; i < n; i++) {
+        const [k, v] = entry(start + i);
+        this.keyCodec.encode(k, keys, i * ksize);
         this.encodeValue(v, values, i * vsize);
-      });
-      const count = Buffer.alloc(4);
-      count.writeUInt32LE(part.length);
-      const rc = libbpf().mapUpdateBatch(this.fd, keys, values, count, flag);
+      }
+      const counted = Buffer.alloc(4);
+      counted.writeUInt32LE(n);
+      const rc = libbpf().mapUpdateBatch(this.fd, keys, values, counted, flag);
       if (rc < 0) throw this.fail('update batch', rc);
     }
   }
@@ -330,7 +363,12 @@ export class BpfMap<K, V> implements Resource {
   }
 }
 
-const isZero = (b: Buffer): boolean => b.every((x) => x === 0);
+const isZero = (b: Buffer): boolean => isZeroAt(b, 0, b.length);
+
+function isZeroAt(b: Buffer, at: number, length: number): boolean {
+  for (let i = at; i < at + length; i++) if (b[i] !== 0) return false;
+  return true;
+}
 
 /** BPF_F_INNER_MAP: an inner map of a map-in-map whose size may differ from the template's. */
 export const BPF_F_INNER_MAP = 1 << 12;

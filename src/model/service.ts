@@ -144,17 +144,22 @@ export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node
     // while the Service has endpoints elsewhere.
     // ETP=Local restricts only truly external traffic: this node's pods and host reach the
     // same frontends through the cluster endpoints (kube-proxy's short-circuit).
-    const ext = { ...base, dropWhenEmpty: etpLocal && cluster.length > 0, drainingBackends: draining(external), ...(etpLocal ? { internalBackends: backends(cluster, node) } : {}) };
-    out.frontends.push({ ...base, dropWhenEmpty: itpLocal && cluster.length > 0, drainingBackends: draining(internal), address: clusterIP, port: p.port, kind: 'ClusterIP', backends: backends(internal, node) });
+    // One list per endpoint selection, shared by the frontends that use it (read-only from
+    // here on): a LoadBalancer port's NodePorts, LB IPs and externalIPs hold the same one.
+    const clusterBackends = backends(cluster, node);
+    const externalBackends = etpLocal ? backends(external, node) : clusterBackends;
+    const internalBackendList = itpLocal ? backends(internal, node) : clusterBackends;
+    const ext = { ...base, dropWhenEmpty: etpLocal && cluster.length > 0, drainingBackends: draining(external), ...(etpLocal ? { internalBackends: clusterBackends } : {}) };
+    out.frontends.push({ ...base, dropWhenEmpty: itpLocal && cluster.length > 0, drainingBackends: draining(internal), address: clusterIP, port: p.port, kind: 'ClusterIP', backends: internalBackendList });
     if (isNodePortType && p.nodePort) {
-      for (const addr of node.addresses) out.frontends.push({ ...ext, address: addr, port: p.nodePort, kind: 'NodePort', backends: backends(external, node) });
-      out.frontends.push({ ...ext, address: '0.0.0.0', port: p.nodePort, kind: 'NodePort', nodePortAny: true, backends: backends(external, node) });
+      for (const addr of node.addresses) out.frontends.push({ ...ext, address: addr, port: p.nodePort, kind: 'NodePort', backends: externalBackends });
+      out.frontends.push({ ...ext, address: '0.0.0.0', port: p.nodePort, kind: 'NodePort', nodePortAny: true, backends: externalBackends });
     }
     for (const ip of lbIPs) {
       const ranges = sourceRanges.get(ip);
-      out.frontends.push({ ...ext, address: ip, port: p.port, kind: 'LoadBalancer', ...(nodeAddress(ip) ? { serviceOnlyAddress: false } : {}), backends: backends(external, node), ...(ranges ? { sourceRanges: ranges } : {}) });
+      out.frontends.push({ ...ext, address: ip, port: p.port, kind: 'LoadBalancer', ...(nodeAddress(ip) ? { serviceOnlyAddress: false } : {}), backends: externalBackends, ...(ranges ? { sourceRanges: ranges } : {}) });
     }
-    for (const ip of externalIPs) out.frontends.push({ ...ext, address: ip, port: p.port, kind: 'ExternalIP', backends: backends(external, node) });
+    for (const ip of externalIPs) out.frontends.push({ ...ext, address: ip, port: p.port, kind: 'ExternalIP', backends: externalBackends });
   }
   if (spec.type === 'LoadBalancer' && etpLocal && spec.healthCheckNodePort) {
     out.health = { nodePort: spec.healthCheckNodePort, localReadyEndpoints: allLocalReady.size };

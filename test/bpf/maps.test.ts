@@ -50,6 +50,28 @@ describeWith(['root'], 'typed maps', () => {
     });
   });
 
+  it('walks raw entries batch by batch, each once, as the codecs encode them; a sparse array without its zero slots', () => {
+    withMaps((obj) => {
+      const m = obj.map('test_hash', flowKeyCodec, flowValueCodec);
+      m.updateBatch(Array.from({ length: 20 }, (_, i) => [key(i), value(i)] as [ReturnType<typeof key>, ReturnType<typeof value>]));
+      const seen = new Map<string, string>();
+      m.forEachRaw((keys, k, values, v) => {
+        seen.set(keys.toString('hex', k, k + flowKeyCodec.size), values.toString('hex', v, v + flowValueCodec.size));
+      }, 3); // 3 per batch: 7 round trips
+      expect(seen.size).toBe(20);
+      for (let i = 0; i < 20; i++) expect(seen.get(flowKeyCodec.encode(key(i)).toString('hex'))).toBe(flowValueCodec.encode(value(i)).toString('hex'));
+      const arr = obj.map('test_array', u32Codec, flowValueCodec, { sparse: true });
+      arr.updateBatch([[2, value(2)], [7, value(7)]]);
+      const slots: number[] = [];
+      arr.forEachRaw((keys, k, values, v) => {
+        slots.push(keys.readUInt32LE(k));
+        expect(flowValueCodec.decode(values, v)).toEqual(value(keys.readUInt32LE(k)));
+      }, 3);
+      expect(slots).toEqual([2, 7]);
+      arr.deleteBatch([2, 7]);
+    });
+  });
+
   it('handles array and LRU maps', () => {
     withMaps((obj) => {
       const arr = obj.map('test_array', u32Codec, flowValueCodec);

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { LbFlags, BackendFlags } from '../../src/datapath/layouts.js';
 import type { FrontendSpec } from '../../src/model/frontend.js';
 import { ServiceWriter, type ServiceMaps } from '../../src/datapath/writer.js';
+import { readServiceTable } from '../../src/datapath/service-table.js';
 import { ErrorCode, FerryError } from '../../src/errors.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
@@ -41,15 +42,18 @@ function recording(n: DatapathNode): { maps: ServiceMaps; log: string[] } {
     new Proxy(m, {
       get(target, prop, recv) {
         const v = Reflect.get(target, prop, recv);
-        if (typeof v !== 'function' || !['update', 'updateBatch', 'delete', 'deleteBatch'].includes(String(prop))) return typeof v === 'function' ? v.bind(target) : v;
+        if (typeof v !== 'function' || !['update', 'updateBatch', 'updateBatchOf', 'delete', 'deleteBatch'].includes(String(prop))) return typeof v === 'function' ? v.bind(target) : v;
         return (...args: unknown[]) => {
           const arg = args[0];
-          const entries = String(prop) === 'updateBatch' ? (arg as [unknown, unknown][]) : String(prop) === 'deleteBatch' ? (arg as unknown[]).map((k) => [k]) : [[arg]];
-          for (const [k] of entries) {
+          const what = (k: unknown) => {
             const slot = typeof k === 'object' && k !== null && 'slot' in k ? (k as { slot: number; port: number }) : undefined;
-            const what = slot ? (slot.port === 0 ? 'wildcard' : slot.slot === 0 ? 'master' : 'slot') : name;
-            log.push(`${String(prop).startsWith('delete') ? 'del' : 'put'} ${what}`);
-          }
+            return slot ? (slot.port === 0 ? 'wildcard' : slot.slot === 0 ? 'master' : 'slot') : name;
+          };
+          // updateBatchOf(count, entry): each entry read as entry(i) gives it (a scratch pair may be reused).
+          const whats = String(prop) === 'updateBatch' ? (arg as [unknown, unknown][]).map(([k]) => what(k))
+            : String(prop) === 'updateBatchOf' ? Array.from({ length: arg as number }, (_, i) => what((args[1] as (i: number) => [unknown, unknown])(i)[0]))
+            : String(prop) === 'deleteBatch' ? (arg as unknown[]).map(what) : [what(arg)];
+          for (const w of whats) log.push(`${String(prop).startsWith('delete') ? 'del' : 'put'} ${w}`);
           return (v as (...a: unknown[]) => unknown).apply(target, args);
         };
       },
@@ -106,10 +110,42 @@ describeWith(['root', 'bpffs', 'netns'], 'service writer', () => {
   it('restores IDs from the maps, so a restarted writer changes nothing', () => {
     node.writer.apply([web(3), web(2, { address: '10.96.0.20', port: 53, proto: 'UDP' })]);
     const before = servicesView(node);
-    const restarted = new ServiceWriter(node.dp.maps);
+    const rec = recording(node);
+    const restarted = new ServiceWriter(rec.maps);
     const stats = restarted.apply([web(3), web(2, { address: '10.96.0.20', port: 53, proto: 'UDP' })]);
     expect(stats).toEqual({ frontendsWritten: 0, frontendsRemoved: 0, backendsWritten: 0, backendsRemoved: 0, entriesWritten: 0, entriesDeleted: 0, removedBackends: [], removedBackendIds: [], removedFrontends: [], failures: [] });
+    expect(rec.log).toEqual([]); // not even the names, which it read back
     expect(servicesView(node)).toEqual(before);
+    // A renamed Service port is written again.
+    restarted.apply([web(3, { service: 'default/web:web' }), web(2, { address: '10.96.0.20', port: 53, proto: 'UDP' })]);
+    expect(rec.log).toEqual(['put names']);
+    node.writer = restarted;
+  });
+
+  it('a restarted writer reads the slots of each frontend back when frontends share an address and port across protocols and scopes', () => {
+    const specs = [
+      web(2, { address: '10.96.0.30', port: 53, proto: 'TCP', service: 'default/dns:tcp' }),
+      web(3, { address: '10.96.0.30', port: 53, proto: 'UDP', service: 'default/dns:udp' }),
+      // ETP=Local: its own slots in each scope.
+      web(1, { address: NODE_IP, port: 30053, proto: 'UDP', kind: 'NodePort', service: 'default/dns:np', internalBackends: web(4).backends }),
+    ];
+    node.writer.apply(specs);
+    // The slots as the map holds them, grouped by decoding every entry.
+    const slots = new Map<string, number[]>();
+    for (const [k, v] of node.dp.maps.lb4_services.entries()) {
+      if (k.slot === 0) continue;
+      const id = `${k.address}:${k.port}/${k.proto}#${k.scope}`;
+      const ids = slots.get(id) ?? [];
+      ids[k.slot - 1] = v.backendId;
+      slots.set(id, ids);
+    }
+    const table = readServiceTable(node.dp.maps);
+    const read = new Map(table.frontends.map((f) => [`${f.key.address}:${f.key.port}/${f.key.proto}#${f.key.scope}`, f.backendIds]));
+    expect(read.size).toBe(4);
+    expect(read).toEqual(slots);
+    expect(read.get(`${NODE_IP}:30053/17#1`)).toHaveLength(4);
+    const restarted = new ServiceWriter(node.dp.maps);
+    expect(restarted.apply(specs)).toMatchObject({ frontendsWritten: 0, backendsWritten: 0, entriesWritten: 0, entriesDeleted: 0 });
     node.writer = restarted;
   });
 

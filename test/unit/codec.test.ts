@@ -42,6 +42,19 @@ describe('struct codecs', () => {
   });
 });
 
+describe('field readers', () => {
+  it('read one numeric field of a struct at an offset as decode() reads it (an address as its number)', () => {
+    const c = structCodec('mixed', { a: { type: 'ipv4' }, b: { type: 'be16' }, c: { type: 'u8' }, d: { type: 'u8' }, g: { type: 'u32' }, e: { type: 'u16' }, pad: { type: 'pad', length: 2 }, f: { type: 'i32' }, pad2: { type: 'pad', length: 4 }, h: { type: 'u64' }, mac: { type: 'bytes', length: 8 } });
+    const value = { a: '10.96.255.1', b: 65_000, c: 6, d: 255, e: 40_000, f: -7, g: 4_000_000_000, h: 5n, mac: Buffer.alloc(8, 1) };
+    const buf = Buffer.alloc(c.size + 5, 0xee);
+    c.encode(value, buf, 5);
+    expect(c.numberReader!('a')!(buf, 5)).toBe(ipv4FromString('10.96.255.1'));
+    for (const f of ['b', 'c', 'd', 'e', 'f', 'g'] as const) expect(c.numberReader!(f)!(buf, 5)).toBe(value[f]);
+    // Not numbers it could read exactly, or not fields at all.
+    for (const f of ['pad', 'pad2', 'h', 'mac', 'nope']) expect(c.numberReader!(f)).toBeUndefined();
+  });
+});
+
 describe('helpers', () => {
   it('converts names to C style', () => {
     expect(snakeCase('revNatId')).toBe('rev_nat_id');

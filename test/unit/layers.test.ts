@@ -67,7 +67,7 @@ const IO_MODULES = /^(node:(fs|child_process|http|https|dgram|net|os|worker_thre
 const PURE_NET_HELPERS = /^import \{ (isIPv4|isIPv6|isIP)(, (isIPv4|isIPv6|isIP))* \} from 'node:net';$/;
 
 /** Ways to open or write a BPF map: only datapath/ (and ebpf/ itself) may use them. */
-const MAP_WRITERS = /\.(maps(\.\w+|\[[^\]]+\]))\.(update|updateBatch|delete|deleteBatch)\(|\.writable\(/;
+const MAP_WRITERS = /\.(maps(\.\w+|\[[^\]]+\]))\.(update|updateBatch|updateBatchOf|delete|deleteBatch)\(|\.writable\(/;
 const MAP_OPENERS = new Set(['ebpf/map.ts', 'ebpf/pinned.ts', 'ebpf/object.ts']);
 
 export function violations(sources: Map<string, string>): string[] {

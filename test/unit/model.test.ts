@@ -126,6 +126,17 @@ describe('frontends and traffic policies', () => {
     ]);
   });
 
+  it("a port's frontends that balance over the same endpoints share one backend list (memory at 50k Services)", () => {
+    const all = serviceFrontends(lb(), eps, NODE).frontends;
+    expect(new Set(all.map((f) => f.backends)).size).toBe(1);
+    // ETP=Local: the external frontends share the local list; ClusterIP and their internal view the cluster one.
+    const local = serviceFrontends(lb({ externalTrafficPolicy: 'Local' }), eps, NODE).frontends;
+    const [cluster, ...external] = local;
+    expect(new Set(external.map((f) => f.backends)).size).toBe(1);
+    expect(external.every((f) => f.internalBackends === cluster!.backends)).toBe(true);
+    expect(external[0]!.backends).not.toBe(cluster!.backends);
+  });
+
   it('externalTrafficPolicy=Local: external frontends get local endpoints only; ClusterIP keeps all', () => {
     const r = serviceFrontends(lb({ externalTrafficPolicy: 'Local', healthCheckNodePort: 32000 }), eps, NODE);
     expect(summary(r.frontends).filter((s) => !s.startsWith('ClusterIP')).every((s) => s.endsWith('→ 10.244.1.5:8080L'))).toBe(true);
