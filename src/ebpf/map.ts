@@ -225,8 +225,8 @@ export class BpfMap<K, V> implements Resource {
 
   /**
    * Every entry's raw bytes, a batch at a time, nothing decoded: for walks over hundreds of
-   * thousands of entries that need a few fields of each (read them at the codecs'
-   * offsetOf). The buffers are the batch's; `visit` must copy what it keeps.
+   * thousands of entries that need a few fields of each (read them with the codecs'
+   * numberReader). The buffers are the batch's; `visit` must copy what it keeps.
    */
   forEachRaw(visit: (keys: Buffer, keyAt: number, values: Buffer, valueAt: number) => void, batchSize = 4096): void {
     if (this.perCpu) throw new FerryError({ code: ErrorCode.MapOp, op: `read map ${this.name}`, cause: 'per-CPU map', hint: 'use entriesPerCpu' });

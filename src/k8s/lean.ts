@@ -35,9 +35,44 @@ export function leanSlice(s: V1EndpointSlice): V1EndpointSlice {
     metadata: { name: m.name, namespace: m.namespace, resourceVersion: m.resourceVersion, labels: m.labels, annotations: pick(m.annotations, (k) => k === TRIGGER_TIME) },
     addressType: s.addressType,
     ports: s.ports,
-    // Without targetRef (the pod), deprecatedTopology and the like.
-    endpoints: (s.endpoints ?? []).map((e) => ({ addresses: e.addresses, conditions: e.conditions, nodeName: e.nodeName, zone: e.zone, hints: e.hints })),
+    // Without targetRef (the pod), deprecatedTopology and the like; zone and hints only
+    // when there are any (half a million endpoints at 50k Services).
+    endpoints: (s.endpoints ?? []).map((e) =>
+      e.zone === undefined && e.hints === undefined
+        ? { addresses: e.addresses, conditions: sharedConditions(e.conditions), nodeName: e.nodeName }
+        : { addresses: e.addresses, conditions: sharedConditions(e.conditions), nodeName: e.nodeName, zone: e.zone, hints: e.hints }),
   };
+}
+
+type Conditions = NonNullable<V1EndpointSlice['endpoints'][number]['conditions']>;
+const CONDITIONS = ['ready', 'serving', 'terminating'] as const;
+const conditionShapes = new Map<number, Conditions>();
+
+/**
+ * Endpoint conditions come in a few shapes ({ready: true}, {ready, serving, terminating}…):
+ * one shared, frozen object per shape instead of one per endpoint. Conditions with other
+ * fields, or values that are not booleans, are kept as they came (the model judges them).
+ */
+function sharedConditions(c: Conditions | undefined): Conditions | undefined {
+  if (c === undefined || c === null || typeof c !== 'object') return c;
+  let shape = 0;
+  let fields = 0;
+  for (const name of CONDITIONS) {
+    const v = c[name];
+    if (v !== undefined && typeof v !== 'boolean') return c;
+    shape = shape * 3 + (v === undefined ? 0 : v ? 1 : 2);
+    if (v !== undefined) fields++;
+  }
+  let keys = 0;
+  for (const _ in c) keys++;
+  if (keys !== fields) return c;
+  let shared = conditionShapes.get(shape);
+  if (!shared) {
+    const fresh: Conditions = {};
+    for (const name of CONDITIONS) if (c[name] !== undefined) fresh[name] = c[name];
+    conditionShapes.set(shape, (shared = Object.freeze(fresh)));
+  }
+  return shared;
 }
 
 export function leanNode(n: V1Node): V1Node {
