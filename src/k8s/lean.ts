@@ -54,7 +54,8 @@ const conditionShapes = new Map<number, Conditions>();
  * fields, or values that are not booleans, are kept as they came (the model judges them).
  */
 function sharedConditions(c: Conditions | undefined): Conditions | undefined {
-  if (c === undefined || c === null || typeof c !== 'object') return c;
+  // Not a plain object (an array, say): kept, so that validation still refuses it.
+  if (c === undefined || c === null || typeof c !== 'object' || Array.isArray(c)) return c;
   let shape = 0;
   let fields = 0;
   for (const name of CONDITIONS) {

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import type { V1EndpointSlice } from '@kubernetes/client-node';
 import { leanSlice } from '../../src/k8s/lean.js';
 import { serviceFrontends } from '../../src/model/service.js';
+import { validateEndpointSlice } from '../../src/model/validate.js';
 
 const slice = (endpoints: object[]): V1EndpointSlice => JSON.parse(JSON.stringify({
   metadata: { name: 'web-x', namespace: 'default', labels: { 'kubernetes.io/service-name': 'web' } },
@@ -26,10 +27,11 @@ describe('lean EndpointSlices', () => {
   });
 
   it('keeps conditions it cannot share as they came: other fields, values that are not booleans', () => {
-    const odd = slice([{ addresses: ['10.244.1.5'], conditions: { ready: 'yes' } }, { addresses: ['10.244.1.6'], conditions: { ready: true, extra: 1 } }]);
+    const odd = slice([{ addresses: ['10.244.1.5'], conditions: { ready: 'yes' } }, { addresses: ['10.244.1.6'], conditions: { ready: true, extra: 1 } }, { addresses: ['10.244.1.7'], conditions: [] }]);
     const lean = leanSlice(odd);
-    expect(lean.endpoints[0]!.conditions).toBe(odd.endpoints[0]!.conditions);
-    expect(lean.endpoints[1]!.conditions).toBe(odd.endpoints[1]!.conditions);
+    for (let i = 0; i < 3; i++) expect(lean.endpoints[i]!.conditions).toBe(odd.endpoints[i]!.conditions);
+    // Still refused as the API server would not have let it through.
+    expect(validateEndpointSlice(lean)).toMatchObject({ ok: false, error: expect.stringMatching(/endpoints\[2\]\.conditions .* is not an object/) });
   });
 
   it('keeps zone and hints only when there are any, and the model reads the same frontends', () => {
