@@ -267,11 +267,8 @@ export class ServiceWriter implements WriterState {
       const value = { ...emptyService };
       const entry: [Lb4Key, Lb4Service] = [key, value];
       m.lb4_services.updateBatchOf(slots.length, (i) => {
-        const master = masters[i]!;
-        key.address = master.address;
-        key.port = master.port;
-        key.proto = master.proto;
-        key.scope = master.scope;
+        // Every field of the master key (a field added to lb4_key comes along), then the slot.
+        Object.assign(key, masters[i]);
         key.slot = slots[i]!;
         value.backendId = ids[i]!;
         return entry;

@@ -255,6 +255,11 @@ export class BpfMap<K, V> implements Resource {
       if (rc < 0 && name !== 'ENOENT') {
         // No batch lookup for this map type: only the first call can tell.
         if (inBatch === null && (name === 'EINVAL' || name === 'EOPNOTSUPP' || name === 'ENOTSUP')) return false;
+        // A hash bucket holds more entries than the batch: ask again, for twice as many.
+        if (name === 'ENOSPC' && n === 0) {
+          batchSize *= 2;
+          continue;
+        }
         throw this.fail('batch lookup', rc);
       }
       batch(keys, values, n, vsize);
