@@ -75,6 +75,12 @@ function randomTable(r: () => number): FrontendSpec[] {
     add(f);
     if (kind === 'NodePort' && r() < 0.7) add({ ...f, address: '0.0.0.0', nodePortAny: true });
   }
+  // Every table has one NodePort with backends on every address, so the host's loopback
+  // rewrite is always put to the test (a seed once drew four tables without one).
+  const proto = r() < 0.5 ? 'TCP' : 'UDP';
+  const always: FrontendSpec = { address: NODE_IP, port: 30009, proto, kind: 'NodePort', backends: backends(1 + int(3)), service: 'default/always:p' };
+  add(always);
+  add({ ...always, address: '0.0.0.0', nodePortAny: true });
   return out;
 }
 
