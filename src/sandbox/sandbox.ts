@@ -16,6 +16,7 @@ import { serviceAllocator } from './controllers/allocator.js';
 import { reconcileEndpointSlices } from './controllers/endpointslices.js';
 import { parse as parseYaml } from 'yaml';
 import { LoadBalancerRoutes } from './controllers/lb-routes.js';
+import { RouteLog, type RouteChange } from './route-log.js';
 import { startFrr, type FrrInstance } from './frr.js';
 import { Kubelet, reconcileDeployments } from './controllers/workloads.js';
 import { Testbed, destroyResources, type Proc } from './netns/testbed.js';
@@ -140,6 +141,8 @@ export class Sandbox {
   readonly frr = new Map<string, FrrInstance>();
   readonly kubelet: Kubelet;
   private readonly lbRoutes: LoadBalancerRoutes;
+  /** The router's route changes, whoever makes them (FRR in BGP mode, lbRoutes otherwise). */
+  private routeLog?: RouteLog;
   private unsubscribe: (() => void) | undefined;
   private controllerTimer: NodeJS.Timeout | undefined;
   private controllerRun: Promise<void> = Promise.resolve();
@@ -191,6 +194,7 @@ export class Sandbox {
       });
       await api.start();
       const s = new Sandbox(opts, tb, net, store, api, identity);
+      s.routeLog = RouteLog.start(net.router);
       if (opts.agentImage) {
         // The sandbox's FRR runs on this machine, not from the image: its vtysh would not match.
         if (s.announce === 'bgp') throw new Error('sandbox: agentImage needs --announce l2 or routes');
@@ -286,9 +290,9 @@ export class Sandbox {
     return p;
   }
 
-  /** The router's LoadBalancer route changes so far (epoch ms, the last 200). */
-  routeChanges(): Array<{ at: number; step: string }> {
-    return [...this.lbRoutes.changes];
+  /** The router's route changes so far (epoch ms, the last 200). */
+  routeChanges(): RouteChange[] {
+    return this.routeLog?.changes() ?? [];
   }
 
   /** The replica holding the leader Lease now, if any. */

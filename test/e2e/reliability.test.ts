@@ -32,7 +32,7 @@ describeWith(['root', 'bpffs', 'cgroup2', 'netns'], 'reliability (short)', () =>
   it('agent restarts (SIGTERM, SIGKILL, killed mid-start) under load: no request fails', async () => {
     const r = await restartsScenario(c, { restarts: 4, crashes: 2 });
     expect(r.rows.map((x) => [x.how, x.readyMs.length])).toEqual([['SIGTERM', 2], ['SIGKILL', 2], ['SIGKILL mid-start, then a start', 2]]);
-    expectNoFailures(r.load, failuresInSteps(r.load, r.steps));
+    expectNoFailures(r.load, failuresInSteps(r.load, [...r.steps, ...c.sb.routeChanges()]));
   }, 180_000);
 
   it('the API server away: the datapath holds, the agent lives, and the change made meanwhile lands when it is back', async () => {
@@ -40,7 +40,7 @@ describeWith(['root', 'bpffs', 'cgroup2', 'netns'], 'reliability (short)', () =>
     expect(r).toMatchObject({ tableChanged: 0, livezFailed: 0, agentRestarted: false });
     expect(r.checks).toBeGreaterThanOrEqual(3);
     expect(r.convergedMs).toBeGreaterThanOrEqual(0);
-    expectNoFailures(r.load);
+    expectNoFailures(r.load, failuresInSteps(r.load, c.sb.routeChanges()));
   }, 180_000);
 
   it('full maps: an explicit error and a metric, the rest keeps working, and recovery when room is made', async () => {
@@ -61,7 +61,7 @@ describeWith(['root', 'bpffs', 'cgroup2', 'netns'], 'reliability (short)', () =>
     const r = await soakScenario(c, { seconds: 30, sampleEveryS: 10 });
     expect(r.changes).toBeGreaterThanOrEqual(25);
     expect(r.samples.length).toBeGreaterThanOrEqual(3);
-    expectNoFailures(r.load);
+    expectNoFailures(r.load, failuresInSteps(r.load, c.sb.routeChanges()));
   }, 180_000);
 });
 

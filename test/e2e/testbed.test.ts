@@ -8,6 +8,7 @@ import { exec } from '../../src/sys/exec.js';
 import { cleanupTestbeds } from '../../src/sandbox/netns/cleanup.js';
 import { recordPath } from '../../src/sandbox/netns/registry.js';
 import { L2Switch, type SwitchKind } from '../../src/sandbox/netns/switch.js';
+import { RouteLog } from '../../src/sandbox/route-log.js';
 import { Testbed } from '../../src/sandbox/netns/testbed.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
@@ -38,6 +39,36 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'network-namespace testbed',
     expect(existsSync(node.cgroup)).toBe(false);
     expect(existsSync(recordPath(tb.prefix))).toBe(false);
     expect(await sleeper.exited).not.toBe(0);
+  });
+
+  it('logs every route change of a host, a multipath route on one line, with the time it was made', async () => {
+    const tb = await Testbed.create();
+    try {
+      const router = await tb.addHost('router', { router: true });
+      const node = await tb.addHost('node-1');
+      const log = RouteLog.start(router);
+      await new Promise((r) => setTimeout(r, 200)); // ip monitor subscribed
+      const t0 = Date.now();
+      await tb.link({ host: node, ifname: 'eth0', address: '10.0.30.21/24' }, { host: router, ifname: 'nodes', address: '10.0.30.1/24' });
+      await tb.multipathRoute(router, '10.0.100.1/32', ['10.0.30.21', '10.0.30.22']);
+      await router.ip('route', 'del', '10.0.100.1/32');
+      const t1 = Date.now();
+      for (let i = 0; i < 50 && log.changes().length < 3; i++) await new Promise((r) => setTimeout(r, 20));
+      const steps = log.changes().map((c) => c.step);
+      // The link's connected route, then the ECMP route and its removal; no local or broadcast routes.
+      expect(steps).toEqual([
+        expect.stringMatching(/^router: route 10\.0\.30\.0\/24 dev nodes proto kernel/),
+        expect.stringMatching(/^router: route 10\.0\.100\.1 nexthop via 10\.0\.30\.21 dev nodes .*nexthop via 10\.0\.30\.22 dev nodes/),
+        expect.stringMatching(/^router: route Deleted 10\.0\.100\.1 /),
+      ]);
+      for (const c of log.changes()) {
+        expect(c.at).toBeGreaterThanOrEqual(t0 - 5);
+        expect(c.at).toBeLessThanOrEqual(t1 + 5);
+      }
+      await log.stop();
+    } finally {
+      await tb.destroy();
+    }
   });
 
   it('cleans up after an owner that was killed', async () => {

@@ -13,12 +13,8 @@ type Slice = { endpoints?: Array<{ nodeName?: string; conditions?: { ready?: boo
 
 const IPV4 = /^\d{1,3}(\.\d{1,3}){3}$/;
 
-/** The last changes made to the router's routes (epoch ms): what a failed test is read by. */
-const CHANGES_KEPT = 200;
-
 export class LoadBalancerRoutes {
   private readonly routes = new Map<string, string>(); // ip → nodes routed, for change detection
-  readonly changes: Array<{ at: number; step: string }> = [];
 
   constructor(
     private readonly store: Store,
@@ -47,19 +43,12 @@ export class LoadBalancerRoutes {
       if (this.routes.get(ip) === sig) continue;
       await this.net.routeLoadBalancerIP(ip, this.net.nodes.filter((n) => nodes.includes(n.name)));
       this.routes.set(ip, sig);
-      this.record(`router: ${ip} routed to ${sig || 'no node'}`);
     }
     for (const ip of [...this.routes.keys()]) {
       if (want.has(ip)) continue;
       await this.net.routeLoadBalancerIP(ip, []);
       this.routes.delete(ip);
-      this.record(`router: route to ${ip} removed`);
     }
-  }
-
-  private record(step: string): void {
-    this.changes.push({ at: Date.now(), step });
-    if (this.changes.length > CHANGES_KEPT) this.changes.shift();
   }
 
   private localEndpointNodes(s: KObject): Set<string> {

@@ -112,5 +112,5 @@ export async function upgradeScenario(c: ReliabilityCluster, opts: { fromCommit:
   const diagnosis = report.failures.length ? [...diagnose(c, report.failures), ...nodes.map((n) => `${n.node} migrated: ${JSON.stringify(n.migrated)}`), ...warnings.slice(0, 10)] : [];
   await sleep(Math.max(0, holdSeconds * 1000 - (Date.now() - started)));
   const result = await waitFor('the held connections report', () => hold.output().split('\n').find((l) => l.startsWith('{"count"')), Boolean, 20_000);
-  return { fromCommit: opts.fromCommit, nodes, held: JSON.parse(result!) as UpgradeResult['held'], load: report, steps, switches, diagnosis };
+  return { fromCommit: opts.fromCommit, nodes, held: JSON.parse(result!) as UpgradeResult['held'], load: report, steps: [...steps, ...c.sb.routeChanges()], switches, diagnosis };
 }
