@@ -57,7 +57,8 @@ async function run(n: number) {
     log: pino({ level: 'silent' }),
     // Every Service takes a master entry and 10 slots in lb4_services (with an LB IP, the
     // same again and the address's "unknown port" entry).
-    agentEnv: { FERRY_MIN_SYNC_PERIOD_MS: '50', FERRY_MAP_SIZES: JSON.stringify({ backends: 262144, services: Math.max(524288, 2 ** Math.ceil(Math.log2(n * (LB ? 2 * (ENDPOINTS + 1) + 1 : ENDPOINTS + 1) + 1024))) }) },
+    // FERRY_CPU_PROFILE=file: the agent writes a CPU profile of its list and first sync there.
+    agentEnv: { ...(process.env.FERRY_CPU_PROFILE ? { FERRY_CPU_PROFILE: process.env.FERRY_CPU_PROFILE } : {}), FERRY_MIN_SYNC_PERIOD_MS: '50', FERRY_MAP_SIZES: JSON.stringify({ backends: 262144, services: Math.max(524288, 2 ** Math.ceil(Math.log2(n * (LB ? 2 * (ENDPOINTS + 1) + 1 : ENDPOINTS + 1) + 1024))) }) },
   });
   try {
     const node = c.net.node(1);
