@@ -4,7 +4,7 @@
 // route to a LoadBalancer IP shows up right after its removal.
 import type { Host, Proc } from './netns/testbed.js';
 
-/** The last changes kept (a long-lived sandbox must not grow without bound). */
+/** The parsed changes kept (the process's raw output is kept too, a line or two per change). */
 const KEPT = 200;
 
 export interface RouteChange {
@@ -26,7 +26,7 @@ export class RouteLog {
     proc.child.stdout?.on('data', (d: Buffer) => this.take(d.toString()));
   }
 
-  /** Start watching `host`'s IPv4 routes (main table only: local and broadcast routes are its addresses). */
+  /** Start watching `host`'s IPv4 routes (local, broadcast and multicast routes, its own addresses', are left out). */
   static start(host: Host): RouteLog {
     return new RouteLog(host, host.spawn(['ip', '-4', '-ts', 'monitor', 'route']));
   }
