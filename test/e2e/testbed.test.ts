@@ -9,6 +9,7 @@ import { cleanupTestbeds } from '../../src/sandbox/netns/cleanup.js';
 import { recordPath } from '../../src/sandbox/netns/registry.js';
 import { L2Switch, type SwitchKind } from '../../src/sandbox/netns/switch.js';
 import { RouteLog } from '../../src/sandbox/route-log.js';
+import { movedCounters, readNetCounters } from '../../src/sandbox/reliability/net-counters.js';
 import { Testbed } from '../../src/sandbox/netns/testbed.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
@@ -66,6 +67,24 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'network-namespace testbed',
         expect(c.at).toBeLessThanOrEqual(t1 + 5);
       }
       await log.stop();
+    } finally {
+      await tb.destroy();
+    }
+  });
+
+  it("reads a host's kernel counters: a router without a route for a packet counts it and answers net unreachable", async () => {
+    const tb = await Testbed.create();
+    try {
+      const router = await tb.addHost('router', { router: true });
+      const node = await tb.addHost('node-1');
+      await tb.link({ host: node, ifname: 'eth0', address: '10.0.30.21/24' }, { host: router, ifname: 'nodes', address: '10.0.30.1/24' });
+      await tb.route(node, 'default', '10.0.30.1');
+      const before = await readNetCounters([router, node]);
+      // The router has no default route: 10.0.200.1 is nowhere (and never leaves the testbed).
+      const ping = await node.exec(['ping', '-c', '1', '-W', '2', '10.0.200.1']);
+      expect(ping.stdout).toMatch(/Destination Net Unreachable/);
+      const moved = movedCounters(before, await readNetCounters([router, node]));
+      expect(moved).toEqual([expect.stringMatching(/^router: .*Icmp\.OutDestUnreachs \+1.*IpExt\.InNoRoutes \+1/)]);
     } finally {
       await tb.destroy();
     }

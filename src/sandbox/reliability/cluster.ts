@@ -10,6 +10,7 @@ import type { NodeInfo } from '../network.js';
 import type { Host, Proc } from '../netns/testbed.js';
 import { Sandbox } from '../sandbox.js';
 import { WORKLOADS_BIN } from '../workloads/spawn.js';
+import { movedCounters, readNetCounters } from './net-counters.js';
 
 export const HTTP_NODEPORT = 30180;
 export const DNS_NODEPORT = 30153;
@@ -101,6 +102,8 @@ export interface LoadReport {
   failures: Array<{ at: number; target: string; error: string }>;
   /** Per second of the run: requests that worked and failed. */
   perSecond: Array<{ at: number; ok: number; failed: number }>;
+  /** The router's and nodes' kernel counters that moved during the load (ICMP errors sent, packets without a route). */
+  netCounters: string[];
 }
 
 export interface SteadyLoad {
@@ -113,12 +116,14 @@ export interface SteadyLoad {
 export function startSteadyLoad(c: ReliabilityCluster, intervalMs = 20): SteadyLoad {
   const outside = [`tcp:${c.node1.ip}:${HTTP_NODEPORT}`, `udp:${c.node1.ip}:${DNS_NODEPORT}`, `tcp:${c.lbIP}:80`, `udp:${c.lbIP}:53`];
   const inside = [`tcp:${c.clusterIP}:80`, `udp:${c.clusterIP}:53`];
+  const hosts = [c.sb.net.router, ...c.sb.net.nodes.map((n) => n.host)];
+  const before = readNetCounters(hosts).catch(() => undefined);
   const procs: Proc[] = [
     c.sb.net.client.spawn([process.execPath, WORKLOADS_BIN, 'steady', '--targets', outside.join(','), '--interval-ms', String(intervalMs)]),
     c.tool.spawn([process.execPath, WORKLOADS_BIN, 'steady', '--targets', inside.join(','), '--interval-ms', String(intervalMs)]),
   ];
   const parse = (): LoadReport => {
-    const r: LoadReport = { requests: 0, failed: 0, byTarget: {}, failures: [], perSecond: [] };
+    const r: LoadReport = { requests: 0, failed: 0, byTarget: {}, failures: [], perSecond: [], netCounters: [] };
     const seconds = new Map<number, { ok: number; failed: number }>();
     for (const p of procs) {
       for (const line of p.output().split('\n')) {
@@ -146,7 +151,10 @@ export function startSteadyLoad(c: ReliabilityCluster, intervalMs = 20): SteadyL
     failedSoFar: () => procs.reduce((n, p) => n + p.output().split('\n').filter((l) => l.includes('"error"')).length, 0),
     stop: async () => {
       await Promise.all(procs.map((p) => p.stop(5000)));
-      return parse();
+      const r = parse();
+      const [was, now] = [await before, await readNetCounters(hosts).catch(() => undefined)];
+      r.netCounters = was && now ? movedCounters(was, now) : ['the kernel counters could not be read'];
+      return r;
     },
   };
 }
