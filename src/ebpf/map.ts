@@ -255,8 +255,9 @@ export class BpfMap<K, V> implements Resource {
       if (rc < 0 && name !== 'ENOENT') {
         // No batch lookup for this map type: only the first call can tell.
         if (inBatch === null && (name === 'EINVAL' || name === 'EOPNOTSUPP' || name === 'ENOTSUP')) return false;
-        // A hash bucket holds more entries than the batch: ask again, for twice as many.
-        if (name === 'ENOSPC' && n === 0) {
+        // A hash bucket holds more entries than the batch: ask again, for twice as many
+        // (no bucket holds more than the map, so this ends).
+        if (name === 'ENOSPC' && n === 0 && batchSize < this.info.maxEntries) {
           batchSize *= 2;
           continue;
         }

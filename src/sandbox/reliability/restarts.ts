@@ -5,7 +5,7 @@ import { startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster, typ
 export interface RestartsResult {
   rows: Array<{ how: string; count: number; readyMs: number[] }>;
   load: LoadReport;
-  /** When each stop and start happened (epoch ms), to place a failure in. */
+  /** When each stop and start happened, and the router's route changes (epoch ms), to place a failure in. */
   steps: Steps;
 }
 
@@ -66,5 +66,5 @@ export async function restartsScenario(c: ReliabilityCluster, opts: { restarts: 
     await load.stop();
     throw e;
   }
-  return { rows, load: await load.stop(), steps };
+  return { rows, load: await load.stop(), steps: [...steps, ...sb.routeChanges()] };
 }
