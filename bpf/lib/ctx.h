@@ -17,6 +17,14 @@
 /* Direct packet access up to this offset (a bound the verifier needs); beyond, helpers. */
 #define CTX_DIRECT_MAX_OFF 256
 
+/* ctx_store_bytes flag (ferry's, never passed to the kernel): on tc, write the bytes
+ * directly where they lie in the skb's head, a store instead of a helper call. Only for
+ * code tc_egress never reaches: a tc program with any direct write gets a prologue that
+ * makes every cloned skb's head private before it runs, and TCP's own segments leaving the
+ * host are clones (test/bpf/direct-writes.test.ts checks tc_egress has none). XDP always
+ * writes directly. */
+#define CTX_STORE_DIRECT (1ULL << 63)
+
 #ifdef FERRY_XDP
 #define __ctx_buff xdp_md
 #define CTX_IS_XDP 1
@@ -201,7 +209,15 @@ static __always_inline __u32 ctx_fib_ifindex(const struct __sk_buff *ctx)
 
 static __always_inline long ctx_store_bytes(struct __sk_buff *ctx, __u32 off, const void *from, __u32 len, __u64 flags)
 {
-	return bpf_skb_store_bytes(ctx, off, from, len, flags);
+	if (__builtin_constant_p(len) && (flags & CTX_STORE_DIRECT)) {
+		void *at = ctx_linear(ctx, off, len);
+
+		if (at) {
+			__builtin_memcpy(at, from, len);
+			return 0;
+		}
+	}
+	return bpf_skb_store_bytes(ctx, off, from, len, flags & ~CTX_STORE_DIRECT);
 }
 
 static __always_inline long ctx_l3_csum_replace(struct __sk_buff *ctx, __u32 off, __u32 from, __u32 to, __u64 size)

@@ -132,9 +132,9 @@ static __always_inline int nat4_rewrite_forwarded(struct __ctx_buff *ctx, const 
 	if (route) {
 		__builtin_memcpy(h.macs, route->dmac, ETH_ALEN);
 		__builtin_memcpy(h.macs + ETH_ALEN, route->smac, ETH_ALEN);
-		rc = ctx_store_bytes(ctx, 0, h.macs, ETH_HLEN + sizeof(struct iphdr), 0);
+		rc = ctx_store_bytes(ctx, 0, h.macs, ETH_HLEN + sizeof(struct iphdr), CTX_STORE_DIRECT);
 	} else {
-		rc = ctx_store_bytes(ctx, IP_TTL_OFF(p), &h.ip, sizeof(h.ip), 0);
+		rc = ctx_store_bytes(ctx, IP_TTL_OFF(p), &h.ip, sizeof(h.ip), CTX_STORE_DIRECT);
 	}
 	if (rc < 0)
 		return -1;
@@ -146,7 +146,7 @@ static __always_inline int nat4_rewrite_forwarded(struct __ctx_buff *ctx, const 
 		return 0;
 	if (ctx_l4_csum_replace(ctx, csum, 0, csum32_replace(0, old_ports.word, ports.word), l4_csum_flags(p)) < 0)
 		return -1;
-	return ctx_store_bytes(ctx, p->l4_off, &ports, sizeof(ports), 0);
+	return ctx_store_bytes(ctx, p->l4_off, &ports, sizeof(ports), CTX_STORE_DIRECT);
 }
 
 /* Forwarding to another host is routing: the TTL goes down by one. */
