@@ -106,7 +106,7 @@ static __always_inline int nodeport_dsr(struct __ctx_buff *ctx, const struct pkt
 	}
 	if (!fib4_usable(route))
 		return fib4_unusable(p->len);
-	if (nat4_rewrite_endpoint(ctx, p, NAT_DST, b->address, b->port) < 0 ||
+	if (nat4_rewrite_endpoint(ctx, p, NAT_DST, b->address, b->port, CTX_STORE_DIRECT) < 0 ||
 	    ipv4_dec_ttl(ctx, p) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	if (with_opt && dsr4_push(ctx, p, vip, vport) < 0)

@@ -53,8 +53,8 @@ __ferry_global int frag4_follow(struct __ctx_buff *ctx, const struct pkt4 *p, in
 		return service ? count_drop(DROP_FRAGMENT, p->len) : CTX_ACT_UNSPEC;
 	if (e->action == FRAG_ACT_REDIRECT && p->ttl <= 1)
 		return icmp4_time_exceeded(ctx, p);
-	if (nat4_rewrite_addr(ctx, p, NAT_SRC, p->saddr, e->saddr) < 0 ||
-	    nat4_rewrite_addr(ctx, p, NAT_DST, p->daddr, e->daddr) < 0)
+	if (nat4_rewrite_addr(ctx, p, NAT_SRC, p->saddr, e->saddr, 0) < 0 ||
+	    nat4_rewrite_addr(ctx, p, NAT_DST, p->daddr, e->daddr, 0) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	count_stat(STAT_FRAGMENT, p->len);
 	if (e->action != FRAG_ACT_REDIRECT)

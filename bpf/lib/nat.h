@@ -33,8 +33,10 @@ static __always_inline __u64 l4_csum_flags(const struct pkt4 *p)
 	return p->proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
 }
 
-/* Rewrite the source or destination address. Returns <0 on helper failure. */
-static __always_inline int nat4_rewrite_addr(struct __ctx_buff *ctx, const struct pkt4 *p, enum nat_side side, __be32 from, __be32 to)
+/* Rewrite the source or destination address. Returns <0 on helper failure. `store`: the
+ * ctx_store_bytes flags (CTX_STORE_DIRECT where tc_egress never comes). */
+static __always_inline int nat4_rewrite_addr(struct __ctx_buff *ctx, const struct pkt4 *p, enum nat_side side, __be32 from, __be32 to,
+					     __u64 store)
 {
 	__u32 csum = l4_csum_off(p);
 
@@ -45,11 +47,12 @@ static __always_inline int nat4_rewrite_addr(struct __ctx_buff *ctx, const struc
 		return -1;
 	if (ctx_l3_csum_replace(ctx, IP_CSUM_OFF(p), from, to, sizeof(to)) < 0)
 		return -1;
-	return ctx_store_bytes(ctx, side == NAT_SRC ? IP_SADDR_OFF(p) : IP_DADDR_OFF(p), &to, sizeof(to), 0);
+	return ctx_store_bytes(ctx, side == NAT_SRC ? IP_SADDR_OFF(p) : IP_DADDR_OFF(p), &to, sizeof(to), store);
 }
 
 /* Rewrite the source or destination port of TCP/UDP. */
-static __always_inline int nat4_rewrite_port(struct __ctx_buff *ctx, const struct pkt4 *p, enum nat_side side, __be16 from, __be16 to)
+static __always_inline int nat4_rewrite_port(struct __ctx_buff *ctx, const struct pkt4 *p, enum nat_side side, __be16 from, __be16 to,
+					     __u64 store)
 {
 	__u32 csum = l4_csum_off(p);
 
@@ -57,15 +60,16 @@ static __always_inline int nat4_rewrite_port(struct __ctx_buff *ctx, const struc
 		return 0;
 	if (csum && ctx_l4_csum_replace(ctx, csum, from, to, sizeof(to) | l4_csum_flags(p)) < 0)
 		return -1;
-	return ctx_store_bytes(ctx, p->l4_off + (side == NAT_SRC ? 0 : 2), &to, sizeof(to), 0);
+	return ctx_store_bytes(ctx, p->l4_off + (side == NAT_SRC ? 0 : 2), &to, sizeof(to), store);
 }
 
 /* A packet's destination or source endpoint, address and port together. */
-static __always_inline int nat4_rewrite_endpoint(struct __ctx_buff *ctx, const struct pkt4 *p, enum nat_side side, __be32 addr, __be16 port)
+static __always_inline int nat4_rewrite_endpoint(struct __ctx_buff *ctx, const struct pkt4 *p, enum nat_side side, __be32 addr, __be16 port,
+						 __u64 store)
 {
-	if (nat4_rewrite_addr(ctx, p, side, side == NAT_SRC ? p->saddr : p->daddr, addr) < 0)
+	if (nat4_rewrite_addr(ctx, p, side, side == NAT_SRC ? p->saddr : p->daddr, addr, store) < 0)
 		return -1;
-	return nat4_rewrite_port(ctx, p, side, side == NAT_SRC ? p->sport : p->dport, port);
+	return nat4_rewrite_port(ctx, p, side, side == NAT_SRC ? p->sport : p->dport, port, store);
 }
 
 /* The IPv4 header from the TTL to the destination address: what forwarding rewrites. */

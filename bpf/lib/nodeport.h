@@ -84,7 +84,7 @@ static __always_inline int nodeport_reply_local(struct __ctx_buff *ctx, const st
 						__u64 now)
 {
 	ct4_track_reply(p, nat, now);
-	if (nat4_rewrite_endpoint(ctx, p, NAT_SRC, nat->frontend_addr, nat->frontend_port) < 0)
+	if (nat4_rewrite_endpoint(ctx, p, NAT_SRC, nat->frontend_addr, nat->frontend_port, 0) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	frag4_record(p, nat->frontend_addr, p->daddr, FRAG_ACT_PASS);
 	count_stat(STAT_REPLY_LOCAL, p->len);
@@ -238,7 +238,7 @@ __ferry_global int nodeport_send(struct __ctx_buff *ctx, const struct pkt4 *p, s
 	}
 	STAGE_END(10);
 	if (flags & CT_F_LOCAL) {
-		if (nat4_rewrite_endpoint(ctx, p, NAT_DST, b->address, b->port) < 0)
+		if (nat4_rewrite_endpoint(ctx, p, NAT_DST, b->address, b->port, CTX_STORE_DIRECT) < 0)
 			return count_drop(DROP_CSUM_FAILED, p->len);
 		frag4_record(p, p->saddr, b->address, FRAG_ACT_PASS);
 		count_stat(STAT_FWD_LOCAL, p->len);
