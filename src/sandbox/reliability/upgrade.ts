@@ -11,7 +11,7 @@ import { ECHO_NODEPORT, failuresInSteps, startSteadyLoad, waitFor, type LoadRepo
 export interface UpgradeResult {
   fromCommit: string;
   nodes: Array<{ node: string; readyMs: number; migrated: Array<{ map: string; fromLayout: number; copied: number; caughtUp: number; dropped: number }>; handoverDrops: number }>;
-  held: { count: number; survived: number; brokeAtMs: number[] };
+  held: { count: number; survived: number; brokeAtMs: number[]; breaks: Array<{ at: number; how: string }> };
   load: LoadReport;
   /** When each step of the swap happened (epoch ms), to place a failure in it. */
   steps: Steps;
@@ -51,6 +51,15 @@ function diagnose(c: ReliabilityCluster, failures: LoadReport['failures']): stri
 export function failuresInSwitches(r: UpgradeResult, timeoutMs = 2000): { inSwitch: LoadReport['failures']; outside: LoadReport['failures'] } {
   const inSwitch = r.load.failures.filter((f) => r.switches.some((s) => f.at >= s.from - timeoutMs && f.at <= s.to));
   return { inSwitch, outside: r.load.failures.filter((f) => !inSwitch.includes(f)) };
+}
+
+/** Each held connection that broke, placed among the steps (switches, route changes). */
+export function heldBreaks(r: UpgradeResult): string[] {
+  const sorted = [...r.steps].sort((a, b) => a.at - b.at);
+  return r.held.breaks.slice(0, 8).map((b) => {
+    const before = sorted.filter((s) => s.at <= b.at).at(-1);
+    return `${b.how}, ${before ? `${b.at - before.at} ms after ${before.step}` : 'before the first step'}`;
+  });
 }
 
 /** Each failure placed in the swap, then what the nodes' maps say about it. */

@@ -136,21 +136,25 @@ async function connectOnce(to: { host: string; port: number }, timeoutMs?: numbe
 export async function hold(to: { host: string; port: number }, count: number, seconds: number, connectTimeoutMs?: number): Promise<void> {
   const start = Date.now();
   const broke: Array<number | undefined> = Array.from({ length: count }, () => undefined);
+  // When (epoch ms, to be placed among a scenario's steps) and how each broke.
+  const breaks: Array<{ at: number; how: string }> = [];
   const sockets: Socket[] = [];
   for (let i = 0; i < count; i++) {
     const s = await connectOnce(to, connectTimeoutMs);
     s.setNoDelay(true);
     let lastReply = Date.now();
-    const fail = () => {
-      if (broke[i] === undefined) broke[i] = Date.now() - start;
+    const fail = (how: string) => {
+      if (broke[i] !== undefined) return;
+      broke[i] = Date.now() - start;
+      breaks.push({ at: Date.now(), how: `connection ${i}: ${how}` });
     };
     s.on('data', () => (lastReply = Date.now()));
-    s.on('error', fail);
-    s.on('close', fail);
+    s.on('error', (e: NodeJS.ErrnoException) => fail(e.code ?? e.message));
+    s.on('close', () => fail('closed'));
     const t = setInterval(() => {
       if (broke[i] !== undefined) return clearInterval(t);
       if (Date.now() - lastReply > SILENCE_MS) {
-        fail();
+        fail(`no answer for ${SILENCE_MS} ms (last at ${lastReply})`);
         s.destroy();
         return clearInterval(t);
       }
@@ -160,7 +164,7 @@ export async function hold(to: { host: string; port: number }, count: number, se
   }
   process.stdout.write(`holding ${count}\n`);
   await new Promise((r) => setTimeout(r, seconds * 1000));
-  const result = { count, survived: broke.filter((b) => b === undefined).length, brokeAtMs: broke.filter((b) => b !== undefined) };
+  const result = { count, survived: broke.filter((b) => b === undefined).length, brokeAtMs: broke.filter((b) => b !== undefined), breaks };
   process.stdout.write(`${JSON.stringify(result)}\n`);
   for (const s of sockets) s.destroy();
   process.exit(0);
