@@ -58,6 +58,18 @@ static __always_inline void *ctx_linear(struct __ctx_buff *ctx, __u32 off, __u32
 	return at;
 }
 
+/* `len` bytes (a constant) written directly where they lie in the linear part; 0 when
+ * they do not lie there (the caller's helper writes them). */
+static __always_inline int ctx_store_linear(struct __ctx_buff *ctx, __u32 off, const void *from, __u32 len)
+{
+	void *at = ctx_linear(ctx, off, len);
+
+	if (!at)
+		return 0;
+	__builtin_memcpy(at, from, len);
+	return 1;
+}
+
 /* Bytes of the packet into `to`: read directly where they lie in the linear part (a
  * constant length, so the copy is a few loads), else by the hook's helper, which also
  * reads an skb's paged data or an XDP frame's fragments. */
@@ -100,14 +112,8 @@ static __always_inline __u32 ctx_fib_ifindex(const struct xdp_md *ctx)
 
 static __always_inline long ctx_store_bytes(struct xdp_md *ctx, __u32 off, const void *from, __u32 len, __u64 flags)
 {
-	if (__builtin_constant_p(len)) {
-		void *at = ctx_linear(ctx, off, len);
-
-		if (at) {
-			__builtin_memcpy(at, from, len);
-			return 0;
-		}
-	}
+	if (__builtin_constant_p(len) && ctx_store_linear(ctx, off, from, len))
+		return 0;
 	return bpf_xdp_store_bytes(ctx, off, (void *)from, len);
 }
 
@@ -209,14 +215,8 @@ static __always_inline __u32 ctx_fib_ifindex(const struct __sk_buff *ctx)
 
 static __always_inline long ctx_store_bytes(struct __sk_buff *ctx, __u32 off, const void *from, __u32 len, __u64 flags)
 {
-	if (__builtin_constant_p(len) && (flags & CTX_STORE_DIRECT)) {
-		void *at = ctx_linear(ctx, off, len);
-
-		if (at) {
-			__builtin_memcpy(at, from, len);
-			return 0;
-		}
-	}
+	if (__builtin_constant_p(len) && (flags & CTX_STORE_DIRECT) && ctx_store_linear(ctx, off, from, len))
+		return 0;
 	return bpf_skb_store_bytes(ctx, off, from, len, flags & ~CTX_STORE_DIRECT);
 }
 

@@ -164,12 +164,17 @@ export type Steps = Array<{ at: number; step: string }>;
 
 /** Each failure (the first five) with the step it came closest after: what a failed run is read by. */
 export function failuresInSteps(load: LoadReport, steps: Steps): string[] {
+  const where = placeAmongSteps(steps);
+  return load.failures.slice(0, 5).map((f) => `${f.target} ${f.error}, started ${where(f.at)}`);
+}
+
+/** Where a moment (epoch ms) lies among the steps: "N ms after <the latest step before it>". */
+export function placeAmongSteps(steps: Steps): (at: number) => string {
   const sorted = [...steps].sort((a, b) => a.at - b.at);
-  return load.failures.slice(0, 5).map((f) => {
-    const before = sorted.filter((s) => s.at <= f.at).at(-1);
-    const where = before ? `${f.at - before.at} ms after ${before.step}` : 'before the first step';
-    return `${f.target} ${f.error}, started ${where}`;
-  });
+  return (at) => {
+    const before = sorted.filter((s) => s.at <= at).at(-1);
+    return before ? `${at - before.at} ms after ${before.step}` : 'before the first step';
+  };
 }
 
 /** What node-1's datapath serves: frontend → backends, sorted (to see that it does not change). */

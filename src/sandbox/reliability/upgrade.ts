@@ -6,7 +6,7 @@
 import { dumpMap, listFlows, readCounters } from '../../datapath/inspect.js';
 import { FERRY_BIN } from '../sandbox.js';
 import { WORKLOADS_BIN } from '../workloads/spawn.js';
-import { ECHO_NODEPORT, failuresInSteps, startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster, type Steps, sleep } from './cluster.js';
+import { ECHO_NODEPORT, failuresInSteps, placeAmongSteps, startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster, type Steps, sleep } from './cluster.js';
 
 export interface UpgradeResult {
   fromCommit: string;
@@ -55,11 +55,8 @@ export function failuresInSwitches(r: UpgradeResult, timeoutMs = 2000): { inSwit
 
 /** Each held connection that broke, placed among the steps (switches, route changes). */
 export function heldBreaks(r: UpgradeResult): string[] {
-  const sorted = [...r.steps].sort((a, b) => a.at - b.at);
-  return r.held.breaks.slice(0, 8).map((b) => {
-    const before = sorted.filter((s) => s.at <= b.at).at(-1);
-    return `${b.how}, ${before ? `${b.at - before.at} ms after ${before.step}` : 'before the first step'}`;
-  });
+  const where = placeAmongSteps(r.steps);
+  return r.held.breaks.slice(0, 8).map((b) => `${b.how}, ${where(b.at)}`);
 }
 
 /** Each failure placed in the swap, then what the nodes' maps say about it. */
