@@ -4,7 +4,7 @@
 // plan, the map writes), then a restart's (the maps read back by a new writer, then a
 // sync with nothing to change). Runs in a child node with the agent's V8 flags, so that
 // its garbage collection is the agent's. Nothing leaves the testbed's namespaces.
-// Run as root: npx tsx bench/first-sync.mts [--services 50000] [--runs 3]
+// Run as root: npx tsx bench/first-sync.mts [--services 50000] [--runs 3] [--restarts 1]
 import { spawnSync } from 'node:child_process';
 import { PerformanceObserver } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
@@ -21,9 +21,10 @@ import { ServiceWriter } from '../src/datapath/writer.js';
 import { leanService, leanSlice } from '../src/k8s/lean.js';
 import { NODE_IP, datapathNode } from '../src/sandbox/datapath-node.js';
 
-const { values } = parseArgs({ options: { services: { type: 'string' }, runs: { type: 'string' }, flags: { type: 'string' }, child: { type: 'boolean' } } });
+const { values } = parseArgs({ options: { services: { type: 'string' }, runs: { type: 'string' }, restarts: { type: 'string' }, flags: { type: 'string' }, child: { type: 'boolean' } } });
 const N = Number(values.services ?? 50_000);
 const RUNS = Number(values.runs ?? 3);
+const RESTARTS = Number(values.restarts ?? 1);
 const ENDPOINTS = 10;
 /** V8 flags after the agent's (a later flag wins): to try other settings, e.g. --flags=--max-semi-space-size=16. */
 const EXTRA_FLAGS = values.flags ? values.flags.split(' ').filter(Boolean) : [];
@@ -32,13 +33,14 @@ if (!values.child) {
   // One child per run: every run starts from a fresh heap, as an agent does.
   const rows: string[] = [];
   for (let i = 0; i < RUNS; i++) {
-    const r = spawnSync(process.execPath, [...AGENT_NODE_FLAGS, ...EXTRA_FLAGS, '--import', 'tsx', fileURLToPath(import.meta.url), '--child', '--services', String(N)], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+    const r = spawnSync(process.execPath, [...AGENT_NODE_FLAGS, ...EXTRA_FLAGS, '--import', 'tsx', fileURLToPath(import.meta.url), '--child', '--services', String(N), '--restarts', String(RESTARTS)], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
     if (r.status !== 0) throw new Error(`run ${i + 1} failed (${r.status})`);
     rows.push(r.stdout.trim());
   }
-  console.log(`| run | first sync ms | of it in GC ms | restart: maps read back ms | restart: sync ms | heap used after MiB |\n| --- | --- | --- | --- | --- | --- |`);
+  const of = RESTARTS > 1 ? ` (fastest of ${RESTARTS})` : '';
+  console.log(`| run | first sync ms | of it in GC ms | restart: maps read back ms${of} | restart: sync ms${of} | heap used after MiB |\n| --- | --- | --- | --- | --- | --- |`);
   rows.forEach((row, i) => console.log(`| ${i + 1} | ${row} |`));
-  console.log(`\n${N} ClusterIP Services x ${ENDPOINTS} endpoints; V8 flags ${[...AGENT_NODE_FLAGS, ...EXTRA_FLAGS].join(' ')}. Command: \`npx tsx bench/first-sync.mts --services ${N} --runs ${RUNS}${values.flags ? ` --flags='${values.flags}'` : ''}\``);
+  console.log(`\n${N} ClusterIP Services x ${ENDPOINTS} endpoints; V8 flags ${[...AGENT_NODE_FLAGS, ...EXTRA_FLAGS].join(' ')}. Command: \`npx tsx bench/first-sync.mts --services ${N} --runs ${RUNS}${RESTARTS > 1 ? ` --restarts ${RESTARTS}` : ''}${values.flags ? ` --flags='${values.flags}'` : ''}\``);
 } else {
   let gcMs = 0;
   new PerformanceObserver((list) => {
@@ -91,16 +93,23 @@ if (!values.child) {
     await first.stop();
     (globalThis as { gc?: () => void }).gc?.();
     const heapMiB = process.memoryUsage().heapUsed / 2 ** 20;
-    t = performance.now();
-    const writer = new ServiceWriter(node.dp.maps, { maglevTableSize: node.dp.maglevTableSize });
-    const restoreMs = performance.now() - t;
-    profile = profileTo ? await startCpuProfile() : undefined;
-    t = performance.now();
-    const again = reconciler(writer);
-    await again.syncNow();
-    const againMs = performance.now() - t;
-    await profile?.stopTo(`${profileTo}-restart.cpuprofile`);
-    await again.stop();
+    // Restarts do not change the maps: each is the same work, so the fastest of several is
+    // the one this noisy machine disturbed least.
+    let restoreMs = Infinity;
+    let againMs = Infinity;
+    for (let i = 0; i < RESTARTS; i++) {
+      (globalThis as { gc?: () => void }).gc?.();
+      t = performance.now();
+      const writer = new ServiceWriter(node.dp.maps, { maglevTableSize: node.dp.maglevTableSize });
+      restoreMs = Math.min(restoreMs, performance.now() - t);
+      profile = profileTo && i === 0 ? await startCpuProfile() : undefined;
+      t = performance.now();
+      const again = reconciler(writer);
+      await again.syncNow();
+      againMs = Math.min(againMs, performance.now() - t);
+      await profile?.stopTo(`${profileTo}-restart.cpuprofile`);
+      await again.stop();
+    }
     console.log([firstMs, firstGcMs, restoreMs, againMs, heapMiB].map((x) => Math.round(x)).join(' | '));
   } finally {
     await node.close();

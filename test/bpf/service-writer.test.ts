@@ -122,6 +122,26 @@ describeWith(['root', 'bpffs', 'netns'], 'service writer', () => {
     node.writer = restarted;
   });
 
+  it('a frontend planned again with only its draining backends changed still counts them (a backend another Service lets go of stays)', () => {
+    const shared = { address: '10.244.1.50', port: 8080, local: false };
+    const a = (draining: FrontendSpec['drainingBackends']) => web(1, { service: 'default/a:http', ...(draining ? { drainingBackends: draining } : {}) });
+    const b = (backends: FrontendSpec['backends']) => web(0, { address: '10.96.0.11', service: 'default/b:http', backends });
+    node.writer.apply([a(undefined), b([shared])]);
+    // Same slots as before, one draining backend more: it holds that backend too.
+    node.writer.applyChanged(new Map([['default/a', [a([{ ...shared, terminating: true }])]]]));
+    node.writer.applyChanged(new Map([['default/b', [b([{ address: '10.244.1.51', port: 8080, local: false }])]]]));
+    expect(node.dp.maps.lb4_backends.entries().map(([, v]) => v.address).sort()).toEqual(['10.244.1.10', '10.244.1.50', '10.244.1.51']);
+    // A restarted writer (draining backends are not in the maps, so it learns them from the
+    // specs) planned twice with the same frontends holds each backend once: when A goes,
+    // its backends go.
+    const restarted = new ServiceWriter(node.dp.maps);
+    restarted.apply([a([{ ...shared, terminating: true }]), b([{ address: '10.244.1.51', port: 8080, local: false }])]);
+    restarted.apply([a([{ ...shared, terminating: true }]), b([{ address: '10.244.1.51', port: 8080, local: false }])]);
+    restarted.applyChanged(new Map([['default/a', []]]));
+    expect(node.dp.maps.lb4_backends.entries().map(([, v]) => v.address).sort()).toEqual(['10.244.1.51']);
+    node.writer = restarted;
+  });
+
   it('a restarted writer reads the slots of each frontend back when frontends share an address and port across protocols and scopes', () => {
     const specs = [
       web(2, { address: '10.96.0.30', port: 53, proto: 'TCP', service: 'default/dns:tcp' }),
