@@ -10,16 +10,13 @@ import { PerformanceObserver } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
-import { pino } from 'pino';
 import { AGENT_NODE_FLAGS } from '../src/agent/config.js';
-import { ProxyHealth, ServiceHealthServers } from '../src/agent/health.js';
-import { AgentMetrics } from '../src/agent/metrics.js';
 import { startCpuProfile } from '../src/agent/cpu-profile.js';
-import { Reconciler } from '../src/agent/reconciler.js';
 import { DEFAULT_MAP_SIZES } from '../src/datapath/loader.js';
 import { ServiceWriter } from '../src/datapath/writer.js';
 import { leanService, leanSlice } from '../src/k8s/lean.js';
 import { NODE_IP, datapathNode } from '../src/sandbox/datapath-node.js';
+import { nodeReconciler } from '../src/sandbox/node-reconciler.js';
 
 const { values } = parseArgs({ options: { services: { type: 'string' }, runs: { type: 'string' }, restarts: { type: 'string' }, flags: { type: 'string' }, child: { type: 'boolean' } } });
 const N = Number(values.services ?? 50_000);
@@ -62,22 +59,11 @@ if (!values.child) {
   const slicesOf = new Map(slices.map((s) => [`${s.metadata!.namespace}/${s.metadata!.labels!['kubernetes.io/service-name']}`, [s]]));
   const nodeObj: V1Node = { metadata: { name: 'node-1' }, status: { addresses: [{ type: 'InternalIP', address: NODE_IP }] } };
   const node = await datapathNode({ mapSizes: { ...DEFAULT_MAP_SIZES, backends: 262_144, services: 2 ** Math.ceil(Math.log2(N * (ENDPOINTS + 1) + 1024)), reverseNat: 2 ** Math.ceil(Math.log2(N + 1024)) } });
-  const health = new ProxyHealth(60_000);
-  const reconciler = (writer: ServiceWriter) => new Reconciler({
-    source: { services: () => services, service: (ns, n) => byName.get(`${ns}/${n}`), slices: () => slices, slicesOf: (ns, n) => slicesOf.get(`${ns}/${n}`) ?? [], node: () => nodeObj, nodes: () => [nodeObj] },
-    writer,
-    maps: node.dp.maps,
-    health,
-    serviceHealth: new ServiceHealthServers(health, '127.0.0.1', () => {}),
-    metrics: new AgentMetrics(),
-    log: pino({ level: 'silent' }),
-    minSyncPeriodMs: 0,
-    syncPeriodMs: 3_600_000,
-    extraNodeAddresses: [],
-    nodeName: 'node-1',
-  });
+  const source = { services: () => services, service: (ns: string, n: string) => byName.get(`${ns}/${n}`), slices: () => slices, slicesOf: (ns: string, n: string) => slicesOf.get(`${ns}/${n}`) ?? [], node: () => nodeObj, nodes: () => [nodeObj] };
+  const reconciler = (writer: ServiceWriter) => nodeReconciler(node, source, { writer, syncPeriodMs: 3_600_000 });
   try {
     (globalThis as { gc?: () => void }).gc?.();
+    await new Promise((r) => setTimeout(r, 100)); // that collection's entry arrives late: not the sync's
     gcMs = 0;
     // FERRY_CPU_PROFILE=prefix: CPU profiles of both syncs (prefix-first.cpuprofile, prefix-restart.cpuprofile).
     const profileTo = process.env.FERRY_CPU_PROFILE;

@@ -2,16 +2,14 @@
 // PROG_TEST_RUN after each sync; a removed backend never receives a new packet, and flows
 // to it are flushed (kube-proxy's stale-flow flush).
 import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
-import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { ProxyHealth, ServiceHealthServers } from '../../src/agent/health.js';
 import { BackendFlags } from '../../src/datapath/layouts.js';
-import { AgentMetrics } from '../../src/agent/metrics.js';
-import { Reconciler } from '../../src/agent/reconciler.js';
+import type { Reconciler } from '../../src/agent/reconciler.js';
 import { buildPacket, eth, ipv4, udp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
 import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
 import { NODE_IP, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { nodeReconciler } from '../../src/sandbox/node-reconciler.js';
 import { describeWith } from '../harness/requirements.js';
 
 let node: DatapathNode;
@@ -24,19 +22,7 @@ let udpRemovals = 0;
 
 beforeAll(async () => {
   node = await datapathNode();
-  const health = new ProxyHealth(60_000);
-  r = new Reconciler({
-    source: { services: () => services, service: (ns, n) => services.find((s) => s.metadata?.namespace === ns && s.metadata?.name === n), slices: () => slices, node: () => nodeObj, nodes: () => [nodeObj] },
-    writer: node.writer,
-    maps: node.dp.maps,
-    health,
-    serviceHealth: new ServiceHealthServers(health, '127.0.0.1', () => {}),
-    metrics: new AgentMetrics(),
-    log: pino({ level: 'silent' }),
-    minSyncPeriodMs: 0,
-    syncPeriodMs: 60_000,
-    extraNodeAddresses: [],
-    nodeName: 'node-1',
+  r = nodeReconciler(node, { services: () => services, service: (ns, n) => services.find((s) => s.metadata?.namespace === ns && s.metadata?.name === n), slices: () => slices, node: () => nodeObj, nodes: () => [nodeObj] }, {
     onUdpBackendsRemoved: () => udpRemovals++,
   });
 });
