@@ -131,9 +131,9 @@ describeWith(['root', 'bpffs', 'netns'], 'service writer', () => {
     node.writer.applyChanged(new Map([['default/a', [a([{ ...shared, terminating: true }])]]]));
     node.writer.applyChanged(new Map([['default/b', [b([{ address: '10.244.1.51', port: 8080, local: false }])]]]));
     expect(node.dp.maps.lb4_backends.entries().map(([, v]) => v.address).sort()).toEqual(['10.244.1.10', '10.244.1.50', '10.244.1.51']);
-    // A restarted writer (draining backends are not in the maps, so it learns them from the
-    // specs) planned twice with the same frontends holds each backend once: when A goes,
-    // its backends go.
+    // A restarted writer (a draining backend is in no slot, so only the specs say which
+    // frontend holds it) planned twice with the same frontends holds each backend once:
+    // when A goes, its backends go.
     const restarted = new ServiceWriter(node.dp.maps);
     restarted.apply([a([{ ...shared, terminating: true }]), b([{ address: '10.244.1.51', port: 8080, local: false }])]);
     restarted.apply([a([{ ...shared, terminating: true }]), b([{ address: '10.244.1.51', port: 8080, local: false }])]);
