@@ -15,6 +15,7 @@ import { startCpuProfile } from '../src/agent/cpu-profile.js';
 import { DEFAULT_MAP_SIZES } from '../src/datapath/loader.js';
 import { ServiceWriter } from '../src/datapath/writer.js';
 import { leanService, leanSlice } from '../src/k8s/lean.js';
+import { SliceIndex } from '../src/model/slice-index.js';
 import { NODE_IP, datapathNode } from '../src/sandbox/datapath-node.js';
 import { nodeReconciler } from '../src/sandbox/node-reconciler.js';
 
@@ -56,10 +57,12 @@ if (!values.child) {
     }));
   }
   const byName = new Map(services.map((s) => [`${s.metadata!.namespace}/${s.metadata!.name}`, s]));
-  const slicesOf = new Map(slices.map((s) => [`${s.metadata!.namespace}/${s.metadata!.labels!['kubernetes.io/service-name']}`, [s]]));
+  // The agent's own index of slices by Service (what its watch events keep).
+  const sliceIndex = new SliceIndex();
+  for (const s of slices) sliceIndex.update('add', s);
   const nodeObj: V1Node = { metadata: { name: 'node-1' }, status: { addresses: [{ type: 'InternalIP', address: NODE_IP }] } };
   const node = await datapathNode({ mapSizes: { ...DEFAULT_MAP_SIZES, backends: 262_144, services: 2 ** Math.ceil(Math.log2(N * (ENDPOINTS + 1) + 1024)), reverseNat: 2 ** Math.ceil(Math.log2(N + 1024)) } });
-  const source = { services: () => services, service: (ns: string, n: string) => byName.get(`${ns}/${n}`), slices: () => slices, slicesOf: (ns: string, n: string) => slicesOf.get(`${ns}/${n}`) ?? [], node: () => nodeObj, nodes: () => [nodeObj] };
+  const source = { services: () => services, service: (ns: string, n: string) => byName.get(`${ns}/${n}`), slices: () => slices, slicesOf: (ns: string, n: string) => sliceIndex.of(ns, n), node: () => nodeObj, nodes: () => [nodeObj] };
   const reconciler = (writer: ServiceWriter) => nodeReconciler(node, source, { writer, syncPeriodMs: 3_600_000 });
   try {
     (globalThis as { gc?: () => void }).gc?.();

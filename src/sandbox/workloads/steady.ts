@@ -145,8 +145,9 @@ export async function hold(to: { host: string; port: number }, count: number, se
     let lastReply = Date.now();
     const fail = (how: string) => {
       if (broke[i] !== undefined) return;
-      broke[i] = Date.now() - start;
-      breaks.push({ at: Date.now(), how: `connection ${i}: ${how}` });
+      const now = Date.now();
+      broke[i] = now - start;
+      breaks.push({ at: now, how: `connection ${i}: ${how}` });
     };
     s.on('data', () => (lastReply = Date.now()));
     s.on('error', (e: NodeJS.ErrnoException) => fail(e.code ?? e.message));
