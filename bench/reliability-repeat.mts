@@ -9,7 +9,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { exhaustionScenario } from '../src/sandbox/reliability/exhaustion.js';
-import { failuresInSwitches, heldBreaks, upgradeScenario } from '../src/sandbox/reliability/upgrade.js';
+import { failuresInSwitches, heldBreaks, upgradeFailures, upgradeScenario, type UpgradeResult } from '../src/sandbox/reliability/upgrade.js';
 import { reliabilityCluster, type ReliabilityCluster } from '../src/sandbox/reliability/cluster.js';
 import { unpackRelease } from '../src/sandbox/previous-release.js';
 import { markdownTable, progress, publish } from './report.js';
@@ -20,7 +20,9 @@ if (PART !== 'exhaustion' && PART !== 'upgrade') throw new Error(`--part ${PART}
 const RUNS = Number(values.runs ?? 10);
 const BUSY = Number(values.busy ?? 2);
 
-interface Row { run: number; seconds: number; held: number; survived: number; breaks: string; loadFailed: number; loadRequests: number; other: string; error?: string }
+interface Row { run: number; seconds: number; held: number; survived: number; breaks: string; loadFailed: number; loadRequests: number; other: string; error?: string;
+  /** Upgrade: each failure placed in the swap, and what the nodes' maps said about it (in the JSON only). */
+  diagnosis?: string[] }
 type Outcome = Omit<Row, 'run' | 'seconds' | 'error'>;
 
 async function exhaustion(c: ReliabilityCluster): Promise<Outcome> {
@@ -28,10 +30,20 @@ async function exhaustion(c: ReliabilityCluster): Promise<Outcome> {
   return { held: r.conntrack.held, survived: r.conntrack.survived, breaks: r.conntrack.brokeAtMs.map((ms) => `${ms} ms`).join(', '), loadFailed: r.conntrack.load.failed, loadRequests: r.conntrack.load.requests, other: `services part: ${r.services.load.failed} of ${r.services.load.requests} failed` };
 }
 
+/** The first few failed requests: target and error. */
+const named = (fs: Array<{ target: string; error: string }>) => (fs.length ? ` (${fs.slice(0, 3).map((f) => `${f.target} ${f.error}`).join('; ')})` : '');
+
+/** The router's route changes within 3 s of a failed request (a path that moved moves flows). */
+function routesNear(r: UpgradeResult): string[] {
+  const clock = (at: number) => new Date(at).toISOString().slice(11, 23);
+  const near = r.steps.filter((s) => s.step.includes(': route ') && r.load.failures.some((f) => Math.abs(s.at - f.at) <= 3000));
+  return [...r.load.failures.map((f) => `${clock(f.at)} request: ${f.target} ${f.error}`), ...near.map((s) => `${clock(s.at)} ${s.step}`)];
+}
+
 async function upgrade(c: ReliabilityCluster, fromCommit: string): Promise<Outcome> {
   const r = await upgradeScenario(c, { fromCommit, held: 16 });
   const { inSwitch, outside } = failuresInSwitches(r);
-  return { held: r.held.count, survived: r.held.survived, breaks: heldBreaks(r).join('; '), loadFailed: r.load.failed, loadRequests: r.load.requests, other: `lost in a switch: ${inSwitch.length}, outside: ${outside.length}; dropped in the switch: ${r.nodes.map((n) => `${n.node} ${n.handoverDrops}`).join(', ')}` };
+  return { held: r.held.count, survived: r.held.survived, breaks: heldBreaks(r).join('; '), loadFailed: r.load.failed, loadRequests: r.load.requests, other: `lost in a switch: ${inSwitch.length}${named(inSwitch)}, outside: ${outside.length}${named(outside)}; dropped in the switch: ${r.nodes.map((n) => `${n.node} ${n.handoverDrops}`).join(', ')}`, ...(r.load.failed || r.held.survived < r.held.count ? { diagnosis: [...upgradeFailures(r), ...routesNear(r)] } : {}) };
 }
 
 async function once(run: number, release: ReturnType<typeof unpackRelease> | undefined): Promise<Row> {

@@ -53,7 +53,7 @@ describeWith(['root', 'bpffs', 'cgroup2', 'netns'], 'reliability (short)', () =>
     expect(r.nat.natDrops).toBeGreaterThan(0);
     // Every one: before the SNAT-port fix of issue 19, 64 of 100 survived; before the fixed
     // probe sequence (2026-12-02), one in some full `make test` runs broke; since, 100 of 100
-    // in each of 11 runs with both cores kept busy (README, What is not done yet).
+    // in each of 24 runs with both cores kept busy (README, What is not done yet).
     expect(r.conntrack.survived, JSON.stringify(r.conntrack)).toBe(r.conntrack.held);
     expectNoFailures(r.conntrack.load, failuresInSteps(r.conntrack.load, r.steps));
   }, 300_000);

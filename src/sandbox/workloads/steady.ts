@@ -23,6 +23,9 @@ function httpOnce(t: Target, timeoutMs: number): Promise<string | undefined> {
     const start = Date.now();
     let connectedMs = -1;
     const s = connect(t.port, t.host);
+    // Read once the connect is issued: a socket that failed has no local port any more.
+    let localPort: number | undefined;
+    setImmediate(() => (localPort ??= s.localPort));
     const done = (err: string | undefined) => {
       clearTimeout(timer);
       s.destroy();
@@ -30,7 +33,7 @@ function httpOnce(t: Target, timeoutMs: number): Promise<string | undefined> {
     };
     // A timeout says how far the exchange got, and how late the timer ran: a client that
     // was itself not scheduled is told apart from packets that were lost.
-    const timer = setTimeout(() => done(`timeout (${connectedMs < 0 ? 'not connected' : `connected at ${connectedMs} ms, no reply`}; from port ${s.localPort ?? '?'}; timer ${Date.now() - start - timeoutMs} ms late)`), timeoutMs);
+    const timer = setTimeout(() => done(`timeout (${connectedMs < 0 ? 'not connected' : `connected at ${connectedMs} ms, no reply`}; from port ${localPort ?? s.localPort ?? '?'}; timer ${Date.now() - start - timeoutMs} ms late)`), timeoutMs);
     s.once('connect', () => {
       connectedMs = Date.now() - start;
       s.write('GET / HTTP/1.0\r\nHost: probe\r\n\r\n');
@@ -39,7 +42,8 @@ function httpOnce(t: Target, timeoutMs: number): Promise<string | undefined> {
       got += d.toString('latin1');
       if (got.length >= 12) done(/^HTTP\/1\.[01] 200/.test(got) ? undefined : `reply ${got.slice(0, 12)}`);
     });
-    s.once('error', (e: NodeJS.ErrnoException) => done(e.code ?? e.message));
+    // With the phase and the local port, as a timeout: the port finds the flow in the maps.
+    s.once('error', (e: NodeJS.ErrnoException) => done(`${e.code ?? e.message} (${connectedMs < 0 ? 'not connected' : `connected at ${connectedMs} ms${got ? ', replied' : ''}`}; from port ${localPort ?? s.localPort ?? '?'})`));
     s.once('close', () => done(got ? `short reply ${got.slice(0, 12)}` : 'closed'));
   });
 }
