@@ -20,9 +20,21 @@ if (PART !== 'exhaustion' && PART !== 'upgrade') throw new Error(`--part ${PART}
 const RUNS = Number(values.runs ?? 10);
 const BUSY = Number(values.busy ?? 2);
 
-interface Row { run: number; seconds: number; held: number; survived: number; breaks: string; loadFailed: number; loadRequests: number; other: string; error?: string;
-  /** Upgrade: each failure placed in the swap, and what the nodes' maps said about it (in the JSON only). */
-  diagnosis?: string[] }
+interface Row {
+  run: number;
+  seconds: number;
+  /** Long-lived connections held through the part, and how many survived it. */
+  held: number;
+  survived: number;
+  breaks: string;
+  loadFailed: number;
+  loadRequests: number;
+  other: string;
+  error?: string;
+  /** Upgrade: each failure placed in the swap, what the nodes' maps said about it, and
+   * the router's route changes near it (in the JSON only). */
+  diagnosis?: string[];
+}
 type Outcome = Omit<Row, 'run' | 'seconds' | 'error'>;
 
 async function exhaustion(c: ReliabilityCluster): Promise<Outcome> {
