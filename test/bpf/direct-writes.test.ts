@@ -1,9 +1,10 @@
 // tc_ingress writes a translated packet's headers directly (CTX_STORE_DIRECT,
 // bpf/lib/ctx.h) rather than by bpf_skb_store_bytes. A tc program with any direct packet
 // write gets a prologue from the verifier that makes a cloned skb's head private
-// (bpf_skb_pull_data, which ferry itself never calls) before every run; TCP's own segments leaving the host are clones, so tc_egress, which
-// sees all of them, must have no direct write. The loaded programs as the kernel runs them
-// (bpftool's dump of the translated instructions) say which has the prologue.
+// (bpf_skb_pull_data, which ferry itself never calls) before every run; TCP's own
+// segments leaving the host are clones, so tc_egress, which sees all of them, must have
+// no direct write. The loaded programs as the kernel runs them (bpftool's dump of the
+// translated instructions) say which has the prologue.
 import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { libbpf } from '../../src/ebpf/libbpf.js';

@@ -26,6 +26,9 @@ function httpOnce(t: Target, timeoutMs: number): Promise<string | undefined> {
     // Read once the connect is issued: a socket that failed has no local port any more.
     let localPort: number | undefined;
     setImmediate(() => (localPort ??= s.localPort));
+    const port = () => localPort ?? s.localPort ?? '?';
+    // How far the exchange got: the port finds the flow in the maps.
+    const phase = (connectedNote: string) => (connectedMs < 0 ? 'not connected' : `connected at ${connectedMs} ms${connectedNote}`);
     const done = (err: string | undefined) => {
       clearTimeout(timer);
       s.destroy();
@@ -33,7 +36,7 @@ function httpOnce(t: Target, timeoutMs: number): Promise<string | undefined> {
     };
     // A timeout says how far the exchange got, and how late the timer ran: a client that
     // was itself not scheduled is told apart from packets that were lost.
-    const timer = setTimeout(() => done(`timeout (${connectedMs < 0 ? 'not connected' : `connected at ${connectedMs} ms, no reply`}; from port ${localPort ?? s.localPort ?? '?'}; timer ${Date.now() - start - timeoutMs} ms late)`), timeoutMs);
+    const timer = setTimeout(() => done(`timeout (${phase(', no reply')}; from port ${port()}; timer ${Date.now() - start - timeoutMs} ms late)`), timeoutMs);
     s.once('connect', () => {
       connectedMs = Date.now() - start;
       s.write('GET / HTTP/1.0\r\nHost: probe\r\n\r\n');
@@ -42,8 +45,7 @@ function httpOnce(t: Target, timeoutMs: number): Promise<string | undefined> {
       got += d.toString('latin1');
       if (got.length >= 12) done(/^HTTP\/1\.[01] 200/.test(got) ? undefined : `reply ${got.slice(0, 12)}`);
     });
-    // With the phase and the local port, as a timeout: the port finds the flow in the maps.
-    s.once('error', (e: NodeJS.ErrnoException) => done(`${e.code ?? e.message} (${connectedMs < 0 ? 'not connected' : `connected at ${connectedMs} ms${got ? ', replied' : ''}`}; from port ${localPort ?? s.localPort ?? '?'})`));
+    s.once('error', (e: NodeJS.ErrnoException) => done(`${e.code ?? e.message} (${phase(got ? ', replied' : '')}; from port ${port()})`));
     s.once('close', () => done(got ? `short reply ${got.slice(0, 12)}` : 'closed'));
   });
 }
