@@ -53,7 +53,8 @@ export const SANDBOX_BFD = { receiveIntervalMs: 100, transmitIntervalMs: 100, de
 
 /**
  * The router's FRR: one dynamic peer group for the node subnet, ECMP over every node that
- * announces an address (layer-4 hashing, set by sysctl), BFD, nothing sent to the nodes.
+ * announces an address (on each packet's 5-tuple, as the testbed's routers hash), BFD,
+ * nothing sent to the nodes.
  * `no zebra nexthop kernel enable`: with kernel nexthop groups, FRR 8.4 left an ECMP route
  * short of a nexthop after a link flap.
  */
@@ -254,9 +255,8 @@ export class Sandbox {
     return this.opts.announce ?? 'bgp';
   }
 
-  /** FRR on the router (ECMP, layer-4 hashing) and beside each node's agent. */
+  /** FRR on the router (ECMP over the 5-tuple: the testbed's routers hash so) and beside each node's agent. */
   private async startFrr(): Promise<void> {
-    await this.net.router.execOk(['sysctl', '-qw', 'net.ipv4.fib_multipath_hash_policy=1']);
     this.frr.set('router', await startFrr(this.tb, this.net.router, ROUTER_FRR));
     await Promise.all(this.net.nodes.map(async (n) => this.frr.set(n.name, await startFrr(this.tb, n.host, ''))));
   }

@@ -72,6 +72,46 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'network-namespace testbed',
     }
   });
 
+  it('keeps each TCP flow on one ECMP next hop through its SYN retransmissions, as a router across a wire would', async () => {
+    const tb = await Testbed.create();
+    try {
+      const router = await tb.addHost('router', { router: true });
+      const client = await tb.addHost('client');
+      await tb.link({ host: client, ifname: 'eth0', address: '10.0.10.2/24' }, { host: router, ifname: 'clients', address: '10.0.10.1/24' });
+      await tb.route(client, 'default', '10.0.10.1');
+      // Two next hops that answer nothing and note each SYN's client port.
+      const sinks = [];
+      for (const i of [1, 2]) {
+        const sink = await tb.addHost(`node-${i}`);
+        await tb.link({ host: sink, ifname: 'eth0', address: `10.0.3${i}.2/24` }, { host: router, ifname: `nodes${i}`, address: `10.0.3${i}.1/24` });
+        await sink.execOk(['nft', '-f', '-'], {
+          input: 'table ip t {\n set ports { type inet_service; flags dynamic; }\n chain pre { type filter hook prerouting priority 0; tcp dport 80 tcp flags & syn == syn counter add @ports { tcp sport } drop; }\n}\n',
+        });
+        sinks.push(sink);
+      }
+      await tb.multipathRoute(router, '10.0.100.1/32', ['10.0.31.2', '10.0.32.2']);
+      // A SYN and its first retransmission (1 s later) for each of 16 connections.
+      await Promise.all(Array.from({ length: 16 }, () => client.exec(['timeout', '2', 'bash', '-c', 'exec 3<>/dev/tcp/10.0.100.1/80'])));
+      type Listed = { nftables: { set?: { elem?: number[] }; rule?: { expr: { counter?: { packets: number } }[] } }[] };
+      const seen = await Promise.all(
+        sinks.map(async (s) => {
+          const listed = JSON.parse(await s.execOk(['nft', '-j', 'list', 'table', 'ip', 't'])) as Listed;
+          const syns = listed.nftables.flatMap((o) => o.rule?.expr ?? []).find((e) => e.counter)?.counter?.packets ?? 0;
+          return { ports: new Set(listed.nftables.find((o) => o.set)?.set?.elem ?? []), syns };
+        }),
+      );
+      expect(seen[0]!.syns + seen[1]!.syns).toBeGreaterThanOrEqual(32); // each SYN sent again
+      const ports = seen.map((s) => s.ports);
+      expect([...ports[0]!].filter((p) => ports[1]!.has(p))).toEqual([]); // no connection on both
+      expect(ports[0]!.size + ports[1]!.size).toBe(16);
+      // Spread by port: both next hops used (all 16 on one: 1 in 32768).
+      expect(ports[0]!.size).toBeGreaterThan(0);
+      expect(ports[1]!.size).toBeGreaterThan(0);
+    } finally {
+      await tb.destroy();
+    }
+  });
+
   it("reads a host's kernel counters: a router without a route for a packet counts it and answers net unreachable", async () => {
     const tb = await Testbed.create();
     try {

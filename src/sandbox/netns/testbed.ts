@@ -129,6 +129,15 @@ export interface LinkEnd {
   address?: string;
 }
 
+/**
+ * ECMP as a router on its own box hashes: the packet's 5-tuple (`fib_multipath_hash_fields`:
+ * addresses, protocol, ports), nothing else. Layer-4 hashing (policy 1) would take the hash a
+ * client socket on this same kernel put on its packets, which TCP draws again at every
+ * retransmission timeout: a retransmitted SYN, or a flow after an RTO, would move to another
+ * node, which no router across a wire does.
+ */
+const ROUTER_ECMP_HASH = ['net.ipv4.fib_multipath_hash_policy=3', 'net.ipv4.fib_multipath_hash_fields=0x0037'];
+
 /** The network rules: a private test range only, never a default route on a router. */
 function checkRoute(host: Host, dest: string): void {
   if (host.router && (dest === 'default' || dest === '0.0.0.0/0')) {
@@ -221,6 +230,7 @@ export class Testbed {
     this.save();
     await h.ip('link', 'set', 'lo', 'up');
     if (opts.router || opts.forwarding) await h.execOk(['sysctl', '-qw', 'net.ipv4.ip_forward=1']);
+    if (opts.router) await h.execOk(['sysctl', '-qw', ...ROUTER_ECMP_HASH]);
     return h;
   }
 
