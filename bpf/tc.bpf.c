@@ -70,7 +70,7 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 		if (nat)
 			return nodeport_reply_remote(ctx, &p, nat, now);
 		if (unlikely(unbound))
-			return count_drop(DROP_HANDOVER_UNBOUND, p.len);
+			return handover_unplaced(p.len);
 	}
 	STAGE_END(3);
 	return nodeport_ingress(ctx, &p);
@@ -94,7 +94,7 @@ static __always_inline int tc_egress_packet(struct __sk_buff *ctx)
 	nat = bpf_map_lookup_elem(&nat4, &k);
 	if (!nat) {
 		if (unlikely(local_reply_unbound_in_handover(&p)))
-			return count_drop(DROP_HANDOVER_UNBOUND, p.len);
+			return handover_unplaced(p.len);
 		return CTX_ACT_UNSPEC;
 	}
 	if (!(nat->flags & CT_F_LOCAL))

@@ -74,7 +74,7 @@ static __always_inline int xdp_packet(struct xdp_md *ctx)
 		if (nat)
 			return nodeport_reply_remote(ctx, &p, nat, now);
 		if (unbound)
-			return count_drop(DROP_HANDOVER_UNBOUND, p.len);
+			return handover_unplaced(p.len);
 	}
 	return nodeport_ingress(ctx, &p);
 }

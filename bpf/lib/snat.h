@@ -164,20 +164,40 @@ static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct
 	return victim;
 }
 
-/* Is an upgrade's switch under way (struct ferry_handover)? The agent is then copying the
- * previous programs' flows and bindings into this build's maps. */
+/* The upgrade switch under way (struct ferry_handover): its until_ns, 0 if none. The agent
+ * is then copying the previous programs' flows and bindings into this build's maps. */
+static __always_inline __u64 handover_current(void)
+{
+	__u32 zero = 0;
+	struct ferry_handover *h = bpf_map_lookup_elem(&ferry_handover, &zero);
+	__u64 until = h ? h->until_ns : 0;
+
+	return until && bpf_ktime_get_ns() < until ? until : 0;
+}
+
 static __always_inline int handover_active(void)
+{
+	return handover_current() != 0;
+}
+
+/* A packet of the three kinds below, which this build cannot place in a switch: passed to
+ * the previous programs chained behind (FERRY_HANDOVER_CHAINED), which place it from their
+ * own maps; else dropped (a TCP segment comes again once the entry is copied, a UDP
+ * datagram is lost). */
+static __always_inline int handover_unplaced(__u32 len)
 {
 	__u32 zero = 0;
 	struct ferry_handover *h = bpf_map_lookup_elem(&ferry_handover, &zero);
 
-	return h && h->until_ns && bpf_ktime_get_ns() < h->until_ns;
+	if (h && (h->until_ns & FERRY_HANDOVER_CHAINED))
+		return CTX_ACT_UNSPEC;
+	return count_drop(DROP_HANDOVER_UNBOUND, len);
 }
 
 /* In a switch, a reply with no binding may be one the previous programs made and the agent
  * has not copied yet: handed to the host, it would reset the backend's end of the
- * connection; dropped, it comes again (TCP retransmits) once the binding is there. A host
- * socket on the tuple keeps it the host's. */
+ * connection; it is left to handover_unplaced. A host socket on the tuple keeps it the
+ * host's. */
 static __always_inline int snat4_unbound_in_handover(struct __ctx_buff *ctx, const struct ct4_key *k)
 {
 	return handover_active() && !snat4_port_in_use(ctx, k);
@@ -186,27 +206,30 @@ static __always_inline int snat4_unbound_in_handover(struct __ctx_buff *ctx, con
 /* In a switch, a client's TCP segment other than a SYN with no conntrack entry may be of a
  * flow the previous programs opened and the agent has not copied yet: balanced afresh it
  * could take another SNAT port (or backend) than its own, which the backend would answer
- * with a reset. Dropped, it comes again once the entry is there. */
+ * with a reset: left to handover_unplaced. */
 static __always_inline int ct4_unknown_in_handover(const struct pkt4 *p)
 {
 	return p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_SYN | TCP_ACK)) != TCP_SYN && handover_active();
 }
 
-/* In a switch, a TCP segment leaving from a local backend's endpoint with no binding may be
- * a reply of a flow the previous programs opened and the agent has not copied yet: sent on
- * untranslated (from the pod's address), the client would answer it with a reset. Dropped,
- * it comes again once the binding is there. So are the backend's segments that need no
- * binding (its replies to pods and hosts whose connect() the socket hooks balanced): sent
- * again after their retransmission timeout, in a switch of tens of ms. UDP is not judged:
- * such a datagram would be lost, and an east-west answer needs no binding. Packets from
- * other endpoints (the pods' own connections, the host's) go on. */
+/* In a switch, a segment leaving from a local backend's endpoint with no binding may be a
+ * reply of a flow the previous programs opened and the agent has not copied yet: sent on
+ * untranslated (from the pod's address), the client would answer it with a reset. It is
+ * left to handover_unplaced: the previous programs chained behind translate it, or
+ * without them it is dropped and comes again once the binding is there, as do the
+ * backend's segments that need no binding (its replies to pods and hosts whose connect()
+ * the socket hooks balanced), after their retransmission timeout. Unchained, UDP is not
+ * judged: such a datagram would be lost, and an east-west answer needs no binding.
+ * Packets from other endpoints (the pods' own connections, the host's) go on. */
 static __always_inline int local_reply_unbound_in_handover(const struct pkt4 *p)
 {
 	struct lb4_backend_key bk = { .address = p->saddr, .port = p->sport, .proto = p->proto };
 	struct lb4_backend *b;
+	__u64 handover;
 	__u32 *id;
 
-	if (p->proto != IPPROTO_TCP || !handover_active())
+	handover = handover_current();
+	if (!handover || (p->proto != IPPROTO_TCP && !(handover & FERRY_HANDOVER_CHAINED)))
 		return 0;
 	id = bpf_map_lookup_elem(&lb4_backend_ids, &bk);
 	b = id ? lb4_backend(*id) : NULL;
@@ -217,7 +240,7 @@ static __always_inline int local_reply_unbound_in_handover(const struct pkt4 *p)
  * live by (the reply's accounting uses it too). Only a packet to the SNAT address on a
  * port of the SNAT range can be one: anything else (every client packet to a NodePort or a
  * LoadBalancer IP) is told so without a lookup or a clock read. `unbound` is set for one
- * that finds no binding in an upgrade's switch: the caller drops it. */
+ * that finds no binding in an upgrade's switch: the caller leaves it to handover_unplaced. */
 static __always_inline struct nat4_entry *snat4_reply_of(struct __ctx_buff *ctx, const struct pkt4 *p, __u64 *now,
 							 int *unbound)
 {

@@ -112,10 +112,17 @@ struct frag4_entry {
 
 /* An upgrade across layouts in progress: until `until_ns` (CLOCK_MONOTONIC) the previous
  * programs' bindings are still being copied into this build's maps, and a reply that finds
- * none is dropped rather than handed to the host (lib/snat.h). The agent sets it for the
- * switch and clears it after the last copy; 0: no switch. */
+ * none is not handed to the host (lib/snat.h). The agent sets it for the switch and clears
+ * it after the last copy; 0: no switch. Its lowest bit is FERRY_HANDOVER_CHAINED. */
 struct ferry_handover {
 	__u64 until_ns;
+};
+
+/* Bits of until_ns. CHAINED: the previous build's tc programs are attached behind this
+ * build's (the next tc priority, which sees what the first passes) on every device, so such
+ * a packet is passed to them, which place it from their own maps, rather than dropped. */
+enum ferry_handover_flags {
+	FERRY_HANDOVER_CHAINED = 1,
 };
 
 #endif

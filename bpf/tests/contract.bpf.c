@@ -23,6 +23,7 @@ struct ferry_enum_witness {
 	enum ferry_monitor_flags monitor_flags;
 	enum ferry_hook hook;
 	enum ferry_layout layout;
+	enum ferry_handover_flags handover_flags;
 };
 
 const volatile struct ferry_enum_witness ferry_enum_witness = {};

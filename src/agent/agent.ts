@@ -10,7 +10,7 @@ import { pino, type Logger } from 'pino';
 import { collectGarbage, collectOrphanFlows } from './garbage.js';
 import { StaleUdpSockets, type StaleUdpSocketsStatus } from './stale-sockets.js';
 import type { WriteFailure } from '../datapath/write-plan.js';
-import { Datapath, defaultObjectsDir } from '../datapath/loader.js';
+import { Datapath, defaultObjectsDir, type HandoverChainReport } from '../datapath/loader.js';
 import { LAYOUT_VERSION } from '../datapath/layouts.js';
 import { chooseDevices } from './devices.js';
 import { DeviceScanner } from './device-scanner.js';
@@ -114,6 +114,7 @@ export class Agent {
     mkdirSync(cfg.pinDir, { recursive: true });
     let switchAt = 0;
     let switchMs = 0;
+    let handover: HandoverChainReport | undefined;
     const datapath = Datapath.load({
       objectsDir: cfg.objectsDir || defaultObjectsDir(),
       pinDir: cfg.pinDir,
@@ -135,7 +136,7 @@ export class Agent {
       // are copied on both sides of it; conntrack matters to the tc programs only.
       switchAt = Date.now();
       const switchStart = performance.now();
-      datapath.catchUpMigration();
+      handover = datapath.catchUpMigration(devices);
       for (const dev of devices) datapath.attachDevice(dev);
       datapath.completeMigration();
       // From the first catch-up to the last: flows the old programs made in it reach the
@@ -147,7 +148,7 @@ export class Agent {
       throw e;
     }
     for (const m of datapath.migrated) log.info({ ...m, toLayout: LAYOUT_VERSION }, m.fromLayout === LAYOUT_VERSION ? 'map resized, entries kept' : 'map migrated to the new layout');
-    log.info({ pinDir: cfg.pinDir, devices, devicesFrom: cfg.devices.length ? 'config' : 'node addresses and default routes', cgroup: cfg.cgroupRoot, snatIPv4, forwarding: cfg.forwardingMode, xdp: datapath.xdpModes(), ...(datapath.migrated.length ? { switchAt, switchMs } : {}), adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length }, 'datapath loaded');
+    log.info({ pinDir: cfg.pinDir, devices, devicesFrom: cfg.devices.length ? 'config' : 'node addresses and default routes', cgroup: cfg.cgroupRoot, snatIPv4, forwarding: cfg.forwardingMode, xdp: datapath.xdpModes(), ...(datapath.migrated.length ? { switchAt, switchMs } : {}), ...(handover ? { handover } : {}), adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length }, 'datapath loaded');
 
     health.syncNode(node);
     const serviceHealth = new ServiceHealthServers(health, cfg.healthCheckBindAddress, (svc, e) => log.error({ service: svc, err: e.message }, 'cannot serve the health check node port'));

@@ -23,6 +23,7 @@ export type { DatapathMaps } from './layouts.js';
 import { isPrime } from './maglev.js';
 import { LayoutMigration, type MigratedMap } from './layout-migration.js';
 import { monotonicNs } from './ct-gc.js';
+import { chainPreviousPrograms, handoverUntil, removeChain } from './handover-chain.js';
 import type { Codec } from '../ebpf/codec.js';
 
 export interface MapSizes {
@@ -117,6 +118,13 @@ export const SOCK_PROGRAMS = ['sock4_connect', 'sock4_sendmsg', 'sock4_recvmsg',
  * it after the last copy (tens of ms); an agent that dies in between leaves it to lapse. */
 const HANDOVER_LIMIT_NS = 5_000_000_000n;
 
+/** How an upgrade's switch hands over what the new programs cannot place yet. */
+export interface HandoverChainReport {
+  /** The previous programs wait behind the new ones; else such packets are dropped. */
+  chained: boolean;
+  reason?: string;
+}
+
 export class Datapath {
   readonly tc: BpfObject;
   readonly sock: BpfObject;
@@ -127,6 +135,8 @@ export class Datapath {
   maglevTableSize = 0;
   readonly pinDir: string;
   private readonly migration: LayoutMigration;
+  /** In an upgrade's switch: the previous programs attached behind this build's. */
+  private chain: Link[] = [];
   private readonly deviceLinks = new Map<string, Link[]>();
   /** Per device: its XDP object (one copy each, with the device's MAC) and mode. */
   private readonly xdp = new Map<string, { obj: BpfObject; mode: XdpMode; link: Link }>();
@@ -185,17 +195,36 @@ export class Datapath {
   /**
    * An upgrade's last steps: call `catchUpMigration` right before attaching the tc programs
    * and `completeMigration` right after. Each copies the flows the previous build's
-   * programs created meanwhile; the second also lets the previous maps go. In between, the
-   * new programs drop a reply with no binding and a client's TCP segment with no flow entry
-   * (ferry_handover), which would otherwise reset a connection not copied yet.
+   * programs created meanwhile; the second also lets the previous maps go. In between, a
+   * reply with no binding and a client's TCP segment with no flow entry (ferry_handover),
+   * which the host would answer with a reset, go to the previous programs chained behind
+   * on `devices`, or are dropped where that chain could not be made.
    */
-  catchUpMigration(): void {
-    if (this.migration.catchingUp) this.maps.ferry_handover.update(0, { untilNs: monotonicNs() + HANDOVER_LIMIT_NS });
+  catchUpMigration(devices: readonly string[] = []): HandoverChainReport | undefined {
+    let report: HandoverChainReport | undefined;
+    if (this.migration.catchingUp) {
+      // The previous programs wait behind the new ones on `devices` (handover-chain.ts): what
+      // the new ones cannot place goes to them instead of being dropped.
+      const chain = chainPreviousPrograms(devices);
+      this.chain = chain.links;
+      this.maps.ferry_handover.update(0, { untilNs: handoverUntil(monotonicNs() + HANDOVER_LIMIT_NS, chain.links.length > 0) });
+      report = { chained: chain.links.length > 0, ...(chain.reason ? { reason: chain.reason } : {}) };
+    }
     this.migration.catchUp();
+    return report;
   }
 
   completeMigration(): void {
     this.migration.catchUp();
+    if (this.chain.length) {
+      // That copy ran with the new programs on every device and the previous ones behind
+      // them: it holds every flow the previous ones opened. What they get now was passed on
+      // by the new ones (they open nothing that matters), so the switch ends here, with no
+      // window of drops; one more copy after they go takes whatever they made meanwhile.
+      this.maps.ferry_handover.update(0, { untilNs: 0n });
+      for (const l of this.chain.splice(0).reverse()) l.close();
+      this.migration.catchUp();
+    }
     this.migration.close();
     this.maps.ferry_handover.update(0, { untilNs: 0n });
   }
@@ -206,6 +235,7 @@ export class Datapath {
    * on finds it there.
    */
   attachDevice(ifname: string): void {
+    if (!this.chain.length) removeChain(ifname); // left by an agent that died in its switch
     const links = [attachTc(this.tc.program('tc_ingress'), { ifname, direction: 'ingress' }), attachTc(this.tc.program('tc_egress'), { ifname, direction: 'egress' })];
     try {
       const x = this.attachXdp(ifname);

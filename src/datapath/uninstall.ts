@@ -9,6 +9,7 @@ import { detachTcFilter, type TcDirection } from '../ebpf/link-tc.js';
 import { detachXdpDevice } from '../ebpf/link-xdp.js';
 import { inNetns } from '../sys/netns.js';
 import { attachedPrograms } from './attachments.js';
+import { HANDOVER_TC } from './handover-chain.js';
 
 export interface UninstallReport {
   /** `tc ingress eth0`, … */
@@ -48,7 +49,8 @@ export function uninstall(o: { pinDir: string; netns?: string }): UninstallRepor
     if (run(() => detachXdpDevice(x.ifname))) report.xdpPrograms.push(x.where);
   }
   for (const f of ferryTcFilters(o.netns)) {
-    if (run(() => detachTcFilter(f.ifname, f.direction))) report.tcFilters.push(`tc ${f.direction} ${f.ifname}`);
+    // Also a previous build's programs an agent that died in an upgrade's switch left behind ferry's.
+    if (run(() => detachTcFilter(f.ifname, f.direction) || detachTcFilter(f.ifname, f.direction, HANDOVER_TC))) report.tcFilters.push(`tc ${f.direction} ${f.ifname}`);
   }
   report.left = [...ferryXdp(o.netns).map((x) => x.where), ...ferryTcFilters(o.netns).map((f) => `tc ${f.direction} ${f.ifname}`)];
   if (existsSync(o.pinDir)) {

@@ -93,6 +93,8 @@ export interface Libbpf {
   tcHookDestroy(hook: TcHook): number;
   tcAttach(hook: TcHook, opts: TcOpts): number;
   tcDetach(hook: TcHook, opts: TcOpts): number;
+  /** Fills opts.prog_id with the program of the filter at opts.handle and opts.priority. */
+  tcQuery(hook: TcHook, opts: TcOpts): number;
   mapLookupElem(fd: number, key: Buffer, value: Buffer): number;
   mapUpdateElem(fd: number, key: Buffer, value: Buffer, flags: number): number;
   mapDeleteElem(fd: number, key: Buffer): number;
@@ -239,6 +241,7 @@ function bind(): Libbpf {
   const tcHookDestroy = f('int bpf_tc_hook_destroy(bpf_tc_hook *hook)');
   const tcAttach = f('int bpf_tc_attach(bpf_tc_hook *hook, _Inout_ bpf_tc_opts *opts)');
   const tcDetach = f('int bpf_tc_detach(bpf_tc_hook *hook, bpf_tc_opts *opts)');
+  const tcQuery = f('int bpf_tc_query(bpf_tc_hook *hook, _Inout_ bpf_tc_opts *opts)');
   const lookup = f('int bpf_map_lookup_elem(int fd, void *key, void *value)');
   const update = f('int bpf_map_update_elem(int fd, void *key, void *value, uint64_t flags)');
   const del = f('int bpf_map_delete_elem(int fd, void *key)');
@@ -330,6 +333,7 @@ function bind(): Libbpf {
     tcHookDestroy: (h) => tcHookDestroy(h),
     tcAttach: (h, o) => tcAttach(h, o),
     tcDetach: (h, o) => tcDetach(h, o),
+    tcQuery: (h, o) => tcQuery(h, o),
     mapLookupElem: (fd, key, value) => lookup(fd, key, value),
     mapUpdateElem: (fd, key, value, flags) => update(fd, key, value, flags),
     mapDeleteElem: (fd, key) => del(fd, key),

@@ -60,7 +60,7 @@ class TcLink extends NetnsLink {
   }
 }
 
-export function attachTc(program: Program, o: TcAttachOptions): Link {
+export function attachTc(program: Pick<Program, 'name' | 'fd'>, o: TcAttachOptions): Link {
   const lb = libbpf();
   const ifindex = ifindexOf(o.ifname);
   const where = `tc ${o.direction} ${o.ifname} (ifindex ${ifindex})`;
@@ -96,4 +96,18 @@ export function detachTcFilter(ifname: string, direction: TcDirection, o: { hand
   if (rc === 0) return true;
   if (['ENOENT', 'ENODEV', 'EINVAL'].includes(errnoName(rc))) return false;
   throw errnoError(`detach the tc ${direction} filter of ${ifname}`, rc, ErrorCode.Attach);
+}
+
+/**
+ * The id of the program in the filter at ferry's handle and priority (or those given) on a
+ * device's tc hook, in the calling thread's netns; undefined when there is none.
+ */
+export function tcFilterProgramId(ifname: string, direction: TcDirection, o: { handle?: number; priority?: number } = {}): number | undefined {
+  const ifindex = ifindexOf(ifname);
+  const hook: TcHook = { sz: TC_HOOK_SIZE, ifindex, attach_point: direction === 'ingress' ? BPF_TC_INGRESS : BPF_TC_EGRESS, parent: 0 };
+  const opts: TcOpts = { sz: TC_OPTS_SIZE, prog_fd: 0, flags: 0, prog_id: 0, handle: o.handle ?? DEFAULT_TC_HANDLE, priority: o.priority ?? DEFAULT_TC_PRIORITY };
+  const rc = libbpf().tcQuery(hook, opts);
+  if (rc === 0) return opts.prog_id;
+  if (['ENOENT', 'ENODEV', 'EINVAL'].includes(errnoName(rc))) return undefined;
+  throw errnoError(`read the tc ${direction} filter of ${ifname}`, rc, ErrorCode.Attach);
 }

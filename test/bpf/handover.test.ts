@@ -13,6 +13,7 @@ import { Datapath } from '../../src/datapath/loader.js';
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { monotonicNs } from '../../src/datapath/ct-gc.js';
 import { DropReason } from '../../src/datapath/layouts.js';
+import { handoverUntil } from '../../src/datapath/handover-chain.js';
 import { buildPacket, eth, ipv4, payload, tcp, udp } from '../../src/packet/build.js';
 import { TcVerdict, XdpVerdict } from '../../src/sandbox/packet-fixture.js';
 import { CLIENT_IP, NODE_IP, NODE_MAC, OTHER_NODE_MAC, ROUTER_MAC, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
@@ -29,10 +30,18 @@ const fromBackend = (dport: number, proto: 'tcp' | 'udp' = 'tcp') =>
     ...(proto === 'tcp' ? [tcp({ sport: 8080, dport, flags: 'A', seq: 5001, ack: 1001 })] : [udp({ sport: 8080, dport }), payload('answer')]),
   ]);
 
+/** The local backend's segment to the client, as it leaves the node (TCP: a reply's ACK). */
+const fromPod = (sport: number, proto: 'tcp' | 'udp' = 'tcp') =>
+  buildPacket([
+    eth({ src: NODE_MAC, dst: ROUTER_MAC }),
+    ipv4({ src: LOCAL_POD, dst: CLIENT_IP, ttl: 63 }),
+    ...(proto === 'tcp' ? [tcp({ sport, dport: 40000, flags: 'A', seq: 1, ack: 1001 })] : [udp({ sport, dport: 40000 }), payload('answer')]),
+  ]);
+
 for (const acceleration of ['none', 'native'] as const) {
   describeWith(['root', 'bpffs', 'netns'], `replies without a binding in an upgrade's switch (acceleration ${acceleration})`, () => {
     let node: DatapathNode;
-    const handover = (untilNs: bigint) => node.dp.maps.ferry_handover.update(0, { untilNs });
+    const handover = (deadlineNs: bigint, chained = false) => node.dp.maps.ferry_handover.update(0, { untilNs: handoverUntil(deadlineNs, chained) });
     const unboundDrops = () => total(node.dp, 'ferry_drops', DropReason.DROP_HANDOVER_UNBOUND);
     /** XDP drops it itself; with XDP passing, tc decides. */
     const expectDroppedAt = (r: { retval: number }) => {
@@ -96,15 +105,13 @@ for (const acceleration of ['none', 'native'] as const) {
 
     it('in a switch, a local backend\'s packet leaving with no binding is dropped; other endpoints\' go on; outside one it goes on', () => {
       // The pod's answer on a flow the previous programs opened: the client would reset it untranslated.
-      const fromPod = (sport: number) => buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: LOCAL_POD, dst: CLIENT_IP, ttl: 63 }), tcp({ sport, dport: 40000, flags: 'A', seq: 1, ack: 1001 })]);
       handover(monotonicNs() + 5_000_000_000n);
       expect(node.run('tc_egress', fromPod(8080)).retval).toBe(TcVerdict.SHOT);
       expect(unboundDrops()).toBe(1n);
       expect(node.run('tc_egress', fromPod(45000)).retval).toBe(TcVerdict.UNSPEC); // the pod's own connection
       // UDP is not judged: an east-west answer (the socket hooks balanced its client) needs no binding.
-      const udpFromPod = buildPacket([eth({ src: NODE_MAC, dst: ROUTER_MAC }), ipv4({ src: LOCAL_POD, dst: CLIENT_IP, ttl: 63 }), udp({ sport: 5353, dport: 40000 }), payload('answer')]);
       expect(node.dp.maps.lb4_backend_ids.lookup({ address: LOCAL_POD, port: 5353, proto: 17 })).toBeDefined();
-      expect(node.run('tc_egress', udpFromPod).retval).toBe(TcVerdict.UNSPEC);
+      expect(node.run('tc_egress', fromPod(5353, 'udp')).retval).toBe(TcVerdict.UNSPEC);
       handover(0n);
       expect(node.run('tc_egress', fromPod(8080)).retval).toBe(TcVerdict.UNSPEC);
       expect(unboundDrops()).toBe(1n);
@@ -116,6 +123,24 @@ for (const acceleration of ['none', 'native'] as const) {
       handover(monotonicNs() + 5_000_000_000n);
       expect(node.run('tc_egress', fromPod(8080)).retval).toBe(TcVerdict.UNSPEC);
       index.update(key, id);
+    });
+
+    it('chained (the previous programs wait behind): what the switch cannot place is passed on to them, none of it dropped or balanced', () => {
+      handover(monotonicNs() + 5_000_000_000n, true);
+      const passedOn = (r: { retval: number }) => {
+        expect(r.retval).toBe(TcVerdict.UNSPEC);
+        if (acceleration !== 'none') expect(node.lastXdpVerdict()).toBe(XdpVerdict.PASS);
+      };
+      passedOn(node.run('tc_ingress', fromBackend(UNBOUND_PORT)));
+      passedOn(node.run('tc_ingress', fromBackend(UNBOUND_PORT, 'udp')));
+      passedOn(node.run('tc_ingress', buildPacket(clientTcp(NODE_IP, REMOTE_NODEPORT, { flags: 'A', seq: 1001 }))));
+      expect(node.dp.maps.ct4.entries()).toEqual([]);
+      // A local backend's unbound segments, UDP too: the previous egress program translates them.
+      expect(node.run('tc_egress', fromPod(8080)).retval).toBe(TcVerdict.UNSPEC);
+      expect(node.run('tc_egress', fromPod(5353, 'udp')).retval).toBe(TcVerdict.UNSPEC);
+      expect(unboundDrops()).toBe(0n);
+      // A new flow's SYN is still this build's.
+      expect(node.run('tc_ingress', syn(NODE_IP, REMOTE_NODEPORT)).retval).toBe(TcVerdict.REDIRECT);
     });
 
     it('a load that finds no index (an upgrade from a build without it) fills it from lb4_backends', () => {

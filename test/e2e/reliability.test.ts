@@ -81,6 +81,8 @@ describeWith(['root', 'bpffs', 'cgroup2', 'netns'], 'reliability (short): a roll
     const r = await upgradeScenario(c, { fromCommit: release.commit, held: 16 });
     console.log(`rolling upgrade: ${r.steps.filter((s) => s.step.includes('switch')).map((s) => s.step).join('; ')}; packets dropped in the switch (handover_unbound): ${r.nodes.map((n) => `${n.node} ${n.handoverDrops}`).join(', ')}`);
     for (const n of r.nodes) expect(n.migrated, n.node).toContainEqual(expect.objectContaining({ map: 'ct4', fromLayout: 1, dropped: 0 }));
+    // The previous release's programs waited behind the new ones in each switch.
+    expect(r.nodes.map((n) => [n.node, n.chained])).toEqual([['node-1', true], ['node-2', true]]);
     // A break is named among the steps, with the load's own failures and the maps' diagnosis.
     expect(r.held, [...heldBreaks(r), ...upgradeFailures(r)].join('\n')).toMatchObject({ count: 16, survived: 16 });
     expect(r.switches.map((s) => s.node)).toEqual(['node-1', 'node-2']);

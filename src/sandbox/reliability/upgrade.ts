@@ -10,7 +10,14 @@ import { ECHO_NODEPORT, failuresInSteps, placeAmongSteps, startSteadyLoad, waitF
 
 export interface UpgradeResult {
   fromCommit: string;
-  nodes: Array<{ node: string; readyMs: number; migrated: Array<{ map: string; fromLayout: number; copied: number; caughtUp: number; dropped: number }>; handoverDrops: number }>;
+  nodes: Array<{
+    node: string;
+    readyMs: number;
+    migrated: Array<{ map: string; fromLayout: number; copied: number; caughtUp: number; dropped: number }>;
+    /** The previous programs waited behind the new ones in the switch (else why not). */
+    chained: boolean | string;
+    handoverDrops: number;
+  }>;
   held: { count: number; survived: number; brokeAtMs: number[]; breaks: Array<{ at: number; how: string }> };
   load: LoadReport;
   /** When each step of the swap happened (epoch ms), to place a failure in it. */
@@ -86,12 +93,14 @@ export async function upgradeScenario(c: ReliabilityCluster, opts: { fromCommit:
       const p = await sb.startAgent(node, 60_000, { bin: FERRY_BIN }); // this build
       const readyMs = Date.now() - t0;
       const lines = p.output().split('\n');
+      let chained: boolean | string = 'not logged';
       for (const l of lines) {
         // The agent's own clock stamps when its programs took over (pino's time, epoch ms).
         if (!l.includes('"datapath loaded"')) continue;
-        const loaded = JSON.parse(l) as { time: number; switchAt: number; switchMs: number };
+        const loaded = JSON.parse(l) as { time: number; switchAt: number; switchMs: number; handover?: { chained: boolean; reason?: string } };
+        chained = loaded.handover ? loaded.handover.chained || (loaded.handover.reason ?? false) : 'not logged';
         switches.push({ node: node.name, from: loaded.switchAt, to: loaded.switchAt + loaded.switchMs });
-        steps.push({ at: loaded.switchAt, step: `${node.name}: the switch to the new programs began (it took ${loaded.switchMs} ms)` });
+        steps.push({ at: loaded.switchAt, step: `${node.name}: the switch to the new programs began (it took ${loaded.switchMs} ms; ${chained === true ? 'the previous programs chained behind' : `nothing chained: ${String(chained)}`})` });
         steps.push({ at: loaded.time, step: `${node.name}: new programs attached` });
       }
       steps.push({ at: Date.now(), step: `${node.name}: new agent synced` });
@@ -101,7 +110,7 @@ export async function upgradeScenario(c: ReliabilityCluster, opts: { fromCommit:
         return { map: m.map, fromLayout: m.fromLayout, copied: m.copied, caughtUp: m.caughtUp, dropped: m.dropped };
       });
       if (migrated.length === 0) throw new Error(`${node.name}: the upgraded agent migrated nothing:\n${p.output().slice(-2000)}`);
-      nodes.push({ node: node.name, readyMs, migrated, handoverDrops: 0 });
+      nodes.push({ node: node.name, readyMs, migrated, chained, handoverDrops: 0 });
       await sleep(3000);
     }
   } catch (e) {
