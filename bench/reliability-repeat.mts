@@ -55,7 +55,7 @@ function routesNear(r: UpgradeResult): string[] {
 async function upgrade(c: ReliabilityCluster, fromCommit: string): Promise<Outcome> {
   const r = await upgradeScenario(c, { fromCommit, held: 16 });
   const { inSwitch, outside } = failuresInSwitches(r);
-  return { held: r.held.count, survived: r.held.survived, breaks: heldBreaks(r).join('; '), loadFailed: r.load.failed, loadRequests: r.load.requests, other: `lost in a switch: ${inSwitch.length}${named(inSwitch)}, outside: ${outside.length}${named(outside)}; dropped in the switch: ${r.nodes.map((n) => `${n.node} ${n.handoverDrops}`).join(', ')}`, ...(r.load.failed || r.held.survived < r.held.count ? { diagnosis: [...upgradeFailures(r), ...routesNear(r)] } : {}) };
+  return { held: r.held.count, survived: r.held.survived, breaks: heldBreaks(r).join('; '), loadFailed: r.load.failed, loadRequests: r.load.requests, other: `lost in a switch: ${inSwitch.length}${named(inSwitch)}, outside: ${outside.length}${named(outside)}; dropped in the switch: ${r.nodes.map((n) => `${n.node} ${n.handoverDrops}${n.chained === true ? '' : ` (not chained: ${String(n.chained)})`}`).join(', ')}`, ...(r.load.failed || r.held.survived < r.held.count ? { diagnosis: [...upgradeFailures(r), ...routesNear(r)] } : {}) };
 }
 
 async function once(run: number, release: ReturnType<typeof unpackRelease> | undefined): Promise<Row> {

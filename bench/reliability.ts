@@ -64,7 +64,7 @@ async function main(): Promise<void> {
           command: 'npx tsx bench/reliability.ts --only upgrade',
           method: `${SETUP}; both agents start from the previous release (commit ${release.commit}, map layout 1: test/fixtures/releases/layout-1.tar.gz). ${r.held.count} long-lived TCP connections through node-1's NodePort to the echo port (spread over the local and the remote backend, SNAT), each sending 8 bytes every 100 ms and wanting them back within 1 s; and ${LOAD}. Then node by node: the old agent stopped, this build's agent started over the same pins (conntrack migrated to layout 2), 3 s apart.`,
           tables: [
-            markdownTable(['node', 'time to ready, ms', 'maps migrated (from layout: copied + caught up, dropped)', 'packets dropped in the switch (handover_unbound)'], r.nodes.map((n) => [n.node, n.readyMs, n.migrated.map((m) => `${m.map} (${m.fromLayout}: ${m.copied} + ${m.caughtUp}, ${m.dropped})`).join(', ') || '-', n.handoverDrops])),
+            markdownTable(['node', 'time to ready, ms', 'maps migrated (from layout: copied + caught up, dropped)', 'previous programs chained behind', 'packets dropped in the switch (handover_unbound)'], r.nodes.map((n) => [n.node, n.readyMs, n.migrated.map((m) => `${m.map} (${m.fromLayout}: ${m.copied} + ${m.caughtUp}, ${m.dropped})`).join(', ') || '-', n.chained === true ? 'yes' : `no: ${String(n.chained)}`, n.handoverDrops])),
             markdownTable(['long-lived connections', 'survived', 'broke at, ms'], [[r.held.count, r.held.survived, r.held.brokeAtMs.join(', ') || '-']]),
             markdownTable(loadHeader, [loadRow('during the upgrade', r.load)]),
           ],

@@ -137,6 +137,7 @@ export class Datapath {
   private readonly migration: LayoutMigration;
   /** In an upgrade's switch: the previous programs attached behind this build's. */
   private chain: Link[] = [];
+  private handoverDeadline = 0n;
   private readonly deviceLinks = new Map<string, Link[]>();
   /** Per device: its XDP object (one copy each, with the device's MAC) and mode. */
   private readonly xdp = new Map<string, { obj: BpfObject; mode: XdpMode; link: Link }>();
@@ -207,7 +208,8 @@ export class Datapath {
       // the new ones cannot place goes to them instead of being dropped.
       const chain = chainPreviousPrograms(devices);
       this.chain = chain.links;
-      this.maps.ferry_handover.update(0, { untilNs: handoverUntil(monotonicNs() + HANDOVER_LIMIT_NS, chain.links.length > 0) });
+      this.handoverDeadline = monotonicNs() + HANDOVER_LIMIT_NS;
+      this.maps.ferry_handover.update(0, { untilNs: handoverUntil(this.handoverDeadline, chain.links.length > 0) });
       report = { chained: chain.links.length > 0, ...(chain.reason ? { reason: chain.reason } : {}) };
     }
     this.migration.catchUp();
@@ -344,8 +346,19 @@ export class Datapath {
     }
   }
 
+  /**
+   * A switch that failed before its end: the previous programs behind go, and what the new
+   * ones cannot place is dropped again until the deadline lapses (as without a chain).
+   */
+  private abandonChain(): void {
+    if (!this.chain.length) return;
+    this.maps.ferry_handover.update(0, { untilNs: handoverUntil(this.handoverDeadline, false) });
+    for (const l of this.chain.splice(0).reverse()) l.close();
+  }
+
   /** Detach everything and close: the datapath stops (tests, uninstall). */
   close(): void {
+    this.abandonChain();
     this.migration.close();
     for (const l of this.links.splice(0).reverse()) l.close();
     this.closeXdpObjects();
@@ -359,6 +372,7 @@ export class Datapath {
    * restarts; the next agent adopts all of it.
    */
   release(): void {
+    this.abandonChain();
     this.migration.close();
     for (const l of this.links.splice(0).reverse()) l.disown();
     this.closeXdpObjects();
