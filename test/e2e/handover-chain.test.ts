@@ -1,30 +1,18 @@
 // An upgrade's switch across layouts: the previous build's tc programs are attached again
 // behind ferry's filter, so that what the new programs pass on (TC_ACT_UNSPEC) reaches them,
 // and taken away after the last copy. Real filters on a namespace's device, real pings.
-import { afterEach, beforeEach, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { u32Codec } from '../../src/ebpf/codec.js';
 import { attachTc, tcFilterProgramId } from '../../src/ebpf/link-tc.js';
 import { BpfObject } from '../../src/ebpf/object.js';
 import { HANDOVER_TC, chainPreviousPrograms, removeChain } from '../../src/datapath/handover-chain.js';
-import { Testbed, type Host } from '../../src/sandbox/netns/testbed.js';
 import { inNetns } from '../../src/sys/netns.js';
 import { counterCodec } from '../bpf/codecs.js';
 import { bpfObject } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
+import { twoHostsPerTest } from '../harness/two-hosts.js';
 
-let tb: Testbed;
-let client: Host;
-let server: Host;
-
-beforeEach(async () => {
-  tb = await Testbed.create();
-  client = await tb.addHost('client');
-  server = await tb.addHost('server');
-  await tb.link({ host: client, ifname: 'eth0', address: '10.0.10.2/24' }, { host: server, ifname: 'eth0', address: '10.0.10.1/24' });
-});
-afterEach(async () => {
-  await tb.destroy();
-});
+const hosts = twoHostsPerTest();
 
 const load = (name: string, constants: Record<string, number> = {}): BpfObject => {
   const obj = BpfObject.open(bpfObject(`tests/${name}`));
@@ -33,7 +21,7 @@ const load = (name: string, constants: Record<string, number> = {}): BpfObject =
   return obj;
 };
 const pings = (obj: BpfObject): bigint => obj.map('pkt_counter', u32Codec, counterCodec).lookupPerCpu(0)!.reduce((a, v) => a + v.packets, 0n);
-const ping = (n: number) => client.execOk(['ping', '-c', String(n), '-i', '0.2', '-W', '2', '10.0.10.1']);
+const ping = (n: number) => hosts.client.execOk(['ping', '-c', String(n), '-i', '0.2', '-W', '2', '10.0.10.1']);
 
 describeWith(['root', 'netns', 'cgroup2'], "an upgrade's switch: the previous programs chained behind the new ones", () => {
   it('what the new program passes on reaches the previous one behind it, until the chain is taken away', async () => {
@@ -41,17 +29,17 @@ describeWith(['root', 'netns', 'cgroup2'], "an upgrade's switch: the previous pr
     const previous = load('pkt_counter', { match_protocol: 1 });
     const next = load('pass_on');
     try {
-      inNetns(server.netns, () => {
+      inNetns(hosts.server.netns, () => {
         attachTc(previous.program('count_packets'), { ifname: 'eth0', direction: 'ingress' }).disown();
         attachTc(previous.program('count_packets'), { ifname: 'eth0', direction: 'egress' }).disown();
       });
-      const chain = inNetns(server.netns, () => chainPreviousPrograms(['eth0']));
+      const chain = inNetns(hosts.server.netns, () => chainPreviousPrograms(['eth0']));
       expect(chain.reason).toBeUndefined();
       expect(chain.links.length).toBe(2);
-      const previousId = inNetns(server.netns, () => tcFilterProgramId('eth0', 'ingress'))!;
-      expect(inNetns(server.netns, () => [tcFilterProgramId('eth0', 'ingress', HANDOVER_TC), tcFilterProgramId('eth0', 'egress', HANDOVER_TC)])).toEqual([previousId, previousId]);
+      const previousId = inNetns(hosts.server.netns, () => tcFilterProgramId('eth0', 'ingress'))!;
+      expect(inNetns(hosts.server.netns, () => [tcFilterProgramId('eth0', 'ingress', HANDOVER_TC), tcFilterProgramId('eth0', 'egress', HANDOVER_TC)])).toEqual([previousId, previousId]);
 
-      inNetns(server.netns, () => {
+      inNetns(hosts.server.netns, () => {
         attachTc(next.program('pass_on'), { ifname: 'eth0', direction: 'ingress' }).disown();
         attachTc(next.program('pass_on'), { ifname: 'eth0', direction: 'egress' }).disown();
       });
@@ -61,8 +49,8 @@ describeWith(['root', 'netns', 'cgroup2'], "an upgrade's switch: the previous pr
       for (const l of chain.links) l.close();
       await ping(2);
       expect(pings(previous)).toBe(6n);
-      expect(await server.execOk(['tc', 'filter', 'show', 'dev', 'eth0', 'ingress'])).toContain('pass_on');
-      expect(await server.execOk(['tc', 'filter', 'show', 'dev', 'eth0', 'ingress'])).not.toContain('count_packets');
+      expect(await hosts.server.execOk(['tc', 'filter', 'show', 'dev', 'eth0', 'ingress'])).toContain('pass_on');
+      expect(await hosts.server.execOk(['tc', 'filter', 'show', 'dev', 'eth0', 'ingress'])).not.toContain('count_packets');
     } finally {
       previous.close();
       next.close();
@@ -72,21 +60,21 @@ describeWith(['root', 'netns', 'cgroup2'], "an upgrade's switch: the previous pr
   it('all or nothing: with a device that has no previous program nothing is chained, and a left-over chain is removed', async () => {
     const previous = load('pkt_counter', { match_protocol: 1 });
     try {
-      await tb.link({ host: client, ifname: 'eth1', address: '10.0.11.2/24' }, { host: server, ifname: 'eth1', address: '10.0.11.1/24' });
-      inNetns(server.netns, () => {
+      await hosts.tb.link({ host: hosts.client, ifname: 'eth1', address: '10.0.11.2/24' }, { host: hosts.server, ifname: 'eth1', address: '10.0.11.1/24' });
+      inNetns(hosts.server.netns, () => {
         attachTc(previous.program('count_packets'), { ifname: 'eth0', direction: 'ingress' }).disown();
         attachTc(previous.program('count_packets'), { ifname: 'eth0', direction: 'egress' }).disown();
       });
-      const chain = inNetns(server.netns, () => chainPreviousPrograms(['eth0', 'eth1']));
+      const chain = inNetns(hosts.server.netns, () => chainPreviousPrograms(['eth0', 'eth1']));
       expect(chain.links).toEqual([]);
       expect(chain.reason).toBe('no previous tc ingress program on eth1');
-      expect(inNetns(server.netns, () => tcFilterProgramId('eth0', 'ingress', HANDOVER_TC))).toBeUndefined(); // eth0's taken back
+      expect(inNetns(hosts.server.netns, () => tcFilterProgramId('eth0', 'ingress', HANDOVER_TC))).toBeUndefined(); // eth0's taken back
 
       // An agent that died in its switch left its chain: the next one removes it.
-      inNetns(server.netns, () => chainPreviousPrograms(['eth0']).links.forEach((l) => l.disown()));
-      expect(inNetns(server.netns, () => tcFilterProgramId('eth0', 'egress', HANDOVER_TC))).toBeDefined();
-      inNetns(server.netns, () => removeChain('eth0'));
-      expect(inNetns(server.netns, () => [tcFilterProgramId('eth0', 'ingress', HANDOVER_TC), tcFilterProgramId('eth0', 'egress', HANDOVER_TC)])).toEqual([undefined, undefined]);
+      inNetns(hosts.server.netns, () => chainPreviousPrograms(['eth0']).links.forEach((l) => l.disown()));
+      expect(inNetns(hosts.server.netns, () => tcFilterProgramId('eth0', 'egress', HANDOVER_TC))).toBeDefined();
+      inNetns(hosts.server.netns, () => removeChain('eth0'));
+      expect(inNetns(hosts.server.netns, () => [tcFilterProgramId('eth0', 'ingress', HANDOVER_TC), tcFilterProgramId('eth0', 'egress', HANDOVER_TC)])).toEqual([undefined, undefined]);
     } finally {
       previous.close();
     }
