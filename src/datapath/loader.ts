@@ -207,10 +207,11 @@ export class Datapath {
       // The previous programs wait behind the new ones on `devices` (handover-chain.ts): what
       // the new ones cannot place goes to them instead of being dropped.
       const chain = chainPreviousPrograms(devices);
+      const chained = chain.links.length > 0;
       this.chain = chain.links;
       this.handoverDeadline = monotonicNs() + HANDOVER_LIMIT_NS;
-      this.maps.ferry_handover.update(0, { untilNs: handoverUntil(this.handoverDeadline, chain.links.length > 0) });
-      report = { chained: chain.links.length > 0, ...(chain.reason ? { reason: chain.reason } : {}) };
+      this.maps.ferry_handover.update(0, { untilNs: handoverUntil(this.handoverDeadline, chained) });
+      report = { chained, ...(chain.reason ? { reason: chain.reason } : {}) };
     }
     this.migration.catchUp();
     return report;

@@ -85,16 +85,24 @@ export function attachTc(program: Pick<Program, 'name' | 'fd'>, o: TcAttachOptio
   return new TcLink(program.name, where, hook, opts, created);
 }
 
+/** Errors that mean there is no such filter (or device, or hook). */
+const NO_FILTER = ['ENOENT', 'ENODEV', 'EINVAL'];
+
+/** The hook and the filter at ferry's handle and priority (or those given) on a device, in the calling thread's netns. */
+function filterAt(ifname: string, direction: TcDirection, o: { handle?: number; priority?: number }): { hook: TcHook; opts: TcOpts } {
+  const hook: TcHook = { sz: TC_HOOK_SIZE, ifindex: ifindexOf(ifname), attach_point: direction === 'ingress' ? BPF_TC_INGRESS : BPF_TC_EGRESS, parent: 0 };
+  return { hook, opts: { sz: TC_OPTS_SIZE, prog_fd: 0, flags: 0, prog_id: 0, handle: o.handle ?? DEFAULT_TC_HANDLE, priority: o.priority ?? DEFAULT_TC_PRIORITY } };
+}
+
 /**
  * Detach the filter at ferry's handle and priority from a device (in the calling thread's
  * netns), whoever attached it: uninstall, after the agent is gone. false: there was none.
  */
 export function detachTcFilter(ifname: string, direction: TcDirection, o: { handle?: number; priority?: number } = {}): boolean {
-  const ifindex = ifindexOf(ifname);
-  const hook: TcHook = { sz: TC_HOOK_SIZE, ifindex, attach_point: direction === 'ingress' ? BPF_TC_INGRESS : BPF_TC_EGRESS, parent: 0 };
-  const rc = libbpf().tcDetach(hook, { sz: TC_OPTS_SIZE, prog_fd: 0, flags: 0, prog_id: 0, handle: o.handle ?? DEFAULT_TC_HANDLE, priority: o.priority ?? DEFAULT_TC_PRIORITY });
+  const { hook, opts } = filterAt(ifname, direction, o);
+  const rc = libbpf().tcDetach(hook, opts);
   if (rc === 0) return true;
-  if (['ENOENT', 'ENODEV', 'EINVAL'].includes(errnoName(rc))) return false;
+  if (NO_FILTER.includes(errnoName(rc))) return false;
   throw errnoError(`detach the tc ${direction} filter of ${ifname}`, rc, ErrorCode.Attach);
 }
 
@@ -103,11 +111,9 @@ export function detachTcFilter(ifname: string, direction: TcDirection, o: { hand
  * device's tc hook, in the calling thread's netns; undefined when there is none.
  */
 export function tcFilterProgramId(ifname: string, direction: TcDirection, o: { handle?: number; priority?: number } = {}): number | undefined {
-  const ifindex = ifindexOf(ifname);
-  const hook: TcHook = { sz: TC_HOOK_SIZE, ifindex, attach_point: direction === 'ingress' ? BPF_TC_INGRESS : BPF_TC_EGRESS, parent: 0 };
-  const opts: TcOpts = { sz: TC_OPTS_SIZE, prog_fd: 0, flags: 0, prog_id: 0, handle: o.handle ?? DEFAULT_TC_HANDLE, priority: o.priority ?? DEFAULT_TC_PRIORITY };
+  const { hook, opts } = filterAt(ifname, direction, o);
   const rc = libbpf().tcQuery(hook, opts);
   if (rc === 0) return opts.prog_id;
-  if (['ENOENT', 'ENODEV', 'EINVAL'].includes(errnoName(rc))) return undefined;
+  if (NO_FILTER.includes(errnoName(rc))) return undefined;
   throw errnoError(`read the tc ${direction} filter of ${ifname}`, rc, ErrorCode.Attach);
 }
