@@ -18,7 +18,7 @@ OUT=build/image
 VERSION=$(node -p 'require("./package.json").version')
 SUITE=trixie
 MIRROR=${FERRY_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-# nodejs (20.19 in trixie), libbpf1 (loaded through koffi), iproute2 (ip -j: devices),
+# nodejs (20.19 in trixie), libbpf1 (loaded through koffi), iproute2 (ip -j: devices; ip monitor: route changes),
 # bpftool (ferry status/uninstall), frr (the BGP container), ca-certificates (the API server),
 # iptables and nftables (ferry cleanup-kube-proxy).
 PACKAGES=nodejs,libbpf1,iproute2,bpftool,frr,ca-certificates,iptables,nftables

@@ -30,11 +30,19 @@ static __always_inline int ct_expired(__u64 expires_ns, __u64 now)
 /* Must a flow's lifetime (and its other direction's entry) be written for this packet?
  * When its state changed, or its lifetime moves by a second or more: in between, the
  * per-packet write and the lookup of the other direction's entry are skipped, at the cost
- * of a flow living up to a second less than it could. */
+ * of a flow living up to a second less than it could. Also when routes changed since the
+ * last write (ferry_hop_epoch), as the write routes the flow again: with the same flags
+ * the lifetime is the same, so that write was `new_expires - old_expires` ago. */
 #define CT_REFRESH_NS NSEC_PER_SEC
-static __always_inline int ct_refresh_due(__u8 old_flags, __u8 new_flags, __u64 old_expires, __u64 new_expires)
+static __always_inline int ct_refresh_due(__u8 old_flags, __u8 new_flags, __u64 old_expires, __u64 new_expires,
+					  __u64 now)
 {
-	return old_flags != new_flags || new_expires < old_expires || new_expires - old_expires >= CT_REFRESH_NS;
+	__u64 since_write;
+
+	if (old_flags != new_flags || new_expires < old_expires)
+		return 1;
+	since_write = new_expires - old_expires;
+	return since_write >= CT_REFRESH_NS || now < hops_valid_since() + since_write;
 }
 
 /* A SYN (without ACK) on a tuple whose flow is closing opens a new connection: the old
@@ -113,7 +121,7 @@ static __always_inline int ct4_account_client(struct ct4_entry *ct, const struct
 {
 	__u8 flags = ct_flags_client(p, ct->flags, ct->client_seq_next);
 	__u64 expires = now + ct_lifetime_ns(p->proto, flags);
-	int due = ct_refresh_due(ct->flags, flags, ct->expires_ns, expires);
+	int due = ct_refresh_due(ct->flags, flags, ct->expires_ns, expires, now);
 
 	ct->client_seq_next = ct_client_seq_next(p, ct->client_seq_next);
 	ct->flags = flags;
@@ -157,7 +165,7 @@ static __always_inline int ct4_track_reply(const struct pkt4 *p, struct nat4_ent
 {
 	__u8 flags = ct_flags_reply(p, nat->flags);
 	__u64 expires = now + ct_lifetime_ns(p->proto, flags);
-	int due = ct_refresh_due(nat->flags, flags, nat->expires_ns, expires);
+	int due = ct_refresh_due(nat->flags, flags, nat->expires_ns, expires, now);
 	struct ct4_key fwd;
 	struct ct4_entry *ct;
 

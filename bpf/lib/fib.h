@@ -24,8 +24,9 @@ static __always_inline long fib4_lookup(struct __ctx_buff *ctx, __be32 saddr, __
  * of traffic), none is kept (a write of the other direction's lifetime lets it go), or the
  * MTU is to be checked (`tot_len`); else a lookup, whose
  * complete result is kept. An established flow is so routed about once a second instead
- * of per packet (the lookup was a fifth of a forwarded packet's cost), and a route or
- * neighbour change reaches it within that second. `fib` holds the route either way (only
+ * of per packet (the lookup was a fifth of a forwarded packet's cost); a route, link or
+ * neighbour change the agent reports (ferry_hop_epoch) makes the next packet's write due,
+ * and reaches it within that second otherwise. `fib` holds the route either way (only
  * the device and MACs when kept: all fib4_send reads of a successful route). */
 static __always_inline long fib4_route_flow(struct __ctx_buff *ctx, __be32 saddr, __be32 daddr, __u16 tot_len,
 					    __u32 *kept_ifindex, __u8 *kept_macs, int refresh, struct bpf_fib_lookup *fib)
@@ -65,8 +66,8 @@ static __always_inline struct lb4_backend_hop *backend_hop_of(__u32 backend_id)
  * less than a second ago (from the same address, on the same device), else a lookup whose
  * complete result is shared. The flow keeps the hop either way. bpf_fib_lookup was the
  * largest part of a new flow after its conntrack insert; with this, a burst of new flows
- * to a backend looks its route up once a second, and a route or neighbour change reaches
- * a new flow within that second, as it reaches an established one. */
+ * to a backend looks its route up once a second, and a hop looked up before a reported
+ * route change (ferry_hop_epoch) is not shared. */
 static __always_inline long fib4_route_new_flow(struct __ctx_buff *ctx, __be32 saddr, __be32 daddr, __u32 *kept_ifindex,
 						__u8 *kept_macs, struct lb4_backend_hop *shared, __u64 now,
 						struct bpf_fib_lookup *fib)
@@ -75,7 +76,8 @@ static __always_inline long fib4_route_new_flow(struct __ctx_buff *ctx, __be32 s
 	long rc;
 
 	if (shared && shared->daddr == daddr && shared->saddr == saddr && shared->from_ifindex == from &&
-	    now - shared->looked_up_ns < BACKEND_HOP_MAX_AGE_NS && shared->hop_ifindex) {
+	    now - shared->looked_up_ns < BACKEND_HOP_MAX_AGE_NS && shared->looked_up_ns >= hops_valid_since() &&
+	    shared->hop_ifindex) {
 		/* Taken as the flow's kept hop, which then routes it. Another CPU may be writing
 		 * the slot: a torn read mixes two lookups of this route. */
 		*kept_ifindex = shared->hop_ifindex;

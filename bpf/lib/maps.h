@@ -138,6 +138,23 @@ struct {
 	__type(value, struct ferry_handover);
 } ferry_handover SEC(".maps");
 
+/* One slot: when routes last changed (struct ferry_hop_epoch), written by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ferry_hop_epoch);
+} ferry_hop_epoch SEC(".maps");
+
+/* Kept next hops looked up before this time are not to be used (0: any may be). */
+static __always_inline __u64 hops_valid_since(void)
+{
+	__u32 zero = 0;
+	struct ferry_hop_epoch *e = bpf_map_lookup_elem(&ferry_hop_epoch, &zero);
+
+	return e ? e->since_ns : 0;
+}
+
 /* Every node's addresses, written by the agent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -125,4 +125,12 @@ enum ferry_handover_flags {
 	FERRY_HANDOVER_CHAINED = 1,
 };
 
+/* Next hops kept by flows (ct4/nat4 hop_*) and shared by new flows (lb4_backend_hops) that
+ * were looked up before `since_ns` (CLOCK_MONOTONIC) are not used: the agent writes it when
+ * the kernel reports a route, link or neighbour change, so a flow is routed again by its
+ * next packet rather than within the second a hop is otherwise kept. 0: no change seen. */
+struct ferry_hop_epoch {
+	__u64 since_ns;
+};
+
 #endif

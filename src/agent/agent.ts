@@ -14,6 +14,7 @@ import { Datapath, defaultObjectsDir, type HandoverChainReport } from '../datapa
 import { LAYOUT_VERSION } from '../datapath/layouts.js';
 import { chooseDevices } from './devices.js';
 import { DeviceScanner } from './device-scanner.js';
+import { watchRouteChanges } from './route-changes.js';
 import { startCpuProfile } from './cpu-profile.js';
 import { defaultRouteDevices, readLinks } from '../sys/links.js';
 import { ServiceWriter } from '../datapath/writer.js';
@@ -53,6 +54,7 @@ export class Agent {
   private readonly servers: Server[] = [];
   private gcTimer: NodeJS.Timeout | undefined;
   private deviceScanner: DeviceScanner | undefined;
+  private routeMonitor: ReturnType<typeof watchRouteChanges> | undefined;
   private frameSender: FrameSender | undefined;
   /** ct4 and nat4 fill as the last GC pass saw it. */
   private sampledFill: Record<string, number> = {};
@@ -92,7 +94,6 @@ export class Agent {
     log: Logger,
     { started, json, access, metrics, health, early }: { started: number; json: JsonClient; access: ReturnType<typeof apiAccess>; metrics: AgentMetrics; health: ProxyHealth; early: Server[] },
   ): Promise<Agent> {
-
     // The node's addresses decide the SNAT address and the NodePort frontends.
     let node: V1Node | undefined;
     for (;;) {
@@ -112,8 +113,7 @@ export class Agent {
 
     const devices = chooseDevices(readLinks(), defaultRouteDevices(), view.addresses, cfg.devices);
     mkdirSync(cfg.pinDir, { recursive: true });
-    let switchAt = 0;
-    let switchMs = 0;
+    let [switchAt, switchMs] = [0, 0];
     let handover: HandoverChainReport | undefined;
     const datapath = Datapath.load({
       objectsDir: cfg.objectsDir || defaultObjectsDir(),
@@ -207,12 +207,10 @@ export class Agent {
     let bgp: BgpSpeaker | undefined;
     const bgpPeers = new Watcher<CustomObject & { metadata?: { name?: string } }>('bgppeers', json, BGP_PEER_PATH, { onChange: () => bgp?.kick(), onError: quietWhenMissing('bgppeers') });
     const bgpAds = new Watcher<CustomObject & { metadata?: { name?: string } }>('bgpadvertisements', json, BGP_ADVERTISEMENT_PATH, { onChange: () => bgp?.kick(), onError: quietWhenMissing('bgpadvertisements') });
-    const leasePath = `/apis/coordination.k8s.io/v1/namespaces/${encodeURIComponent(cfg.namespace)}/leases`;
-    const heartbeatSelector = `${HEARTBEAT_LABEL}=${HEARTBEAT_KIND}`;
-    const leases = new Watcher<V1Lease>('heartbeats', json, leasePath, {
+    const leases = new Watcher<V1Lease>('heartbeats', json, `/apis/coordination.k8s.io/v1/namespaces/${encodeURIComponent(cfg.namespace)}/leases`, {
       onChange: (kind, lease) => announcer?.leaseChanged(kind, lease),
       onError: onError('heartbeats'),
-    }, { labelSelector: heartbeatSelector });
+    }, { labelSelector: `${HEARTBEAT_LABEL}=${HEARTBEAT_KIND}` });
 
     reconciler = new Reconciler({
       source: { services: () => services.list(), service: (ns, name) => services.get(ns, name), slices: () => slices.list(), slicesOf: (ns, name) => sliceIndex.of(ns, name), node: () => nodes.get(undefined, cfg.nodeName), nodes: () => nodes.list() },
@@ -321,6 +319,7 @@ export class Agent {
         announcer?.kick();
       });
       agent.deviceScanner.start(cfg.deviceScanSeconds * 1000);
+      agent.routeMonitor = watchRouteChanges(datapath.maps, log.child({ part: 'routes' }), { metrics });
       announcer.start();
       bgp.start();
     } catch (e) {
@@ -386,6 +385,7 @@ export class Agent {
   async stop(): Promise<void> {
     if (this.gcTimer) clearInterval(this.gcTimer);
     this.deviceScanner?.stop();
+    this.routeMonitor?.stop();
     // First, so the addresses this node answers for are held over the restart.
     await this.announcer.stop();
     await this.bgp.stop();

@@ -27,6 +27,7 @@ export class AgentMetrics {
   readonly datapathForwarded: Gauge;
   readonly rejectedObjects: Counter;
   readonly ctCollected: Counter;
+  readonly routeChanges: Counter;
   readonly syncErrors: Counter;
   readonly frontendConflicts: Gauge;
   readonly servicesUnprogrammed: Gauge;
@@ -68,6 +69,7 @@ export class AgentMetrics {
     this.datapathDrops = new Gauge({ name: 'ferry_datapath_drops_total', help: 'Packets dropped by the datapath, by reason (read from the BPF counters)', labelNames: ['reason'], registers: r });
     this.datapathForwarded = new Gauge({ name: 'ferry_datapath_packets_total', help: 'Packets handled by the datapath, by path (read from the BPF counters)', labelNames: ['path'], registers: r });
     this.rejectedObjects = new Counter({ name: 'ferry_rejected_objects_total', help: 'Services and EndpointSlices skipped as malformed', labelNames: ['kind'], registers: r });
+    this.routeChanges = new Counter({ name: 'ferry_route_changes_total', help: 'Route, link or neighbour changes after which flows route again by their next packet (kept next hops dropped)', registers: r });
     this.ctCollected = new Counter({ name: 'ferry_conntrack_collected_total', help: 'Expired conntrack and NAT entries removed', labelNames: ['map'], registers: r });
     this.frontendConflicts = new Gauge({ name: 'ferry_frontend_conflicts', help: 'Frontends two Services ask for (kind=service: one is not programmed) and LoadBalancer IPs or externalIPs that are node addresses (kind=node-address)', labelNames: ['kind'], registers: r });
     this.servicesUnprogrammed = new Gauge({ name: 'ferry_services_unprogrammed', help: 'Services the datapath maps could not take in the last sync (each keeps what it had; see ferry status)', registers: r });

@@ -83,6 +83,7 @@ function flatten(name: MapName, k: Record<string, unknown> | number, v: Record<s
     if (f === 'proto') row[f] = protoName(x as number);
     else if (f === 'expiresNs') row.expires = ageText(x as bigint);
     else if (f === 'lookedUpNs') row.lookedUp = `${(Number(monotonicNs() - (x as bigint)) / 1e9).toFixed(0)}s ago`;
+    else if (f === 'sinceNs') row.routesChanged = x === 0n ? 'never' : `${(Number(monotonicNs() - (x as bigint)) / 1e9).toFixed(0)}s ago`;
     else if (typeof x === 'bigint') row[f] = Number(x);
     else if (f === 'hopMacs' && Buffer.isBuffer(x)) row[f] = `${macText(x)} (from ${macText(x.subarray(6))})`;
     else if (f === 'bits' && Buffer.isBuffer(x)) row[f] = `${setBits(x)} of ${x.length * 8} set`; // lb4_addr_filter

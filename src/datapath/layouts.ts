@@ -271,6 +271,7 @@ export const icmpBucketCodec = structCodec('icmp_bucket', { lastNs: { type: 'u64
 export const ADDR_FILTER_BYTES = 8192;
 export const lb4AddrFilterCodec = structCodec('lb4_addr_filter', { ready: { type: 'u32' }, pad: { type: 'pad', length: 4 }, bits: { type: 'bytes', length: ADDR_FILTER_BYTES } });
 export const handoverCodec = structCodec('ferry_handover', { untilNs: { type: 'u64' } });
+export const hopEpochCodec = structCodec('ferry_hop_epoch', { sinceNs: { type: 'u64' } });
 export const monitorCodec = structCodec('ferry_monitor', { flags: { type: 'u32' }, pad: { type: 'pad', length: 4 } });
 export const scratchCodec = structCodec('ferry_scratch', { lastDrop: { type: 'u32' }, lastStat: { type: 'u32' } });
 export const eventCodec = structCodec('ferry_event', {
@@ -323,6 +324,7 @@ export const mapSpecs = {
   ferry_drops: { key: u32Codec, value: counterCodec, sizeSetting: undefined },
   ferry_monitor: { key: u32Codec, value: monitorCodec, sizeSetting: undefined },
   ferry_handover: { key: u32Codec, value: handoverCodec, sizeSetting: undefined },
+  ferry_hop_epoch: { key: u32Codec, value: hopEpochCodec, sizeSetting: undefined },
   ferry_scratch: { key: u32Codec, value: scratchCodec, sizeSetting: undefined },
 } as const;
 export type MapName = keyof typeof mapSpecs;

@@ -4,8 +4,11 @@
 // shows which packets used it: those within the second do, the next written one looks the
 // route up again and repairs it. A route the program cannot complete (no neighbour yet) is
 // not kept. New SNAT flows to one backend share its route (lb4_backend_hops) for a second.
+// A route change the agent reports (ferry_hop_epoch) makes every hop kept before it stale.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
-import { clearConntrack } from '../../src/datapath/ct-gc.js';
+import { clearConntrack, monotonicNs } from '../../src/datapath/ct-gc.js';
+import { HopEpoch } from '../../src/datapath/hop-epoch.js';
 import { dumpMap } from '../../src/datapath/inspect.js';
 import type { Ct4Key } from '../../src/datapath/layouts.js';
 import type { FrontendSpec } from '../../src/model/frontend.js';
@@ -172,6 +175,50 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
     clearConntrack(node.dp.maps);
     expect(hops.lookup(slot)).toBeUndefined();
     expect(dumpMap(node.pinDir, 'lb4_backend_hops')).toEqual([]);
+  });
+
+  it('a reported route change makes the hops kept before it stale: each direction of a flow routes again by its next packet, new flows share no older hop', async () => {
+    const epoch = new HopEpoch(node.dp.maps.ferry_hop_epoch);
+    // The program's clock (coarse: up to a tick behind the agent's) is past a change written now.
+    const changeRoutes = async () => {
+      epoch.invalidate();
+      await sleep(30);
+    };
+    const staleReplyHop = () => {
+      const [k, b] = node.dp.maps.nat4.entries().find(([key]) => key.saddr === REMOTE_POD)!;
+      node.dp.maps.nat4.update(k, { ...b, hopMacs: Buffer.concat([macBytes(STALE_MAC), b.hopMacs.subarray(6)]) });
+    };
+    try {
+      for (const [pkt, flags] of [[client, 'S'], [reply, 'SA'], [client, 'A'], [reply, 'A']] as const) node.run('tc_ingress', pkt === client ? client(30081, flags, 1000) : reply(flags));
+      // A change before the flows' last writes: the stale hops are used (so what follows is the epoch's doing).
+      node.dp.maps.ferry_hop_epoch.update(0, { sinceNs: monotonicNs() - 10_000_000_000n });
+      staleFlowHop(30081);
+      staleReplyHop();
+      expect(sentTo(node.run('tc_ingress', client(30081, 'A')).data, TcVerdict.REDIRECT)).toBe(STALE_MAC);
+      expect(sentTo(node.run('tc_ingress', reply('A')).data, TcVerdict.REDIRECT)).toBe(STALE_MAC);
+      // The client's side first: routed again once, then kept again (a hop looked up after the change).
+      await changeRoutes();
+      expect(sentTo(node.run('tc_ingress', client(30081, 'A')).data, TcVerdict.REDIRECT)).toBe(OTHER_NODE_MAC);
+      staleFlowHop(30081);
+      expect(sentTo(node.run('tc_ingress', client(30081, 'A')).data, TcVerdict.REDIRECT)).toBe(STALE_MAC);
+      // The replies' side on its own.
+      node.run('tc_ingress', reply('A'));
+      staleReplyHop();
+      expect(sentTo(node.run('tc_ingress', reply('A')).data, TcVerdict.REDIRECT)).toBe(STALE_MAC);
+      await changeRoutes();
+      expect(sentTo(node.run('tc_ingress', reply('A')).data, TcVerdict.REDIRECT)).toBe(ROUTER_MAC);
+      // A backend's shared hop looked up before the change is not taken by a new flow.
+      const slot = node.dp.maps.ct4.lookup(flowKey(30081))!.backendId;
+      const shared = node.dp.maps.lb4_backend_hops.lookup(slot)!;
+      node.dp.maps.lb4_backend_hops.update(slot, { ...shared, hopMacs: Buffer.concat([macBytes(STALE_MAC), shared.hopMacs.subarray(6)]), lookedUpNs: monotonicNs() - 5_000_000n });
+      await changeRoutes();
+      const r = node.run('tc_ingress', buildPacket(clientTcp(NODE_IP, 30081, { sport: CLIENT_PORT + 9, flags: 'S' })));
+      expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
+      expect(node.dp.maps.lb4_backend_hops.lookup(slot)!.lookedUpNs).toBeGreaterThanOrEqual(epoch.sinceNs);
+      expect(dumpMap(node.pinDir, 'ferry_hop_epoch')).toEqual([{ id: 0, routesChanged: '0s ago' }]);
+    } finally {
+      node.dp.maps.ferry_hop_epoch.update(0, { sinceNs: 0n });
+    }
   });
 
   it('a route whose neighbour is not resolved yet is not kept: the kernel resolves it, and the next packet asks again', () => {

@@ -12,6 +12,7 @@ import type { Sandbox } from '../../src/sandbox/sandbox.js';
 import { agentCluster, applyObject, podWith, sliceFor } from '../harness/agent-cluster.js';
 import { eventually } from '../harness/wait.js';
 import { WORKLOADS } from '../../src/sandbox/mini-cluster.js';
+import { PinnedDatapath } from '../../src/datapath/pinned-view.js';
 import { describeWith } from '../harness/requirements.js';
 import { agentSecurity } from '../../src/sandbox/manifests.js';
 import type { StaleUdpSocketsStatus } from '../../src/agent/stale-sockets.js';
@@ -143,6 +144,9 @@ s.connect(53, '10.96.0.30', () => setInterval(() => s.send('q', () => {}), 100))
     expect(value('ferry_map_capacity{map="ct4"}')).toBe(131072);
     expect(value('ferry_datapath_packets_total{path="fwd_local"}')).toBeGreaterThan(0);
     expect(m.some((l) => l.startsWith('ferry_datapath_drops_total{reason="unknown_port"}'))).toBe(true);
+    // The route monitor runs (its start counts as a change) and its changes reach the datapath.
+    expect(value('ferry_route_changes_total')).toBeGreaterThanOrEqual(1);
+    expect(PinnedDatapath.with(c.pinDir(c.net.node(1)), (dp) => dp.map('ferry_hop_epoch').lookup(0)?.sinceNs ?? 0n)).toBeGreaterThan(0n);
     expect(await n1.execOk(['curl', '-sS', 'http://127.0.0.1:10249/proxyMode'])).toBe('ebpf');
   });
 

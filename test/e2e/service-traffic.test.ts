@@ -1,8 +1,13 @@
 // Real TCP and UDP traffic through the datapath: two nodes, a router, a client and pods,
 // every path of issue 3 (NodePort local/remote, LoadBalancer IP, ClusterIP from pods and
 // the host, hairpin, UDP with replies from the Service address, no endpoints, backend
-// removal, 1 MB transfers).
+// removal, 1 MB transfers, a route change under a live flow).
+import { setTimeout as sleep } from 'node:timers/promises';
+import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { watchRouteChanges } from '../../src/agent/route-changes.js';
+import { monotonicNs } from '../../src/datapath/ct-gc.js';
+import { HopEpoch } from '../../src/datapath/hop-epoch.js';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
 import type { PodInfo } from '../../src/sandbox/network.js';
 import { startWorkloads } from '../../src/sandbox/workloads/spawn.js';
@@ -182,5 +187,43 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'Service traffic through the
     }
     // Nothing listens there: every request fails, and the run says so.
     expect((await rr(`${web2.ip}:7001`, '--new-connection')).count).toBe(0);
+  });
+
+  it('a route change reaches a live flow at its next packet once the kernel reports it, not up to a second later', async () => {
+    // node-2 forwards the client's UDP flow (its NodePort) to web-1 on node-1, directly; the
+    // route is then changed to go through the router. What the router forwards to web-1 shows
+    // which hop the flow's packets take.
+    const node2 = c.nodes[1]!;
+    const nft = (...args: string[]) => c.net.router.execOk(['nft', ...args]);
+    const routedVia = async () => Number(/packets (\d+)/.exec(await nft('list', 'chain', 'ip', 'ferry_route_test', 'forwarded'))?.[1] ?? NaN);
+    const monitor = watchRouteChanges(node2.dp.maps, pino({ level: 'silent' }), { netns: node2.host.netns });
+    const epoch = new HopEpoch(node2.dp.maps.ferry_hop_epoch);
+    await nft('add', 'table', 'ip', 'ferry_route_test');
+    await nft('add', 'chain', 'ip', 'ferry_route_test', 'forwarded', '{ type filter hook forward priority 0; }');
+    await nft('add', 'rule', 'ip', 'ferry_route_test', 'forwarded', 'ip', 'daddr', web1.ip, 'udp', 'dport', '5353', 'counter');
+    const flow = c.client.spawn([process.execPath, WORKLOADS, 'rr', '--to', '10.0.30.22:30053', '--seconds', '3', '--udp', '--size', '32']);
+    try {
+      for (const end = Date.now() + 5000; epoch.sinceNs === 0n && Date.now() < end; ) await sleep(20);
+      expect(epoch.sinceNs, 'the monitor started').toBeGreaterThan(0n);
+      await sleep(1500); // the flow runs, its hop kept
+      expect(await routedVia()).toBe(0);
+      const before = monotonicNs();
+      await node2.host.ip('route', 'replace', c.nodes[0]!.podCidr, 'via', '10.0.30.1');
+      for (const end = Date.now() + 5000; epoch.sinceNs < before && Date.now() < end; ) await sleep(5);
+      expect(epoch.sinceNs, 'the change reported').toBeGreaterThan(before);
+      // A tenth of the second the hop would otherwise be kept: the flow's packets (thousands
+      // a second) go by the new route.
+      await sleep(100);
+      expect(await routedVia()).toBeGreaterThan(0);
+      await flow.exited;
+      const r = JSON.parse(flow.output()) as { count: number; failures: number };
+      expect(r.failures).toBe(0);
+      expect(r.count).toBeGreaterThan(100);
+    } finally {
+      monitor.stop();
+      await flow.stop();
+      await node2.host.ip('route', 'replace', c.nodes[0]!.podCidr, 'via', c.nodes[0]!.ip);
+      await nft('delete', 'table', 'ip', 'ferry_route_test');
+    }
   });
 });

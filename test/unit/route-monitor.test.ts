@@ -1,0 +1,39 @@
+// Which lines of `ip -4 monitor label route neigh link` can make a kept next hop wrong.
+import { expect, it } from 'vitest';
+import { NeighbourMacs, staleningLine } from '../../src/sys/route-monitor.js';
+
+it('any route or link change counts; a continuation line does not', () => {
+  const n = new NeighbourMacs();
+  expect(staleningLine('[ROUTE]10.8.0.0/16 via 10.9.0.2 dev eth0 ', n)).toBe(true);
+  expect(staleningLine('[ROUTE]Deleted 10.8.0.0/16 via 10.9.0.2 dev eth0 ', n)).toBe(true);
+  expect(staleningLine('[LINK]3: eth0@if2: <BROADCAST,MULTICAST> mtu 1500 qdisc noqueue state DOWN group default ', n)).toBe(true);
+  expect(staleningLine('    link/ether fe:12:20:a7:f3:3c brd ff:ff:ff:ff:ff:ff', n)).toBe(false);
+});
+
+it('a neighbour counts when its MAC is new or changes, or it fails after having one; not for its states or a deletion', () => {
+  const n = new NeighbourMacs();
+  n.seed('10.9.0.2 dev eth0 lladdr 02:00:00:00:00:02 REACHABLE ');
+  const line = (s: string) => staleningLine(`[NEIGH]${s}`, n);
+  expect(line('10.9.0.2 dev eth0 lladdr 02:00:00:00:00:02 STALE ')).toBe(false);
+  expect(line('10.9.0.2 dev eth0 lladdr 02:00:00:00:00:02 DELAY ')).toBe(false);
+  expect(line('10.9.0.2 dev eth0 lladdr 02:00:00:00:00:03 REACHABLE ')).toBe(true); // moved
+  expect(line('10.9.0.2 dev eth1 lladdr 02:00:00:00:00:03 REACHABLE ')).toBe(true); // another device's neighbour
+  expect(line('Deleted 10.9.0.2 dev eth0 lladdr 02:00:00:00:00:03 STALE ')).toBe(false);
+  expect(line('10.9.0.2 dev eth0 lladdr 02:00:00:00:00:03 REACHABLE ')).toBe(false); // back with the MAC it had
+  expect(line('10.9.0.2 dev eth0 FAILED ')).toBe(true);
+  expect(line('10.9.0.2 dev eth0 INCOMPLETE ')).toBe(false); // no MAC then, none now
+  expect(line('10.9.0.2 dev eth0 lladdr 02:00:00:00:00:03 REACHABLE ')).toBe(true); // resolved again
+  expect(line('10.9.0.7 dev eth0 INCOMPLETE ')).toBe(false); // never had one
+  expect(line('10.9.0.7 dev eth0 lladdr 02:00:00:00:00:07 REACHABLE ')).toBe(true);
+  expect(line('garbled')).toBe(true); // not understood: may
+});
+
+it('remembers at most its limit of neighbours, then starts over', () => {
+  const n = new NeighbourMacs(2);
+  n.seed('10.9.0.1 dev eth0 lladdr 02:00:00:00:00:01 REACHABLE');
+  n.seed('10.9.0.2 dev eth0 lladdr 02:00:00:00:00:02 REACHABLE');
+  expect(n.size).toBe(2);
+  expect(n.observe('10.9.0.3 dev eth0 lladdr 02:00:00:00:00:03 REACHABLE')).toBe(true);
+  expect(n.size).toBe(1);
+  expect(n.observe('10.9.0.1 dev eth0 lladdr 02:00:00:00:00:01 STALE')).toBe(true); // forgotten: new again
+});
