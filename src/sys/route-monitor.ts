@@ -64,7 +64,9 @@ const MAX_RESTART_MS = 30_000;
 
 /**
  * Runs `ip monitor` for as long as it is started, and again when it ends (with backoff).
- * Each start counts as a change: whatever changed while nothing watched is covered.
+ * Each start counts as a change: whatever changed while nothing watched is covered. An
+ * agent killed outright leaves its `ip monitor` to end with the agent's container (the
+ * DaemonSet shares no PID namespace with the host), or at its next write (SIGPIPE).
  */
 export class RouteMonitor {
   private child: ChildProcess | undefined;

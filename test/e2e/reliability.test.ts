@@ -77,7 +77,7 @@ describeWith(['root', 'bpffs', 'cgroup2', 'netns'], 'reliability (short): a roll
     release.remove();
   });
 
-  it('upgrades node by node from map layout 1 under load: conntrack migrated, long-lived connections unharmed, no request lost but a few under way in the switch', async () => {
+  it('upgrades node by node from map layout 1 under load: conntrack migrated, long-lived connections unharmed, no request lost', async () => {
     const r = await upgradeScenario(c, { fromCommit: release.commit, held: 16 });
     console.log(`rolling upgrade: ${r.steps.filter((s) => s.step.includes('switch')).map((s) => s.step).join('; ')}; packets dropped in the switch (handover_unbound): ${r.nodes.map((n) => `${n.node} ${n.handoverDrops}`).join(', ')}`);
     for (const n of r.nodes) expect(n.migrated, n.node).toContainEqual(expect.objectContaining({ map: 'ct4', fromLayout: 1, dropped: 0 }));
@@ -86,15 +86,12 @@ describeWith(['root', 'bpffs', 'cgroup2', 'netns'], 'reliability (short): a roll
     // A break is named among the steps, with the load's own failures and the maps' diagnosis.
     expect(r.held, [...heldBreaks(r), ...upgradeFailures(r)].join('\n')).toMatchObject({ count: 16, survived: 16 });
     expect(r.switches.map((s) => s.node)).toEqual(['node-1', 'node-2']);
-    // With the previous programs chained behind, a switch should lose nothing (none lost in
-    // 16 busy runs, bench/results/reliability/upgrade-repeat.md); at most two per switch are
-    // still let through, as without the chain a UDP answer to a flow the old programs
-    // opened, reaching the new ones before the flow is copied, was lost (README, Upgrade
-    // gaps), and each is printed. Every other request must work.
-    const { inSwitch, outside } = failuresInSwitches(r);
+    // With the previous programs chained behind (required above), a switch loses nothing:
+    // none lost in 36 busy runs (bench/results/reliability/upgrade-repeat.md and
+    // upgrade-repeat-hop-epoch.md) nor in any make test or CI run since the chain. A failure
+    // is placed among the steps (in a switch or not), with the maps' diagnosis.
+    const { inSwitch } = failuresInSwitches(r);
     if (inSwitch.length) console.log(`rolling upgrade: ${inSwitch.length} request(s) lost in a switch:\n${upgradeFailures(r).join('\n')}`);
-    expect(inSwitch.length, upgradeFailures(r).join('\n')).toBeLessThanOrEqual(2 * r.switches.length);
-    // The maps' diagnosis is there whenever any request failed: named only with a failure outside the switches.
-    expectNoFailures({ ...r.load, failures: outside, failed: outside.length }, outside.length ? upgradeFailures({ ...r, load: { ...r.load, failures: outside } }) : []);
+    expectNoFailures(r.load, r.load.failed ? upgradeFailures(r) : []);
   }, 180_000);
 });
