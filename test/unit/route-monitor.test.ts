@@ -1,6 +1,8 @@
-// Which lines of `ip -4 monitor label route neigh link` can make a kept next hop wrong.
+// Which lines of `ip -4 monitor label route neigh link` can make a kept next hop wrong, and
+// how often the changes are reported.
 import { expect, it } from 'vitest';
-import { NeighbourMacs, staleningLine } from '../../src/sys/route-monitor.js';
+import { ChangeThrottle, NeighbourMacs, staleningLine } from '../../src/sys/route-monitor.js';
+import { ManualClock } from '../harness/manual-clock.js';
 
 it('any route or link change counts; a continuation line does not', () => {
   const n = new NeighbourMacs();
@@ -36,4 +38,31 @@ it('remembers at most its limit of neighbours, then starts over', () => {
   expect(n.observe('10.9.0.3 dev eth0 lladdr 02:00:00:00:00:03 REACHABLE')).toBe(true);
   expect(n.size).toBe(1);
   expect(n.observe('10.9.0.1 dev eth0 lladdr 02:00:00:00:00:01 STALE')).toBe(true); // forgotten: new again
+});
+
+it('changes are reported at most once per gap: the first at once, a burst once more when the gap has passed', async () => {
+  const clock = new ManualClock();
+  const reports: number[] = [];
+  const t0 = clock.now();
+  const throttle = new ChangeThrottle(50, () => reports.push(clock.now() - t0), clock);
+  throttle.note('a');
+  throttle.note('b'); // the same turn: one report
+  await clock.advance(0);
+  expect(reports).toEqual([0]);
+  for (const at of [10, 20, 30]) {
+    await clock.advance(10);
+    throttle.note(`at ${at}`);
+  }
+  await clock.advance(19);
+  expect(reports).toEqual([0]); // not before the gap
+  await clock.advance(1);
+  expect(reports).toEqual([0, 50]); // the burst, once
+  await clock.advance(500);
+  throttle.note('later');
+  await clock.advance(0);
+  expect(reports).toEqual([0, 50, 550]);
+  throttle.note('cancelled');
+  throttle.cancel();
+  await clock.advance(1000);
+  expect(reports).toEqual([0, 50, 550]);
 });
