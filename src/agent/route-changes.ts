@@ -1,30 +1,70 @@
 // The kernel's route changes reach the datapath: a reported route, link or neighbour change
 // makes every kept next hop stale (HopEpoch), so flows route again by their next packet.
 import type { Logger } from 'pino';
+import { systemClock, type Clock, type Timer } from '../clock.js';
 import { HopEpoch } from '../datapath/hop-epoch.js';
 import type { DatapathMaps } from '../datapath/layouts.js';
 import { RouteMonitor } from '../sys/route-monitor.js';
 import type { AgentMetrics } from './metrics.js';
 
+/**
+ * Changes reported at most once per `minGapMs`: the first at once (on a later turn, so a
+ * burst of lines counts once), the rest of a burst when the gap has passed. A report reads
+ * the time when it fires, after every change it covers. Why a gap: for a tick after each
+ * report the datapath's coarse clock is behind the time written, and every packet of every
+ * flow routes again in that tick; under route churn (a full BGP table) unthrottled reports
+ * would keep flows there.
+ */
+export class ChangeThrottle {
+  private timer: Timer | undefined;
+  private lastAt = -Infinity;
+
+  constructor(
+    private readonly minGapMs: number,
+    private readonly report: (cause: string) => void,
+    private readonly clock: Clock = systemClock,
+  ) {}
+
+  note(cause: string): void {
+    if (this.timer) return;
+    // Bounded by the gap: a wall clock set back must not hold reports back.
+    const wait = Math.min(this.minGapMs, Math.max(0, this.lastAt + this.minGapMs - this.clock.now()));
+    this.timer = this.clock.setTimeout(() => {
+      this.timer = undefined;
+      this.lastAt = this.clock.now();
+      this.report(cause);
+    }, wait);
+    this.timer.unref?.();
+  }
+
+  cancel(): void {
+    if (this.timer) this.clock.clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+}
+
+/** Route changes, written at most once per `minGapMs`; stop() ends the monitor and any write still due. */
 export function watchRouteChanges(
   maps: Pick<DatapathMaps, 'ferry_hop_epoch'>,
   log: Logger,
-  opts: { metrics?: Pick<AgentMetrics, 'routeChanges'>; netns?: string } = {},
-): RouteMonitor {
+  opts: { metrics?: Pick<AgentMetrics, 'routeChanges'>; netns?: string; minGapMs?: number } = {},
+): { stop(): void } {
   const epoch = new HopEpoch(maps.ferry_hop_epoch);
-  const monitor = new RouteMonitor({
-    log,
-    ...(opts.netns ? { netns: opts.netns } : {}),
-    onChange: (cause) => {
-      try {
-        epoch.invalidate();
-        opts.metrics?.routeChanges.inc();
-        log.debug({ cause }, 'routes changed: kept next hops dropped');
-      } catch (e) {
-        log.warn({ err: (e as Error).message }, 'cannot mark kept next hops stale: flows follow the change within a second');
-      }
-    },
+  const throttle = new ChangeThrottle(opts.minGapMs ?? 50, (cause) => {
+    try {
+      epoch.invalidate();
+      opts.metrics?.routeChanges.inc();
+      log.debug({ cause }, 'routes changed: kept next hops dropped');
+    } catch (e) {
+      log.warn({ err: (e as Error).message }, 'cannot mark kept next hops stale: flows follow the change within a second');
+    }
   });
+  const monitor = new RouteMonitor({ log, ...(opts.netns ? { netns: opts.netns } : {}), onChange: (cause) => throttle.note(cause) });
   void monitor.start();
-  return monitor;
+  return {
+    stop: () => {
+      monitor.stop();
+      throttle.cancel();
+    },
+  };
 }

@@ -6,7 +6,6 @@
 // change it.
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Logger } from 'pino';
-import { systemClock, type Clock, type Timer } from '../clock.js';
 import { exec } from './exec.js';
 
 const NEIGH_LINE = /^(Deleted )?(\S+) dev (\S+)(?: lladdr (\S+))?/;
@@ -51,50 +50,14 @@ export function staleningLine(line: string, neighbours: NeighbourMacs): boolean 
   return false; // a LINK message's continuation lines, other labels
 }
 
-/**
- * Changes reported at most once per `minGapMs`: the first at once (on a later turn, so a
- * burst of lines counts once), the rest of a burst when the gap has passed. A report reads
- * the time when it fires, after every change it covers. Why a gap: for a tick after each
- * report the datapath's coarse clock is behind the time written, and every packet of every
- * flow routes again in that tick; under route churn (a full BGP table) unthrottled reports
- * would keep flows there.
- */
-export class ChangeThrottle {
-  private timer: Timer | undefined;
-  private lastAt = -Infinity;
-
-  constructor(
-    private readonly minGapMs: number,
-    private readonly report: (cause: string) => void,
-    private readonly clock: Clock = systemClock,
-  ) {}
-
-  note(cause: string): void {
-    if (this.timer) return;
-    const wait = Math.max(0, this.lastAt + this.minGapMs - this.clock.now());
-    this.timer = this.clock.setTimeout(() => {
-      this.timer = undefined;
-      this.lastAt = this.clock.now();
-      this.report(cause);
-    }, wait);
-    this.timer.unref?.();
-  }
-
-  cancel(): void {
-    if (this.timer) this.clock.clearTimeout(this.timer);
-    this.timer = undefined;
-  }
-}
-
 export interface RouteMonitorOptions {
   /** Watch this network namespace's changes (`ip -n`); default: the agent's own. */
   netns?: string;
   /** The first wait before `ip monitor` is started again after it ended. */
   restartMs?: number;
   log: Logger;
-  /** Called when kept hops may be stale (at most once per `minGapMs`, default 50). */
+  /** Called for each change that may make kept hops stale (a burst of lines: once per line). */
   onChange: (cause: string) => void;
-  minGapMs?: number;
 }
 
 const MAX_RESTART_MS = 30_000;
@@ -108,16 +71,12 @@ const MAX_RESTART_MS = 30_000;
 export class RouteMonitor {
   private child: ChildProcess | undefined;
   private stopped = true;
-  private readonly throttle: ChangeThrottle;
   private restartTimer: NodeJS.Timeout | undefined;
   private nextRestartMs: number;
   private readonly neighbours = new NeighbourMacs();
 
   constructor(private readonly opts: RouteMonitorOptions) {
     this.nextRestartMs = opts.restartMs ?? 1000;
-    this.throttle = new ChangeThrottle(opts.minGapMs ?? 50, (cause) => {
-      if (!this.stopped) opts.onChange(cause);
-    });
   }
 
   /** Resolves once `ip monitor` runs and the neighbours are known (or it could not start). */
@@ -129,7 +88,6 @@ export class RouteMonitor {
   stop(): void {
     this.stopped = true;
     if (this.restartTimer) clearTimeout(this.restartTimer);
-    this.throttle.cancel();
     this.child?.kill();
     this.child = undefined;
   }
@@ -177,6 +135,6 @@ export class RouteMonitor {
   }
 
   private changed(cause: string): void {
-    if (!this.stopped) this.throttle.note(cause);
+    if (!this.stopped) this.opts.onChange(cause);
   }
 }

@@ -1,7 +1,9 @@
 // Which lines of `ip -4 monitor label route neigh link` can make a kept next hop wrong, and
 // how often the changes are reported.
 import { expect, it } from 'vitest';
-import { ChangeThrottle, NeighbourMacs, staleningLine } from '../../src/sys/route-monitor.js';
+import { ChangeThrottle } from '../../src/agent/route-changes.js';
+import type { Clock } from '../../src/clock.js';
+import { NeighbourMacs, staleningLine } from '../../src/sys/route-monitor.js';
 import { ManualClock } from '../harness/manual-clock.js';
 
 it('any route or link change counts; a continuation line does not', () => {
@@ -65,4 +67,24 @@ it('changes are reported at most once per gap: the first at once, a burst once m
   throttle.cancel();
   await clock.advance(1000);
   expect(reports).toEqual([0, 50, 550]);
+});
+
+it('a wall clock set back holds no report back longer than the gap', async () => {
+  const clock = new ManualClock();
+  let skew = 0;
+  const skewed: Clock = {
+    now: () => clock.now() + skew,
+    setTimeout: (fn, ms) => clock.setTimeout(fn, ms),
+    clearTimeout: (t) => clock.clearTimeout(t),
+    setInterval: (fn, ms) => clock.setInterval(fn, ms),
+    clearInterval: (t) => clock.clearInterval(t),
+  };
+  let reports = 0;
+  const throttle = new ChangeThrottle(50, () => reports++, skewed);
+  throttle.note('first');
+  await clock.advance(0);
+  skew = -3_600_000;
+  throttle.note('after the clock went back an hour');
+  await clock.advance(50);
+  expect(reports).toBe(2);
 });
