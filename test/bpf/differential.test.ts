@@ -44,7 +44,10 @@ function randomTable(r: () => number): FrontendSpec[] {
     const sourceRanges = kind === 'LoadBalancer' && r() < 0.3 ? [`10.0.10.${int(8) * 2}/${31 - int(3)}`] : undefined;
     out.push({ address, port, proto, kind, backends: uniq, dropWhenEmpty: uniq.length === 0 && r() < 0.5, service: `default/s${i}:p`, ...(sourceRanges ? { sourceRanges } : {}) });
   }
-  // Always one LoadBalancer frontend with source ranges, so that path is always exercised.
+  // Always one NodePort without endpoints (rejected), and one LoadBalancer frontend with
+  // source ranges, so those paths are always exercised (seed 1060204645 drew no rejecting
+  // frontend in any of its ten tables).
+  out.push({ address: NODE_IP, port: 30008, proto: 'TCP', kind: 'NodePort', backends: [], service: 'default/empty:p' });
   const n = 1 + int(4);
   out.push({ address: '10.0.100.5', port: 81, proto: 'TCP', kind: 'LoadBalancer', service: 'default/ranged:p', sourceRanges: ['10.0.10.0/30'], backends: Array.from({ length: n }, (_, i) => ({ address: `10.244.${1 + (i % 2)}.${40 + i}`, port: 8080, local: i % 2 === 0 })) });
   return out;
