@@ -39,6 +39,9 @@ export function ageText(expiresNs: bigint, now = monotonicNs()): string {
   return s < 0 ? `expired ${(-s).toFixed(0)}s ago` : `${s.toFixed(0)}s`;
 }
 
+/** How long ago a moment on CLOCK_MONOTONIC was, in whole seconds. */
+const agoText = (atNs: bigint, now = monotonicNs()): string => `${(Number(now - atNs) / 1e9).toFixed(0)}s ago`;
+
 export type Row = Record<string, string | number>;
 
 /** Any datapath map decoded into rows: what `ferry map dump` prints. */
@@ -82,8 +85,8 @@ function flatten(name: MapName, k: Record<string, unknown> | number, v: Record<s
   for (const [f, x] of [...Object.entries(key), ...Object.entries(val)]) {
     if (f === 'proto') row[f] = protoName(x as number);
     else if (f === 'expiresNs') row.expires = ageText(x as bigint);
-    else if (f === 'lookedUpNs') row.lookedUp = `${(Number(monotonicNs() - (x as bigint)) / 1e9).toFixed(0)}s ago`;
-    else if (f === 'sinceNs') row.routesChanged = x === 0n ? 'never' : `${(Number(monotonicNs() - (x as bigint)) / 1e9).toFixed(0)}s ago`;
+    else if (f === 'lookedUpNs') row.lookedUp = agoText(x as bigint);
+    else if (f === 'sinceNs') row.routesChanged = x === 0n ? 'never' : agoText(x as bigint);
     else if (typeof x === 'bigint') row[f] = Number(x);
     else if (f === 'hopMacs' && Buffer.isBuffer(x)) row[f] = `${macText(x)} (from ${macText(x.subarray(6))})`;
     else if (f === 'bits' && Buffer.isBuffer(x)) row[f] = `${setBits(x)} of ${x.length * 8} set`; // lb4_addr_filter

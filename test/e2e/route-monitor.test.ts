@@ -5,12 +5,14 @@ import { pino } from 'pino';
 import { expect, it } from 'vitest';
 import { RouteMonitor } from '../../src/sys/route-monitor.js';
 import { describeWith } from '../harness/requirements.js';
+import { eventually } from '../harness/wait.js';
 import { twoHostsPerTest } from '../harness/two-hosts.js';
 
 const hosts = twoHostsPerTest();
 
-async function until(cond: () => boolean, ms = 5000): Promise<void> {
-  for (const end = Date.now() + ms; !cond(); await sleep(20)) if (Date.now() > end) throw new Error('timed out');
+/** Wait (up to 5 s) until `cond` holds, and require it. */
+async function until(cond: () => boolean): Promise<void> {
+  expect(await eventually(async () => cond(), (ok) => ok, 5000, 20)).toBe(true);
 }
 
 describeWith(['root', 'netns'], 'route changes reach the datapath', () => {

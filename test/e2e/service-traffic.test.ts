@@ -13,6 +13,7 @@ import type { PodInfo } from '../../src/sandbox/network.js';
 import { startWorkloads } from '../../src/sandbox/workloads/spawn.js';
 import { MiniCluster, WORKLOADS, type TestService } from '../../src/sandbox/mini-cluster.js';
 import { describeWith } from '../harness/requirements.js';
+import { eventually } from '../harness/wait.js';
 
 let c: MiniCluster;
 let web1: PodInfo;
@@ -203,14 +204,12 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'Service traffic through the
     await nft('add', 'rule', 'ip', 'ferry_route_test', 'forwarded', 'ip', 'daddr', web1.ip, 'udp', 'dport', '5353', 'counter');
     const flow = c.client.spawn([process.execPath, WORKLOADS, 'rr', '--to', '10.0.30.22:30053', '--seconds', '3', '--udp', '--size', '32']);
     try {
-      for (const end = Date.now() + 5000; epoch.sinceNs === 0n && Date.now() < end; ) await sleep(20);
-      expect(epoch.sinceNs, 'the monitor started').toBeGreaterThan(0n);
+      expect(await eventually(async () => epoch.sinceNs, (t) => t > 0n, 5000, 20), 'the monitor started').toBeGreaterThan(0n);
       await sleep(1500); // the flow runs, its hop kept
       expect(await routedVia()).toBe(0);
       const before = monotonicNs();
       await node2.host.ip('route', 'replace', c.nodes[0]!.podCidr, 'via', '10.0.30.1');
-      for (const end = Date.now() + 5000; epoch.sinceNs < before && Date.now() < end; ) await sleep(5);
-      expect(epoch.sinceNs, 'the change reported').toBeGreaterThan(before);
+      expect(await eventually(async () => epoch.sinceNs, (t) => t > before, 5000, 5), 'the change reported').toBeGreaterThan(before);
       // A tenth of the second the hop would otherwise be kept: the flow's packets (thousands
       // a second) go by the new route.
       await sleep(100);
