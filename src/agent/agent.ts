@@ -8,13 +8,12 @@ import { join } from 'node:path';
 import type { V1EndpointSlice, V1Lease, V1Node, V1Service } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
 import { collectGarbage, collectOrphanFlows } from './garbage.js';
-import { StaleUdpSockets, type StaleUdpSocketsStatus } from './stale-sockets.js';
-import type { WriteFailure } from '../datapath/write-plan.js';
+import { StaleUdpSockets } from './stale-sockets.js';
 import { Datapath, defaultObjectsDir, type HandoverChainReport } from '../datapath/loader.js';
 import { LAYOUT_VERSION } from '../datapath/layouts.js';
 import { chooseDevices } from './devices.js';
 import { DeviceScanner } from './device-scanner.js';
-import { watchRouteChanges } from './route-changes.js';
+import { watchRouteChanges, type RouteChangesWatch } from './route-changes.js';
 import { startCpuProfile } from './cpu-profile.js';
 import { defaultRouteDevices, readLinks } from '../sys/links.js';
 import { ServiceWriter } from '../datapath/writer.js';
@@ -54,7 +53,7 @@ export class Agent {
   private readonly servers: Server[] = [];
   private gcTimer: NodeJS.Timeout | undefined;
   private deviceScanner: DeviceScanner | undefined;
-  private routeMonitor: ReturnType<typeof watchRouteChanges> | undefined;
+  private routeMonitor: RouteChangesWatch | undefined;
   private frameSender: FrameSender | undefined;
   /** ct4 and nat4 fill as the last GC pass saw it. */
   private sampledFill: Record<string, number> = {};
@@ -350,8 +349,8 @@ export class Agent {
     refreshDatapathGauges(this.metrics, this.datapath.maps, { ...this.writer.entryCounts(), ...this.sampledFill });
   }
 
-  /** What /status answers: the last sync, and what could not be programmed. */
-  status(): { node: string; lastSync: string | undefined; unprogrammed: WriteFailure[]; conflicts: number; l2: ReturnType<Announcer['status']>; bgp: ReturnType<BgpSpeaker['status']>; udpSockets: StaleUdpSocketsStatus } {
+  /** What /status answers: the last sync, what could not be programmed, announcements, sockets, routes. */
+  status() {
     return {
       node: this.cfg.nodeName,
       lastSync: this.reconciler.syncs > 0 ? new Date(this.reconciler.lastSyncAt).toISOString() : undefined,
@@ -360,6 +359,7 @@ export class Agent {
       l2: this.announcer.status().slice(0, 1000),
       bgp: this.bgp.status(),
       udpSockets: this.staleSockets.status(),
+      routes: this.routeMonitor?.status(),
     };
   }
 

@@ -28,6 +28,7 @@ export class AgentMetrics {
   readonly rejectedObjects: Counter;
   readonly ctCollected: Counter;
   readonly routeChanges: Counter;
+  readonly routeMonitorUp: Gauge;
   readonly syncErrors: Counter;
   readonly frontendConflicts: Gauge;
   readonly servicesUnprogrammed: Gauge;
@@ -70,6 +71,7 @@ export class AgentMetrics {
     this.datapathForwarded = new Gauge({ name: 'ferry_datapath_packets_total', help: 'Packets handled by the datapath, by path (read from the BPF counters)', labelNames: ['path'], registers: r });
     this.rejectedObjects = new Counter({ name: 'ferry_rejected_objects_total', help: 'Services and EndpointSlices skipped as malformed', labelNames: ['kind'], registers: r });
     this.routeChanges = new Counter({ name: 'ferry_route_changes_total', help: 'Route, link or neighbour changes after which flows route again by their next packet (kept next hops dropped)', registers: r });
+    this.routeMonitorUp = new Gauge({ name: 'ferry_route_monitor_up', help: '1 while ip monitor runs (kept next hops follow route changes at once); 0 while not (within a second)', registers: r });
     this.ctCollected = new Counter({ name: 'ferry_conntrack_collected_total', help: 'Expired conntrack and NAT entries removed', labelNames: ['map'], registers: r });
     this.frontendConflicts = new Gauge({ name: 'ferry_frontend_conflicts', help: 'Frontends two Services ask for (kind=service: one is not programmed) and LoadBalancer IPs or externalIPs that are node addresses (kind=node-address)', labelNames: ['kind'], registers: r });
     this.servicesUnprogrammed = new Gauge({ name: 'ferry_services_unprogrammed', help: 'Services the datapath maps could not take in the last sync (each keeps what it had; see ferry status)', registers: r });

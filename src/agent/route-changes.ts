@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { systemClock, type Clock, type Timer } from '../clock.js';
 import { HopEpoch } from '../datapath/hop-epoch.js';
 import type { DatapathMaps } from '../datapath/layouts.js';
-import { RouteMonitor } from '../sys/route-monitor.js';
+import { RouteMonitor, type RouteMonitorStatus } from '../sys/route-monitor.js';
 import type { AgentMetrics } from './metrics.js';
 
 /**
@@ -43,28 +43,54 @@ export class ChangeThrottle {
   }
 }
 
+/** What `ferry status` shows: the monitor, and the changes written into ferry_hop_epoch. */
+export interface RouteChangesStatus extends RouteMonitorStatus {
+  written: number;
+  lastWritten?: string;
+  /** The last write that failed (kept hops then follow within a second). */
+  writeError?: string;
+}
+
+export interface RouteChangesWatch {
+  stop(): void;
+  status(): RouteChangesStatus;
+}
+
 /** Route changes, written at most once per `minGapMs`; stop() ends the monitor and any write still due. */
 export function watchRouteChanges(
   maps: Pick<DatapathMaps, 'ferry_hop_epoch'>,
   log: Logger,
-  opts: { metrics?: Pick<AgentMetrics, 'routeChanges'>; netns?: string; minGapMs?: number } = {},
-): { stop(): void } {
+  opts: { metrics?: Pick<AgentMetrics, 'routeChanges' | 'routeMonitorUp'>; netns?: string; minGapMs?: number } = {},
+): RouteChangesWatch {
   const epoch = new HopEpoch(maps.ferry_hop_epoch);
+  let written = 0;
+  let lastWritten: string | undefined;
+  let writeError: string | undefined;
   const throttle = new ChangeThrottle(opts.minGapMs ?? 50, (cause) => {
     try {
       epoch.invalidate();
+      written++;
+      lastWritten = new Date().toISOString();
+      writeError = undefined;
       opts.metrics?.routeChanges.inc();
       log.debug({ cause }, 'routes changed: kept next hops dropped');
     } catch (e) {
-      log.warn({ err: (e as Error).message }, 'cannot mark kept next hops stale: flows follow the change within a second');
+      writeError = (e as Error).message;
+      log.warn({ err: writeError }, 'cannot mark kept next hops stale: flows follow the change within a second');
     }
   });
-  const monitor = new RouteMonitor({ log, ...(opts.netns ? { netns: opts.netns } : {}), onChange: (cause) => throttle.note(cause) });
+  const monitor = new RouteMonitor({
+    log,
+    ...(opts.netns ? { netns: opts.netns } : {}),
+    onChange: (cause) => throttle.note(cause),
+    onWatching: (up) => opts.metrics?.routeMonitorUp.set(up ? 1 : 0),
+  });
   void monitor.start();
   return {
     stop: () => {
       monitor.stop();
       throttle.cancel();
     },
+    status: () => ({ ...monitor.status(), written, ...(lastWritten ? { lastWritten } : {}), ...(writeError ? { writeError } : {}) }),
   };
 }

@@ -10,6 +10,7 @@ import { defaultObjectsDir } from '../datapath/loader.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { table } from './table.js';
 import type { StaleUdpSocketsStatus } from '../agent/stale-sockets.js';
+import type { RouteChangesStatus } from '../agent/route-changes.js';
 
 const PIN_DIR = '/sys/fs/bpf/ferry';
 const MAP_TYPES: Record<number, string> = { 1: 'hash', 2: 'array', 6: 'percpu_array', 9: 'lru_hash', 11: 'lpm_trie', 13: 'hash_of_maps', 27: 'ringbuf' };
@@ -151,11 +152,13 @@ export function registerInspect(program: Command): void {
       type Announcing = { l2?: Array<{ address: string; devices: string[] }>; bgp?: { peers: Array<{ peer: string; address: string; state: string; uptime: string; prefixesSent: number; bfd?: string }>; prefixes: string[]; error?: string } };
       let announcing: Announcing = {};
       let udpSockets: StaleUdpSocketsStatus | undefined;
+      let routes: RouteChangesStatus | undefined;
       try {
-        const s = (await (await fetch(`${o.metrics}/status`, { signal: AbortSignal.timeout(1000) })).json()) as { lastSync?: string; unprogrammed?: Array<{ service: string; error: string }>; udpSockets?: StaleUdpSocketsStatus } & Announcing;
+        const s = (await (await fetch(`${o.metrics}/status`, { signal: AbortSignal.timeout(1000) })).json()) as { lastSync?: string; unprogrammed?: Array<{ service: string; error: string }>; udpSockets?: StaleUdpSocketsStatus; routes?: RouteChangesStatus } & Announcing;
         agent = s.lastSync ? `up, last sync ${s.lastSync}` : 'up, not synced yet';
         unprogrammed = s.unprogrammed ?? [];
         udpSockets = s.udpSockets;
+        routes = s.routes;
         announcing = { l2: s.l2, bgp: s.bgp };
         mode = (await (await fetch(`${o.metrics}/proxyMode`, { signal: AbortSignal.timeout(1000) })).text()).trim();
       } catch {
@@ -171,7 +174,7 @@ export function registerInspect(program: Command): void {
         backends: maps.find((m) => m.name === 'lb4_backends')?.entries ?? 0,
         flows: maps.find((m) => m.name === 'ct4')?.entries ?? 0,
         maps: maps.map((m) => ({ name: m.name, entries: m.entries, capacity: m.capacity })),
-        forwarded: stats, drops, links, unprogrammed, ...announcing, ...(udpSockets ? { udpSockets } : {}),
+        forwarded: stats, drops, links, unprogrammed, ...announcing, ...(udpSockets ? { udpSockets } : {}), ...(routes ? { routes } : {}),
       };
       if (o.output === 'json') {
         process.stdout.write(`${JSON.stringify(status, null, 2)}\n`);
@@ -179,6 +182,7 @@ export function registerInspect(program: Command): void {
       }
       process.stdout.write(`agent:     ${agent}\nmode:      ${mode}\npins:      ${o.pinDir}\nfrontends: ${status.frontends}   backends: ${status.backends}   flows: ${status.flows}\n`);
       if (udpSockets) process.stdout.write(`udp:       ${udpSocketsLine(udpSockets)}\n`);
+      if (routes) process.stdout.write(`routes:    ${routesLine(routes)}\n`);
       process.stdout.write('\n');
       process.stdout.write(table(['MAP', 'ENTRIES', 'CAPACITY'], status.maps.map((m) => [m.name, m.entries, m.capacity])));
       process.stdout.write('\nforwarded:\n');
@@ -201,6 +205,14 @@ export function registerInspect(program: Command): void {
 }
 
 /** The agent's UDP socket terminator in one line. */
+/** Whether kept next hops follow route changes at once (ip monitor runs) or within a second. */
+export function routesLine(r: RouteChangesStatus): string {
+  const written = `${r.written} change(s) written${r.lastWritten ? `, last ${r.lastWritten}` : ''}${r.writeError ? `; last write failed: ${r.writeError}` : ''}`;
+  if (r.watching) return `watched by ip monitor (pid ${r.pid ?? '?'}, started ${r.starts}x): ${written}`;
+  const ended = r.lastEnd ? `ip monitor ended ${r.lastEnd.at} (${r.lastEnd.how}${r.lastEnd.stderr ? `: ${r.lastEnd.stderr}` : ''})` : 'ip monitor not running';
+  return `NOT watched: ${ended}${r.retryAt ? `, next try ${r.retryAt}` : ''}; kept next hops follow changes within a second; ${written}`;
+}
+
 export function udpSocketsLine(u: StaleUdpSocketsStatus): string {
   if (!u.enabled) return `connected sockets are not terminated (${u.reason ?? 'unavailable'})`;
   const last = u.lastPass ? `; last pass ${u.lastPass.at} (${u.lastPass.why}): ${u.lastPass.namespaces} namespaces, ${u.lastPass.destroyed} destroyed, ${u.lastPass.ms} ms` : '';

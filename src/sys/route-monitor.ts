@@ -1,10 +1,12 @@
-// The kernel's route, link and neighbour changes, as `ip -4 monitor label route neigh link`
-// reports them, sorted into those that can make a next hop a flow keeps wrong and those that
-// cannot. Any route or link change can. A neighbour only when its MAC changes or it fails:
+// The kernel's route, rule, link and neighbour changes, as `ip -4 monitor label route neigh
+// link rule` reports them, sorted into those that can make a next hop a flow keeps wrong and
+// those that cannot. Any route, policy rule or link change can. A neighbour only when its MAC changes or it fails:
 // its reachability states (REACHABLE, STALE, DELAY, PROBE) come and go every few seconds for
 // every neighbour and change nothing a kept hop holds; a deletion forgets a MAC but does not
 // change it.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { accessSync, constants } from 'node:fs';
+import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { exec } from './exec.js';
 
@@ -43,9 +45,9 @@ export class NeighbourMacs {
   }
 }
 
-/** Does one line of `ip -4 monitor label route neigh link` make kept hops possibly stale? */
+/** Does one line of `ip -4 monitor label route neigh link rule` make kept hops possibly stale? */
 export function staleningLine(line: string, neighbours: NeighbourMacs): boolean {
-  if (line.startsWith('[ROUTE]') || line.startsWith('[LINK]')) return true;
+  if (line.startsWith('[ROUTE]') || line.startsWith('[LINK]') || line.startsWith('[RULE]')) return true;
   if (line.startsWith('[NEIGH]')) return neighbours.observe(line.slice('[NEIGH]'.length));
   return false; // a LINK message's continuation lines, other labels
 }
@@ -58,22 +60,54 @@ export interface RouteMonitorOptions {
   log: Logger;
   /** Called for each change that may make kept hops stale (a burst of lines: once per line). */
   onChange: (cause: string) => void;
+  /** Called when `ip monitor` starts watching (true) or ends (false). */
+  onWatching?: (watching: boolean) => void;
 }
 
 const MAX_RESTART_MS = 30_000;
 
+/** What /status and `ferry status` show of the monitor. */
+export interface RouteMonitorStatus {
+  /** `ip monitor` runs: kept hops follow changes at once (else within a second). */
+  watching: boolean;
+  pid?: number;
+  /** How often it was started (the first start included). */
+  starts: number;
+  /** How it last ended, when it did: exit code or signal, and its last words. */
+  lastEnd?: { at: string; how: string; stderr: string };
+  /** When it is started again, while it is not running. */
+  retryAt?: string;
+}
+
+/** Is `cmd` an executable file in one of PATH's directories? */
+function onPath(cmd: string): boolean {
+  return (process.env.PATH ?? '').split(':').some((dir) => {
+    try {
+      accessSync(join(dir || '.', cmd), constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
+
 /**
  * Runs `ip monitor` for as long as it is started, and again when it ends (with backoff).
- * Each start counts as a change: whatever changed while nothing watched is covered. An
- * agent killed outright leaves its `ip monitor` to end with the agent's container (the
- * DaemonSet shares no PID namespace with the host), or at its next write (SIGPIPE).
+ * Each start counts as a change: whatever changed while nothing watched is covered. It runs
+ * under `setpriv --pdeathsig KILL` (util-linux, in the image), so an agent killed outright
+ * takes it along; without setpriv it ends with the agent's container or at its next write.
  */
 export class RouteMonitor {
   private child: ChildProcess | undefined;
+  private running = false;
   private stopped = true;
   private restartTimer: NodeJS.Timeout | undefined;
+  private retryAt: number | undefined;
   private nextRestartMs: number;
+  private starts = 0;
+  private lastEnd: RouteMonitorStatus['lastEnd'];
   private readonly neighbours = new NeighbourMacs();
+  private readonly withSetpriv = onPath('setpriv');
 
   constructor(private readonly opts: RouteMonitorOptions) {
     this.nextRestartMs = opts.restartMs ?? 1000;
@@ -88,8 +122,25 @@ export class RouteMonitor {
   stop(): void {
     this.stopped = true;
     if (this.restartTimer) clearTimeout(this.restartTimer);
+    this.retryAt = undefined;
     this.child?.kill();
     this.child = undefined;
+    this.setRunning(false);
+  }
+
+  private setRunning(running: boolean): void {
+    if (running !== this.running) this.opts.onWatching?.(running);
+    this.running = running;
+  }
+
+  status(): RouteMonitorStatus {
+    return {
+      watching: this.running,
+      ...(this.running && this.child?.pid !== undefined ? { pid: this.child.pid } : {}),
+      starts: this.starts,
+      ...(this.lastEnd ? { lastEnd: this.lastEnd } : {}),
+      ...(this.retryAt !== undefined ? { retryAt: new Date(this.retryAt).toISOString() } : {}),
+    };
   }
 
   private ipArgs(...args: string[]): string[] {
@@ -98,7 +149,11 @@ export class RouteMonitor {
 
   private async run(): Promise<void> {
     const startedAt = Date.now();
-    const child = spawn('ip', this.ipArgs('-4', 'monitor', 'label', 'route', 'neigh', 'link'), { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.retryAt = undefined;
+    this.starts++;
+    const ipMonitor = ['ip', ...this.ipArgs('-4', 'monitor', 'label', 'route', 'neigh', 'link', 'rule')];
+    const [cmd, ...args] = this.withSetpriv ? ['setpriv', '--pdeathsig', 'KILL', '--', ...ipMonitor] : ipMonitor;
+    const child = spawn(cmd!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     this.child = child;
     let rest = '';
     child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
@@ -109,11 +164,15 @@ export class RouteMonitor {
     let stderr = '';
     child.stderr!.setEncoding('utf8').on('data', (s: string) => (stderr = (stderr + s).slice(-500)));
     child.on('close', (code, signal) => {
-      if (this.child === child) this.child = undefined;
+      if (this.child !== child) return;
+      this.child = undefined;
+      this.setRunning(false);
       if (this.stopped) return;
+      this.lastEnd = { at: new Date().toISOString(), how: signal ? `killed by ${signal}` : `exit ${code}`, stderr: stderr.trim() };
       // A monitor that ran for a while starts again at once; one that keeps failing, slower each time.
       if (Date.now() - startedAt > MAX_RESTART_MS) this.nextRestartMs = this.opts.restartMs ?? 1000;
       this.opts.log.warn({ code, signal, stderr: stderr.trim(), retryMs: this.nextRestartMs }, 'ip monitor ended: kept next hops follow route changes within a second until it runs again');
+      this.retryAt = Date.now() + this.nextRestartMs;
       this.restartTimer = setTimeout(() => void this.run(), this.nextRestartMs);
       this.restartTimer.unref();
       this.nextRestartMs = Math.min(this.nextRestartMs * 2, MAX_RESTART_MS);
@@ -125,7 +184,8 @@ export class RouteMonitor {
         resolve(false);
       });
     });
-    if (!spawned || this.stopped) return;
+    if (!spawned || this.stopped || this.child !== child) return;
+    this.setRunning(true);
     // ip subscribes first thing; by the time a second ip has listed the neighbours, the
     // first one hears every change. Learn the neighbours as they are, then count the start
     // as a change.

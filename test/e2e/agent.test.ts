@@ -16,7 +16,8 @@ import { PinnedDatapath } from '../../src/datapath/pinned-view.js';
 import { describeWith } from '../harness/requirements.js';
 import { agentSecurity } from '../../src/sandbox/manifests.js';
 import type { StaleUdpSocketsStatus } from '../../src/agent/stale-sockets.js';
-import { udpSocketsLine } from '../../src/cli/inspect-commands.js';
+import { routesLine, udpSocketsLine } from '../../src/cli/inspect-commands.js';
+import type { RouteChangesStatus } from '../../src/agent/route-changes.js';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT } from '../harness/paths.js';
@@ -147,6 +148,11 @@ s.connect(53, '10.96.0.30', () => setInterval(() => s.send('q', () => {}), 100))
     // The route monitor runs (its start counts as a change) and its changes reach the datapath.
     expect(value('ferry_route_changes_total')).toBeGreaterThanOrEqual(1);
     expect(PinnedDatapath.with(c.pinDir(c.net.node(1)), (dp) => dp.map('ferry_hop_epoch').lookup(0)?.sinceNs ?? 0n)).toBeGreaterThan(0n);
+    expect(value('ferry_route_monitor_up')).toBe(1);
+    const { routes } = JSON.parse(await n1.execOk(['curl', '-sS', 'http://127.0.0.1:10249/status'])) as { routes: RouteChangesStatus };
+    expect(routes).toMatchObject({ watching: true, starts: 1 });
+    expect(routes.written).toBeGreaterThanOrEqual(1);
+    expect(routesLine(routes)).toMatch(/^watched by ip monitor \(pid \d+, started 1x\): [1-9]\d* change\(s\) written, last \d{4}-/);
     expect(await n1.execOk(['curl', '-sS', 'http://127.0.0.1:10249/proxyMode'])).toBe('ebpf');
   });
 

@@ -1,5 +1,8 @@
 // The agent hears the kernel's route, link and neighbour changes (`ip monitor` in its
 // namespace) and tells the datapath only of those that can make a kept next hop wrong.
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { expect, it } from 'vitest';
@@ -7,6 +10,7 @@ import { RouteMonitor } from '../../src/sys/route-monitor.js';
 import { describeWith } from '../harness/requirements.js';
 import { eventually } from '../harness/wait.js';
 import { twoHostsPerTest } from '../harness/two-hosts.js';
+import { REPO_ROOT } from '../harness/paths.js';
 
 const hosts = twoHostsPerTest();
 
@@ -16,7 +20,7 @@ async function until(cond: () => boolean): Promise<void> {
 }
 
 describeWith(['root', 'netns'], 'route changes reach the datapath', () => {
-  it('a start, a new or moved neighbour MAC, a route and a link change count; a neighbour state change does not', async () => {
+  it('a start, a new or moved neighbour MAC, a route, a policy rule and a link change count; a neighbour state change does not', async () => {
     const causes: string[] = [];
     const ip = (...args: string[]) => hosts.server.execOk(['ip', ...args]);
     await ip('neigh', 'replace', '10.0.10.7', 'lladdr', '02:00:00:00:00:07', 'dev', 'eth0', 'nud', 'reachable');
@@ -40,25 +44,68 @@ describeWith(['root', 'netns'], 'route changes reach the datapath', () => {
       await counts(() => ip('neigh', 'replace', '10.0.10.9', 'lladdr', '02:00:00:00:00:09', 'dev', 'eth0'), true);
       await counts(() => ip('route', 'add', '10.77.0.0/16', 'via', '10.0.10.2'), true);
       await counts(() => ip('route', 'del', '10.77.0.0/16'), true);
+      await counts(() => ip('rule', 'add', 'ipproto', 'udp', 'dport', '53', 'table', '100'), true);
       await counts(() => ip('link', 'set', 'eth0', 'mtu', '1400'), true);
     } finally {
       monitor.stop();
     }
   });
 
-  it('ip monitor ending is noticed: it runs again, and its start counts', async () => {
+  it('ip monitor ending is noticed: it runs again, its start counts, and its status says so', async () => {
     const causes: string[] = [];
-    const monitor = new RouteMonitor({ netns: hosts.server.netns, restartMs: 50, log: pino({ level: 'silent' }), onChange: (c) => causes.push(c) });
+    const watching: boolean[] = [];
+    const monitor = new RouteMonitor({ netns: hosts.server.netns, restartMs: 50, log: pino({ level: 'silent' }), onChange: (c) => causes.push(c), onWatching: (w) => watching.push(w) });
     try {
       await monitor.start();
       await until(() => causes.length === 1);
-      const pid = (monitor as unknown as { child: { pid: number } }).child.pid;
-      process.kill(pid);
+      const first = monitor.status();
+      expect(first).toMatchObject({ watching: true, starts: 1 });
+      expect(first.lastEnd).toBeUndefined();
+      process.kill(first.pid!);
       await until(() => causes.length === 2);
       expect(causes).toEqual(['route monitor started', 'route monitor started']);
-      expect((monitor as unknown as { child: { pid: number } }).child.pid).not.toBe(pid);
+      const again = monitor.status();
+      expect(again).toMatchObject({ watching: true, starts: 2, lastEnd: { how: 'killed by SIGTERM' } });
+      expect(again.pid).not.toBe(first.pid);
+      expect(watching).toEqual([true, false, true]);
     } finally {
       monitor.stop();
+    }
+    expect(monitor.status()).toMatchObject({ watching: false });
+    expect(watching).toEqual([true, false, true, false]);
+  });
+
+  it('an agent killed outright takes its ip monitor along (parent-death signal)', async () => {
+    // A namespace where nothing changes: ip monitor writes nothing there, so no SIGPIPE
+    // would end it; only the parent-death signal does.
+    const quiet = await hosts.tb.addHost('quiet');
+    const script = `
+      import { pino } from 'pino';
+      import { RouteMonitor } from ${JSON.stringify(resolve(REPO_ROOT, 'dist/sys/route-monitor.js'))};
+      const m = new RouteMonitor({ netns: ${JSON.stringify(quiet.netns)}, log: pino({ level: 'silent' }), onChange: () => {} });
+      await m.start();
+      process.stdout.write(m.status().pid + '\\n');
+      setInterval(() => {}, 1000);
+    `;
+    const owner = spawn(process.execPath, ['--input-type=module', '-e', script], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+    const pid = Number(await new Promise<string>((res) => owner.stdout.once('data', (d: Buffer) => res(d.toString().trim()))));
+    // Running, not gone and not a zombie nobody has reaped yet.
+    const alive = () => {
+      try {
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+      } catch {
+        return false;
+      }
+    };
+    try {
+      expect(pid).toBeGreaterThan(0);
+      expect(alive()).toBe(true);
+      process.kill(owner.pid!, 'SIGKILL');
+      await until(() => !alive());
+    } finally {
+      if (owner.exitCode === null && owner.signalCode === null) owner.kill('SIGKILL');
+      if (pid > 0 && alive()) process.kill(pid, 'SIGKILL'); // the monitor the owner left, if it did
     }
   });
 });

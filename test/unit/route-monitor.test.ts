@@ -10,6 +10,7 @@ it('any route or link change counts; a continuation line does not', () => {
   const n = new NeighbourMacs();
   expect(staleningLine('[ROUTE]10.8.0.0/16 via 10.9.0.2 dev eth0 ', n)).toBe(true);
   expect(staleningLine('[ROUTE]Deleted 10.8.0.0/16 via 10.9.0.2 dev eth0 ', n)).toBe(true);
+  expect(staleningLine('[RULE]32764:\tfrom all ipproto udp dport 53 lookup 100', n)).toBe(true);
   expect(staleningLine('[LINK]3: eth0@if2: <BROADCAST,MULTICAST> mtu 1500 qdisc noqueue state DOWN group default ', n)).toBe(true);
   expect(staleningLine('    link/ether fe:12:20:a7:f3:3c brd ff:ff:ff:ff:ff:ff', n)).toBe(false);
 });
