@@ -91,13 +91,14 @@ static __always_inline int nodeport_dsr(struct __ctx_buff *ctx, const struct pkt
 	int with_opt = p->proto == IPPROTO_UDP || (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
 	__be32 vip = p->daddr;
 	__be16 vport = p->dport;
+	struct fib4_flow f = { .saddr = p->saddr, .daddr = b->address, .sport = p->sport, .dport = b->port, .proto = p->proto };
 	struct bpf_fib_lookup fib;
 	long route;
 
 	if (p->ttl <= 1)
 		return icmp4_time_exceeded(ctx, p);
 	/* A packet that takes the option is routed with the MTU checked for its new size. */
-	route = fib4_route_flow(ctx, p->saddr, b->address, with_opt ? p->ip_len + DSR_OPT_LEN : 0, &ct->hop_ifindex,
+	route = fib4_route_flow(ctx, &f, with_opt ? p->ip_len + DSR_OPT_LEN : 0, &ct->hop_ifindex,
 				ct->hop_macs, refresh, &fib);
 	if (route == BPF_FIB_LKUP_RET_FRAG_NEEDED && with_opt) {
 		__u32 mtu = fib.mtu_result ? fib.mtu_result : 1500;

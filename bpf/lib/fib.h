@@ -4,16 +4,30 @@
 
 #include "maps.h"
 
-/* The route to `daddr`, as if the packet came from `saddr` on the device it came in on.
- * With `tot_len`, the route's MTU is checked for a packet of that size (FRAG_NEEDED). */
-static __always_inline long fib4_lookup(struct __ctx_buff *ctx, __be32 saddr, __be32 daddr, __u16 tot_len,
+/* A packet's identity as a route lookup sees it: policy rules may select by protocol and
+ * ports, and multipath routes may hash them (the kernel's forwarding of the same packet
+ * would). Fragments and ICMP errors have no ports: 0. */
+struct fib4_flow {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+};
+
+/* The route to `f->daddr`, as if the packet came from `f->saddr` on the device it came in
+ * on. With `tot_len`, the route's MTU is checked for a packet of that size (FRAG_NEEDED). */
+static __always_inline long fib4_lookup(struct __ctx_buff *ctx, const struct fib4_flow *f, __u16 tot_len,
 					struct bpf_fib_lookup *fib)
 {
 	__builtin_memset(fib, 0, sizeof(*fib));
 	fib->family = AF_INET;
 	fib->ifindex = ctx_fib_ifindex(ctx);
-	fib->ipv4_src = saddr;
-	fib->ipv4_dst = daddr;
+	fib->ipv4_src = f->saddr;
+	fib->ipv4_dst = f->daddr;
+	fib->l4_protocol = f->proto;
+	fib->sport = f->sport;
+	fib->dport = f->dport;
 	fib->tot_len = tot_len;
 	return bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 }
@@ -28,7 +42,7 @@ static __always_inline long fib4_lookup(struct __ctx_buff *ctx, __be32 saddr, __
  * neighbour change the agent reports (ferry_hop_epoch) makes the next packet's write due,
  * and reaches it within that second otherwise. `fib` holds the route either way (only
  * the device and MACs when kept: all fib4_send reads of a successful route). */
-static __always_inline long fib4_route_flow(struct __ctx_buff *ctx, __be32 saddr, __be32 daddr, __u16 tot_len,
+static __always_inline long fib4_route_flow(struct __ctx_buff *ctx, const struct fib4_flow *f, __u16 tot_len,
 					    __u32 *kept_ifindex, __u8 *kept_macs, int refresh, struct bpf_fib_lookup *fib)
 {
 	long rc;
@@ -42,7 +56,7 @@ static __always_inline long fib4_route_flow(struct __ctx_buff *ctx, __be32 saddr
 			return BPF_FIB_LKUP_RET_SUCCESS;
 		}
 	}
-	rc = fib4_lookup(ctx, saddr, daddr, tot_len, fib);
+	rc = fib4_lookup(ctx, f, tot_len, fib);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
 		*kept_ifindex = 0;
 		return rc;
@@ -67,29 +81,33 @@ static __always_inline struct lb4_backend_hop *backend_hop_of(__u32 backend_id)
  * complete result is shared. The flow keeps the hop either way. bpf_fib_lookup was the
  * largest part of a new flow after its conntrack insert; with this, a burst of new flows
  * to a backend looks its route up once a second, and a hop looked up before a reported
- * route change (ferry_hop_epoch) is not shared. */
-static __always_inline long fib4_route_new_flow(struct __ctx_buff *ctx, __be32 saddr, __be32 daddr, __u32 *kept_ifindex,
+ * route change (ferry_hop_epoch) is not shared. Where routes may depend on a flow's
+ * protocol and ports (FERRY_HOPS_PER_FLOW) nothing is shared: each flow is looked up. */
+static __always_inline long fib4_route_new_flow(struct __ctx_buff *ctx, const struct fib4_flow *f, __u32 *kept_ifindex,
 						__u8 *kept_macs, struct lb4_backend_hop *shared, __u64 now,
 						struct bpf_fib_lookup *fib)
 {
 	__u32 from = ctx_fib_ifindex(ctx);
+	__u64 epoch = hop_epoch();
 	long rc;
 
-	if (shared && shared->daddr == daddr && shared->saddr == saddr && shared->from_ifindex == from &&
-	    now - shared->looked_up_ns < BACKEND_HOP_MAX_AGE_NS && shared->looked_up_ns >= hops_valid_since() &&
+	if (epoch & FERRY_HOPS_PER_FLOW)
+		shared = NULL;
+	if (shared && shared->daddr == f->daddr && shared->saddr == f->saddr && shared->from_ifindex == from &&
+	    now - shared->looked_up_ns < BACKEND_HOP_MAX_AGE_NS && shared->looked_up_ns >= epoch &&
 	    shared->hop_ifindex) {
 		/* Taken as the flow's kept hop, which then routes it. Another CPU may be writing
 		 * the slot: a torn read mixes two lookups of this route. */
 		*kept_ifindex = shared->hop_ifindex;
 		__builtin_memcpy(kept_macs, shared->hop_macs, 2 * ETH_ALEN);
-		return fib4_route_flow(ctx, saddr, daddr, 0, kept_ifindex, kept_macs, 0, fib);
+		return fib4_route_flow(ctx, f, 0, kept_ifindex, kept_macs, 0, fib);
 	}
-	rc = fib4_route_flow(ctx, saddr, daddr, 0, kept_ifindex, kept_macs, 1, fib);
+	rc = fib4_route_flow(ctx, f, 0, kept_ifindex, kept_macs, 1, fib);
 	if (shared && rc == BPF_FIB_LKUP_RET_SUCCESS) {
 		shared->hop_ifindex = fib->ifindex;
 		__builtin_memcpy(shared->hop_macs, kept_macs, 2 * ETH_ALEN);
-		shared->daddr = daddr;
-		shared->saddr = saddr;
+		shared->daddr = f->daddr;
+		shared->saddr = f->saddr;
 		shared->from_ifindex = from;
 		shared->looked_up_ns = now;
 	}
@@ -149,8 +167,9 @@ static __always_inline int fib4_send(struct __ctx_buff *ctx, const struct bpf_fi
  * TC_ACT_REDIRECT, or TC_ACT_SHOT (counted) when there is no route. */
 static __always_inline int fib_redirect4(struct __ctx_buff *ctx, __be32 saddr, __be32 daddr)
 {
+	struct fib4_flow f = { .saddr = saddr, .daddr = daddr };
 	struct bpf_fib_lookup fib;
-	long rc = fib4_lookup(ctx, saddr, daddr, 0, &fib);
+	long rc = fib4_lookup(ctx, &f, 0, &fib);
 
 	if (!fib4_usable(rc))
 		return count_drop(DROP_FIB_FAILED, ctx_len(ctx));

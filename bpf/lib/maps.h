@@ -146,13 +146,20 @@ struct {
 	__type(value, struct ferry_hop_epoch);
 } ferry_hop_epoch SEC(".maps");
 
-/* Kept next hops looked up before this time are not to be used (0: any may be). */
-static __always_inline __u64 hops_valid_since(void)
+/* The agent's slot as written: the time of the last route change, FERRY_HOPS_PER_FLOW in
+ * its lowest bit. */
+static __always_inline __u64 hop_epoch(void)
 {
 	__u32 zero = 0;
 	struct ferry_hop_epoch *e = bpf_map_lookup_elem(&ferry_hop_epoch, &zero);
 
 	return e ? e->since_ns : 0;
+}
+
+/* Kept next hops looked up before this time are not to be used (0: any may be). */
+static __always_inline __u64 hops_valid_since(void)
+{
+	return hop_epoch() & ~(__u64)FERRY_HOPS_PER_FLOW;
 }
 
 /* Every node's addresses, written by the agent. */

@@ -42,15 +42,16 @@ static __always_inline int nat4_forward(struct __ctx_buff *ctx, const struct pkt
 					__be32 saddr, __be16 sport, __u32 stat, __u32 *kept_ifindex, __u8 *kept_macs,
 					int refresh, struct lb4_backend_hop *shared, __u64 now)
 {
+	struct fib4_flow f = { .saddr = saddr, .daddr = daddr, .sport = sport, .dport = dport, .proto = p->proto };
 	struct bpf_fib_lookup fib;
 	long route;
 
 	if (unlikely(p->ttl <= 1))
 		return icmp4_time_exceeded(ctx, p);
 	if (shared)
-		route = fib4_route_new_flow(ctx, saddr, daddr, kept_ifindex, kept_macs, shared, now, &fib);
+		route = fib4_route_new_flow(ctx, &f, kept_ifindex, kept_macs, shared, now, &fib);
 	else
-		route = fib4_route_flow(ctx, saddr, daddr, 0, kept_ifindex, kept_macs, refresh, &fib);
+		route = fib4_route_flow(ctx, &f, 0, kept_ifindex, kept_macs, refresh, &fib);
 	if (unlikely(!fib4_usable(route)))
 		return fib4_unusable(p->len);
 	STAGE_END(11);

@@ -127,10 +127,18 @@ enum ferry_handover_flags {
 
 /* Next hops kept by flows (ct4/nat4 hop_*) and shared by new flows (lb4_backend_hops) that
  * were looked up before `since_ns` (CLOCK_MONOTONIC) are not used: the agent writes it when
- * the kernel reports a route, link or neighbour change, so a flow is routed again by its
- * next packet rather than within the second a hop is otherwise kept. 0: no change seen. */
+ * the kernel reports a route, rule, link or neighbour change, so a flow is routed again by
+ * its next packet rather than within the second a hop is otherwise kept. 0: no change
+ * seen. Its lowest bit is FERRY_HOPS_PER_FLOW. */
 struct ferry_hop_epoch {
 	__u64 since_ns;
+};
+
+/* Bits of since_ns. PER_FLOW: a route may depend on a flow's protocol and ports (policy
+ * rules that select by them, or multipath hashing by ports), so new flows do not share
+ * their backend's hop: each is looked up with its own. */
+enum ferry_hop_epoch_flags {
+	FERRY_HOPS_PER_FLOW = 1,
 };
 
 #endif

@@ -24,6 +24,7 @@ struct ferry_enum_witness {
 	enum ferry_hook hook;
 	enum ferry_layout layout;
 	enum ferry_handover_flags handover_flags;
+	enum ferry_hop_epoch_flags hop_epoch_flags;
 };
 
 const volatile struct ferry_enum_witness ferry_enum_witness = {};

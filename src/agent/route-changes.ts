@@ -4,7 +4,8 @@ import type { Logger } from 'pino';
 import { systemClock, type Clock, type Timer } from '../clock.js';
 import { HopEpoch } from '../datapath/hop-epoch.js';
 import type { DatapathMaps } from '../datapath/layouts.js';
-import { RouteMonitor, type RouteMonitorStatus } from '../sys/route-monitor.js';
+import { MONITOR_STARTED, RULE_CHANGED, RouteMonitor, type RouteMonitorStatus } from '../sys/route-monitor.js';
+import { readRoutingPolicy, type RoutingPolicy } from '../sys/routing-policy.js';
 import type { AgentMetrics } from './metrics.js';
 
 /**
@@ -49,6 +50,8 @@ export interface RouteChangesStatus extends RouteMonitorStatus {
   lastWritten?: string;
   /** The last write that failed (kept hops then follow within a second). */
   writeError?: string;
+  /** New flows look their own route up (routes depend on ports) rather than share a hop; why. */
+  perFlow?: RoutingPolicy;
 }
 
 export interface RouteChangesWatch {
@@ -56,7 +59,11 @@ export interface RouteChangesWatch {
   status(): RouteChangesStatus;
 }
 
-/** Route changes, written at most once per `minGapMs`; stop() ends the monitor and any write still due. */
+/**
+ * Route changes, written at most once per `minGapMs`; whether routes depend on a flow's
+ * ports, read again when the monitor starts and when a policy rule changes. stop() ends the
+ * monitor and any write still due.
+ */
 export function watchRouteChanges(
   maps: Pick<DatapathMaps, 'ferry_hop_epoch'>,
   log: Logger,
@@ -66,31 +73,73 @@ export function watchRouteChanges(
   let written = 0;
   let lastWritten: string | undefined;
   let writeError: string | undefined;
-  const throttle = new ChangeThrottle(opts.minGapMs ?? 50, (cause) => {
+  let policy: RoutingPolicy | undefined;
+  let stopped = false;
+  const wrote = (what: () => void, failure: string) => {
     try {
-      epoch.invalidate();
+      what();
       written++;
       lastWritten = new Date().toISOString();
       writeError = undefined;
       opts.metrics?.routeChanges.inc();
-      log.debug({ cause }, 'routes changed: kept next hops dropped');
     } catch (e) {
       writeError = (e as Error).message;
-      log.warn({ err: writeError }, 'cannot mark kept next hops stale: flows follow the change within a second');
+      log.warn({ err: writeError }, failure);
     }
+  };
+  const throttle = new ChangeThrottle(opts.minGapMs ?? 50, (cause) => {
+    wrote(() => epoch.invalidate(), 'cannot mark kept next hops stale: flows follow the change within a second');
+    log.debug({ cause }, 'routes changed: kept next hops dropped');
   });
+  // One read at a time; a change while one runs reads again after it.
+  let reading: Promise<void> | undefined;
+  let readAgain = false;
+  const readPolicy = (): void => {
+    if (reading) {
+      readAgain = true;
+      return;
+    }
+    reading = readRoutingPolicy(opts.netns)
+      .then((p) => {
+        if (stopped) return;
+        const changed = p.perFlow !== policy?.perFlow;
+        policy = p;
+        if (changed && (p.perFlow || epoch.perFlow)) {
+          wrote(() => epoch.setPerFlow(p.perFlow), 'cannot tell the datapath whether routes depend on ports');
+          log.info({ perFlow: p.perFlow, why: p.why }, p.perFlow ? 'routes depend on ports: new flows look their own route up' : 'routes depend on addresses only: new flows share their backend\'s hop');
+        }
+      })
+      .catch((e: Error) => log.warn({ err: e.message }, 'cannot read the policy rules: whether routes depend on ports is as last known'))
+      .finally(() => {
+        reading = undefined;
+        if (readAgain && !stopped) {
+          readAgain = false;
+          readPolicy();
+        }
+      });
+  };
   const monitor = new RouteMonitor({
     log,
     ...(opts.netns ? { netns: opts.netns } : {}),
-    onChange: (cause) => throttle.note(cause),
+    onChange: (cause) => {
+      if (cause === MONITOR_STARTED || cause === RULE_CHANGED) readPolicy();
+      throttle.note(cause);
+    },
     onWatching: (up) => opts.metrics?.routeMonitorUp.set(up ? 1 : 0),
   });
   void monitor.start();
   return {
     stop: () => {
+      stopped = true;
       monitor.stop();
       throttle.cancel();
     },
-    status: () => ({ ...monitor.status(), written, ...(lastWritten ? { lastWritten } : {}), ...(writeError ? { writeError } : {}) }),
+    status: () => ({
+      ...monitor.status(),
+      written,
+      ...(lastWritten ? { lastWritten } : {}),
+      ...(writeError ? { writeError } : {}),
+      ...(policy ? { perFlow: policy } : {}),
+    }),
   };
 }

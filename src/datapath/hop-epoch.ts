@@ -1,8 +1,12 @@
 // Routes changed: the next hops flows keep (ct4/nat4) and new flows share (lb4_backend_hops)
 // that were looked up before now are not used again (ferry_hop_epoch). Each flow is then
 // routed again by its next packet, instead of within the second a hop is otherwise kept.
+// Where routes may depend on a flow's protocol and ports, new flows share no hop at all
+// (FERRY_HOPS_PER_FLOW, the slot's lowest bit).
 import { monotonicNs } from './ct-gc.js';
-import type { DatapathMaps } from './layouts.js';
+import { HopEpochFlags, type DatapathMaps } from './layouts.js';
+
+const PER_FLOW = BigInt(HopEpochFlags.FERRY_HOPS_PER_FLOW);
 
 export class HopEpoch {
   constructor(
@@ -12,13 +16,27 @@ export class HopEpoch {
 
   /** Hops looked up before this moment are stale. Returns the moment written. */
   invalidate(): bigint {
-    const sinceNs = this.now();
+    return this.write(this.perFlow);
+  }
+
+  /** New flows share no hop (on) or may again (off); every kept hop is stale either way. */
+  setPerFlow(on: boolean): bigint {
+    return this.write(on);
+  }
+
+  private write(perFlow: boolean): bigint {
+    const sinceNs = (this.now() & ~PER_FLOW) | (perFlow ? PER_FLOW : 0n);
     this.map.update(0, { sinceNs });
-    return sinceNs;
+    return sinceNs & ~PER_FLOW;
   }
 
   /** The last moment written (0: never). */
   get sinceNs(): bigint {
-    return this.map.lookup(0)?.sinceNs ?? 0n;
+    return (this.map.lookup(0)?.sinceNs ?? 0n) & ~PER_FLOW;
+  }
+
+  /** Do new flows look their own route up rather than share their backend's? */
+  get perFlow(): boolean {
+    return ((this.map.lookup(0)?.sinceNs ?? 0n) & PER_FLOW) !== 0n;
   }
 }

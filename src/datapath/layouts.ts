@@ -80,6 +80,8 @@ export const DropReason = {
 export const EventType = { EVENT_DROP: 1, EVENT_TRACE: 2 } as const;
 /** Bits of ferry_handover.until_ns (bpf/shared/ct.h). */
 export const HandoverFlags = { FERRY_HANDOVER_CHAINED: 1 } as const;
+/** Bits of ferry_hop_epoch.since_ns (bpf/shared/ct.h). */
+export const HopEpochFlags = { FERRY_HOPS_PER_FLOW: 1 } as const;
 export const MonitorFlags = { MONITOR_DROPS: 1 << 0, MONITOR_TRACES: 1 << 1 } as const;
 export const Hook = { HOOK_TC_INGRESS: 0, HOOK_TC_EGRESS: 1, HOOK_XDP: 2 } as const;
 /** The pinned maps' layout (bpf/shared/types.h); older ones are in layout-history.ts. */
@@ -107,6 +109,7 @@ export const sharedEnums: Record<string, Record<string, number>> = {
   ferry_hook: Hook,
   ferry_layout: Layout,
   ferry_handover_flags: HandoverFlags,
+  ferry_hop_epoch_flags: HopEpochFlags,
 };
 
 export const lb4KeyCodec = structCodec('lb4_key', {

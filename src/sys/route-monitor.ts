@@ -65,6 +65,9 @@ export interface RouteMonitorOptions {
 }
 
 const MAX_RESTART_MS = 30_000;
+/** The causes onChange is told that also may change whether routes depend on ports. */
+export const MONITOR_STARTED = 'route monitor started';
+export const RULE_CHANGED = 'policy rule changed';
 
 /** What /status and `ferry status` show of the monitor. */
 export interface RouteMonitorStatus {
@@ -159,7 +162,7 @@ export class RouteMonitor {
     child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
       const lines = (rest + chunk).split('\n');
       rest = lines.pop()!;
-      for (const line of lines) if (staleningLine(line, this.neighbours)) this.changed('kernel reported a change');
+      for (const line of lines) if (staleningLine(line, this.neighbours)) this.changed(line.startsWith('[RULE]') ? RULE_CHANGED : 'kernel reported a change');
     });
     let stderr = '';
     child.stderr!.setEncoding('utf8').on('data', (s: string) => (stderr = (stderr + s).slice(-500)));
@@ -191,7 +194,7 @@ export class RouteMonitor {
     // as a change.
     const shown = await exec('ip', this.ipArgs('-4', 'neigh', 'show'), { timeoutMs: 10_000 });
     for (const line of shown.stdout.split('\n')) if (line) this.neighbours.seed(line);
-    this.changed('route monitor started');
+    this.changed(MONITOR_STARTED);
   }
 
   private changed(cause: string): void {

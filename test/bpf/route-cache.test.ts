@@ -16,7 +16,7 @@ import { macBytes, macText } from '../../src/packet/addr.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
 import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
-import { CLIENT_IP, NODE_IP, NODE_MAC, OTHER_NODE_MAC, ROUTER_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { CLIENT_IP, NODE_IP, NODE_MAC, OTHER_NODE_MAC, REMOTE_POD_CIDR, ROUTER_IP, ROUTER_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { CLIENT_PORT, REMOTE_POD, clientTcp } from '../../src/sandbox/fixtures/tc.js';
 import { describeWith } from '../harness/requirements.js';
 
@@ -215,8 +215,41 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
       const r = node.run('tc_ingress', buildPacket(clientTcp(NODE_IP, 30081, { sport: CLIENT_PORT + 9, flags: 'S' })));
       expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
       expect(node.dp.maps.lb4_backend_hops.lookup(slot)!.lookedUpNs).toBeGreaterThanOrEqual(epoch.sinceNs);
-      expect(dumpMap(node.pinDir, 'ferry_hop_epoch')).toEqual([{ id: 0, routesChanged: '0s ago' }]);
+      expect(dumpMap(node.pinDir, 'ferry_hop_epoch')).toEqual([{ id: 0, routesChanged: '0s ago', newFlowHops: 'shared' }]);
     } finally {
+      node.dp.maps.ferry_hop_epoch.update(0, { sinceNs: 0n });
+    }
+  });
+
+  it('a policy rule by port is followed; where routes depend on ports (FERRY_HOPS_PER_FLOW) new flows share no hop', async () => {
+    const epoch = new HopEpoch(node.dp.maps.ferry_hop_epoch);
+    // Flows that leave from CLIENT_PORT (the SNAT port a client's own port keeps) go to the
+    // remote pods by the router, the others by the other node (the main table).
+    await node.host.ip('route', 'add', REMOTE_POD_CIDR, 'via', ROUTER_IP, 'table', '100');
+    await node.host.ip('rule', 'add', 'pref', '100', 'ipproto', 'tcp', 'sport', String(CLIENT_PORT), 'lookup', '100');
+    const fromPort = (sport: number) => {
+      const r = node.run('tc_ingress', buildPacket(clientTcp(NODE_IP, 30081, { sport, flags: 'S' })));
+      return sentTo(r.data, r.retval);
+    };
+    try {
+      epoch.setPerFlow(true);
+      await sleep(30); // past the program's coarse clock
+      expect(epoch.perFlow).toBe(true);
+      expect(fromPort(CLIENT_PORT)).toBe(ROUTER_MAC);
+      expect(fromPort(CLIENT_PORT + 1)).toBe(OTHER_NODE_MAC);
+      expect(node.dp.maps.ct4.lookup(flowKey(30081))!.hopIfindex).toBe(node.ifindex);
+      expect(macOf(node.dp.maps.ct4.lookup(flowKey(30081))!.hopMacs)).toBe(ROUTER_MAC);
+      expect(dumpMap(node.pinDir, 'ferry_hop_epoch')).toEqual([{ id: 0, routesChanged: '0s ago', newFlowHops: 'per flow' }]);
+      // Shared, as where routes depend on addresses only: the second new flow takes the
+      // first one's hop, which this rule makes wrong for it.
+      node.flushState();
+      epoch.setPerFlow(false);
+      await sleep(30);
+      expect(fromPort(CLIENT_PORT)).toBe(ROUTER_MAC);
+      expect(fromPort(CLIENT_PORT + 1)).toBe(ROUTER_MAC);
+    } finally {
+      await node.host.ip('rule', 'del', 'pref', '100');
+      await node.host.ip('route', 'flush', 'table', '100');
       node.dp.maps.ferry_hop_epoch.update(0, { sinceNs: 0n });
     }
   });

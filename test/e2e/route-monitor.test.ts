@@ -7,6 +7,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { expect, it } from 'vitest';
 import { RouteMonitor } from '../../src/sys/route-monitor.js';
+import { watchRouteChanges } from '../../src/agent/route-changes.js';
+import { HopEpoch } from '../../src/datapath/hop-epoch.js';
+import { hopEpochCodec } from '../../src/datapath/layouts.js';
+import { u32Codec } from '../../src/ebpf/codec.js';
+import { createMap, MapType } from '../../src/ebpf/map.js';
 import { describeWith } from '../harness/requirements.js';
 import { eventually } from '../harness/wait.js';
 import { twoHostsPerTest } from '../harness/two-hosts.js';
@@ -73,6 +78,35 @@ describeWith(['root', 'netns'], 'route changes reach the datapath', () => {
     }
     expect(monitor.status()).toMatchObject({ watching: false });
     expect(watching).toEqual([true, false, true, false]);
+  });
+
+  it('the agent tells the datapath when routes depend on ports: a policy rule by port, multipath hashed by ports', async () => {
+    const map = createMap({ type: MapType.Array, name: 'hop_epoch', key: u32Codec, value: hopEpochCodec, maxEntries: 1 });
+    const epoch = new HopEpoch(map);
+    const watch = watchRouteChanges({ ferry_hop_epoch: map }, pino({ level: 'silent' }), { netns: hosts.server.netns, minGapMs: 10 });
+    const ip = (...args: string[]) => hosts.server.execOk(['ip', ...args]);
+    const perFlow = async (expected: boolean) => {
+      await until(() => watch.status().perFlow?.perFlow === expected && epoch.perFlow === expected);
+      return watch.status().perFlow!.why;
+    };
+    try {
+      expect(await perFlow(false)).toMatch(/addresses only/);
+      await ip('rule', 'add', 'pref', '100', 'ipproto', 'udp', 'dport', '53', 'lookup', '100');
+      expect(await perFlow(true)).toBe('policy rule selects by protocol or port: 100: from all ipproto udp dport 53 lookup 100');
+      const since = epoch.sinceNs;
+      await ip('route', 'add', '10.77.0.0/16', 'via', '10.0.10.2');
+      await until(() => epoch.sinceNs > since);
+      expect(epoch.perFlow).toBe(true); // a route change keeps the flag
+      await ip('rule', 'del', 'pref', '100');
+      await perFlow(false);
+      // The sysctl is read when the monitor starts and when a rule changes.
+      await hosts.server.execOk(['sysctl', '-qw', 'net.ipv4.fib_multipath_hash_policy=1']);
+      await ip('rule', 'add', 'pref', '200', 'from', '10.9.0.0/16', 'lookup', '100');
+      expect(await perFlow(true)).toMatch(/hash_policy 1/);
+    } finally {
+      watch.stop();
+      map.close();
+    }
   });
 
   it('an agent killed outright takes its ip monitor along (parent-death signal)', async () => {

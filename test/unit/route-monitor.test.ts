@@ -1,12 +1,13 @@
-// Which lines of `ip -4 monitor label route neigh link` can make a kept next hop wrong, and
-// how often the changes are reported.
-import { expect, it } from 'vitest';
+// Which lines of `ip -4 monitor label route neigh link rule` can make a kept next hop wrong,
+// how often the changes are reported, and when routes depend on a flow's ports.
+import { describe, expect, it } from 'vitest';
 import { ChangeThrottle } from '../../src/agent/route-changes.js';
 import type { Clock } from '../../src/clock.js';
 import { NeighbourMacs, staleningLine } from '../../src/sys/route-monitor.js';
+import { judgeRoutingPolicy } from '../../src/sys/routing-policy.js';
 import { ManualClock } from '../harness/manual-clock.js';
 
-it('any route or link change counts; a continuation line does not', () => {
+it('any route, rule or link change counts; a continuation line does not', () => {
   const n = new NeighbourMacs();
   expect(staleningLine('[ROUTE]10.8.0.0/16 via 10.9.0.2 dev eth0 ', n)).toBe(true);
   expect(staleningLine('[ROUTE]Deleted 10.8.0.0/16 via 10.9.0.2 dev eth0 ', n)).toBe(true);
@@ -88,4 +89,22 @@ it('a wall clock set back holds no report back longer than the gap', async () =>
   throttle.note('after the clock went back an hour');
   await clock.advance(50);
   expect(reports).toBe(2);
+});
+
+describe('whether routes depend on a flow\'s ports', () => {
+  const RULES = '0:\tfrom all lookup local\n32766:\tfrom all lookup main\n32767:\tfrom all lookup default\n';
+  it('not with the default rules and multipath hashed by addresses', () => {
+    expect(judgeRoutingPolicy(RULES, 0)).toMatchObject({ perFlow: false });
+    expect(judgeRoutingPolicy(`100:\tfrom 10.0.0.0/8 lookup 100\n100:\tfrom all fwmark 0x7 lookup 7\n${RULES}`, 0)).toMatchObject({ perFlow: false });
+    expect(judgeRoutingPolicy(RULES, 2)).toMatchObject({ perFlow: false });
+    expect(judgeRoutingPolicy(RULES, 3, 0x0007)).toMatchObject({ perFlow: false });
+  });
+  it('with a rule by protocol or port, or multipath hashed by ports', () => {
+    for (const rule of ['from all ipproto udp lookup 5', 'from all dport 53 lookup 5', 'from all sport 1000-2000 lookup 5']) {
+      expect(judgeRoutingPolicy(`100:\t${rule}\n${RULES}`, 0)).toEqual({ perFlow: true, why: `policy rule selects by protocol or port: 100: ${rule}` });
+    }
+    expect(judgeRoutingPolicy(RULES, 1)).toMatchObject({ perFlow: true, why: expect.stringMatching(/hash_policy 1/) });
+    expect(judgeRoutingPolicy(RULES, 3, 0x0037)).toMatchObject({ perFlow: true, why: expect.stringMatching(/fields 0x37/) });
+    expect(judgeRoutingPolicy(RULES, 3, 0x0020)).toMatchObject({ perFlow: true });
+  });
 });

@@ -1,0 +1,44 @@
+// Whether this node's routes may depend on a flow's protocol and ports: policy rules that
+// select by them (`ip rule ... ipproto/sport/dport`), or multipath routes hashed by ports
+// (net.ipv4.fib_multipath_hash_policy 1, or 3 with ports among fib_multipath_hash_fields).
+// Then the datapath must not give a new flow the hop another flow to the same backend
+// found: each is looked up with its own protocol and ports, as the kernel would route it.
+import { readFile } from 'node:fs/promises';
+import { exec } from './exec.js';
+
+export interface RoutingPolicy {
+  perFlow: boolean;
+  /** Why routes are per flow (the first reason found), or why not. */
+  why: string;
+}
+
+const PORT_SELECTOR = /\b(ipproto|sport|dport)\b/;
+/** fib_multipath_hash_fields: outer source port (0x10) and destination port (0x20). */
+const HASH_FIELD_PORTS = 0x30;
+/** The kernel's default fields (source, destination, protocol). */
+const DEFAULT_HASH_FIELDS = 0x07;
+
+/** Judge `ip -4 rule show`'s output and the two multipath sysctls. */
+export function judgeRoutingPolicy(rules: string, hashPolicy: number, hashFields = DEFAULT_HASH_FIELDS): RoutingPolicy {
+  const rule = rules.split('\n').find((l) => PORT_SELECTOR.test(l));
+  if (rule) return { perFlow: true, why: `policy rule selects by protocol or port: ${rule.trim().replace(/\s+/g, ' ')}` };
+  if (hashPolicy === 1) return { perFlow: true, why: 'multipath routes are hashed by ports (fib_multipath_hash_policy 1)' };
+  if (hashPolicy === 3 && (hashFields & HASH_FIELD_PORTS) !== 0) {
+    return { perFlow: true, why: `multipath routes are hashed by ports (fib_multipath_hash_policy 3, fields 0x${hashFields.toString(16)})` };
+  }
+  return { perFlow: false, why: 'routes depend on addresses only (no rule by protocol or port, multipath hashed without ports)' };
+}
+
+async function sysctl(name: string, netns: string | undefined): Promise<number | undefined> {
+  const path = `/proc/sys/net/ipv4/${name}`;
+  const text = netns ? (await exec('ip', ['netns', 'exec', netns, 'cat', path], { timeoutMs: 10_000 })).stdout : await readFile(path, 'utf8').catch(() => '');
+  const n = Number.parseInt(text.trim(), 0);
+  return Number.isFinite(n) ? n : undefined;
+}
+
+/** Read this node's rules and multipath hashing (in `netns`, or the agent's own namespace). */
+export async function readRoutingPolicy(netns?: string): Promise<RoutingPolicy> {
+  const rules = await exec('ip', [...(netns ? ['-n', netns] : []), '-4', 'rule', 'show'], { timeoutMs: 10_000 });
+  if (rules.code !== 0) throw new Error(`ip rule show: exit ${rules.code}: ${rules.stderr.trim()}`);
+  return judgeRoutingPolicy(rules.stdout, (await sysctl('fib_multipath_hash_policy', netns)) ?? 0, await sysctl('fib_multipath_hash_fields', netns));
+}
