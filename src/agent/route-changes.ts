@@ -104,7 +104,7 @@ export function watchRouteChanges(
         if (stopped) return;
         const changed = p.perFlow !== policy?.perFlow;
         policy = p;
-        if (changed && (p.perFlow || epoch.perFlow)) {
+        if (changed) {
           wrote(() => epoch.setPerFlow(p.perFlow), 'cannot tell the datapath whether routes depend on ports');
           log.info({ perFlow: p.perFlow, why: p.why }, p.perFlow ? 'routes depend on ports: new flows look their own route up' : 'routes depend on addresses only: new flows share their backend\'s hop');
         }

@@ -9,6 +9,9 @@ import { HopEpochFlags, type DatapathMaps } from './layouts.js';
 const PER_FLOW = BigInt(HopEpochFlags.FERRY_HOPS_PER_FLOW);
 
 export class HopEpoch {
+  /** As this writer last set it: a slot an older build wrote (any time, odd or even) is not read back as a flag. */
+  private writtenPerFlow = false;
+
   constructor(
     private readonly map: DatapathMaps['ferry_hop_epoch'],
     private readonly now: () => bigint = monotonicNs,
@@ -16,16 +19,17 @@ export class HopEpoch {
 
   /** Hops looked up before this moment are stale. Returns the moment written. */
   invalidate(): bigint {
-    return this.write(this.perFlow);
+    return this.write();
   }
 
   /** New flows share no hop (on) or may again (off); every kept hop is stale either way. */
   setPerFlow(on: boolean): bigint {
-    return this.write(on);
+    this.writtenPerFlow = on;
+    return this.write();
   }
 
-  private write(perFlow: boolean): bigint {
-    const sinceNs = (this.now() & ~PER_FLOW) | (perFlow ? PER_FLOW : 0n);
+  private write(): bigint {
+    const sinceNs = (this.now() & ~PER_FLOW) | (this.writtenPerFlow ? PER_FLOW : 0n);
     this.map.update(0, { sinceNs });
     return sinceNs & ~PER_FLOW;
   }

@@ -162,7 +162,7 @@ export class RouteMonitor {
     child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
       const lines = (rest + chunk).split('\n');
       rest = lines.pop()!;
-      for (const line of lines) if (staleningLine(line, this.neighbours)) this.changed(line.startsWith('[RULE]') ? RULE_CHANGED : 'kernel reported a change');
+      for (const line of lines) if (staleningLine(line, this.neighbours)) this.changed(line.startsWith('[RULE]') ? RULE_CHANGED : `kernel reported: ${line.slice(0, 200)}`);
     });
     let stderr = '';
     child.stderr!.setEncoding('utf8').on('data', (s: string) => (stderr = (stderr + s).slice(-500)));

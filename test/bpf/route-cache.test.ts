@@ -16,16 +16,19 @@ import { macBytes, macText } from '../../src/packet/addr.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
 import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
-import { CLIENT_IP, NODE_IP, NODE_MAC, OTHER_NODE_MAC, REMOTE_POD_CIDR, ROUTER_IP, ROUTER_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { CLIENT_IP, NODE_IP, NODE_MAC, OTHER_NODE_IP, OTHER_NODE_MAC, REMOTE_POD_CIDR, ROUTER_IP, ROUTER_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { CLIENT_PORT, REMOTE_POD, clientTcp } from '../../src/sandbox/fixtures/tc.js';
 import { describeWith } from '../harness/requirements.js';
 
 /** On the node's own network, with no neighbour entry: the route is known, the MAC not. */
 const UNRESOLVED_BACKEND = '10.0.30.50';
+/** Reached by a multipath route: by the router and by the other node. */
+const ECMP_BACKEND = '10.244.9.5';
 const SERVICES: FrontendSpec[] = [
   { address: NODE_IP, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: REMOTE_POD, port: 8080, local: false }] },
   { address: NODE_IP, port: 30082, proto: 'TCP', kind: 'NodePort', forwarding: 'dsr', backends: [{ address: REMOTE_POD, port: 8080, local: false }] },
   { address: NODE_IP, port: 30083, proto: 'TCP', kind: 'NodePort', backends: [{ address: UNRESOLVED_BACKEND, port: 8080, local: false }] },
+  { address: NODE_IP, port: 30084, proto: 'TCP', kind: 'NodePort', backends: [{ address: ECMP_BACKEND, port: 8080, local: false }] },
 ];
 const STALE_MAC = '02:00:00:00:99:99';
 
@@ -191,7 +194,7 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
     try {
       for (const [pkt, flags] of [[client, 'S'], [reply, 'SA'], [client, 'A'], [reply, 'A']] as const) node.run('tc_ingress', pkt === client ? client(30081, flags, 1000) : reply(flags));
       // A change before the flows' last writes: the stale hops are used (so what follows is the epoch's doing).
-      node.dp.maps.ferry_hop_epoch.update(0, { sinceNs: monotonicNs() - 10_000_000_000n });
+      node.dp.maps.ferry_hop_epoch.update(0, { sinceNs: (monotonicNs() - 10_000_000_000n) & ~1n }); // even: FERRY_HOPS_PER_FLOW not set
       staleFlowHop(30081);
       staleReplyHop();
       expect(sentTo(node.run('tc_ingress', client(30081, 'A')).data, TcVerdict.REDIRECT)).toBe(STALE_MAC);
@@ -250,6 +253,31 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
     } finally {
       await node.host.ip('rule', 'del', 'pref', '100');
       await node.host.ip('route', 'flush', 'table', '100');
+      node.dp.maps.ferry_hop_epoch.update(0, { sinceNs: 0n });
+    }
+  });
+
+  it('multipath routes hashed by ports spread a backend\'s new flows, and each flow stays on its path when routed again', async () => {
+    const epoch = new HopEpoch(node.dp.maps.ferry_hop_epoch);
+    await node.host.ip('route', 'add', '10.244.9.0/24', 'nexthop', 'via', ROUTER_IP, 'nexthop', 'via', OTHER_NODE_IP);
+    await node.host.execOk(['sysctl', '-qw', 'net.ipv4.fib_multipath_hash_policy=1']);
+    const PORTS = Array.from({ length: 16 }, (_, i) => CLIENT_PORT + 100 + i);
+    const send = (sport: number, flags: string) => {
+      const r = node.run('tc_ingress', buildPacket(clientTcp(NODE_IP, 30084, { sport, flags, seq: 1000 })));
+      return sentTo(r.data, r.retval);
+    };
+    try {
+      epoch.setPerFlow(true);
+      await sleep(30);
+      const first = PORTS.map((sport) => send(sport, 'S'));
+      expect(new Set(first)).toEqual(new Set([ROUTER_MAC, OTHER_NODE_MAC]));
+      // Routed again after a change: the same path for each flow (its hash is its own).
+      epoch.invalidate();
+      await sleep(30);
+      expect(PORTS.map((sport) => send(sport, 'S'))).toEqual(first);
+    } finally {
+      await node.host.execOk(['sysctl', '-qw', 'net.ipv4.fib_multipath_hash_policy=0']);
+      await node.host.ip('route', 'del', '10.244.9.0/24');
       node.dp.maps.ferry_hop_epoch.update(0, { sinceNs: 0n });
     }
   });
