@@ -50,8 +50,8 @@ export interface RouteChangesStatus extends RouteMonitorStatus {
   lastWritten?: string;
   /** The last write that failed (kept hops then follow within a second). */
   writeError?: string;
-  /** New flows look their own route up (routes depend on ports) rather than share a hop; why. */
-  perFlow?: RoutingPolicy;
+  /** Whether routes depend on ports (new flows then look their own route up), and why. */
+  routing?: RoutingPolicy;
 }
 
 export interface RouteChangesWatch {
@@ -61,13 +61,14 @@ export interface RouteChangesWatch {
 
 /**
  * Route changes, written at most once per `minGapMs`; whether routes depend on a flow's
- * ports, read again when the monitor starts and when a policy rule changes. stop() ends the
+ * ports, read again when the monitor starts, when a policy rule changes and every
+ * `policyRecheckMs` (the multipath sysctls change without a message). stop() ends the
  * monitor and any write still due.
  */
 export function watchRouteChanges(
   maps: Pick<DatapathMaps, 'ferry_hop_epoch'>,
   log: Logger,
-  opts: { metrics?: Pick<AgentMetrics, 'routeChanges' | 'routeMonitorUp'>; netns?: string; minGapMs?: number } = {},
+  opts: { metrics?: Pick<AgentMetrics, 'routeChanges' | 'routeMonitorUp'>; netns?: string; minGapMs?: number; policyRecheckMs?: number } = {},
 ): RouteChangesWatch {
   const epoch = new HopEpoch(maps.ferry_hop_epoch);
   let written = 0;
@@ -128,9 +129,12 @@ export function watchRouteChanges(
     onWatching: (up) => opts.metrics?.routeMonitorUp.set(up ? 1 : 0),
   });
   void monitor.start();
+  const recheck = setInterval(readPolicy, opts.policyRecheckMs ?? 60_000);
+  recheck.unref();
   return {
     stop: () => {
       stopped = true;
+      clearInterval(recheck);
       monitor.stop();
       throttle.cancel();
     },
@@ -139,7 +143,7 @@ export function watchRouteChanges(
       written,
       ...(lastWritten ? { lastWritten } : {}),
       ...(writeError ? { writeError } : {}),
-      ...(policy ? { perFlow: policy } : {}),
+      ...(policy ? { routing: policy } : {}),
     }),
   };
 }

@@ -207,7 +207,7 @@ export function registerInspect(program: Command): void {
 /** The agent's UDP socket terminator in one line. */
 /** Whether kept next hops follow route changes at once (ip monitor runs) or within a second. */
 export function routesLine(r: RouteChangesStatus): string {
-  const hops = r.perFlow?.perFlow ? `; new flows look their own route up (${r.perFlow.why})` : '';
+  const hops = r.routing?.perFlow ? `; new flows look their own route up (${r.routing.why})` : '';
   const written = `${r.written} change(s) written${r.lastWritten ? `, last ${r.lastWritten}` : ''}${r.writeError ? `; last write failed: ${r.writeError}` : ''}${hops}`;
   if (r.watching) return `watched by ip monitor (pid ${r.pid ?? '?'}, started ${r.starts}x): ${written}`;
   const ended = r.lastEnd ? `ip monitor ended ${r.lastEnd.at} (${r.lastEnd.how}${r.lastEnd.stderr ? `: ${r.lastEnd.stderr}` : ''})` : 'ip monitor not running';

@@ -1,9 +1,9 @@
 // The kernel's route, rule, link and neighbour changes, as `ip -4 monitor label route neigh
 // link rule` reports them, sorted into those that can make a next hop a flow keeps wrong and
-// those that cannot. Any route, policy rule or link change can. A neighbour only when its MAC changes or it fails:
-// its reachability states (REACHABLE, STALE, DELAY, PROBE) come and go every few seconds for
-// every neighbour and change nothing a kept hop holds; a deletion forgets a MAC but does not
-// change it.
+// those that cannot. Any route, policy rule or link change can. A neighbour only when its
+// MAC changes or it fails: its reachability states (REACHABLE, STALE, DELAY, PROBE) come and
+// go every few seconds for every neighbour and change nothing a kept hop holds; a deletion
+// forgets a MAC but does not change it.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
 import { join } from 'node:path';

@@ -90,26 +90,30 @@ describeWith(['root', 'netns'], 'route changes reach the datapath', () => {
   it('the agent tells the datapath when routes depend on ports: a policy rule by port, multipath hashed by ports', async () => {
     const map = createMap({ type: MapType.Array, name: 'hop_epoch', key: u32Codec, value: hopEpochCodec, maxEntries: 1 });
     const epoch = new HopEpoch(map);
-    const watch = watchRouteChanges({ ferry_hop_epoch: map }, pino({ level: 'silent' }), { netns: hosts.server.netns, minGapMs: 10 });
     const ip = (...args: string[]) => hosts.server.execOk(['ip', ...args]);
-    const perFlow = async (expected: boolean) => {
-      await until(() => watch.status().perFlow?.perFlow === expected && epoch.perFlow === expected);
-      return watch.status().perFlow!.why;
+    const watchWith = (policyRecheckMs: number) => watchRouteChanges({ ferry_hop_epoch: map }, pino({ level: 'silent' }), { netns: hosts.server.netns, minGapMs: 10, policyRecheckMs });
+    const perFlow = async (watch: ReturnType<typeof watchWith>, expected: boolean) => {
+      await until(() => watch.status().routing?.perFlow === expected && epoch.perFlow === expected);
+      return watch.status().routing!.why;
     };
+    // Rules: read again when one changes (no periodic read within the test).
+    let watch = watchWith(600_000);
     try {
-      expect(await perFlow(false)).toMatch(/addresses only/);
+      expect(await perFlow(watch, false)).toMatch(/addresses only/);
       await ip('rule', 'add', 'pref', '100', 'ipproto', 'udp', 'dport', '53', 'lookup', '100');
-      expect(await perFlow(true)).toBe('policy rule selects by protocol or port: 100: from all ipproto udp dport 53 lookup 100');
+      expect(await perFlow(watch, true)).toBe('policy rule selects by protocol or port: 100: from all ipproto udp dport 53 lookup 100');
       const since = epoch.sinceNs;
       await ip('route', 'add', '10.77.0.0/16', 'via', '10.0.10.2');
       await until(() => epoch.sinceNs > since);
       expect(epoch.perFlow).toBe(true); // a route change keeps the flag
       await ip('rule', 'del', 'pref', '100');
-      await perFlow(false);
-      // The sysctl is read when the monitor starts and when a rule changes.
+      await perFlow(watch, false);
+      watch.stop();
+      // The multipath sysctls change without a message: read again every policyRecheckMs.
+      watch = watchWith(300);
+      await perFlow(watch, false);
       await hosts.server.execOk(['sysctl', '-qw', 'net.ipv4.fib_multipath_hash_policy=1']);
-      await ip('rule', 'add', 'pref', '200', 'from', '10.9.0.0/16', 'lookup', '100');
-      expect(await perFlow(true)).toMatch(/hash_policy 1/);
+      expect(await perFlow(watch, true)).toMatch(/hash_policy 1/);
     } finally {
       watch.stop();
       map.close();
