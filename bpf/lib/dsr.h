@@ -91,7 +91,7 @@ static __always_inline int nodeport_dsr(struct __ctx_buff *ctx, const struct pkt
 	int with_opt = p->proto == IPPROTO_UDP || (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
 	__be32 vip = p->daddr;
 	__be16 vport = p->dport;
-	struct fib4_flow f = { .saddr = p->saddr, .daddr = b->address, .sport = p->sport, .dport = b->port, .proto = p->proto };
+	struct fib4_flow f = { .saddr = p->saddr, .daddr = b->address, .sport = p->sport, .dport = b->port, .proto = p->proto, .tos = p->tos };
 	struct bpf_fib_lookup fib;
 	long route;
 

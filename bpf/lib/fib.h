@@ -4,15 +4,16 @@
 
 #include "maps.h"
 
-/* A packet's identity as a route lookup sees it: policy rules may select by protocol and
- * ports, and multipath routes may hash them (the kernel's forwarding of the same packet
- * would). Fragments and ICMP errors have no ports: 0. */
+/* A packet's identity as a route lookup sees it: policy rules may select by protocol,
+ * ports and TOS, and multipath routes may hash the ports (the kernel's forwarding of the
+ * same packet would). Fragments and ICMP errors have no ports: 0. */
 struct fib4_flow {
 	__be32 saddr;
 	__be32 daddr;
 	__be16 sport;
 	__be16 dport;
 	__u8 proto;
+	__u8 tos;
 };
 
 /* The route to `f->daddr`, as if the packet came from `f->saddr` on the device it came in
@@ -28,6 +29,7 @@ static __always_inline long fib4_lookup(struct __ctx_buff *ctx, const struct fib
 	fib->l4_protocol = f->proto;
 	fib->sport = f->sport;
 	fib->dport = f->dport;
+	fib->tos = f->tos;
 	fib->tot_len = tot_len;
 	return bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 }

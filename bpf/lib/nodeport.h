@@ -42,7 +42,7 @@ static __always_inline int nat4_forward(struct __ctx_buff *ctx, const struct pkt
 					__be32 saddr, __be16 sport, __u32 stat, __u32 *kept_ifindex, __u8 *kept_macs,
 					int refresh, struct lb4_backend_hop *shared, __u64 now)
 {
-	struct fib4_flow f = { .saddr = saddr, .daddr = daddr, .sport = sport, .dport = dport, .proto = p->proto };
+	struct fib4_flow f = { .saddr = saddr, .daddr = daddr, .sport = sport, .dport = dport, .proto = p->proto, .tos = p->tos };
 	struct bpf_fib_lookup fib;
 	long route;
 

@@ -24,7 +24,7 @@ struct pkt4 {
 	__u8 icmp_type;
 	__u8 icmp_code;
 	__u8 ihl_words;
-	__u8 pad;
+	__u8 tos;         /* the IPv4 header's TOS byte (DSCP and ECN) */
 	__u32 l3_off;
 	__u32 l4_off;
 	__u32 len;         /* ctx length, for byte counters */
@@ -80,6 +80,7 @@ static __always_inline int parse_ipv4(struct __ctx_buff *ctx, struct pkt4 *p)
 	p->proto = ip->protocol;
 	p->ttl = ip->ttl;
 	p->ihl_words = ip->ihl;
+	p->tos = ip->tos;
 	p->l3_off = ETH_HLEN;
 	p->l4_off = ETH_HLEN + ip->ihl * 4;
 	p->len = ctx_len(ctx);

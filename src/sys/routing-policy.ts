@@ -1,5 +1,5 @@
-// Whether this node's routes may depend on a flow's protocol and ports: policy rules that
-// select by them (`ip rule ... ipproto/sport/dport`), or multipath routes hashed by ports
+// Whether this node's routes may depend on a flow's protocol, ports or TOS: policy rules that
+// select by them (`ip rule ... ipproto/sport/dport/tos`), or multipath routes hashed by ports
 // (net.ipv4.fib_multipath_hash_policy 1, or 3 with ports among fib_multipath_hash_fields).
 // Then the datapath must not give a new flow the hop another flow to the same backend
 // found: each is looked up with its own protocol and ports, as the kernel would route it.
@@ -12,7 +12,8 @@ export interface RoutingPolicy {
   why: string;
 }
 
-const PORT_SELECTOR = /\b(ipproto|sport|dport)\b/;
+/** Rule selectors a shared hop (keyed by addresses and the input device) cannot honour. */
+const FLOW_SELECTOR = /\b(ipproto|sport|dport|tos|dsfield)\b/;
 /** fib_multipath_hash_fields: outer source port (0x10) and destination port (0x20). */
 const HASH_FIELD_PORTS = 0x30;
 /** The kernel's default fields (source, destination, protocol). */
@@ -20,8 +21,8 @@ const DEFAULT_HASH_FIELDS = 0x07;
 
 /** Judge `ip -4 rule show`'s output and the two multipath sysctls. */
 export function judgeRoutingPolicy(rules: string, hashPolicy: number, hashFields = DEFAULT_HASH_FIELDS): RoutingPolicy {
-  const rule = rules.split('\n').find((l) => PORT_SELECTOR.test(l));
-  if (rule) return { perFlow: true, why: `policy rule selects by protocol or port: ${rule.trim().replace(/\s+/g, ' ')}` };
+  const rule = rules.split('\n').find((l) => FLOW_SELECTOR.test(l));
+  if (rule) return { perFlow: true, why: `policy rule selects by protocol, port or TOS: ${rule.trim().replace(/\s+/g, ' ')}` };
   if (hashPolicy === 1) return { perFlow: true, why: 'multipath routes are hashed by ports (fib_multipath_hash_policy 1)' };
   if (hashPolicy === 3 && (hashFields & HASH_FIELD_PORTS) !== 0) {
     return { perFlow: true, why: `multipath routes are hashed by ports (fib_multipath_hash_policy 3, fields 0x${hashFields.toString(16)})` };

@@ -224,7 +224,7 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
     }
   });
 
-  it('a policy rule by port is followed; where routes depend on ports (FERRY_HOPS_PER_FLOW) new flows share no hop', async () => {
+  it('a policy rule by port or TOS is followed; where routes depend on them (FERRY_HOPS_PER_FLOW) new flows share no hop', async () => {
     const epoch = new HopEpoch(node.dp.maps.ferry_hop_epoch);
     // Flows that leave from CLIENT_PORT (the SNAT port a client's own port keeps) go to the
     // remote pods by the router, the others by the other node (the main table).
@@ -250,7 +250,19 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
       await sleep(30);
       expect(fromPort(CLIENT_PORT)).toBe(ROUTER_MAC);
       expect(fromPort(CLIENT_PORT + 1)).toBe(ROUTER_MAC);
+      // A rule by TOS: the packet's own TOS byte is in the lookup.
+      await node.host.ip('rule', 'add', 'pref', '101', 'tos', '0x10', 'lookup', '100');
+      node.flushState();
+      epoch.setPerFlow(true);
+      await sleep(30);
+      const withTos = (sport: number, tos: number) => {
+        const r = node.run('tc_ingress', buildPacket(clientTcp(NODE_IP, 30081, { sport, flags: 'S', tos })));
+        return sentTo(r.data, r.retval);
+      };
+      expect(withTos(CLIENT_PORT + 2, 0x10)).toBe(ROUTER_MAC);
+      expect(withTos(CLIENT_PORT + 3, 0)).toBe(OTHER_NODE_MAC);
     } finally {
+      await node.host.ip('rule', 'del', 'pref', '101').catch(() => undefined);
       await node.host.ip('rule', 'del', 'pref', '100');
       await node.host.ip('route', 'flush', 'table', '100');
       node.dp.maps.ferry_hop_epoch.update(0, { sinceNs: 0n });

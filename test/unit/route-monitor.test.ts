@@ -100,8 +100,8 @@ describe('whether routes depend on a flow\'s ports', () => {
     expect(judgeRoutingPolicy(RULES, 3, 0x0007)).toMatchObject({ perFlow: false });
   });
   it('with a rule by protocol or port, or multipath hashed by ports', () => {
-    for (const rule of ['from all ipproto udp lookup 5', 'from all dport 53 lookup 5', 'from all sport 1000-2000 lookup 5']) {
-      expect(judgeRoutingPolicy(`100:\t${rule}\n${RULES}`, 0)).toEqual({ perFlow: true, why: `policy rule selects by protocol or port: 100: ${rule}` });
+    for (const rule of ['from all ipproto udp lookup 5', 'from all dport 53 lookup 5', 'from all sport 1000-2000 lookup 5', 'from all tos 0x10 lookup 5']) {
+      expect(judgeRoutingPolicy(`100:\t${rule}\n${RULES}`, 0)).toEqual({ perFlow: true, why: `policy rule selects by protocol, port or TOS: 100: ${rule}` });
     }
     expect(judgeRoutingPolicy(RULES, 1)).toMatchObject({ perFlow: true, why: expect.stringMatching(/hash_policy 1/) });
     expect(judgeRoutingPolicy(RULES, 3, 0x0037)).toMatchObject({ perFlow: true, why: expect.stringMatching(/fields 0x37/) });
