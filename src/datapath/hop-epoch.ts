@@ -8,6 +8,11 @@ import { HopEpochFlags, type DatapathMaps } from './layouts.js';
 
 const PER_FLOW = BigInt(HopEpochFlags.FERRY_HOPS_PER_FLOW);
 
+/** The slot as written: the time of the last change, and the flag in its lowest bit. */
+export function hopEpochParts(raw: bigint): { sinceNs: bigint; perFlow: boolean } {
+  return { sinceNs: raw & ~PER_FLOW, perFlow: (raw & PER_FLOW) !== 0n };
+}
+
 export class HopEpoch {
   /** As this writer last set it: a slot an older build wrote (any time, odd or even) is not read back as a flag. */
   private writtenPerFlow = false;
@@ -36,11 +41,11 @@ export class HopEpoch {
 
   /** The last moment written (0: never). */
   get sinceNs(): bigint {
-    return (this.map.lookup(0)?.sinceNs ?? 0n) & ~PER_FLOW;
+    return hopEpochParts(this.map.lookup(0)?.sinceNs ?? 0n).sinceNs;
   }
 
   /** Do new flows look their own route up rather than share their backend's? */
   get perFlow(): boolean {
-    return ((this.map.lookup(0)?.sinceNs ?? 0n) & PER_FLOW) !== 0n;
+    return hopEpochParts(this.map.lookup(0)?.sinceNs ?? 0n).perFlow;
   }
 }

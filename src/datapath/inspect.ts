@@ -1,12 +1,13 @@
 // The datapath as its pinned maps hold it, decoded into plain records for the CLI: maps
 // and their fill, any map's entries, conntrack flows, frontends with their backends,
 // counters. Works without the agent running. Only ct flush writes, through ct-gc.
-import { BackendFlags, CtFlags, DropReason, FilterSlot, HopEpochFlags, LbFlags, LbScope, Stat, mapSpecs, protoName, type MapName } from './layouts.js';
+import { BackendFlags, CtFlags, DropReason, FilterSlot, LbFlags, LbScope, Stat, mapSpecs, protoName, type MapName } from './layouts.js';
 import { clearConntrack, monotonicNs } from './ct-gc.js';
 import { PinnedDatapath } from './pinned-view.js';
 import { interfaceName } from '../sys/interfaces.js';
 import { macText } from '../packet/addr.js';
 import { readServiceTable } from './service-table.js';
+import { hopEpochParts } from './hop-epoch.js';
 
 /** The names of the datapath's maps. */
 export const MAP_NAMES = Object.keys(mapSpecs) as MapName[];
@@ -75,8 +76,6 @@ function setBits(b: Buffer): number {
   return n;
 }
 
-const HOPS_PER_FLOW = BigInt(HopEpochFlags.FERRY_HOPS_PER_FLOW);
-
 /** lb4_addr_filter's slot by name: addresses, wildcards, ports. */
 const filterSlotName = (slot: number): string => Object.entries(FilterSlot).find(([, v]) => v === slot)?.[0].replace('LB4_FILTER_', '').toLowerCase() ?? String(slot);
 
@@ -90,9 +89,9 @@ function flatten(name: MapName, k: Record<string, unknown> | number, v: Record<s
     else if (f === 'lookedUpNs') row.lookedUp = agoText(x as bigint);
     else if (f === 'sinceNs') {
       // ferry_hop_epoch: the time, and in its lowest bit whether new flows share hops.
-      const since = (x as bigint) & ~HOPS_PER_FLOW;
-      row.routesChanged = since === 0n ? 'never' : agoText(since);
-      row.newFlowHops = ((x as bigint) & HOPS_PER_FLOW) !== 0n ? 'per flow' : 'shared';
+      const { sinceNs, perFlow } = hopEpochParts(x as bigint);
+      row.routesChanged = sinceNs === 0n ? 'never' : agoText(sinceNs);
+      row.newFlowHops = perFlow ? 'per flow' : 'shared';
     }
     else if (typeof x === 'bigint') row[f] = Number(x);
     else if (f === 'hopMacs' && Buffer.isBuffer(x)) row[f] = `${macText(x)} (from ${macText(x.subarray(6))})`;
