@@ -4,6 +4,7 @@
 // again (claim), so flows in conntrack keep pointing at the same IDs.
 import { ErrorCode, FerryError } from '../errors.js';
 import { ipv4FromString } from '../ebpf/codec.js';
+import { IdSet } from './id-table.js';
 
 /**
  * A backend's identity as one number (address, port, protocol), the backend allocator's
@@ -16,7 +17,7 @@ export function backendKey(address: string, port: number, proto: number): number
 
 export class IdAllocator<K extends string | number = string> {
   private readonly byKey = new Map<K, number>();
-  private readonly used = new Set<number>();
+  private readonly used = new IdSet();
   /** IDs found in the maps whose owner is not known yet. */
   private readonly unclaimedIds = new Set<number>();
   /** Retired IDs (and the key that had them, both ways), kept from reuse until released. */

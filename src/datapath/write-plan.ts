@@ -5,7 +5,7 @@
 // and keeps what it had, and every other Service is programmed. Only IDs are allocated
 // here; nothing is written.
 import { ErrorCode } from '../errors.js';
-import { frontendId, type BackendSpec, type FrontendKind, type FrontendSpec, type ProtoName } from '../model/frontend.js';
+import { NONE, frontendId, orNone, type BackendSpec, type FrontendKind, type FrontendSpec, type ProtoName } from '../model/frontend.js';
 import type { IdAllocator } from './ids.js';
 import { BackendFlags, LbFlags, LbScope, Proto, type Lb4Backend, type Lb4Key, type Lb4Service } from './layouts.js';
 import type { MaglevBuild, MaglevTables } from './maglev-tables.js';
@@ -78,7 +78,7 @@ export interface WriterState {
   capacity: { services: number; sourceRanges: number };
   serviceEntries(): number;
   /** Frontend ids by Service, as the last syncs left them. */
-  byService: ReadonlyMap<string, ReadonlySet<string>>;
+  byService: ReadonlyMap<string, readonly string[]>;
   /** How many frontends use each backend id, and hold each address's wildcard entry. */
   backendRefs: ReadonlyMap<number, number>;
   wildcardRefs: ReadonlyMap<string, number>;
@@ -164,7 +164,7 @@ class Planner {
     for (const name of names) {
       const g = changes.get(name)!.flatMap((f) => this.scoped(f));
       const had = this.st.byService.get(name);
-      const same = g.length === (had?.size ?? 0) && g.every((sf) => had!.has(sf.fid) && this.unchanged(sf));
+      const same = g.length === (had?.length ?? 0) && g.every((sf) => had!.includes(sf.fid) && this.unchanged(sf));
       if (same) for (const sf of g) this.keep(sf.fid, name, sf.f);
       else this.planService(name, g);
     }
@@ -255,7 +255,7 @@ class Planner {
     if (wildcard) this.wantWildcards.add(f.address);
     const keys = backendKeys(sf);
     const ids = canonical(sf).map((i) => this.wantBackend(sf.backends[i]!, keys[i]!, f.proto, Boolean(sf.backends[i]!.terminating)));
-    const drainingIds = (f.drainingBackends ?? []).map((b, i) => this.wantBackend(b, keys[sf.backends.length + i]!, f.proto, true));
+    const drainingIds = orNone((f.drainingBackends ?? NONE).map((b, i) => this.wantBackend(b, keys[sf.backends.length + i]!, f.proto, true)));
     this.plan.specs.push([fid, f]);
     const key: Lb4Key = { address: f.address, port: f.port, proto: Proto[f.proto], scope, slot: 0 };
     const external = scope === LbScope.LB_SCOPE_EXTERNAL;

@@ -9,6 +9,7 @@
 // lets one go after its last.
 import { LbFlags, LbScope, protoName, type Lb4Backend, type Lb4Key, type Lb4Service } from './layouts.js';
 import { IdAllocator, backendKey } from './ids.js';
+import { IdTable } from './id-table.js';
 import type { DatapathMaps } from './loader.js';
 import { ServiceAddressFilter } from './address-filter.js';
 import { MaglevTables } from './maglev-tables.js';
@@ -17,7 +18,8 @@ import { SourceRangeSet } from './source-ranges.js';
 import { backendIndexKey, isLocal } from './backend-index.js';
 import { emptyService, planChangedWrites, planWrites, type FrontendState, type WriteFailure, type WritePlan, type WriterState } from './write-plan.js';
 import { ErrorCode, FerryError } from '../errors.js';
-import { frontendId, type FrontendSpec } from '../model/frontend.js';
+import { NONE, frontendId, type FrontendSpec } from '../model/frontend.js';
+import { flat } from '../model/flat-string.js';
 
 export { sourceRangeKey } from './source-ranges.js';
 
@@ -48,7 +50,7 @@ export class ServiceWriter implements WriterState {
   readonly revNatIds: IdAllocator;
   /** One id per Service port with ClientIP affinity, shared by all its frontends. */
   readonly affinityIds = new IdAllocator('affinity', 65_535, 'fewer Services with sessionAffinity');
-  readonly backends = new Map<number, Lb4Backend>();
+  readonly backends = new IdTable<Lb4Backend>();
   readonly frontends = new Map<string, FrontendState>();
   /** Addresses with a wildcard entry. */
   readonly wildcards = new Set<string>();
@@ -59,10 +61,10 @@ export class ServiceWriter implements WriterState {
    * unchanged Services, and at 100k frontends the ids are worth not rebuilding. */
   private readonly fids = new WeakMap<FrontendSpec, string[]>();
   /** Frontend ids by Service, and each one's Service (kept by every sync since a full one). */
-  readonly byService = new Map<string, Set<string>>();
+  readonly byService = new Map<string, string[]>();
   private readonly serviceOfFid = new Map<string, string>();
   /** How many frontends use each backend id and hold each address's wildcard. */
-  readonly backendRefs = new Map<number, number>();
+  readonly backendRefs = new IdTable<number>();
   readonly wildcardRefs = new Map<string, number>();
   /** lb4_services entries the frontends hold (master and slots), kept with the reference counts. */
   private frontendEntries = 0;
@@ -105,8 +107,8 @@ export class ServiceWriter implements WriterState {
     this.addressFilter.reset();
     for (const a of table.wildcards) this.addWildcard(a);
     for (const { key, master: v, backendIds, name } of table.frontends) {
-      const fid = `${frontendId({ address: key.address, port: key.port, proto: protoName(key.proto) })}#${key.scope}`;
-      const state: FrontendState = { key, revNatId: v.revNatId, flags: v.flags, affinityId: v.affinityId, affinityTimeout: v.affinityTimeout, tableId: v.backendId, backendIds, drainingIds: [], wildcard: key.scope === LbScope.LB_SCOPE_EXTERNAL && this.wildcards.has(key.address), name };
+      const fid = flat(`${frontendId({ address: key.address, port: key.port, proto: protoName(key.proto) })}#${key.scope}`);
+      const state: FrontendState = { key, revNatId: v.revNatId, flags: v.flags, affinityId: v.affinityId, affinityTimeout: v.affinityTimeout, tableId: v.backendId, backendIds, drainingIds: NONE, wildcard: key.scope === LbScope.LB_SCOPE_EXTERNAL && this.wildcards.has(key.address), name };
       this.frontends.set(fid, state);
       this.account(undefined, state);
       this.revNatIds.restore(fid, v.revNatId);
@@ -188,7 +190,7 @@ export class ServiceWriter implements WriterState {
 
   /** Reference counts: `old` lets go of its backends and wildcard, `next` takes its own. */
   private account(old: FrontendState | undefined, next: FrontendState | undefined): void {
-    const bump = <K>(m: Map<K, number>, k: K, by: number) => {
+    const bump = <K>(m: { get(k: K): number | undefined; set(k: K, n: number): unknown; delete(k: K): unknown }, k: K, by: number) => {
       const n = (m.get(k) ?? 0) + by;
       if (n > 0) m.set(k, n);
       else m.delete(k);
@@ -217,18 +219,19 @@ export class ServiceWriter implements WriterState {
     const was = this.serviceOfFid.get(fid);
     if (was === service) return;
     if (was !== undefined) {
-      const set = this.byService.get(was)!;
-      set.delete(fid);
-      if (set.size === 0) this.byService.delete(was);
+      // A short list, not a Set: a Service has a few frontends, and 50k Sets are ~9 MiB.
+      const list = this.byService.get(was)!;
+      list.splice(list.indexOf(fid), 1);
+      if (list.length === 0) this.byService.delete(was);
     }
     if (service === undefined) {
       this.serviceOfFid.delete(fid);
       return;
     }
     this.serviceOfFid.set(fid, service);
-    let set = this.byService.get(service);
-    if (!set) this.byService.set(service, (set = new Set()));
-    set.add(fid);
+    const list = this.byService.get(service);
+    if (list) list.push(fid);
+    else this.byService.set(service, [fid]);
   }
 
   private setState(fid: string, state: FrontendState): void {
@@ -239,7 +242,7 @@ export class ServiceWriter implements WriterState {
   fidOf(f: FrontendSpec, scope: number): string {
     let ids = this.fids.get(f);
     if (!ids) this.fids.set(f, (ids = []));
-    return (ids[scope] ??= `${frontendId(f)}#${scope}`);
+    return (ids[scope] ??= flat(`${frontendId(f)}#${scope}`));
   }
 
   /** Make the plan's writes, in make-before-break order. */

@@ -6,6 +6,7 @@
 // opened again from the last resourceVersion (a silent connection is dropped after the
 // timeout plus a margin, so a half-open one is noticed within a minute), a fresh list on
 // 410 Gone, and backoff on any other error.
+import { flat } from '../model/flat-string.js';
 import { ApiStatusError, type JsonClient } from './client.js';
 
 export const BACKOFF_INITIAL_MS = 200;
@@ -47,7 +48,7 @@ interface ListPage<T> {
 }
 
 const LAST_APPLIED = 'kubectl.kubernetes.io/last-applied-configuration';
-const keyOf = (o: Meta) => `${o.metadata?.namespace ?? ''}/${o.metadata?.name ?? ''}`;
+const keyOf = (o: Meta) => flat(`${o.metadata?.namespace ?? ''}/${o.metadata?.name ?? ''}`);
 
 /** Drop what no ferry code reads and what costs the most memory in a real cluster. */
 function strip<T>(o: T): T {

@@ -2,7 +2,7 @@
 // program, the health-check servers to run, and what was skipped or refused and why.
 import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
 import { isIPv4 } from 'node:net';
-import type { FrontendSpec } from './frontend.js';
+import { orNone, type FrontendSpec } from './frontend.js';
 import { FrontendTable } from './frontend-table.js';
 import { LABEL_SERVICE_NAME, serviceFrontends, serviceName, skipReason, type NodeView, type SkipReason } from './service.js';
 import { validateEndpointSlice, validateService } from './validate.js';
@@ -89,12 +89,13 @@ export function serviceOutcome(svc: V1Service, slices: V1EndpointSlice[], node: 
   }
   try {
     out.skipped = skipReason(svc);
-    if (!out.skipped) out.result = serviceFrontends(svc, good, node);
+    if (!out.skipped) out.result = serviceFrontends(svc, good, node, name);
   } catch (e) {
     // A shape the checks above did not foresee: this Service is refused, never the sync.
     out.skipped = undefined;
     out.rejected.push({ kind: 'Service', namespace: String(svc.metadata?.namespace ?? ''), name: String(svc.metadata?.name ?? ''), error: `cannot be read: ${(e as Error).message}` });
   }
+  out.rejected = orNone(out.rejected);
   return out;
 }
 

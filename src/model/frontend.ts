@@ -1,5 +1,6 @@
 // What the model produces for one node, and what the datapath consumes: frontends and the
 // backends each one balances over, in plain terms (no Kubernetes objects, no map layouts).
+import { flat } from './flat-string.js';
 
 /** The L4 protocols a Service port can have. */
 export type ProtoName = 'TCP' | 'UDP' | 'SCTP';
@@ -52,10 +53,20 @@ export interface FrontendSpec {
   service?: string;
 }
 
+/**
+ * The empty list every outcome shares: most Services have no problems, no draining
+ * backends and nothing ignored, and at 50k Services an array per empty field is ~10 MiB.
+ * Frozen, so a late push fails loudly instead of writing into every Service at once.
+ */
+export const NONE: never[] = Object.freeze([]) as unknown as never[];
+
+/** `list`, or the shared empty list when it is empty. */
+export const orNone = <T>(list: T[]): T[] => (list.length === 0 ? NONE : list);
+
 export function frontendId(f: { address: string; port: number; proto: string }): string {
-  return `${f.address}:${f.port}/${f.proto.toLowerCase()}`;
+  return flat(`${f.address}:${f.port}/${f.proto.toLowerCase()}`);
 }
 
 export function backendId(b: { address: string; port: number }, proto: string): string {
-  return `${b.address}:${b.port}/${proto.toLowerCase()}`;
+  return flat(`${b.address}:${b.port}/${proto.toLowerCase()}`);
 }
