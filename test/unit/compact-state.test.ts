@@ -3,7 +3,7 @@
 import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import type { V1EndpointSlice } from '@kubernetes/client-node';
-import { IdSet, IdTable } from '../../src/datapath/id-table.js';
+import { DENSE_IDS, IdSet, IdTable } from '../../src/datapath/id-table.js';
 import { NONE } from '../../src/model/frontend.js';
 import { nodeView, serviceOutcome } from '../../src/model/desired.js';
 import { SliceIndex } from '../../src/model/slice-index.js';
@@ -23,7 +23,10 @@ describe('IdTable and IdSet', () => {
       const s = new IdSet();
       const ref = new Set<number>();
       for (let i = 0; i < 5000; i++) {
-        const id = Math.floor(r() * (i < 2500 ? 300 : 3000)); // grows, then shrinks back
+        // Mostly dense ids (growing, then shrinking back), some as far as a u32 read back
+        // from a damaged map could be.
+        const far = r() < 0.05;
+        const id = far ? DENSE_IDS + Math.floor(r() * 2 ** 31) * 2 - Math.floor(r() * 3) : Math.floor(r() * (i < 2500 ? 300 : 3000));
         const op = r();
         if (op < 0.55) {
           t.set(id, i);
@@ -51,14 +54,19 @@ describe('IdTable and IdSet', () => {
     expect(() => t.set(-1, 'x')).toThrow(RangeError);
     expect(() => t.set(1.5, 'x')).toThrow(RangeError);
     expect(() => t.set(1, undefined as unknown as string)).toThrow(RangeError);
+    t.set(2 ** 32 - 1, 'u32');
     t.set(100_000, 'far');
-    expect([...t]).toEqual([[100_000, 'far']]);
+    t.set(DENSE_IDS, 'sparse');
+    expect([...t]).toEqual([[100_000, 'far'], [DENSE_IDS, 'sparse'], [2 ** 32 - 1, 'u32']]);
     t.clear();
     expect(t.size).toBe(0);
     expect(t.get(100_000)).toBeUndefined();
     const s = new IdSet();
     expect(() => s.add(-3)).toThrow(RangeError);
     s.add(70_000);
+    s.add(2 ** 32 - 1);
+    expect(s.size).toBe(2);
+    expect(s.has(2 ** 32 - 1)).toBe(true);
     expect(s.has(70_000)).toBe(true);
     expect(s.has(69_999)).toBe(false);
     s.clear();
