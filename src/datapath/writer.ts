@@ -43,6 +43,9 @@ export interface ApplyStats {
 
 export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_backend_ids' | 'lb4_reverse_nat' | 'lb4_src_ranges' | 'lb4_maglev' | 'lb4_names' | 'lb4_addr_filter'>;
 
+/** A frontend's id in one lookup scope: the writer's key for it (kept, so flattened). */
+const scopedFid = (f: Parameters<typeof frontendId>[0], scope: number) => flat(`${frontendId(f)}#${scope}`);
+
 const wildcardKey = (address: string): Lb4Key => ({ address, port: 0, proto: 0, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 });
 
 export class ServiceWriter implements WriterState {
@@ -107,7 +110,7 @@ export class ServiceWriter implements WriterState {
     this.addressFilter.reset();
     for (const a of table.wildcards) this.addWildcard(a);
     for (const { key, master: v, backendIds, name } of table.frontends) {
-      const fid = flat(`${frontendId({ address: key.address, port: key.port, proto: protoName(key.proto) })}#${key.scope}`);
+      const fid = scopedFid({ address: key.address, port: key.port, proto: protoName(key.proto) }, key.scope);
       const state: FrontendState = { key, revNatId: v.revNatId, flags: v.flags, affinityId: v.affinityId, affinityTimeout: v.affinityTimeout, tableId: v.backendId, backendIds, drainingIds: NONE, wildcard: key.scope === LbScope.LB_SCOPE_EXTERNAL && this.wildcards.has(key.address), name };
       this.frontends.set(fid, state);
       this.account(undefined, state);
@@ -242,7 +245,7 @@ export class ServiceWriter implements WriterState {
   fidOf(f: FrontendSpec, scope: number): string {
     let ids = this.fids.get(f);
     if (!ids) this.fids.set(f, (ids = []));
-    return (ids[scope] ??= flat(`${frontendId(f)}#${scope}`));
+    return (ids[scope] ??= scopedFid(f, scope));
   }
 
   /** Make the plan's writes, in make-before-break order. */

@@ -66,7 +66,3 @@ export const orNone = <T>(list: T[]): T[] => (list.length === 0 ? NONE : list);
 export function frontendId(f: { address: string; port: number; proto: string }): string {
   return flat(`${f.address}:${f.port}/${f.proto.toLowerCase()}`);
 }
-
-export function backendId(b: { address: string; port: number }, proto: string): string {
-  return flat(`${b.address}:${b.port}/${proto.toLowerCase()}`);
-}

@@ -19,7 +19,7 @@ export class SliceIndex {
     const key = sliceKey(slice);
     const was = this.serviceOf.get(key);
     if (was !== undefined) {
-      const rest = this.byService.get(was)!.filter((s) => sliceKey(s) !== key);
+      const rest = this.byService.get(was)!.filter((s) => (s.metadata?.name ?? '') !== (slice.metadata?.name ?? '') || (s.metadata?.namespace ?? '') !== (slice.metadata?.namespace ?? ''));
       if (rest.length === 0) this.byService.delete(was);
       else this.byService.set(was, rest);
       this.serviceOf.delete(key);
