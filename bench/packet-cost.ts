@@ -89,6 +89,9 @@ function measure(node: DatapathNode, services: number): Record<string, Stat> {
 async function main(): Promise<void> {
   // An ExternalIP frontend takes a master entry and a slot in each lookup scope.
   const node = await datapathNode({ mapSizes: serviceMapSizes(4 * MANY, 2 * MANY), acceleration: 'native' });
+  // The socket hooks too, as the agent attaches them: a new SNAT binding then asks the host's
+  // sockets only about ports the host has bound (host_ports).
+  node.dp.attachCgroup({ path: node.host.cgroup, expect: 'subtree' }, { hostNetns: node.host.netns });
   const empty = { tc: BpfObject.open(join(defaultObjectsDir(), 'tests', 'empty.bpf.o')), xdp: BpfObject.open(join(defaultObjectsDir(), 'tests', 'xdp_pass.bpf.o')) };
   try {
     empty.tc.load();

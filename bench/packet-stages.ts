@@ -130,6 +130,7 @@ async function main(): Promise<void> {
     for (const s of STAGES) {
       const node = await datapathNode({ objectsDir: build(dir, s.n) });
       try {
+        node.dp.attachCgroup({ path: node.host.cgroup, expect: 'subtree' }, { hostNetns: node.host.netns }); // as the agent: host_ports trusted
         node.writer.apply(TC_SERVICES);
         const ns: Record<string, Stat> = {};
         for (const c of CASES) if (!s.newOnly || c.fresh) ns[c.name] = timeCase(node, c);

@@ -214,4 +214,36 @@ int sock6_getpeername(struct bpf_sock_addr *ctx)
 	return sock6_rev_xlate(ctx);
 }
 
+/* A socket in the host's network namespace was bound to a port (its own, or one the kernel
+ * chose for bind(port 0)): mark it in host_ports, so that new SNAT bindings ask the host's
+ * sockets about it. Never unmarked: a port marked in vain costs a lookup, a port missed
+ * would cost a connection. */
+static __always_inline int sock_post_bind(struct bpf_sock *sk)
+{
+	__u64 cookie = bpf_get_netns_cookie(sk);
+	__u32 port = sk->src_port;
+	__u32 k;
+	__u64 *w;
+
+	if (host_netns_cookie ? cookie != host_netns_cookie : cookie != bpf_get_netns_cookie(NULL))
+		return SYS_PROCEED;
+	k = (port & 0xffff) >> 6;
+	w = bpf_map_lookup_elem(&host_ports, &k);
+	if (w && !(*w & (1ULL << (port & 63))))
+		__sync_fetch_and_or(w, 1ULL << (port & 63));
+	return SYS_PROCEED;
+}
+
+SEC("cgroup/post_bind4")
+int sock4_post_bind(struct bpf_sock *sk)
+{
+	return sock_post_bind(sk);
+}
+
+SEC("cgroup/post_bind6")
+int sock6_post_bind(struct bpf_sock *sk)
+{
+	return sock_post_bind(sk);
+}
+
 char LICENSE[] SEC("license") = "GPL";

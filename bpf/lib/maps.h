@@ -162,6 +162,30 @@ static __always_inline __u64 hops_valid_since(void)
 	return hop_epoch() & ~(__u64)FERRY_HOPS_PER_FLOW;
 }
 
+/* Ports the host has bound sockets to (enum host_ports_slot). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, HOST_PORTS_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} host_ports SEC(".maps");
+
+/* May a socket of the host's hold `port` (host order)? Yes unless the map is trusted and
+ * the port's bit is clear in both bitmaps. */
+static __always_inline int host_port_maybe_bound(__u16 port)
+{
+	__u32 k = HOST_PORTS_TRUSTED;
+	__u64 *w = bpf_map_lookup_elem(&host_ports, &k), *a;
+
+	if (!w || !*w)
+		return 1;
+	k = port >> 6;
+	w = bpf_map_lookup_elem(&host_ports, &k);
+	k += HOST_PORTS_AGENT;
+	a = bpf_map_lookup_elem(&host_ports, &k);
+	return !w || !a || ((*w | *a) & (1ULL << (port & 63)));
+}
+
 /* Every node's addresses, written by the agent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -22,7 +22,8 @@ static __always_inline void snat4_forget_flow(const struct nat4_entry *old, cons
 }
 
 /* Does a socket of the host's own hold this reply tuple (a connection from node:port to
- * the backend, or a listener on node:port)? Then the port is not ours to take. */
+ * the backend, or a listener on node:port)? Then the port is not ours to take. Asked only
+ * for ports the host may have bound (host_ports): the lookup is a fifth of a new flow. */
 static __always_inline int snat4_port_in_use(struct __ctx_buff *ctx, const struct ct4_key *reply)
 {
 	struct bpf_sock_tuple t = {};
@@ -137,7 +138,7 @@ static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct
 				victim = reply.dport;
 			continue;
 		}
-		if (snat4_port_in_use(ctx, &reply))
+		if (host_port_maybe_bound(port) && snat4_port_in_use(ctx, &reply))
 			continue;
 		if (!old) {
 			/* NOEXIST: of two new flows racing for a free port, one gets it. */

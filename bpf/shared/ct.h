@@ -141,4 +141,18 @@ enum ferry_hop_epoch_flags {
 	FERRY_HOPS_PER_FLOW = 1,
 };
 
+/* host_ports: ports some socket in the host's network namespace was bound to, as two
+ * bitmaps of 64 ports a slot (bit port % 64 of slot port / 64): the post_bind hooks' (slots
+ * from 0) and the agent's (slots from HOST_PORTS_AGENT: the sockets open when it started,
+ * and the ephemeral range where it overlaps the SNAT range), each written by one side only,
+ * never cleared. A socket that holds node:port got its port one of those ways, so a new
+ * SNAT binding asks the host's sockets about marked ports only. TRUSTED is nonzero once the
+ * agent has filled its bitmap with the hooks attached; until then every port is asked about. */
+enum host_ports_slot {
+	HOST_PORTS_WORDS = 1024,
+	HOST_PORTS_AGENT = 1024,
+	HOST_PORTS_TRUSTED = 2048,
+	HOST_PORTS_SLOTS = 2049,
+};
+
 #endif

@@ -43,9 +43,7 @@ import { closeServer, serveRoutes } from '../sys/http-server.js';
 import { AgentMetrics, refreshDatapathGauges } from './metrics.js';
 import { Reconciler } from './reconciler.js';
 
-export function agentLogger(level: string): Logger {
-  return pino({ level, base: { component: 'ferry-agent' } });
-}
+export const agentLogger = (level: string): Logger => pino({ level, base: { component: 'ferry-agent' } });
 
 const NODE_RETRY_MS = 1000;
 
@@ -342,6 +340,7 @@ export class Agent {
     }
     // A backend can leave one Service while another keeps it (no removal for the sync to see).
     this.staleSockets.sweep('periodic');
+    this.datapath.hostPorts?.recheck(); // a sysctl may move the ephemeral range into the SNAT range
   }
 
   /** The gauges a scrape reads (see refreshDatapathGauges: no map walk). */
@@ -360,6 +359,7 @@ export class Agent {
       bgp: this.bgp.status(),
       udpSockets: this.staleSockets.status(),
       routes: this.routeMonitor?.status(),
+      hostPorts: this.datapath.hostPorts?.status(),
     };
   }
 

@@ -1,7 +1,7 @@
 // `ferry map`, `ferry ct`, `ferry nat`, `ferry explain`, `ferry monitor`, `ferry status`:
 // the datapath as its pinned maps hold it. The reading is datapath/'s; this file formats.
 import { Command } from 'commander';
-import { MAP_NAMES, isMapName, dumpKeysHex, dumpMap, flushConntrack, listFlows, listFrontends, listMaps, readCounters } from '../datapath/inspect.js';
+import { MAP_NAMES, isMapName, dumpKeysHex, dumpMap, flushConntrack, listFlows, listFrontends, listMaps, readCounters, readHostPorts } from '../datapath/inspect.js';
 import { explain } from '../datapath/explain.js';
 import { watchEvents, type DatapathEvent, type EventKind } from '../datapath/monitor.js';
 import { attachedPrograms } from '../datapath/attachments.js';
@@ -168,13 +168,14 @@ export function registerInspect(program: Command): void {
       const frontends = listFrontends(o.pinDir);
       const { forwarded: stats, drops } = readCounters(o.pinDir);
       const links = attachedPrograms(o.netns);
+      const hostPorts = readHostPorts(o.pinDir);
       const status = {
         agent, mode, pinDir: o.pinDir,
         frontends: frontends.length,
         backends: maps.find((m) => m.name === 'lb4_backends')?.entries ?? 0,
         flows: maps.find((m) => m.name === 'ct4')?.entries ?? 0,
         maps: maps.map((m) => ({ name: m.name, entries: m.entries, capacity: m.capacity })),
-        forwarded: stats, drops, links, unprogrammed, ...announcing, ...(udpSockets ? { udpSockets } : {}), ...(routes ? { routes } : {}),
+        forwarded: stats, drops, links, unprogrammed, ...announcing, ...(udpSockets ? { udpSockets } : {}), ...(routes ? { routes } : {}), ...(hostPorts ? { hostPorts } : {}),
       };
       if (o.output === 'json') {
         process.stdout.write(`${JSON.stringify(status, null, 2)}\n`);
@@ -183,6 +184,7 @@ export function registerInspect(program: Command): void {
       process.stdout.write(`agent:     ${agent}\nmode:      ${mode}\npins:      ${o.pinDir}\nfrontends: ${status.frontends}   backends: ${status.backends}   flows: ${status.flows}\n`);
       if (udpSockets) process.stdout.write(`udp:       ${udpSocketsLine(udpSockets)}\n`);
       if (routes) process.stdout.write(`routes:    ${routesLine(routes)}\n`);
+      if (hostPorts) process.stdout.write(`host ports: ${hostPorts.trusted ? `${hostPorts.marked} marked; new SNAT bindings ask the host's sockets about these only` : "not tracked yet (no socket hooks): new SNAT bindings ask the host's sockets about every port"}\n`);
       process.stdout.write('\n');
       process.stdout.write(table(['MAP', 'ENTRIES', 'CAPACITY'], status.maps.map((m) => [m.name, m.entries, m.capacity])));
       process.stdout.write('\nforwarded:\n');

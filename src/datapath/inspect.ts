@@ -8,6 +8,7 @@ import { interfaceName } from '../sys/interfaces.js';
 import { macText } from '../packet/addr.js';
 import { readServiceTable } from './service-table.js';
 import { hopEpochParts } from './hop-epoch.js';
+import { summarizeHostPorts, type HostPortsSummary } from './host-ports.js';
 
 /** The names of the datapath's maps. */
 export const MAP_NAMES = Object.keys(mapSpecs) as MapName[];
@@ -204,6 +205,11 @@ export interface CounterRow {
 }
 
 /** Forwarded traffic by path and drops by reason (non-zero only). */
+/** The ports the host has bound, as new SNAT bindings see them (host_ports); undefined before the map exists. */
+export function readHostPorts(pinDir: string): HostPortsSummary | undefined {
+  return PinnedDatapath.with(pinDir, (dp) => (dp.pinned().includes('host_ports') ? summarizeHostPorts(dp.map('host_ports')) : undefined));
+}
+
 export function readCounters(pinDir: string): { forwarded: CounterRow[]; drops: CounterRow[] } {
   const rows = (name: 'ferry_stats' | 'ferry_drops', prefix: string) => dumpMap(pinDir, name)
     .filter((r) => Number(r.packets) > 0)

@@ -1,7 +1,7 @@
 // The TypeScript side of bpf/shared: one codec per shared struct and one mirror per shared
 // enum. Codecs are checked against the objects' BTF whenever a map is opened or adopted;
 // the enum mirrors by a test against bpf/tests/contract.bpf.c.
-import { ipv4Codec, structCodec, u32Codec, u8Codec, type Codec } from '../ebpf/codec.js';
+import { ipv4Codec, structCodec, u32Codec, u64Codec, u8Codec, type Codec } from '../ebpf/codec.js';
 import type { BpfMap } from '../ebpf/map.js';
 import type { ProtoName } from '../model/frontend.js';
 
@@ -82,6 +82,8 @@ export const EventType = { EVENT_DROP: 1, EVENT_TRACE: 2 } as const;
 export const HandoverFlags = { FERRY_HANDOVER_CHAINED: 1 } as const;
 /** Bits of ferry_hop_epoch.since_ns (bpf/shared/ct.h). */
 export const HopEpochFlags = { FERRY_HOPS_PER_FLOW: 1 } as const;
+/** host_ports' slots (bpf/shared/ct.h, src/datapath/host-ports.ts). */
+export const HostPortsSlot = { HOST_PORTS_WORDS: 1024, HOST_PORTS_AGENT: 1024, HOST_PORTS_TRUSTED: 2048, HOST_PORTS_SLOTS: 2049 } as const;
 export const MonitorFlags = { MONITOR_DROPS: 1 << 0, MONITOR_TRACES: 1 << 1 } as const;
 export const Hook = { HOOK_TC_INGRESS: 0, HOOK_TC_EGRESS: 1, HOOK_XDP: 2 } as const;
 /** The pinned maps' layout (bpf/shared/types.h); older ones are in layout-history.ts. */
@@ -110,6 +112,7 @@ export const sharedEnums: Record<string, Record<string, number>> = {
   ferry_layout: Layout,
   ferry_handover_flags: HandoverFlags,
   ferry_hop_epoch_flags: HopEpochFlags,
+  host_ports_slot: HostPortsSlot,
 };
 
 export const lb4KeyCodec = structCodec('lb4_key', {
@@ -329,6 +332,7 @@ export const mapSpecs = {
   ferry_handover: { key: u32Codec, value: handoverCodec, sizeSetting: undefined },
   ferry_hop_epoch: { key: u32Codec, value: hopEpochCodec, sizeSetting: undefined },
   ferry_scratch: { key: u32Codec, value: scratchCodec, sizeSetting: undefined },
+  host_ports: { key: u32Codec, value: u64Codec, sizeSetting: undefined },
 } as const;
 export type MapName = keyof typeof mapSpecs;
 

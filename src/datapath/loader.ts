@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { BpfMap } from '../ebpf/map.js';
 import { BpfObject } from '../ebpf/object.js';
 import { attachCgroup, type CgroupTarget } from '../ebpf/link-cgroup.js';
+import { HostPorts } from './host-ports.js';
 import { attachTc } from '../ebpf/link-tc.js';
 import { attachXdpDevice, detachXdpDevice, programNameById, xdpAttached, type XdpMode } from '../ebpf/link-xdp.js';
 import { interfaceInfo } from '../sys/interfaces.js';
@@ -112,7 +113,7 @@ export const XDP_PROGRAM = 'xdp_ingress';
 
 
 /** The socket hooks: IPv4, and IPv6 sockets reaching IPv4 Services through ::ffff:a.b.c.d. */
-export const SOCK_PROGRAMS = ['sock4_connect', 'sock4_sendmsg', 'sock4_recvmsg', 'sock4_getpeername', 'sock6_connect', 'sock6_sendmsg', 'sock6_recvmsg', 'sock6_getpeername'] as const;
+export const SOCK_PROGRAMS = ['sock4_connect', 'sock4_sendmsg', 'sock4_recvmsg', 'sock4_getpeername', 'sock6_connect', 'sock6_sendmsg', 'sock6_recvmsg', 'sock6_getpeername', 'sock4_post_bind', 'sock6_post_bind'] as const;
 
 /** The longest an upgrade's switch drops packets of flows not copied yet (ferry_handover): the switch clears
  * it after the last copy (tens of ms); an agent that dies in between leaves it to lapse. */
@@ -139,6 +140,8 @@ export class Datapath {
   private chain: Link[] = [];
   private handoverDeadline = 0n;
   private readonly deviceLinks = new Map<string, Link[]>();
+  /** The ports the host has bound (host_ports), once the socket hooks are attached. */
+  hostPorts?: HostPorts;
   /** Per device: its XDP object (one copy each, with the device's MAC) and mode. */
   private readonly xdp = new Map<string, { obj: BpfObject; mode: XdpMode; link: Link }>();
 
@@ -332,8 +335,10 @@ export class Datapath {
    * The socket hooks at a cgroup v2 root. With `pinLinks`, each link is pinned in the
    * pin directory and replaces the one a previous agent pinned there, new before old: for
    * a moment both run, which is harmless (the second sees a backend, not a Service).
+   * Then the ports the host's sockets hold are marked (`hostNetns`: its namespace by name,
+   * if not this process's), and new SNAT bindings ask the host about marked ports only.
    */
-  attachCgroup(target: CgroupTarget, opts: { pinLinks?: boolean } = {}): void {
+  attachCgroup(target: CgroupTarget, opts: { pinLinks?: boolean; hostNetns?: string } = {}): void {
     for (const p of SOCK_PROGRAMS) {
       const link = attachCgroup(this.sock.program(p), target);
       this.links.push(link);
@@ -345,6 +350,8 @@ export class Datapath {
       rmSync(path, { force: true }); // the old link goes when its last reference does
       renameSync(fresh, path);
     }
+    this.hostPorts = new HostPorts(this.maps.host_ports, { min: this.cfg.snatPortMin ?? DEFAULT_SNAT_PORTS.min, max: this.cfg.snatPortMax ?? DEFAULT_SNAT_PORTS.max }, opts.hostNetns);
+    this.hostPorts.seed();
   }
 
   /**

@@ -33,6 +33,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   ferry_handover: undefined,
   ferry_hop_epoch: undefined,
   ferry_scratch: undefined,
+  host_ports: undefined,
 };
 
 /** What every entry object shares: map sizes, the hash seed, the host's netns, the pins. */

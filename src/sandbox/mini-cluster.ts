@@ -54,7 +54,7 @@ export class MiniCluster {
         const dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: n.ip, hashSeed: 7, hostNetnsCookie: netnsCookie(n.host.netns), ...(opts.mapSizes ? { mapSizes: opts.mapSizes } : {}) });
         c.nodes.push({ ...n, dp, writer: new ServiceWriter(dp.maps), pinDir });
         inNetns(n.host.netns, () => dp.attachDevice(n.device));
-        dp.attachCgroup({ path: n.host.cgroup, expect: 'subtree' });
+        dp.attachCgroup({ path: n.host.cgroup, expect: 'subtree' }, { hostNetns: n.host.netns });
       }
       // Every node knows every node's address (the agent learns them from the Nodes).
       for (const n of c.nodes) new NodeAddressWriter(n.dp.maps.node4_addrs).apply(c.nodes.map((x) => x.ip));
