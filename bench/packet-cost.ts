@@ -11,6 +11,7 @@ import { parseArgs } from 'node:util';
 import { join } from 'node:path';
 import type { FrontendSpec } from '../src/model/frontend.js';
 import { XDP_PROGRAM, defaultObjectsDir } from '../src/datapath/loader.js';
+import * as layouts from '../src/datapath/layouts.js'; // a namespace: compare-builds' base may lack HostPortsSlot
 import { BpfObject } from '../src/ebpf/object.js';
 import { testRun } from '../src/ebpf/test-run.js';
 import { inNetns } from '../src/sys/netns.js';
@@ -46,9 +47,12 @@ function checked(node: DatapathNode, id: string): PacketFixture {
 }
 
 type Hook = 'tc' | 'xdp';
-const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[] }> = [
+const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[]; askHost?: boolean }> = [
   { name: 'new flow, local backend', id: 'nodeport-local', fresh: { dport: 30080 }, hooks: ['tc'] },
   { name: 'new flow, remote backend (SNAT)', id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'] },
+  // The same with host_ports untrusted, as before the socket hooks marked the host's binds:
+  // the host's sockets asked about the port (what the map saves).
+  { name: "new flow, remote backend (SNAT), the host's sockets asked", id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'], askHost: true },
   { name: 'established flow, local backend', id: 'nodeport-local-established', hooks: ['tc', 'xdp'] },
   { name: 'established flow, remote backend (SNAT)', id: 'nodeport-remote-established', hooks: ['tc', 'xdp'] },
   { name: 'reply to an SNATed flow', id: 'snat-reply', hooks: ['tc', 'xdp'] },
@@ -64,8 +68,12 @@ function measure(node: DatapathNode, services: number): Record<string, Stat> {
     ? testRun(node.program('tc_ingress'), { data, ctx: skb })
     : testRun(node.program(XDP_PROGRAM), { data, ctx: xdpContext(node.ifindex, data.length) })).durationNs);
   const out: Record<string, Stat> = {};
+  // A build from before host_ports (compare-builds' base) has no such case.
+  const hostPorts = (node.dp.maps as Partial<typeof node.dp.maps>).host_ports;
   for (const c of CASES) {
+    if (c.askHost && !hostPorts) continue;
     for (const hook of c.hooks) {
+      if (hostPorts) hostPorts.update(layouts.HostPortsSlot.HOST_PORTS_TRUSTED, c.askHost ? 0n : 1n);
       const f = checked(node, c.id);
       let forget: (() => void) | undefined;
       if (c.fresh) {

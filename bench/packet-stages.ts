@@ -37,7 +37,7 @@ const STAGES: Array<{ n: number; what: string; newOnly?: boolean }> = [
   { n: 4, what: 'conntrack entry looked up, not live (an established flow goes on from there to 9)', newOnly: true },
   { n: 5, what: 'frontend looked up (and source ranges)', newOnly: true },
   { n: 6, what: 'backend chosen (affinity, Maglev or slot)', newOnly: true },
-  { n: 7, what: 'SNAT port reserved (host sockets checked)', newOnly: true },
+  { n: 7, what: "SNAT port reserved (the host's sockets asked if it may hold the port)", newOnly: true },
   { n: 8, what: 'conntrack entry written', newOnly: true },
   { n: 9, what: 'flow state updated' },
   { n: 10, what: 'reply binding kept' },
