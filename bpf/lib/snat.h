@@ -23,7 +23,7 @@ static __always_inline void snat4_forget_flow(const struct nat4_entry *old, cons
 
 /* Does a socket of the host's own hold this reply tuple (a connection from node:port to
  * the backend, or a listener on node:port)? Then the port is not ours to take. Asked only
- * for ports the host may have bound (host_ports): the lookup is a fifth of a new flow. */
+ * for ports the host may have bound (host_ports): the lookup was a sixth of a new flow. */
 static __always_inline int snat4_port_in_use(struct __ctx_buff *ctx, const struct ct4_key *reply)
 {
 	struct bpf_sock_tuple t = {};

@@ -7,6 +7,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { counterTotal } from '../../src/datapath/counters.js';
 import { CtFlags } from '../../src/datapath/layouts.js';
+import { summarizeHostPorts } from '../../src/datapath/host-ports.js';
 import { monotonicNs } from '../../src/datapath/ct-gc.js';
 import { PinnedDatapath } from '../../src/datapath/pinned-view.js';
 import { buildPacket, ipv4, tcp } from '../../src/packet/build.js';
@@ -111,6 +112,29 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'hostile traffic against a s
     if (!live) expect.fail(`no live flow; node-2 held ${JSON.stringify(clientFlows(), (_, x) => (typeof x === 'bigint' ? String(x) : x))}; curl: ${JSON.stringify(await slow)}`);
     expect(Number(live!.expiresNs - monotonicNs()) / 1e9).toBeGreaterThan(3600);
     expect(await slow).toMatchObject({ code: 0, stdout: expect.stringMatching(/^80000 bytes/) });
+  });
+
+  it('2b. a port a process of the node listens on is never an SNAT port, though the hooks spare most flows the host lookup', async () => {
+    // A flow takes its client's own port when it is in the SNAT range and free.
+    const natPortOf = (sport: number) => PinnedDatapath.with(pins(2), (dp) => dp.map('ct4').entries().find(([k]) => k.saddr === CLIENT && k.sport === sport)?.[1].natPort);
+    const free = SNAT_PORTS.min + 7;
+    const held = SNAT_PORTS.min + 8;
+    expect((await curl(sb.net.client, `http://${NODE2}:30180/`, ['--local-port', String(free)])).hostname).toBe('web-a');
+    expect(natPortOf(free)).toBe(free);
+    expect(PinnedDatapath.with(pins(2), (dp) => summarizeHostPorts(dp.map('host_ports')).trusted)).toBe(true);
+    // Bound after node-2's agent attached its socket hooks: marked by post_bind.
+    const listener = sb.net.node(2).host.spawn([process.execPath, '-e', `require('net').createServer((c) => c.end('mine')).listen(${held}, () => console.log('bound'))`]);
+    try {
+      await eventually(async () => listener.output(), (o) => o.includes('bound'), 5000);
+      expect((await curl(sb.net.client, `http://${NODE2}:30180/`, ['--local-port', String(held)])).hostname).toBe('web-a');
+      const port = natPortOf(held);
+      expect(port).toBeGreaterThanOrEqual(SNAT_PORTS.min);
+      expect(port).not.toBe(held);
+      // and the listener still has its port.
+      expect(await sb.net.node(2).host.execOk([process.execPath, '-e', `require('net').connect(${held}, '127.0.0.1').on('data', (d) => process.stdout.write(d))`], { timeoutMs: 5000 })).toBe('mine');
+    } finally {
+      await listener.stop();
+    }
   });
 
   it('3. 6000 unanswered SYNs through one node do not lock real clients out (early drop)', async () => {
