@@ -129,6 +129,8 @@ function explainPacket(r: ExplainRequest, live: DatapathReader, pinned: readonly
     twin.load();
     const copy = (n: MapName) => twin.map(n, mapSpecs[n].key as Codec<unknown>, mapSpecs[n].value as Codec<unknown>, mapOptions(n));
     for (const n of ['lb4_services', 'lb4_backends', 'lb4_reverse_nat', 'lb4_src_ranges'] as const) copyAll(live[n], copy(n));
+    // Which ports a new SNAT binding asks the host about (an older agent has no such map).
+    if (pinned.includes('host_ports')) copyAll(live.host_ports, copy('host_ports'));
     // Maglev tables: the twin points at the live inner maps (read only).
     for (const [id, innerId] of live.lb4_maglev.entries()) {
       const fd = lb.mapGetFdById(innerId);
