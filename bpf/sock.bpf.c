@@ -17,12 +17,11 @@
 #define ECONNREFUSED 111
 #endif
 
-/* kube-proxy answers NodePorts on loopback in the host's network namespace only: a pod's
- * own 127.0.0.1:port is its own (a sidecar's, say). */
-static __always_inline int in_host_netns(struct bpf_sock_addr *ctx)
+/* Is this the host's network namespace (the agent's, as configured)? kube-proxy answers
+ * NodePorts on loopback there only: a pod's own 127.0.0.1:port is its own (a sidecar's,
+ * say); and only the host's binds can hold an SNAT port. */
+static __always_inline int is_host_netns(__u64 cookie)
 {
-	__u64 cookie = bpf_get_netns_cookie(ctx);
-
 	return host_netns_cookie ? cookie == host_netns_cookie : cookie == bpf_get_netns_cookie(NULL);
 }
 
@@ -52,7 +51,7 @@ static __always_inline int sock_lb4(struct bpf_sock_addr *ctx, __be32 *dst, __be
 		return SYS_PROCEED;
 	found = lb4_lookup_internal(addr, port, proto, &scope, &svc);
 	if (found == LB_NOT_SERVICE && lb4_is_loopback(addr)) {
-		if (!in_host_netns(ctx))
+		if (!is_host_netns(bpf_get_netns_cookie(ctx)))
 			return SYS_PROCEED;
 		addr = 0;
 		found = lb4_lookup_loopback_nodeport(port, proto, &scope, &svc);
@@ -220,12 +219,11 @@ int sock6_getpeername(struct bpf_sock_addr *ctx)
  * would cost a connection. */
 static __always_inline int sock_post_bind(struct bpf_sock *sk)
 {
-	__u64 cookie = bpf_get_netns_cookie(sk);
 	__u32 port = sk->src_port;
 	__u32 k;
 	__u64 *w;
 
-	if (host_netns_cookie ? cookie != host_netns_cookie : cookie != bpf_get_netns_cookie(NULL))
+	if (!is_host_netns(bpf_get_netns_cookie(sk)))
 		return SYS_PROCEED;
 	k = (port & 0xffff) >> 6;
 	w = bpf_map_lookup_elem(&host_ports, &k);

@@ -42,6 +42,8 @@ export function summarizeHostPorts(map: Pick<HostPortsMap, 'entries'>): HostPort
 
 export class HostPorts {
   private ephemeral?: PortRange;
+  /** The ephemeral range last marked (the SNAT range when it could not be read). */
+  private markedRange?: PortRange;
 
   /** `netns`: the host's namespace by name when it is not this process's own (tests, sandbox). */
   constructor(
@@ -63,6 +65,9 @@ export class HostPorts {
     // Unreadable: the whole SNAT range may be the kernel's to pick from.
     const r = range ?? this.snat;
     this.ephemeral = range;
+    // Marked already (bits are never cleared): nothing to write on this pass.
+    if (this.markedRange && this.markedRange.min === r.min && this.markedRange.max === r.max) return;
+    this.markedRange = r;
     const lo = Math.max(r.min, this.snat.min);
     const hi = Math.min(r.max, this.snat.max);
     if (lo <= hi) this.mark(Array.from({ length: hi - lo + 1 }, (_, i) => lo + i));
