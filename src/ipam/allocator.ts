@@ -3,8 +3,7 @@
 // address a Service holds (its status) stays while it is still valid, so a restarted or
 // newly elected operator changes nothing. Then, oldest Service first, requested addresses
 // are granted, sharing keys join their address, and the rest get the lowest free address
-// of the first pool that selects them: pools with a serviceSelector first, then pools for
-// every Service, each group oldest first.
+// of the first pool that selects them, in poolOrder.
 import { intToIp, ipToInt } from './ipv4.js';
 import { PoolSpace, poolContains, poolUsable, resolvePools, type Pool, type PoolInput } from './pool.js';
 import { selectorMatches } from './selector.js';
@@ -72,6 +71,15 @@ interface Holding {
 
 /** Does the pool select some Services only (a non-empty serviceSelector)? */
 const selective = (p: Pool) => Object.keys(p.selector?.matchLabels ?? {}).length > 0 || (p.selector?.matchExpressions ?? []).length > 0;
+
+/** The order in which pools are tried for a Service that names none: by priority (1
+ * first; 0 or none after every pool with one, as MetalLB does), then a pool that selects
+ * Services before a pool for everyone (it is meant for them), then the older first (the
+ * order the pools come in; the sort is stable). */
+export function poolOrder(pools: readonly Pool[]): Pool[] {
+  const rank = (p: Pool) => p.priority || Number.MAX_SAFE_INTEGER;
+  return [...pools].sort((a, b) => rank(a) - rank(b) || Number(selective(b)) - Number(selective(a)));
+}
 const byAge = (a: ServiceInput, b: ServiceInput) => (a.created < b.created ? -1 : a.created > b.created ? 1 : a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
 const sharingKeyOf = (s: ServiceInput) => (s.sharingKey ? `${s.namespace}/${s.sharingKey}` : undefined);
 
@@ -90,6 +98,7 @@ function sharingConflict(s: ServiceInput, h: Holding): string | undefined {
 export function allocate(poolInputs: PoolInput[], services: ServiceInput[]): Allocation {
   const pools = resolvePools(poolInputs);
   const usable = pools.filter(poolUsable);
+  const ordered = poolOrder(usable);
   const spaces = new Map(usable.map((p) => [p.name, new PoolSpace(p)]));
   const holdings = new Map<number, Holding>();
   /** Holdings by sharing key: a keyed Service looks only at its key's addresses. */
@@ -195,9 +204,7 @@ export function allocate(poolInputs: PoolInput[], services: ServiceInput[]): All
       if (p.disabled) return { ips: [], reason: 'NoPool', message: `pool ${p.name} is disabled` };
       candidates = [p];
     } else {
-      // A pool that selects Services is meant for them: it comes before pools for everyone.
-      const matching = usable.filter((p) => p.autoAssign && !p.disabled && selectorMatches(p.selector, s.labels));
-      candidates = [...matching.filter((p) => selective(p)), ...matching.filter((p) => !selective(p))];
+      candidates = ordered.filter((p) => p.autoAssign && !p.disabled && selectorMatches(p.selector, s.labels));
       if (candidates.length === 0) return { ips: [], reason: 'NoPool', message: usable.length ? 'no pool that assigns addresses by itself selects this Service' : 'there is no usable pool' };
     }
     const key = sharingKeyOf(s);

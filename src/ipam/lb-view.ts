@@ -41,6 +41,8 @@ export interface PoolRow {
   name: string;
   blocks: string;
   selector: string;
+  /** '-': none (tried after every pool with a priority). */
+  priority: string;
   total: string;
   used: string;
   available: string;
@@ -102,6 +104,7 @@ export function poolRows(pools: readonly PoolObject[]): PoolRow[] {
       name: p.metadata?.name ?? '',
       blocks: (spec.blocks ?? []).map((b) => b.cidr ?? `${b.start}-${b.stop}`).join(', '),
       selector: selector || '(every Service)',
+      priority: typeof spec.priority === 'number' && spec.priority > 0 ? String(spec.priority) : '-',
       total: num(p.status?.total),
       used: num(p.status?.used),
       available: num(p.status?.available),

@@ -38,6 +38,10 @@ const CILIUM_LABELS: Record<string, string> = {
   'io.kubernetes.service.name': LABEL_SERVICE_NAME,
 };
 
+/** MetalLB's and Cilium's announcement kinds: ferry's differ in shape (selectors of
+ * Services, not of pools), so they are named, not translated. */
+const ANNOUNCEMENT_KINDS = new Set(['L2Advertisement', 'BGPAdvertisement', 'BGPPeer', 'BFDProfile', 'Community', 'CiliumL2AnnouncementPolicy', 'CiliumBGPAdvertisement', 'CiliumBGPPeerConfig', 'CiliumBGPClusterConfig', 'CiliumBGPPeeringPolicy', 'CiliumBGPNodeConfigOverride']);
+
 /** Server-side fields an apply must not carry. */
 const SERVER_FIELDS = ['resourceVersion', 'uid', 'creationTimestamp', 'managedFields', 'generation', 'selfLink'];
 const LAST_APPLIED = 'kubectl.kubernetes.io/last-applied-configuration';
@@ -92,7 +96,8 @@ function fromMetalLB(d: Doc, warn: (m: string) => void): Doc {
       exprs.push(...(selectors[0].matchExpressions ?? []));
     }
     if (alloc.namespaceSelectors?.length) warn(`IPAddressPool ${name}: namespaceSelectors (labels of namespaces) are not supported; list the namespaces instead (ferry.dev/service-namespace In [...])`);
-    if (alloc.priority !== undefined) warn(`IPAddressPool ${name}: priority ${alloc.priority} is not kept; ferry takes pools with a serviceSelector first, then the others, oldest first`);
+    // MetalLB's 0 is its "none" (after every pool with a priority), as it is ferry's.
+    if (alloc.priority !== undefined && alloc.priority !== 0) out.priority = alloc.priority;
     if (labels || exprs.length) out.serviceSelector = { ...(labels ? { matchLabels: labels } : {}), ...(exprs.length ? { matchExpressions: exprs } : {}) };
   }
   return poolDoc(name, out, `metallb.io IPAddressPool ${name}`);
@@ -160,8 +165,8 @@ export function migrate(input: unknown[]): Migration {
     else if (kind === 'Service' && d.apiVersion === 'v1') {
       const s = fromService(d, warn);
       if (s) docs.push(s);
-    } else if (kind === 'L2Advertisement' || kind === 'BGPAdvertisement' || kind === 'CiliumL2AnnouncementPolicy' || kind === 'CiliumBGPAdvertisement') {
-      warn(`${kind} ${String((d.metadata as Meta)?.name ?? '')}: announcements are not migrated (ferry's L2 and BGP announcements are not built yet)`);
+    } else if ((group === 'metallb.io' || group === 'cilium.io') && ANNOUNCEMENT_KINDS.has(kind)) {
+      warn(`${kind} ${String((d.metadata as Meta)?.name ?? '')}: announcements are not migrated; write ferry's own (L2AnnouncementPolicy, or BGPPeer and BGPAdvertisement of ferry.dev: README "L2 announcements" and "BGP")`);
     } else warn(`${kind || 'an object without a kind'} ${String((d.metadata as Meta)?.name ?? '')}: not something ferry migrates; skipped`);
   }
   return { docs, warnings };

@@ -42,6 +42,8 @@ export function poolInput(p: PoolObject): PoolInput {
       ...(flag(spec.allowFirstLastIPs) !== undefined ? { allowFirstLastIPs: flag(spec.allowFirstLastIPs) } : {}),
       ...(flag(spec.autoAssign) !== undefined ? { autoAssign: flag(spec.autoAssign) } : {}),
       ...(flag(spec.disabled) !== undefined ? { disabled: flag(spec.disabled) } : {}),
+      // Passed as it is: a priority of the wrong type makes the pool not Ready, with the reason.
+      ...(spec.priority !== undefined ? { priority: spec.priority as number } : {}),
     },
   };
 }

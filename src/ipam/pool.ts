@@ -8,6 +8,8 @@ import { selectorError, type LabelSelector } from './selector.js';
 
 /** More blocks than this make a pool invalid (the CRD's maxItems). */
 export const MAX_BLOCKS = 1024;
+/** The largest priority (the CRD's maximum: a Kubernetes int32). */
+export const MAX_PRIORITY = 2147483647;
 
 export interface PoolBlock {
   cidr?: string;
@@ -24,6 +26,9 @@ export interface PoolSpec {
   autoAssign?: boolean;
   /** No new addresses from this pool; those given stay. */
   disabled?: boolean;
+  /** The order pools are tried in for a Service that names none: 1 first; 0 or none after
+   * every pool with a priority (MetalLB's serviceAllocation.priority). */
+  priority?: number;
 }
 
 export interface PoolInput {
@@ -42,6 +47,8 @@ export interface Pool {
   allowFirstLast: boolean;
   autoAssign: boolean;
   disabled: boolean;
+  /** 0: none (tried after every pool with one). */
+  priority: number;
   /** Why the pool hands out nothing (bad blocks, a bad selector). */
   errors: string[];
   /** The older pool this one overlaps, if any. */
@@ -86,6 +93,9 @@ export function parsePool(input: PoolInput): Pool {
   }
   const selErr = selectorError(input.spec.serviceSelector);
   if (selErr) errors.push(`serviceSelector: ${selErr}`);
+  const priority: unknown = input.spec.priority ?? 0;
+  const priorityOk = typeof priority === 'number' && Number.isInteger(priority) && priority >= 0 && priority <= MAX_PRIORITY;
+  if (!priorityOk) errors.push(`priority ${JSON.stringify(priority)}: an integer from 0 to ${MAX_PRIORITY} (1 is tried first; 0 or none after every pool with a priority)`);
   const allowFirstLast = input.spec.allowFirstLastIPs ?? false;
   const total = errors.length ? 0 : ranges.reduce((n, [a, b]) => n + (b - a + 1) - (allowFirstLast ? 0 : edgeAddresses(a, b)), 0);
   return {
@@ -97,6 +107,7 @@ export function parsePool(input: PoolInput): Pool {
     allowFirstLast,
     autoAssign: input.spec.autoAssign ?? true,
     disabled: input.spec.disabled ?? false,
+    priority: priorityOk ? priority : 0,
     errors,
     total,
   };

@@ -55,7 +55,7 @@ afterAll(async () => {
 describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'LB-IPAM through kubectl', () => {
   it('pools: kubectl shows usage; a malformed pool is rejected (422) and a pool the schema cannot judge says why it is not Ready', async () => {
     const table = await eventually(async () => (await kubectl(['get', 'loadbalancerippools'])).out, (o) => /default\s+false\s+254\s+0\s+254\s+True/.test(o));
-    expect(table).toMatch(/NAME\s+DISABLED\s+TOTAL\s+USED\s+AVAILABLE\s+READY\s+AGE/);
+    expect(table).toMatch(/NAME\s+DISABLED\s+PRIORITY\s+TOTAL\s+USED\s+AVAILABLE\s+READY\s+AGE/);
     const empty = await apply('apiVersion: ferry.dev/v1alpha1\nkind: LoadBalancerIPPool\nmetadata: {name: empty}\nspec: {blocks: []}\n');
     expect(empty.code).not.toBe(0);
     expect(empty.err).toMatch(/is invalid.*spec\.blocks/s);
@@ -78,6 +78,21 @@ spec: {blocks: [{cidr: 10.0.100.128/25}]}
     const overlap = await eventually(async () => JSON.parse((await kubectl(['get', 'lbpool', 'overlap', '-o', 'json'])).out), (p) => p.status?.conditions !== undefined);
     expect(overlap.status.conditions).toMatchObject([{ type: 'Ready', status: 'False', reason: 'Conflict' }, { type: 'Conflict', status: 'True', message: 'overlaps the older pool default, which keeps the addresses' }]);
     expect((await kubectl(['delete', 'lbpool', 'sloppy', 'overlap'])).code).toBe(0);
+  });
+
+  it('priority: a younger pool with a priority serves before the older pool for everyone; a negative one is rejected (422)', async () => {
+    const preferred = 'apiVersion: ferry.dev/v1alpha1\nkind: LoadBalancerIPPool\nmetadata: {name: preferred}\nspec: {blocks: [{cidr: 10.0.105.0/30}], priority: 1}\n';
+    expect((await apply(preferred)).code).toBe(0);
+    // PRIORITY 1; TOTAL 3 (.1-.3: a /24's .0 is skipped), none used yet.
+    const shown = /preferred\s+false\s+1\s+3\s+0\s+3\s+True/;
+    expect(await eventually(async () => (await kubectl(['get', 'lbpool', 'preferred'])).out, (o) => shown.test(o))).toMatch(shown);
+    expect((await apply(lbService('prefers'))).code).toBe(0);
+    expect(await eventually(() => ipOf('prefers'), (ip) => ip !== '')).toBe('10.0.105.1');
+    expect(await conditionOf('prefers')).toMatchObject({ reason: 'Allocated', message: '10.0.105.1 from pool preferred' });
+    const negative = await apply(preferred.replace('name: preferred', 'name: negative').replace('10.0.105.0/30', '10.0.106.0/30').replace('priority: 1', 'priority: -1'));
+    expect(negative.err).toMatch(/is invalid.*spec\.priority/s);
+    await kubectl(['delete', 'svc', 'prefers']);
+    expect((await kubectl(['delete', 'lbpool', 'preferred'])).code).toBe(0);
   });
 
   it('requests: spec.loadBalancerIP, the annotations, and what cannot be granted says why (condition and Event)', async () => {
@@ -140,7 +155,8 @@ spec: {blocks: [{cidr: 10.0.100.128/25}]}
     expect(await eventually(() => ipOf('first'), (x) => x !== '')).toBe('10.0.104.1');
     expect((await apply(lbService('second', { annotations: inTiny }))).code).toBe(0);
     expect(await eventually(() => conditionOf('second'), (c) => c !== undefined)).toMatchObject({ reason: 'PoolExhausted', message: 'no free address in pool tiny' });
-    expect(await eventually(async () => (await kubectl(['get', 'lbpool', 'tiny'])).out, (o) => /tiny\s+false\s+1\s+1\s+0\s+True/.test(o))).toMatch(/tiny/);
+    const exhausted = /tiny\s+false\s+1\s+1\s+0\s+True/; // TOTAL 1, USED 1, AVAILABLE 0 (no PRIORITY)
+    expect(await eventually(async () => (await kubectl(['get', 'lbpool', 'tiny'])).out, (o) => exhausted.test(o))).toMatch(exhausted);
     expect((await apply(pool('10.0.104.2'))).code).toBe(0);
     expect(await eventually(() => ipOf('second'), (x) => x !== '')).toBe('10.0.104.2');
     expect(await ipOf('first')).toBe('10.0.104.1');
@@ -150,7 +166,7 @@ spec: {blocks: [{cidr: 10.0.100.128/25}]}
     expect(list.stdout).toMatch(/10\.0\.104\.1\s+tiny\s+default\/first\s+80\/TCP\s+Cluster/);
     expect(list.stdout).toMatch(/10\.0\.104\.2\s+tiny\s+default\/second/);
     const pools = await exec(process.execPath, [FERRY, 'lb', 'pools', '--kubeconfig', sb.kubeconfig]);
-    expect(pools.stdout).toMatch(/tiny\s+10\.0\.104\.1-10\.0\.104\.2\s+\(every Service\)\s+2\s+2\s+0\s+True/);
+    expect(pools.stdout).toMatch(/tiny\s+10\.0\.104\.1-10\.0\.104\.2\s+\(every Service\)\s+-\s+2\s+2\s+0\s+True/);
   });
 
   it('kill -9 the leader: the other replica takes over within 15 s and no address changes', async () => {

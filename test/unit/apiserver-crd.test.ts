@@ -44,6 +44,8 @@ describe('custom resources', () => {
     ['a block with a cidr and a range', { blocks: [{ cidr: '10.0.0.0/24', start: '10.0.1.1', stop: '10.0.1.2' }] }, 'spec.blocks[0]: Invalid value: {"cidr":"10.0.0.0/24","start":"10.0.1.1","stop":"10.0.1.2"}: spec.blocks[0] in body must match exactly one schema in oneOf'],
     ['an unknown operator', { blocks: [{ cidr: '10.0.0.0/24' }], serviceSelector: { matchExpressions: [{ key: 'a', operator: 'Near' }] } }, 'spec.serviceSelector.matchExpressions[0].operator: Unsupported value: "Near": supported values: "In", "NotIn", "Exists", "DoesNotExist"'],
     ['a wrong type', { blocks: [{ cidr: '10.0.0.0/24' }], autoAssign: 'yes' }, 'spec.autoAssign: Invalid value: "string": spec.autoAssign in body must be of type boolean: "string"'],
+    ['a negative priority', { blocks: [{ cidr: '10.0.0.0/24' }], priority: -1 }, 'spec.priority: Invalid value: -1: spec.priority in body should be greater than or equal to 0'],
+    ['a priority beyond int32', { blocks: [{ cidr: '10.0.0.0/24' }], priority: 2 ** 31 }, `spec.priority: Invalid value: ${2 ** 31}: spec.priority in body should be less than or equal to 2147483647`],
     ['no spec', undefined, 'spec: Required value'],
   ])('refuses %s with 422 Invalid', async (_what, spec, message) => {
     const r = await call('POST', POOLS, { apiVersion: 'ferry.dev/v1alpha1', kind: 'LoadBalancerIPPool', metadata: { name: 'bad' }, ...(spec ? { spec } : {}) });
@@ -67,11 +69,11 @@ describe('custom resources', () => {
   it('discovery and tables show it as kubectl wants', async () => {
     expect((await call('GET', '/apis')).json.groups.map((g: { name: string }) => g.name)).toContain('ferry.dev');
     expect((await call('GET', '/apis/ferry.dev/v1alpha1')).json.resources.map((r: { name: string }) => r.name)).toEqual(['loadbalancerippools', 'loadbalancerippools/status']);
-    await call('POST', POOLS, pool('p', { blocks: [{ cidr: '10.0.100.0/24' }] }));
+    await call('POST', POOLS, pool('p', { blocks: [{ cidr: '10.0.100.0/24' }], priority: 5 }));
     await call('PUT', `${POOLS}/p/status`, { ...(await call('GET', `${POOLS}/p`)).json, status: { total: 254, used: 3, available: 251, conditions: [{ type: 'Ready', status: 'True' }] } });
     const t = (await call('GET', POOLS, undefined, 'application/json;as=Table;v=v1;g=meta.k8s.io,application/json')).json;
-    expect(t.columnDefinitions.map((c: { name: string }) => c.name)).toEqual(['Name', 'Disabled', 'Total', 'Used', 'Available', 'Ready', 'Age']);
-    expect(t.rows[0].cells.slice(0, 6)).toEqual(['p', false, 254, 3, 251, 'True']);
+    expect(t.columnDefinitions.map((c: { name: string }) => c.name)).toEqual(['Name', 'Disabled', 'Priority', 'Total', 'Used', 'Available', 'Ready', 'Age']);
+    expect(t.rows[0].cells.slice(0, 7)).toEqual(['p', false, 5, 254, 3, 251, 'True']);
   });
 });
 

@@ -4,12 +4,15 @@ import { describe, expect, it } from 'vitest';
 import { allocate, type ServiceInput } from '../../src/ipam/allocator.js';
 import { parsePool, resolvePools, type PoolInput, type PoolSpec } from '../../src/ipam/pool.js';
 import { selectorMatches } from '../../src/ipam/selector.js';
+import { poolInput } from '../../src/ipam/pool-resource.js';
 import { isOurs, serviceInput } from '../../src/ipam/service-request.js';
 
+// Creation times that only grow (a wrap-around would make a later object the older).
 let clock = 0;
-const pool = (name: string, spec: PoolSpec, created = `2026-01-01T00:00:${String(clock++ % 60).padStart(2, '0')}Z`): PoolInput => ({ name, created, spec });
+const tick = (base: number) => new Date(base + clock++ * 1000).toISOString();
+const pool = (name: string, spec: PoolSpec, created = tick(Date.UTC(2026, 0, 1))): PoolInput => ({ name, created, spec });
 const svc = (key: string, o: Partial<ServiceInput> = {}): ServiceInput => ({
-  key, namespace: key.split('/')[0]!, created: o.created ?? `2026-02-01T00:00:${String(clock++ % 60).padStart(2, '0')}Z`,
+  key, namespace: key.split('/')[0]!, created: o.created ?? tick(Date.UTC(2026, 1, 1)),
   labels: { 'ferry.dev/service-namespace': key.split('/')[0]!, 'ferry.dev/service-name': key.split('/')[1]!, ...o.labels },
   requestedIPs: [], ports: ['TCP/80'], etpLocal: false, selector: 'app=x', current: [], ...o,
 });
@@ -30,10 +33,20 @@ describe('pools', () => {
     ['no blocks', { blocks: [] }, 0, ['no blocks']],
     ['blocks overlapping each other', { blocks: [{ cidr: '10.0.100.0/24' }, { start: '10.0.100.10', stop: '10.0.100.20' }] }, 0, ['blocks overlap at 10.0.100.10']],
     ['an IPv6 block is kept, and gives nothing yet', { blocks: [{ cidr: 'fd00::/120' }, { cidr: '10.0.100.0/30' }] }, 3, []],
+    ['a priority that is no integer', { blocks: [{ cidr: '10.0.100.0/30' }], priority: 1.5 }, 0, ['priority 1.5: an integer from 0 to 2147483647 (1 is tried first; 0 or none after every pool with a priority)']],
+    ['a priority of the wrong type (a pool from before the schema)', { blocks: [{ cidr: '10.0.100.0/30' }], priority: 'high' }, 0, ['priority "high": an integer from 0 to 2147483647 (1 is tried first; 0 or none after every pool with a priority)']],
+    ['a negative priority', { blocks: [{ cidr: '10.0.100.0/30' }], priority: -3 }, 0, ['priority -3: an integer from 0 to 2147483647 (1 is tried first; 0 or none after every pool with a priority)']],
   ])('%s', (_what, spec, total, errors) => {
     const p = parsePool(pool('p', spec as PoolSpec));
     expect(p.total).toBe(total);
     expect(p.errors).toEqual(errors);
+  });
+
+  it('the resource reader passes a priority on, of any type, for the pool to judge', () => {
+    const read = (priority: unknown) => parsePool(poolInput({ metadata: { name: 'p', creationTimestamp: '2026-01-01T00:00:00Z' }, spec: { blocks: [{ cidr: '10.0.100.0/30' }], priority } as never }));
+    expect(read(7)).toMatchObject({ priority: 7, errors: [] });
+    expect(read(undefined)).toMatchObject({ priority: 0, errors: [] });
+    expect(read({ high: true })).toMatchObject({ priority: 0, total: 0, errors: [expect.stringMatching(/^priority \{"high":true\}: an integer/)] });
   });
 
   it('a pool that overlaps an older one is in conflict; the older wins', () => {
@@ -100,6 +113,37 @@ describe('allocation', () => {
     const full = allocate([everyone, pool('one', { blocks: [{ start: '10.0.101.1', stop: '10.0.101.1' }], serviceSelector: { matchLabels: { tier: 'web' } } })], [svc('d/w1', { labels: { tier: 'web' } }), svc('d/w2', { labels: { tier: 'web' } })]);
     expect(outcome(full, 'd/w1')).toEqual(['Allocated', '10.0.101.1']);
     expect(outcome(full, 'd/w2')).toEqual(['Allocated', '10.0.100.1']);
+  });
+
+  it('pools are tried by priority (1 first, 0 or none last), then selective before for-everyone, then the older', () => {
+    const t = (n: number) => `2026-01-0${n}T00:00:00Z`;
+    const block = (third: number) => ({ blocks: [{ start: `10.0.${third}.1`, stop: `10.0.${third}.1` }] });
+    const web = { serviceSelector: { matchLabels: { tier: 'web' } } };
+    // Oldest first in the input; each pool holds one address, so the order shows in who gets which.
+    const pools = [
+      pool('old-everyone', block(100), t(1)),
+      pool('old-web', { ...block(101), ...web }, t(2)),
+      pool('zero-web', { ...block(102), ...web, priority: 0 }, t(3)),
+      pool('prio-20', block(103), t(4)),
+      pool('prio-10-everyone', { ...block(104), priority: 10 }, t(5)),
+      pool('prio-10-web', { ...block(105), ...web, priority: 10 }, t(6)),
+      pool('prio-20-everyone', { ...block(106), priority: 20 }, t(7)),
+    ];
+    pools[3]!.spec.priority = 20;
+    const services = Array.from({ length: 8 }, (_, i) => svc(`d/s${i}`, { created: `2026-02-01T00:00:0${i}Z`, labels: { tier: 'web' } }));
+    const r = allocate(pools, services);
+    expect(services.map((s) => r.services.get(s.key)!.pool ?? r.services.get(s.key)!.reason)).toEqual([
+      'prio-10-web', 'prio-10-everyone', // priority 10: the selective pool first, though younger
+      'prio-20', 'prio-20-everyone', // priority 20: both for everyone, the older first
+      'old-web', 'zero-web', 'old-everyone', // none or 0: selective (older first), then for everyone
+      'PoolExhausted',
+    ]);
+    // A Service the prioritized pools do not select gets the first of the rest that does.
+    const other = allocate(pools, [svc('d/db', { labels: { tier: 'db' } })]);
+    expect(other.services.get('d/db')!.pool).toBe('prio-10-everyone');
+    // A priority moves no address already given.
+    const kept = allocate(pools, [svc('d/held', { labels: { tier: 'web' }, current: ['10.0.100.1'] })]);
+    expect(outcome(kept, 'd/held')).toEqual(['Allocated', '10.0.100.1']);
   });
 
   it('a requested address in use by another Service is not taken from it', () => {

@@ -19,7 +19,7 @@ describe('ferry migrate', () => {
     expect(production).toMatchObject({ apiVersion: 'ferry.dev/v1alpha1', spec: { blocks: [{ cidr: '10.0.110.0/24' }, { start: '10.0.111.10', stop: '10.0.111.20' }], allowFirstLastIPs: true } });
     expect(parsePool(poolInput(production)).total).toBe(256 + 11); // MetalLB handed out .0 and .255: so does the ferry pool
     expect(byName(m.docs, 'LoadBalancerIPPool', 'team-db').spec).toEqual({
-      blocks: [{ cidr: '10.0.112.0/28' }], allowFirstLastIPs: false, autoAssign: false,
+      blocks: [{ cidr: '10.0.112.0/28' }], allowFirstLastIPs: false, autoAssign: false, priority: 10,
       serviceSelector: { matchLabels: { tier: 'database' }, matchExpressions: [{ key: 'ferry.dev/service-namespace', operator: 'In', values: ['db', 'db-staging'] }] },
     });
     const tcp = byName(m.docs, 'Service', 'dns-tcp');
@@ -30,8 +30,7 @@ describe('ferry migrate', () => {
     expect(byName(m.docs, 'Service', 'dns-udp').metadata.annotations['ferry.dev/sharing-key']).toBe('dns');
     expect(m.docs.find((d) => (d.metadata as { name: string }).name === 'plain')).toBeUndefined(); // nothing to change
     expect(m.warnings).toEqual([
-      'IPAddressPool team-db: priority 10 is not kept; ferry takes pools with a serviceSelector first, then the others, oldest first',
-      'L2Advertisement l2: announcements are not migrated (ferry\'s L2 and BGP announcements are not built yet)',
+      'L2Advertisement l2: announcements are not migrated; write ferry\'s own (L2AnnouncementPolicy, or BGPPeer and BGPAdvertisement of ferry.dev: README "L2 announcements" and "BGP")',
     ]);
   });
 
