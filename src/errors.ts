@@ -23,6 +23,8 @@ export const ErrorCode = {
   Compile: 'FERRY_COMPILE',
   TestRun: 'FERRY_TEST_RUN',
   Netns: 'FERRY_NETNS',
+  /** Something that takes one user at a time has one (ferry monitor). */
+  Busy: 'FERRY_BUSY',
   Config: 'FERRY_CONFIG',
   Internal: 'FERRY_INTERNAL',
 } as const;

@@ -1,6 +1,6 @@
 /* ferry monitor: while it asks (the ferry_monitor switch), report drops with their reason
- * and traces of translations (the packet before and after) through the ring buffer. Costs
- * one array lookup per packet otherwise. */
+ * and traces of translations (the packet before and after) through the ring buffer, while
+ * its lease holds. Costs one array lookup per packet otherwise. */
 #ifndef FERRY_LIB_MONITOR_H
 #define FERRY_LIB_MONITOR_H
 
@@ -11,8 +11,13 @@ static __always_inline __u32 monitor_flags(void)
 {
 	__u32 zero = 0;
 	struct ferry_monitor *m = bpf_map_lookup_elem(&ferry_monitor, &zero);
+	struct ferry_monitor_lease *lease;
 
-	return m ? m->flags : 0;
+	if (!m || !m->flags)
+		return 0;
+	/* Only while the monitor's lease holds (struct ferry_monitor_lease). */
+	lease = bpf_map_lookup_elem(&ferry_monitor_lease, &zero);
+	return lease && ferry_now() < lease->until_ns ? m->flags : 0;
 }
 
 /* What an event tells of the packet as it arrived. */

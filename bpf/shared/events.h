@@ -27,6 +27,16 @@ struct ferry_monitor {
 	__u32 pad;
 };
 
+/* Held by the monitor reading the events, renewed while it reads: events are sent only
+ * until it lapses, so a monitor killed before it could turn them off leaves them on for
+ * seconds, not for good; and a second monitor is refused while another's holds (two
+ * readers of one ring buffer would each get some of the events). */
+struct ferry_monitor_lease {
+	__u64 until_ns; /* CLOCK_MONOTONIC */
+	__u32 owner;    /* the monitor's process id, in its own pid namespace */
+	__u32 pad;
+};
+
 struct ferry_event {
 	__u64 ts_ns;
 	__u32 type;     /* enum ferry_event_type */

@@ -279,6 +279,7 @@ export const lb4AddrFilterCodec = structCodec('lb4_addr_filter', { ready: { type
 export const handoverCodec = structCodec('ferry_handover', { untilNs: { type: 'u64' } });
 export const hopEpochCodec = structCodec('ferry_hop_epoch', { sinceNs: { type: 'u64' } });
 export const monitorCodec = structCodec('ferry_monitor', { flags: { type: 'u32' }, pad: { type: 'pad', length: 4 } });
+export const monitorLeaseCodec = structCodec('ferry_monitor_lease', { untilNs: { type: 'u64' }, owner: { type: 'u32' }, pad: { type: 'pad', length: 4 } });
 export const scratchCodec = structCodec('ferry_scratch', { lastDrop: { type: 'u32' }, lastStat: { type: 'u32' } });
 export const eventCodec = structCodec('ferry_event', {
   tsNs: { type: 'u64' },
@@ -329,6 +330,7 @@ export const mapSpecs = {
   ferry_stats: { key: u32Codec, value: counterCodec, sizeSetting: undefined },
   ferry_drops: { key: u32Codec, value: counterCodec, sizeSetting: undefined },
   ferry_monitor: { key: u32Codec, value: monitorCodec, sizeSetting: undefined },
+  ferry_monitor_lease: { key: u32Codec, value: monitorLeaseCodec, sizeSetting: undefined },
   ferry_handover: { key: u32Codec, value: handoverCodec, sizeSetting: undefined },
   ferry_hop_epoch: { key: u32Codec, value: hopEpochCodec, sizeSetting: undefined },
   ferry_scratch: { key: u32Codec, value: scratchCodec, sizeSetting: undefined },

@@ -1,9 +1,11 @@
 // Datapath events for `ferry monitor`: drops (with reason and 5-tuple) and traces of
 // translations from the ring buffer. The programs send them only while the switch in
-// ferry_monitor asks; watching turns it on and, on the way out, off again.
+// ferry_monitor asks and the monitor's lease (ferry_monitor_lease) holds; watching takes
+// the lease, renews it, turns the switch on and, on the way out, both off again.
 import { join } from 'node:path';
+import { monotonicNs } from './ct-gc.js';
 import { DropReason, EventType, Hook, MonitorFlags, Stat, eventCodec, protoName, type FerryEvent } from './layouts.js';
-import { ErrorCode, errnoError } from '../errors.js';
+import { ErrorCode, FerryError, errnoError } from '../errors.js';
 import { libbpf } from '../ebpf/libbpf.js';
 import { RingBufferReader } from '../ebpf/ringbuf.js';
 import { PinnedDatapath } from './pinned-view.js';
@@ -46,6 +48,11 @@ export interface WatchOptions {
   onEvent: (e: DatapathEvent) => void;
 }
 
+/** A monitor's lease lasts this long unrenewed (a killed monitor's events stop within it);
+ * it is renewed every MONITOR_RENEW_MS. */
+export const MONITOR_LEASE_MS = 5000;
+export const MONITOR_RENEW_MS = 1000;
+
 /** Turn events on, hand each to onEvent until the signal (or `count`), turn them off. */
 export async function watchEvents(o: WatchOptions, signal: AbortSignal): Promise<number> {
   const flags = (o.kinds.includes('drop') ? MonitorFlags.MONITOR_DROPS : 0) | (o.kinds.includes('trace') ? MonitorFlags.MONITOR_TRACES : 0);
@@ -61,14 +68,33 @@ export async function watchEvents(o: WatchOptions, signal: AbortSignal): Promise
       o.onEvent(describeEvent(eventCodec.decode(data)));
     });
     const monitor = dp.writable('ferry_monitor');
+    // A datapath from before the lease (an agent older than this CLI) has no such map: its
+    // switch alone decides, as it did then.
+    const lease = dp.pinned().includes('ferry_monitor_lease') ? dp.writable('ferry_monitor_lease') : undefined;
+    const held = lease?.lookup(0);
+    if (held && held.owner !== process.pid && held.untilNs > monotonicNs() && (monitor.lookup(0)?.flags ?? 0) !== 0) {
+      reader.close();
+      throw new FerryError({ code: ErrorCode.Busy, op: 'ferry monitor', cause: `another monitor (pid ${held.owner}) is reading the events`, hint: `one at a time: two would each get some of them; stop it, or wait ${MONITOR_LEASE_MS / 1000} s if it was killed` });
+    }
+    const renew = (ms: number) => lease?.update(0, { untilNs: ms ? monotonicNs() + BigInt(ms) * 1_000_000n : 0n, owner: ms ? process.pid : 0 });
     try {
+      renew(MONITOR_LEASE_MS);
       monitor.update(0, { flags });
+      let renewed = Date.now();
       while (!signal.aborted && (o.count === 0 || seen < o.count)) {
         reader.poll(100);
+        if (Date.now() - renewed >= MONITOR_RENEW_MS) {
+          renew(MONITOR_LEASE_MS);
+          renewed = Date.now();
+        }
         await new Promise((r) => setImmediate(r));
       }
     } finally {
-      monitor.update(0, { flags: 0 });
+      // Off, unless another monitor took over meanwhile (both started at once).
+      if (!lease || lease.lookup(0)?.owner === process.pid) {
+        monitor.update(0, { flags: 0 });
+        renew(0);
+      }
       reader.close();
     }
     return seen;

@@ -30,6 +30,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   ferry_stats: undefined,
   ferry_drops: undefined,
   ferry_monitor: undefined,
+  ferry_monitor_lease: undefined,
   ferry_handover: undefined,
   ferry_hop_epoch: undefined,
   ferry_scratch: undefined,

@@ -122,6 +122,10 @@ describeWith(['root', 'netns', 'bpffs'], 'ferry CLI on live pins', () => {
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     const flagsOn = () => JSON.parse(ferry('map', 'dump', 'ferry_monitor', '--pin-dir', pins, '-o', 'json').stdout)[0].flags as number;
     for (let i = 0; i < 100 && flagsOn() !== 3; i++) await new Promise((r) => setTimeout(r, 50));
+    // One at a time: a second monitor would take some of the first one's events.
+    const second = ferry('monitor', '--pin-dir', pins, '--count', '1');
+    expect(second.status).not.toBe(0);
+    expect(second.stderr).toMatch(new RegExp(`another monitor \\(pid ${child.pid}\\) is reading the events`));
     await c.client.exec(['curl', '-sS', '--max-time', '1', 'http://10.0.100.70:81/']); // unknown port: dropped
     await c.client.exec(['curl', '-sS', '--max-time', '2', '-o', '/dev/null', 'http://10.0.30.22:30700/']); // SNAT: traced
     for (let i = 0; i < 40 && !(out.includes('"drop"') && out.includes('"trace"')); i++) await new Promise((r) => setTimeout(r, 50));
