@@ -15,6 +15,8 @@ export interface ServiceInput {
   created: string;
   /** The Service's labels plus the pseudo-labels (see serviceLabels). */
   labels: Readonly<Record<string, string>>;
+  /** Its namespace's labels (a pool's namespaceSelector); none when the namespace is not known. */
+  namespaceLabels?: Readonly<Record<string, string>>;
   /** spec.loadBalancerIP and ferry.dev/load-balancer-ips (IPv4). */
   requestedIPs: string[];
   /** ferry.dev/pool */
@@ -69,8 +71,11 @@ interface Holding {
   services: string[];
 }
 
-/** Does the pool select some Services only (a non-empty serviceSelector)? */
-const selective = (p: Pool) => Object.keys(p.selector?.matchLabels ?? {}).length > 0 || (p.selector?.matchExpressions ?? []).length > 0;
+const narrows = (sel: Pool['selector']) => Object.keys(sel?.matchLabels ?? {}).length > 0 || (sel?.matchExpressions ?? []).length > 0;
+/** Does the pool select some Services only (a non-empty serviceSelector or namespaceSelector)? */
+const selective = (p: Pool) => narrows(p.selector) || narrows(p.namespaceSelector);
+/** Does the pool select this Service (its labels, and its namespace's)? */
+const selects = (p: Pool, s: ServiceInput) => selectorMatches(p.selector, s.labels) && selectorMatches(p.namespaceSelector, s.namespaceLabels ?? {});
 
 /** The order in which pools are tried for a Service that names none: by priority (1
  * first; 0 or none after every pool with one, as MetalLB does), then a pool that selects
@@ -134,7 +139,7 @@ export function allocate(poolInputs: PoolInput[], services: ServiceInput[]): All
       const ip = ipToInt(text);
       const pool = poolOf(ip);
       const why = !pool ? 'no pool holds it any more'
-        : !selectorMatches(pool.selector, s.labels) ? `pool ${pool.name} does not select the Service any more`
+        : !selects(pool, s) ? `pool ${pool.name} does not select the Service any more`
         : s.requestedPool && s.requestedPool !== pool.name ? `the Service asks for pool ${s.requestedPool}`
         : s.requestedIPs.length && !s.requestedIPs.includes(text) ? `the Service asks for ${s.requestedIPs.join(', ')}`
         : undefined;
@@ -179,7 +184,7 @@ export function allocate(poolInputs: PoolInput[], services: ServiceInput[]): All
       const pool = poolOf(ip);
       if (!pool) return fail('RequestedIPUnavailable', `${text} is in no usable pool`);
       if (s.requestedPool && pool.name !== s.requestedPool) return fail('RequestedIPUnavailable', `${text} is in pool ${pool.name}, not in ${s.requestedPool}`);
-      if (!selectorMatches(pool.selector, s.labels)) return fail('SelectorMismatch', `${text} is in pool ${pool.name}, which does not select this Service`);
+      if (!selects(pool, s)) return fail('SelectorMismatch', `${text} is in pool ${pool.name}, which does not select this Service`);
       const h = holdings.get(ip);
       if (h) {
         const conflict = sharingConflict(s, h);
@@ -200,11 +205,11 @@ export function allocate(poolInputs: PoolInput[], services: ServiceInput[]): All
       const p = pools.find((x) => x.name === s.requestedPool);
       if (!p) return { ips: [], reason: 'NoPool', message: `pool ${s.requestedPool} does not exist` };
       if (!poolUsable(p)) return { ips: [], reason: 'NoPool', message: `pool ${p.name} is not usable: ${p.conflictWith ? `it overlaps the older pool ${p.conflictWith}` : p.errors.join('; ')}` };
-      if (!selectorMatches(p.selector, s.labels)) return { ips: [], reason: 'SelectorMismatch', message: `pool ${p.name} does not select this Service` };
+      if (!selects(p, s)) return { ips: [], reason: 'SelectorMismatch', message: `pool ${p.name} does not select this Service` };
       if (p.disabled) return { ips: [], reason: 'NoPool', message: `pool ${p.name} is disabled` };
       candidates = [p];
     } else {
-      candidates = ordered.filter((p) => p.autoAssign && !p.disabled && selectorMatches(p.selector, s.labels));
+      candidates = ordered.filter((p) => p.autoAssign && !p.disabled && selects(p, s));
       if (candidates.length === 0) return { ips: [], reason: 'NoPool', message: usable.length ? 'no pool that assigns addresses by itself selects this Service' : 'there is no usable pool' };
     }
     const key = sharingKeyOf(s);

@@ -5,6 +5,7 @@ import type { V1Service } from '@kubernetes/client-node';
 import { ipToInt } from './ipv4.js';
 import { poolContains, resolvePools } from './pool.js';
 import { poolInput, type PoolObject } from './pool-resource.js';
+import type { LabelSelector } from './selector.js';
 import { serviceKey } from './service-request.js';
 import { CONDITION_IP_ALLOCATED } from './status.js';
 import { isIPv4 } from 'node:net';
@@ -95,11 +96,11 @@ export function poolRows(pools: readonly PoolObject[]): PoolRow[] {
     const spec = poolInput(p).spec;
     const ready = p.status?.conditions?.find((c) => c.type === 'Ready');
     const num = (n: number | undefined) => (n === undefined ? '?' : String(n));
-    const sel = spec.serviceSelector;
-    const selector = [
-      ...Object.entries(sel?.matchLabels ?? {}).map(([k, v]) => `${k}=${v}`),
-      ...(sel?.matchExpressions ?? []).map((e) => `${e.key} ${e.operator}${e.values ? ` (${e.values.join(',')})` : ''}`),
-    ].join(', ');
+    const terms = (sel: LabelSelector | undefined, prefix = '') => [
+      ...Object.entries(sel?.matchLabels ?? {}).map(([k, v]) => `${prefix}${k}=${v}`),
+      ...(sel?.matchExpressions ?? []).map((e) => `${prefix}${e.key} ${e.operator}${e.values ? ` (${e.values.join(',')})` : ''}`),
+    ];
+    const selector = [...terms(spec.serviceSelector), ...terms(spec.namespaceSelector, 'namespace ')].join(', ');
     return {
       name: p.metadata?.name ?? '',
       blocks: (spec.blocks ?? []).map((b) => b.cidr ?? `${b.start}-${b.stop}`).join(', '),

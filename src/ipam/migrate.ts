@@ -77,7 +77,7 @@ function rename(sel: LabelSelector | undefined, keys: Record<string, string>): L
 
 function fromMetalLB(d: Doc, warn: (m: string) => void): Doc {
   const name = String((d.metadata as Meta)?.name ?? '');
-  const spec = (isObj(d.spec) ? d.spec : {}) as { addresses?: string[]; autoAssign?: boolean; avoidBuggyIPs?: boolean; serviceAllocation?: { priority?: number; namespaces?: string[]; namespaceSelectors?: unknown[]; serviceSelectors?: LabelSelector[] } };
+  const spec = (isObj(d.spec) ? d.spec : {}) as { addresses?: string[]; autoAssign?: boolean; avoidBuggyIPs?: boolean; serviceAllocation?: { priority?: number; namespaces?: string[]; namespaceSelectors?: LabelSelector[]; serviceSelectors?: LabelSelector[] } };
   const out: PoolSpec = {
     blocks: (spec.addresses ?? []).map(metallbBlock),
     // MetalLB hands out .0 and .255 unless avoidBuggyIPs: keep what it did.
@@ -95,7 +95,15 @@ function fromMetalLB(d: Doc, warn: (m: string) => void): Doc {
       labels = selectors[0].matchLabels;
       exprs.push(...(selectors[0].matchExpressions ?? []));
     }
-    if (alloc.namespaceSelectors?.length) warn(`IPAddressPool ${name}: namespaceSelectors (labels of namespaces) are not supported; list the namespaces instead (ferry.dev/service-namespace In [...])`);
+    // MetalLB takes a Service whose namespace is listed *or* matches a namespaceSelector;
+    // ferry's selectors must all match, so with both only the list is kept (as before
+    // ferry had namespaceSelector).
+    const nsSelectors = alloc.namespaceSelectors ?? [];
+    if (nsSelectors.length && alloc.namespaces?.length) warn(`IPAddressPool ${name}: namespaces or namespaceSelectors (either) cannot be expressed together; kept the namespaces — split the pool to keep both`);
+    else {
+      if (nsSelectors.length > 1) warn(`IPAddressPool ${name}: ${nsSelectors.length} namespaceSelectors (any of them) cannot be one ferry namespaceSelector; kept the first — split the pool, or label the namespaces alike`);
+      if (nsSelectors[0]?.matchLabels || nsSelectors[0]?.matchExpressions) out.namespaceSelector = nsSelectors[0];
+    }
     // MetalLB's 0 is its "none" (after every pool with a priority), as it is ferry's.
     if (alloc.priority !== undefined && alloc.priority !== 0) out.priority = alloc.priority;
     if (labels || exprs.length) out.serviceSelector = { ...(labels ? { matchLabels: labels } : {}), ...(exprs.length ? { matchExpressions: exprs } : {}) };

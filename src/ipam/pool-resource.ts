@@ -39,6 +39,7 @@ export function poolInput(p: PoolObject): PoolInput {
     spec: {
       blocks,
       ...(spec.serviceSelector !== undefined ? { serviceSelector: spec.serviceSelector as LabelSelector } : {}),
+      ...(spec.namespaceSelector !== undefined ? { namespaceSelector: spec.namespaceSelector as LabelSelector } : {}),
       ...(flag(spec.allowFirstLastIPs) !== undefined ? { allowFirstLastIPs: flag(spec.allowFirstLastIPs) } : {}),
       ...(flag(spec.autoAssign) !== undefined ? { autoAssign: flag(spec.autoAssign) } : {}),
       ...(flag(spec.disabled) !== undefined ? { disabled: flag(spec.disabled) } : {}),

@@ -20,6 +20,8 @@ export interface PoolBlock {
 export interface PoolSpec {
   blocks?: PoolBlock[];
   serviceSelector?: LabelSelector;
+  /** Which namespaces' Services, by the namespaces' labels (with serviceSelector: both must match). */
+  namespaceSelector?: LabelSelector;
   /** Hand out each /24's .0 and .255 too (default: skip them, as some clients mistreat them). */
   allowFirstLastIPs?: boolean;
   /** Take addresses from this pool for Services that name no pool and no address (default true). */
@@ -44,6 +46,7 @@ export interface Pool {
   ranges: Array<[number, number]>;
   ipv6Blocks: number;
   selector: LabelSelector | undefined;
+  namespaceSelector: LabelSelector | undefined;
   allowFirstLast: boolean;
   autoAssign: boolean;
   disabled: boolean;
@@ -93,6 +96,8 @@ export function parsePool(input: PoolInput): Pool {
   }
   const selErr = selectorError(input.spec.serviceSelector);
   if (selErr) errors.push(`serviceSelector: ${selErr}`);
+  const nsErr = selectorError(input.spec.namespaceSelector);
+  if (nsErr) errors.push(`namespaceSelector: ${nsErr}`);
   const priority: unknown = input.spec.priority ?? 0;
   const priorityOk = typeof priority === 'number' && Number.isInteger(priority) && priority >= 0 && priority <= MAX_PRIORITY;
   if (!priorityOk) errors.push(`priority ${JSON.stringify(priority)}: an integer from 0 to ${MAX_PRIORITY} (1 is tried first; 0 or none after every pool with a priority)`);
@@ -104,6 +109,7 @@ export function parsePool(input: PoolInput): Pool {
     ranges,
     ipv6Blocks,
     selector: input.spec.serviceSelector,
+    namespaceSelector: input.spec.namespaceSelector,
     allowFirstLast,
     autoAssign: input.spec.autoAssign ?? true,
     disabled: input.spec.disabled ?? false,

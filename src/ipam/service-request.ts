@@ -41,7 +41,8 @@ export function isoTime(t: Date | string | undefined): string {
   return t instanceof Date ? t.toISOString() : (t ?? '');
 }
 
-export function serviceInput(svc: V1Service): ServiceInput {
+/** `namespaceLabels`: the labels of the Service's namespace (a pool's namespaceSelector). */
+export function serviceInput(svc: V1Service, namespaceLabels?: Readonly<Record<string, string>>): ServiceInput {
   const annotations = svc.metadata?.annotations ?? {};
   const asked = [
     ...(svc.spec?.loadBalancerIP ? [svc.spec.loadBalancerIP] : []),
@@ -55,6 +56,7 @@ export function serviceInput(svc: V1Service): ServiceInput {
     namespace: svc.metadata?.namespace ?? 'default',
     created: isoTime(svc.metadata?.creationTimestamp),
     labels: serviceLabels(svc),
+    ...(namespaceLabels ? { namespaceLabels } : {}),
     requestedIPs,
     ...(annotations[ANNOTATION_POOL] ? { requestedPool: annotations[ANNOTATION_POOL] } : {}),
     ...(annotations[ANNOTATION_SHARING_KEY] ? { sharingKey: annotations[ANNOTATION_SHARING_KEY] } : {}),

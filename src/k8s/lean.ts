@@ -1,7 +1,7 @@
 // What the agent's caches keep of Services, EndpointSlices and Nodes: only the fields
 // ferry reads. At 50k Services the caches are most of the agent's memory; a real
 // cluster's objects also carry pod references, node images and annotations by the KiB.
-import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
+import type { V1EndpointSlice, V1Namespace, V1Node, V1Service } from '@kubernetes/client-node';
 
 const TRIGGER_TIME = 'endpoints.kubernetes.io/last-change-trigger-time';
 /** Service annotations ferry (or kube-proxy's semantics) may read. */
@@ -84,4 +84,10 @@ export function leanNode(n: V1Node): V1Node {
     // Not images, conditions, capacity or nodeInfo: only the addresses.
     status: { addresses: n.status?.addresses },
   };
+}
+
+/** The operator's namespaces: their labels (pools' namespaceSelectors), nothing else. */
+export function leanNamespace(n: V1Namespace): V1Namespace {
+  const m = n.metadata ?? {};
+  return { metadata: { name: m.name, uid: m.uid, resourceVersion: m.resourceVersion, labels: m.labels } };
 }

@@ -1,17 +1,19 @@
-// `ferry operator`: LB-IPAM for the cluster. Every replica watches Services and pools (so a
-// new leader starts with a warm cache); only the holder of the Lease allocates. A pass is
+// `ferry operator`: LB-IPAM for the cluster. Every replica watches Services, pools and
+// namespaces (their labels, for pools' namespaceSelectors), so a new leader starts with a
+// warm cache; only the holder of the Lease allocates. A pass is
 // the whole decision recomputed (plan.ts), debounced after changes and repeated every
 // resync period; only what changes is written, at most statusWriteConcurrency at a time.
 // Addresses are sticky (read back from the Services' status), so a restart or a failover
 // changes none.
 import type { Server } from 'node:http';
-import type { KubernetesObject, V1Service } from '@kubernetes/client-node';
+import type { KubernetesObject, V1Namespace, V1Service } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
 import { systemClock, type Clock, type Timer } from '../clock.js';
 import { POOL_PATH, type PoolObject } from '../ipam/pool-resource.js';
 import { serviceKey } from '../ipam/service-request.js';
 import { JsonClient } from '../k8s/client.js';
 import { kubeConfig, kubeConfigAccess } from '../k8s/kubeconfig-client.js';
+import { leanNamespace } from '../k8s/lean.js';
 import { EventQueue, eventSink } from '../k8s/events.js';
 import { LeaderElector, leaseApi } from '../k8s/leader.js';
 import { Watcher } from '../k8s/watcher.js';
@@ -78,6 +80,9 @@ export class Operator {
   private readonly events: EventQueue;
   private readonly services: Watcher<V1Service>;
   private readonly pools: Watcher<Pool>;
+  private readonly namespaces: Watcher<V1Namespace>;
+  /** Every cache a pass needs complete. */
+  private readonly caches: ReadonlyArray<Watcher<V1Service> | Watcher<Pool> | Watcher<V1Namespace>>;
   private readonly elector: LeaderElector;
   readonly metrics = new OperatorMetrics();
 
@@ -134,6 +139,12 @@ export class Operator {
       onChange: (kind, pool) => this.poolChanged(kind, pool),
       onError: onError('loadbalancerippools'),
     });
+    // Few and seldom changed: any change asks for a pass.
+    this.namespaces = new Watcher<V1Namespace>('namespaces', json, '/api/v1/namespaces', {
+      onChange: () => this.kick(),
+      onError: onError('namespaces'),
+    }, { transform: leanNamespace });
+    this.caches = [this.services, this.pools, this.namespaces];
     this.elector = new LeaderElector(leaseApi(kc), {
       namespace: cfg.namespace,
       name: cfg.leaseName,
@@ -163,8 +174,7 @@ export class Operator {
   static async start(cfg: OperatorConfig, log: Logger = operatorLogger(cfg.logLevel), clock: Clock = systemClock): Promise<Operator> {
     const op = new Operator(cfg, log, clock);
     try {
-      op.services.start();
-      op.pools.start();
+      for (const c of op.caches) c.start();
       if (cfg.healthzBindAddress) op.servers.push(await op.startHealthServer(cfg.healthzBindAddress));
       if (cfg.metricsBindAddress) op.servers.push(await op.startMetricsServer(cfg.metricsBindAddress));
       op.elector.start();
@@ -179,7 +189,7 @@ export class Operator {
   }
 
   private get synced(): Promise<void> {
-    return Promise.all([this.services.synced, this.pools.synced]).then(() => undefined);
+    return Promise.all(this.caches.map((c) => c.synced)).then(() => undefined);
   }
 
   get isLeader(): boolean {
@@ -212,14 +222,15 @@ export class Operator {
 
   /** One allocation pass; public for tests and the benchmark. */
   pass(): void {
-    if (!this.leading || !this.services.hasSynced || !this.pools.hasSynced) return;
+    if (!this.leading || !this.caches.every((c) => c.hasSynced)) return;
     const started = performance.now();
     this.lastPassAt = this.clock.now();
     let p: Plan;
     try {
       const services = this.services.list().map((s) => this.serviceWrites.view(serviceKey(s), s));
       const pools = this.pools.list().map((x) => this.poolWrites.view(x.metadata?.name ?? '', x));
-      p = plan(services, pools, this.cfg, new Date(this.lastPassAt));
+      const namespaceLabels = new Map(this.namespaces.list().map((n) => [n.metadata?.name ?? '', n.metadata?.labels ?? {}]));
+      p = plan(services, pools, this.cfg, new Date(this.lastPassAt), namespaceLabels);
     } catch (e) {
       this.metrics.reconciles.inc({ result: 'error' });
       this.log.error({ err: (e as Error).stack }, 'allocation pass failed');
@@ -275,7 +286,7 @@ export class Operator {
     return {
       identity: this.cfg.identity,
       leader: this.leading,
-      synced: this.services.hasSynced && this.pools.hasSynced,
+      synced: this.caches.every((c) => c.hasSynced),
       lastPass: this.passes ? new Date(this.lastPassAt).toISOString() : undefined,
       services,
       pools: [...(this.lastPlan?.pools ?? [])].map(([name, u]) => ({ name, total: u.total, used: u.used, available: u.available, errors: u.errors, ...(u.conflictWith ? { conflictWith: u.conflictWith } : {}) })),
@@ -285,11 +296,11 @@ export class Operator {
 
   private startHealthServer(addr: string): Promise<Server> {
     return serveRoutes(addr, {
-      // Alive while the event loop answers; ready once both caches are complete (a standby
+      // Alive while the event loop answers; ready once every cache is complete (a standby
       // replica is ready too: it must be able to take over at once).
       '/healthz': (_req, res) => res.writeHead(200, { 'Content-Type': 'text/plain' }).end('ok'),
       '/readyz': (_req, res) => {
-        const missing = [this.services, this.pools].filter((w) => !w.hasSynced).map((w) => w.name);
+        const missing = this.caches.filter((w) => !w.hasSynced).map((w) => w.name);
         if (missing.length) res.writeHead(503, { 'Content-Type': 'text/plain' }).end(`not synced: ${missing.join(', ')}`);
         else res.writeHead(200, { 'Content-Type': 'text/plain' }).end('ok');
       },
@@ -316,7 +327,7 @@ export class Operator {
     this.timer = undefined;
     await this.elector.stop();
     await this.serviceWrites.idle();
-    await Promise.all([this.services.stop(), this.pools.stop()]);
+    await Promise.all(this.caches.map((c) => c.stop()));
     for (const s of this.servers.splice(0)) await closeServer(s);
   }
 }

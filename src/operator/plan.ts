@@ -42,9 +42,11 @@ const hasOurCondition = (s: V1Service) => (s.status?.conditions ?? []).some((c) 
 /** Does a change to this Service concern LB-IPAM (is it ours, or was it)? */
 export const concernsIpam = (s: V1Service, policy: ClassPolicy) => isOurs(s, policy) || hasOurCondition(s);
 
-export function plan(services: readonly V1Service[], pools: readonly PoolObject[], policy: ClassPolicy, now: Date): Plan {
+/** `namespaceLabels`: each namespace's labels by name (pools' namespaceSelectors). */
+export function plan(services: readonly V1Service[], pools: readonly PoolObject[], policy: ClassPolicy, now: Date, namespaceLabels: ReadonlyMap<string, Readonly<Record<string, string>>> = new Map()): Plan {
   const ours = services.filter((s) => isOurs(s, policy));
-  const allocation = allocate(pools.map(poolInput), ours.map(serviceInput));
+  const NO_LABELS = {};
+  const allocation = allocate(pools.map(poolInput), ours.map((s) => serviceInput(s, namespaceLabels.get(s.metadata?.namespace ?? 'default') ?? NO_LABELS)));
   const out: Plan = { serviceWrites: [], poolWrites: [], events: [], outcomes: allocation.services, pools: allocation.pools };
   const event = (s: V1Service, type: PlannedEvent['type'], reason: PlannedEvent['reason'], message: string) =>
     out.events.push({ namespace: s.metadata?.namespace ?? 'default', name: s.metadata?.name ?? '', ...(s.metadata?.uid ? { uid: s.metadata.uid } : {}), type, reason, message });

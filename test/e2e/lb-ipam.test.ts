@@ -95,6 +95,24 @@ spec: {blocks: [{cidr: 10.0.100.128/25}]}
     expect((await kubectl(['delete', 'lbpool', 'preferred'])).code).toBe(0);
   });
 
+  it("namespaceSelector: a Service takes the pool for its namespace's labels, and gives the address back when the namespace loses them", async () => {
+    expect((await apply(`apiVersion: v1
+kind: Namespace
+metadata: {name: team-a, labels: {team: a}}
+---
+apiVersion: ferry.dev/v1alpha1
+kind: LoadBalancerIPPool
+metadata: {name: team-a}
+spec: {blocks: [{cidr: 10.0.106.0/30}], namespaceSelector: {matchLabels: {team: a}}}
+`)).code).toBe(0);
+    expect((await apply(lbService('tenant', { ns: 'team-a' }))).code).toBe(0);
+    expect(await eventually(() => ipOf('tenant', 'team-a'), (ip) => ip !== '')).toBe('10.0.106.1');
+    expect((await kubectl(['label', 'namespace', 'team-a', 'team-'])).code).toBe(0);
+    expect(await eventually(() => ipOf('tenant', 'team-a'), (ip) => ip !== '' && ip !== '10.0.106.1')).toMatch(/^10\.0\.100\.\d+$/);
+    expect((await kubectl(['delete', 'svc', '-n', 'team-a', 'tenant'])).code).toBe(0);
+    expect((await kubectl(['delete', 'lbpool', 'team-a'])).code).toBe(0);
+  });
+
   it('requests: spec.loadBalancerIP, the annotations, and what cannot be granted says why (condition and Event)', async () => {
     expect((await apply([
       lbService('asks-spec', { extra: '  loadBalancerIP: 10.0.100.77' }),

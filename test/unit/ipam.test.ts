@@ -36,6 +36,7 @@ describe('pools', () => {
     ['a priority that is no integer', { blocks: [{ cidr: '10.0.100.0/30' }], priority: 1.5 }, 0, ['priority 1.5: an integer from 0 to 2147483647 (1 is tried first; 0 or none after every pool with a priority)']],
     ['a priority of the wrong type (a pool from before the schema)', { blocks: [{ cidr: '10.0.100.0/30' }], priority: 'high' }, 0, ['priority "high": an integer from 0 to 2147483647 (1 is tried first; 0 or none after every pool with a priority)']],
     ['a negative priority', { blocks: [{ cidr: '10.0.100.0/30' }], priority: -3 }, 0, ['priority -3: an integer from 0 to 2147483647 (1 is tried first; 0 or none after every pool with a priority)']],
+    ['a malformed namespaceSelector', { blocks: [{ cidr: '10.0.100.0/30' }], namespaceSelector: { matchExpressions: [{ key: 'team', operator: 'In' }] } }, 0, ['namespaceSelector: matchExpressions: team In needs values']],
   ])('%s', (_what, spec, total, errors) => {
     const p = parsePool(pool('p', spec as PoolSpec));
     expect(p.total).toBe(total);
@@ -144,6 +145,28 @@ describe('allocation', () => {
     // A priority moves no address already given.
     const kept = allocate(pools, [svc('d/held', { labels: { tier: 'web' }, current: ['10.0.100.1'] })]);
     expect(outcome(kept, 'd/held')).toEqual(['Allocated', '10.0.100.1']);
+  });
+
+  it("a namespaceSelector matches the labels of the Service's namespace, with the serviceSelector", () => {
+    const everyone = pool('everyone', { blocks: [{ cidr: '10.0.100.0/24' }] }, '2026-01-01T00:00:00Z');
+    const teamA = pool('team-a', { blocks: [{ cidr: '10.0.101.0/24' }], namespaceSelector: { matchLabels: { team: 'a' } } }, '2026-01-02T00:00:00Z');
+    const teamAWeb = pool('team-a-web', { blocks: [{ cidr: '10.0.102.0/24' }], namespaceSelector: { matchLabels: { team: 'a' } }, serviceSelector: { matchLabels: { tier: 'web' } }, priority: 1 }, '2026-01-03T00:00:00Z');
+    const r = allocate([everyone, teamA, teamAWeb], [
+      svc('a1/db', { namespaceLabels: { team: 'a' } }),
+      svc('a2/web', { namespaceLabels: { team: 'a' }, labels: { tier: 'web' } }),
+      svc('b/web', { namespaceLabels: { team: 'b' }, labels: { tier: 'web' } }),
+      svc('unknown/db'), // a namespace not (yet) known: no labels
+      svc('b/asks', { namespaceLabels: { team: 'b' }, requestedPool: 'team-a' }),
+    ]);
+    expect(outcome(r, 'a1/db')).toEqual(['Allocated', '10.0.101.1']); // selective (by namespace) before the pool for everyone
+    expect(outcome(r, 'a2/web')).toEqual(['Allocated', '10.0.102.1']); // both selectors match
+    expect(outcome(r, 'b/web')).toEqual(['Allocated', '10.0.100.1']);
+    expect(outcome(r, 'unknown/db')).toEqual(['Allocated', '10.0.100.2']);
+    expect(r.services.get('b/asks')).toMatchObject({ reason: 'SelectorMismatch', message: 'pool team-a does not select this Service' });
+    // The namespace loses its label: the address goes back, and the Service gets one it may have.
+    const relabelled = allocate([everyone, teamA], [svc('a1/db', { namespaceLabels: { team: 'c' }, current: ['10.0.101.1'] })]);
+    expect(relabelled.released).toEqual([{ service: 'a1/db', ip: '10.0.101.1', why: 'pool team-a does not select the Service any more' }]);
+    expect(outcome(relabelled, 'a1/db')).toEqual(['Allocated', '10.0.100.1']);
   });
 
   it('a requested address in use by another Service is not taken from it', () => {

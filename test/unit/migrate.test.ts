@@ -34,6 +34,12 @@ describe('ferry migrate', () => {
     ]);
   });
 
+  it('MetalLB namespaceSelectors: the first becomes the pool\'s namespaceSelector', () => {
+    const m = migrate([{ apiVersion: 'metallb.io/v1beta1', kind: 'IPAddressPool', metadata: { name: 'p' }, spec: { addresses: ['10.0.0.0/24'], serviceAllocation: { namespaceSelectors: [{ matchLabels: { team: 'x' } }], serviceSelectors: [{ matchLabels: { tier: 'web' } }] } } }]);
+    expect(m.docs[0]!.spec).toMatchObject({ namespaceSelector: { matchLabels: { team: 'x' } }, serviceSelector: { matchLabels: { tier: 'web' } } });
+    expect(m.warnings).toEqual([]);
+  });
+
   it('Cilium: blocks (single-address ranges, IPv6 kept), pseudo-labels renamed, allowFirstLastIPs "No" as exact ranges; annotations', () => {
     const m = migrate(fixture('cilium.yaml'));
     expect(byName(m.docs, 'LoadBalancerIPPool', 'blue').spec).toEqual({
@@ -51,7 +57,8 @@ describe('ferry migrate', () => {
 
   it.each<[string, unknown[], string]>([
     ['several MetalLB serviceSelectors', [{ apiVersion: 'metallb.io/v1beta1', kind: 'IPAddressPool', metadata: { name: 'p' }, spec: { addresses: ['10.0.0.0/24'], serviceAllocation: { serviceSelectors: [{ matchLabels: { a: '1' } }, { matchLabels: { b: '2' } }] } } }], 'IPAddressPool p: 2 serviceSelectors (any of them) cannot be one ferry selector; kept the first — split the pool, or label the Services alike'],
-    ['MetalLB namespaceSelectors', [{ apiVersion: 'metallb.io/v1beta1', kind: 'IPAddressPool', metadata: { name: 'p' }, spec: { addresses: ['10.0.0.0/24'], serviceAllocation: { namespaceSelectors: [{ matchLabels: { team: 'x' } }] } } }], 'IPAddressPool p: namespaceSelectors (labels of namespaces) are not supported; list the namespaces instead (ferry.dev/service-namespace In [...])'],
+    ['several MetalLB namespaceSelectors', [{ apiVersion: 'metallb.io/v1beta1', kind: 'IPAddressPool', metadata: { name: 'p' }, spec: { addresses: ['10.0.0.0/24'], serviceAllocation: { namespaceSelectors: [{ matchLabels: { team: 'x' } }, { matchLabels: { team: 'y' } }] } } }], 'IPAddressPool p: 2 namespaceSelectors (any of them) cannot be one ferry namespaceSelector; kept the first — split the pool, or label the namespaces alike'],
+    ['MetalLB namespaces and namespaceSelectors', [{ apiVersion: 'metallb.io/v1beta1', kind: 'IPAddressPool', metadata: { name: 'p' }, spec: { addresses: ['10.0.0.0/24'], serviceAllocation: { namespaces: ['a'], namespaceSelectors: [{ matchLabels: { team: 'x' } }] } } }], 'IPAddressPool p: namespaces or namespaceSelectors (either) cannot be expressed together; kept the namespaces — split the pool to keep both'],
     ['a foreign loadBalancerClass', [{ apiVersion: 'v1', kind: 'Service', metadata: { name: 's', namespace: 'n', annotations: { 'lbipam.cilium.io/ips': '10.0.0.1' } }, spec: { type: 'LoadBalancer', loadBalancerClass: 'io.cilium/l2-announcer' } }], 'Service n/s: loadBalancerClass io.cilium/l2-announcer is immutable and not ferry\'s; ferry will leave this Service alone (recreate it without a class, or with ferry.dev/lb)'],
     ['an annotation that disagrees with ferry\'s', [{ apiVersion: 'v1', kind: 'Service', metadata: { name: 's', namespace: 'n', annotations: { 'metallb.io/loadBalancerIPs': '10.0.0.1', 'ferry.dev/load-balancer-ips': '10.0.0.2' } }, spec: { type: 'LoadBalancer' } }], 'Service n/s: metallb.io/loadBalancerIPs=10.0.0.1 differs from ferry.dev/load-balancer-ips=10.0.0.2; kept ferry\'s'],
     ['something else', [{ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'config' } }], 'ConfigMap config: not something ferry migrates; skipped'],

@@ -113,7 +113,7 @@ describe('ferry operator (in process)', () => {
     expect(denied).toEqual([]);
     // It did exercise the rules that matter.
     const seen = new Set(ops.map((a) => `${a.verb} ${a.resource}`));
-    for (const v of ['list services', 'watch services', 'patch services/status', 'list loadbalancerippools', 'watch loadbalancerippools', 'patch loadbalancerippools/status', 'create events', 'get leases', 'create leases', 'update leases']) expect(seen).toContain(v);
+    for (const v of ['list services', 'watch services', 'list namespaces', 'watch namespaces', 'patch services/status', 'list loadbalancerippools', 'watch loadbalancerippools', 'patch loadbalancerippools/status', 'create events', 'get leases', 'create leases', 'update leases']) expect(seen).toContain(v);
   });
 
   it('the Deployment starts it with the V8 flags the benchmark measured', () => {
