@@ -1,5 +1,5 @@
-// What the agent's caches keep of Services, EndpointSlices and Nodes: only the fields
-// ferry reads. At 50k Services the caches are most of the agent's memory; a real
+// What the caches keep of Services, EndpointSlices and Nodes (the agent) and of namespaces
+// (the operator): only the fields ferry reads. At 50k Services the caches are most of the agent's memory; a real
 // cluster's objects also carry pod references, node images and annotations by the KiB.
 import type { V1EndpointSlice, V1Namespace, V1Node, V1Service } from '@kubernetes/client-node';
 
