@@ -15,7 +15,8 @@ export interface ServiceInput {
   created: string;
   /** The Service's labels plus the pseudo-labels (see serviceLabels). */
   labels: Readonly<Record<string, string>>;
-  /** Its namespace's labels (a pool's namespaceSelector); none when the namespace is not known. */
+  /** Its namespace's labels (a pool's namespaceSelector); undefined: the namespace is not
+   * known yet (its watch event still on the way), so no pool can be judged by them. */
   namespaceLabels?: Readonly<Record<string, string>>;
   /** spec.loadBalancerIP and ferry.dev/load-balancer-ips (IPv4). */
   requestedIPs: string[];
@@ -34,7 +35,7 @@ export interface ServiceInput {
   requestError?: string;
 }
 
-export type Reason = 'Allocated' | 'NoPool' | 'PoolExhausted' | 'RequestedIPUnavailable' | 'SharingConflict' | 'SelectorMismatch';
+export type Reason = 'Allocated' | 'NoPool' | 'PoolExhausted' | 'RequestedIPUnavailable' | 'SharingConflict' | 'SelectorMismatch' | 'NamespacePending';
 
 export interface Outcome {
   ips: string[];
@@ -74,8 +75,13 @@ interface Holding {
 const narrows = (sel: Pool['selector']) => Object.keys(sel?.matchLabels ?? {}).length > 0 || (sel?.matchExpressions ?? []).length > 0;
 /** Does the pool select some Services only (a non-empty serviceSelector or namespaceSelector)? */
 const selective = (p: Pool) => narrows(p.selector) || narrows(p.namespaceSelector);
-/** Does the pool select this Service (its labels, and its namespace's)? */
-const selects = (p: Pool, s: ServiceInput) => selectorMatches(p.selector, s.labels) && selectorMatches(p.namespaceSelector, s.namespaceLabels ?? {});
+/** Does the pool select this Service (its labels, and its namespace's)? While the namespace
+ * is not known, its selector is not held against the Service (see namespacePending). */
+const selects = (p: Pool, s: ServiceInput) => selectorMatches(p.selector, s.labels) && (!s.namespaceLabels || selectorMatches(p.namespaceSelector, s.namespaceLabels));
+/** Would a decision for this Service rest on the labels of a namespace not known yet? Then
+ * it waits for them: an address given meanwhile from another pool would stick. */
+const namespacePending = (pools: readonly Pool[], s: ServiceInput) => !s.namespaceLabels && pools.some((p) => narrows(p.namespaceSelector));
+const waitForNamespace = (s: ServiceInput): Outcome => ({ ips: [], reason: 'NamespacePending', message: `namespace ${s.namespace} is not known yet, and a pool selects by namespace labels` });
 
 /** The order in which pools are tried for a Service that names none: by priority (1
  * first; 0 or none after every pool with one, as MetalLB does), then a pool that selects
@@ -185,6 +191,7 @@ export function allocate(poolInputs: PoolInput[], services: ServiceInput[]): All
       if (!pool) return fail('RequestedIPUnavailable', `${text} is in no usable pool`);
       if (s.requestedPool && pool.name !== s.requestedPool) return fail('RequestedIPUnavailable', `${text} is in pool ${pool.name}, not in ${s.requestedPool}`);
       if (!selects(pool, s)) return fail('SelectorMismatch', `${text} is in pool ${pool.name}, which does not select this Service`);
+      if (namespacePending([pool], s)) return waitForNamespace(s);
       const h = holdings.get(ip);
       if (h) {
         const conflict = sharingConflict(s, h);
@@ -206,10 +213,12 @@ export function allocate(poolInputs: PoolInput[], services: ServiceInput[]): All
       if (!p) return { ips: [], reason: 'NoPool', message: `pool ${s.requestedPool} does not exist` };
       if (!poolUsable(p)) return { ips: [], reason: 'NoPool', message: `pool ${p.name} is not usable: ${p.conflictWith ? `it overlaps the older pool ${p.conflictWith}` : p.errors.join('; ')}` };
       if (!selects(p, s)) return { ips: [], reason: 'SelectorMismatch', message: `pool ${p.name} does not select this Service` };
+      if (namespacePending([p], s)) return waitForNamespace(s);
       if (p.disabled) return { ips: [], reason: 'NoPool', message: `pool ${p.name} is disabled` };
       candidates = [p];
     } else {
       candidates = ordered.filter((p) => p.autoAssign && !p.disabled && selects(p, s));
+      if (namespacePending(candidates, s)) return waitForNamespace(s);
       if (candidates.length === 0) return { ips: [], reason: 'NoPool', message: usable.length ? 'no pool that assigns addresses by itself selects this Service' : 'there is no usable pool' };
     }
     const key = sharingKeyOf(s);

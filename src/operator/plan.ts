@@ -45,8 +45,9 @@ export const concernsIpam = (s: V1Service, policy: ClassPolicy) => isOurs(s, pol
 /** `namespaceLabels`: each namespace's labels by name (pools' namespaceSelectors). */
 export function plan(services: readonly V1Service[], pools: readonly PoolObject[], policy: ClassPolicy, now: Date, namespaceLabels: ReadonlyMap<string, Readonly<Record<string, string>>> = new Map()): Plan {
   const ours = services.filter((s) => isOurs(s, policy));
-  const NO_LABELS = {};
-  const allocation = allocate(pools.map(poolInput), ours.map((s) => serviceInput(s, namespaceLabels.get(s.metadata?.namespace ?? 'default') ?? NO_LABELS)));
+  // A namespace not in the cache yet (its event still on the way) leaves the labels unknown:
+  // the allocator then waits where a pool selects by them.
+  const allocation = allocate(pools.map(poolInput), ours.map((s) => serviceInput(s, namespaceLabels.get(s.metadata?.namespace ?? 'default'))));
   const out: Plan = { serviceWrites: [], poolWrites: [], events: [], outcomes: allocation.services, pools: allocation.pools };
   const event = (s: V1Service, type: PlannedEvent['type'], reason: PlannedEvent['reason'], message: string) =>
     out.events.push({ namespace: s.metadata?.namespace ?? 'default', name: s.metadata?.name ?? '', ...(s.metadata?.uid ? { uid: s.metadata.uid } : {}), type, reason, message });
@@ -56,6 +57,7 @@ export function plan(services: readonly V1Service[], pools: readonly PoolObject[
   for (const s of ours) {
     const key = serviceKey(s);
     const o = allocation.services.get(key)!;
+    if (o.reason === 'NamespacePending') continue; // nothing to say yet: the namespace's event brings the next pass
     const status = serviceStatusFor(s.status, o, now);
     if (!status) continue;
     out.serviceWrites.push({ key, service: s, status });

@@ -161,12 +161,20 @@ describe('allocation', () => {
     expect(outcome(r, 'a1/db')).toEqual(['Allocated', '10.0.101.1']); // selective (by namespace) before the pool for everyone
     expect(outcome(r, 'a2/web')).toEqual(['Allocated', '10.0.102.1']); // both selectors match
     expect(outcome(r, 'b/web')).toEqual(['Allocated', '10.0.100.1']);
-    expect(outcome(r, 'unknown/db')).toEqual(['Allocated', '10.0.100.2']);
+    // Its namespace's event not in yet: it waits rather than take an address that would stick.
+    expect(r.services.get('unknown/db')).toMatchObject({ reason: 'NamespacePending', message: 'namespace unknown is not known yet, and a pool selects by namespace labels' });
     expect(r.services.get('b/asks')).toMatchObject({ reason: 'SelectorMismatch', message: 'pool team-a does not select this Service' });
     // The namespace loses its label: the address goes back, and the Service gets one it may have.
     const relabelled = allocate([everyone, teamA], [svc('a1/db', { namespaceLabels: { team: 'c' }, current: ['10.0.101.1'] })]);
     expect(relabelled.released).toEqual([{ service: 'a1/db', ip: '10.0.101.1', why: 'pool team-a does not select the Service any more' }]);
     expect(outcome(relabelled, 'a1/db')).toEqual(['Allocated', '10.0.100.1']);
+    // An unknown namespace: what the Service holds stays; a named pool that selects by
+    // namespace waits; where no pool selects by namespace, nothing waits.
+    const unknown = allocate([everyone, teamA], [svc('x/held', { current: ['10.0.101.1'] }), svc('x/named', { requestedPool: 'team-a' })]);
+    expect(unknown.released).toEqual([]);
+    expect(outcome(unknown, 'x/held')).toEqual(['Allocated', '10.0.101.1']);
+    expect(outcome(unknown, 'x/named')).toEqual(['NamespacePending', '']);
+    expect(outcome(allocate([everyone], [svc('x/plain')]), 'x/plain')).toEqual(['Allocated', '10.0.100.1']);
   });
 
   it('a requested address in use by another Service is not taken from it', () => {

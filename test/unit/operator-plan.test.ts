@@ -21,6 +21,15 @@ const allocated = (ip: string, message = `${ip} from pool default`): V1Service['
 const p24 = pool('default', { blocks: [{ cidr: '10.0.100.0/24' }] });
 
 describe('operator pass', () => {
+  it("a Service whose namespace's labels are not in yet waits, unwritten, where a pool selects by them", () => {
+    const tenants = pool('tenants', { blocks: [{ cidr: '10.0.101.0/24' }], namespaceSelector: { matchLabels: { tenant: 'yes' } } });
+    const waiting = plan([svc('web')], [p24, tenants], policy, NOW);
+    expect(waiting).toMatchObject({ serviceWrites: [], events: [] });
+    expect(waiting.outcomes.get('default/web')!.reason).toBe('NamespacePending');
+    const known = plan([svc('web')], [p24, tenants], policy, NOW, new Map([['default', { tenant: 'yes' }]]));
+    expect(known.serviceWrites[0]!.status.loadBalancer).toEqual({ ingress: [{ ip: '10.0.101.1', ipMode: 'VIP' }] });
+  });
+
   it('a new Service: status with ipMode VIP and the condition, and an IPAllocated Event', () => {
     const p = plan([svc('web')], [p24], policy, NOW);
     expect(p.serviceWrites).toHaveLength(1);
