@@ -54,7 +54,9 @@ afterAll(async () => {
 
 describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'LB-IPAM through kubectl', () => {
   it('pools: kubectl shows usage; a malformed pool is rejected (422) and a pool the schema cannot judge says why it is not Ready', async () => {
-    const table = await eventually(async () => (await kubectl(['get', 'loadbalancerippools'])).out, (o) => /default\s+false\s+254\s+0\s+254\s+True/.test(o));
+    const ready = /default\s+false\s+254\s+0\s+254\s+True/; // no PRIORITY; 254 free
+    const table = await eventually(async () => (await kubectl(['get', 'loadbalancerippools'])).out, (o) => ready.test(o));
+    expect(table).toMatch(ready);
     expect(table).toMatch(/NAME\s+DISABLED\s+PRIORITY\s+TOTAL\s+USED\s+AVAILABLE\s+READY\s+AGE/);
     const empty = await apply('apiVersion: ferry.dev/v1alpha1\nkind: LoadBalancerIPPool\nmetadata: {name: empty}\nspec: {blocks: []}\n');
     expect(empty.code).not.toBe(0);
