@@ -204,12 +204,12 @@ export interface CounterRow {
   bytes: number;
 }
 
-/** Forwarded traffic by path and drops by reason (non-zero only). */
 /** The ports the host has bound, as new SNAT bindings see them (host_ports); undefined before the map exists. */
 export function readHostPorts(pinDir: string): HostPortsSummary | undefined {
   return PinnedDatapath.with(pinDir, (dp) => (dp.pinned().includes('host_ports') ? summarizeHostPorts(dp.map('host_ports')) : undefined));
 }
 
+/** Forwarded traffic by path and drops by reason (non-zero only). */
 export function readCounters(pinDir: string): { forwarded: CounterRow[]; drops: CounterRow[] } {
   const rows = (name: 'ferry_stats' | 'ferry_drops', prefix: string) => dumpMap(pinDir, name)
     .filter((r) => Number(r.packets) > 0)

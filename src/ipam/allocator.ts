@@ -87,7 +87,7 @@ const waitForNamespace = (s: ServiceInput): Outcome => ({ ips: [], reason: 'Name
  * first; 0 or none after every pool with one, as MetalLB does), then a pool that selects
  * Services before a pool for everyone (it is meant for them), then the older first (the
  * order the pools come in; the sort is stable). */
-export function poolOrder(pools: readonly Pool[]): Pool[] {
+function poolOrder(pools: readonly Pool[]): Pool[] {
   const rank = (p: Pool) => p.priority || Number.MAX_SAFE_INTEGER;
   return [...pools].sort((a, b) => rank(a) - rank(b) || Number(selective(b)) - Number(selective(a)));
 }

@@ -5,7 +5,7 @@
 // warning, never a silent change.
 import { isIPv4 } from 'node:net';
 import { intToIp, ipToInt, parseCidr4 } from './ipv4.js';
-import { MAX_PRIORITY, type PoolBlock, type PoolSpec } from './pool.js';
+import { MAX_PRIORITY, isPriority, type PoolBlock, type PoolSpec } from './pool.js';
 import { POOL_API_VERSION, POOL_KIND } from './pool-resource.js';
 import type { LabelSelector, LabelSelectorRequirement } from './selector.js';
 import { ANNOTATION_IPS, ANNOTATION_POOL, ANNOTATION_SHARING_KEY, LABEL_SERVICE_NAME, LABEL_SERVICE_NAMESPACE } from './service-request.js';
@@ -106,7 +106,7 @@ function fromMetalLB(d: Doc, warn: (m: string) => void): Doc {
     }
     // MetalLB's 0 is its "none" (after every pool with a priority), as it is ferry's.
     const priority: unknown = alloc.priority;
-    if (typeof priority === 'number' && Number.isInteger(priority) && priority > 0 && priority <= MAX_PRIORITY) out.priority = priority;
+    if (isPriority(priority) && priority > 0) out.priority = priority;
     else if (priority !== undefined && priority !== 0) warn(`IPAddressPool ${name}: priority ${JSON.stringify(priority)} is not an integer from 0 to ${MAX_PRIORITY}; not kept`);
     if (labels || exprs.length) out.serviceSelector = { ...(labels ? { matchLabels: labels } : {}), ...(exprs.length ? { matchExpressions: exprs } : {}) };
   }

@@ -10,6 +10,8 @@ import { selectorError, type LabelSelector } from './selector.js';
 export const MAX_BLOCKS = 1024;
 /** The largest priority (the CRD's maximum: a Kubernetes int32). */
 export const MAX_PRIORITY = 2147483647;
+/** A priority a pool may have: an integer from 0 (none) to MAX_PRIORITY. */
+export const isPriority = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= MAX_PRIORITY;
 
 export interface PoolBlock {
   cidr?: string;
@@ -99,7 +101,7 @@ export function parsePool(input: PoolInput): Pool {
   const nsErr = selectorError(input.spec.namespaceSelector);
   if (nsErr) errors.push(`namespaceSelector: ${nsErr}`);
   const priority: unknown = input.spec.priority ?? 0;
-  const priorityOk = typeof priority === 'number' && Number.isInteger(priority) && priority >= 0 && priority <= MAX_PRIORITY;
+  const priorityOk = isPriority(priority);
   if (!priorityOk) errors.push(`priority ${JSON.stringify(priority)}: an integer from 0 to ${MAX_PRIORITY} (1 is tried first; 0 or none after every pool with a priority)`);
   const allowFirstLast = input.spec.allowFirstLastIPs ?? false;
   const total = errors.length ? 0 : ranges.reduce((n, [a, b]) => n + (b - a + 1) - (allowFirstLast ? 0 : edgeAddresses(a, b)), 0);
