@@ -2,7 +2,8 @@
  * at the cgroup v2 root: pods and host processes reaching ClusterIPs, NodePorts on this
  * node's addresses and loopback, LoadBalancer IPs and externalIPs. No per-packet NAT.
  * recvmsg()/getpeername() map the backend back to the Service address, so UDP replies
- * appear to come from the address the client sent to. IPv6 sockets are translated when
+ * appear to come from the address the client sent to. loadBalancerSourceRanges apply here
+ * too, by the namespace's address (lb4_netns_sources). IPv6 sockets are translated when
  * they reach an IPv4 Service through an IPv4-mapped address (::ffff:a.b.c.d). */
 #include "lib/common.h"
 #include "lib/config.h"
@@ -15,6 +16,9 @@
 
 #ifndef ECONNREFUSED
 #define ECONNREFUSED 111
+#endif
+#ifndef EPERM
+#define EPERM 1
 #endif
 
 /* Is this the host's network namespace (the agent's, as configured)? kube-proxy answers
@@ -31,6 +35,41 @@ static __always_inline int sock_refuse(void)
 	count_stat(STAT_SOCK_REJECT, 0);
 	bpf_set_retval(-ECONNREFUSED);
 	return SYS_REJECT;
+}
+
+/* loadBalancerSourceRanges, decided before any translation or refusal as on the tc path
+ * (kube-proxy checks them for pods and the host too). connect() has no source address yet:
+ * the host's connections leave from the node's address, a pod's from the address the agent
+ * recorded for its namespace; a namespace it has not recorded is refused too (a pod whose
+ * ranges would not allow it must not slip through before the agent sees it). Refused with
+ * EPERM: a policy's refusal, unlike "no backend" (ECONNREFUSED). An ETP=Local LB IP found
+ * in the internal scope takes its ranges from its external entry. */
+static __always_inline int sock_source_refused(struct bpf_sock_addr *ctx, __be32 addr, __be16 port, __u8 proto, __u8 scope,
+					       struct lb4_service *svc)
+{
+	struct lb4_netns_source *src;
+	__u64 netns;
+	__be32 saddr;
+
+	if (scope == LB_SCOPE_INTERNAL && (svc->flags & LB_F_LOAD_BALANCER))
+		svc = lb4_lookup_master(addr, port, proto, LB_SCOPE_EXTERNAL);
+	if (!svc || !(svc->flags & LB_F_SOURCE_RANGES))
+		return 0;
+	netns = bpf_get_netns_cookie(ctx);
+	if (is_host_netns(netns)) {
+		saddr = snat_ipv4;
+	} else {
+		src = bpf_map_lookup_elem(&lb4_netns_sources, &netns);
+		if (!src) {
+			count_drop(DROP_SOURCE_UNKNOWN, 0);
+			return 1;
+		}
+		saddr = src->address;
+	}
+	if (lb4_source_allowed(svc, saddr))
+		return 0;
+	count_drop(DROP_SOURCE_RANGE, 0);
+	return 1;
 }
 
 /* The Service decision for a destination (IPv4, or IPv4-mapped on an IPv6 socket): left
@@ -58,6 +97,10 @@ static __always_inline int sock_lb4(struct bpf_sock_addr *ctx, __be32 *dst, __be
 	}
 	if (found == LB_NOT_SERVICE)
 		return SYS_PROCEED;
+	if (svc && sock_source_refused(ctx, addr, port, proto, scope, svc)) {
+		bpf_set_retval(-EPERM);
+		return SYS_REJECT;
+	}
 	if (found != LB_FOUND)
 		return sock_refuse();
 

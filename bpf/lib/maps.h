@@ -122,6 +122,14 @@ struct {
 	__type(value, struct nat4_entry);
 } nat4 SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u64);
+	__type(value, struct lb4_netns_source);
+} lb4_netns_sources SEC(".maps");
+
 /* Fragments of translated datagrams: see struct frag4_key. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

@@ -193,4 +193,13 @@ struct lb4_sock_value {
 	__u32 rev_nat_id;
 };
 
+/* The source address a network namespace's connections leave from (a pod's address; the
+ * host's is snat_ipv4), keyed by its netns cookie: loadBalancerSourceRanges at the socket
+ * hooks, where connect() has no source address yet. Written by the agent from the
+ * namespaces it can see. */
+struct lb4_netns_source {
+	__be32 address;
+	__u8 pad[4];
+};
+
 #endif

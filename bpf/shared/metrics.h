@@ -48,6 +48,8 @@ enum ferry_drop_reason {
 	DROP_HANDOVER_UNBOUND = 16, /* in an upgrade's switch, a reply whose binding, or a client's
 				     * TCP segment (not a SYN) whose flow, is not copied yet: its
 				     * sender retransmits (TCP) once it is there */
+	DROP_SOURCE_UNKNOWN = 17,  /* a connect()/sendmsg() to a frontend with loadBalancerSourceRanges
+				    * from a network namespace whose address the agent has not recorded */
 	DROP_REASON_MAX = 32,
 };
 

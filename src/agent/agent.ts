@@ -9,6 +9,7 @@ import type { V1EndpointSlice, V1Lease, V1Node, V1Service } from '@kubernetes/cl
 import { pino, type Logger } from 'pino';
 import { collectGarbage, collectOrphanFlows } from './garbage.js';
 import { StaleUdpSockets } from './stale-sockets.js';
+import { NetnsSourceScanner } from './netns-sources.js';
 import { Datapath, defaultObjectsDir, type HandoverChainReport } from '../datapath/loader.js';
 import { LAYOUT_VERSION } from '../datapath/layouts.js';
 import { chooseDevices } from './devices.js';
@@ -24,7 +25,7 @@ import { JsonClient } from '../k8s/client.js';
 import { HEARTBEAT_KIND, HEARTBEAT_LABEL } from '../announce/heartbeats.js';
 import { L2_POLICY_PATH, type L2PolicyObject } from '../announce/policy.js';
 import { L2AddressWriter } from '../datapath/l2-announcements.js';
-import { interfaceInfo } from '../sys/interfaces.js';
+import { interfaceInfos } from '../sys/interfaces.js';
 import { FrameSender } from '../sys/packet-socket.js';
 import { Announcer } from './announcer.js';
 import { BgpSpeaker } from './bgp-speaker.js';
@@ -52,6 +53,7 @@ export class Agent {
   private gcTimer: NodeJS.Timeout | undefined;
   private deviceScanner: DeviceScanner | undefined;
   private routeMonitor: RouteChangesWatch | undefined;
+  private netnsSources: NetnsSourceScanner | undefined;
   private frameSender: FrameSender | undefined;
   /** ct4 and nat4 fill as the last GC pass saw it. */
   private sampledFill: Record<string, number> = {};
@@ -239,16 +241,9 @@ export class Agent {
       },
     });
     const frameSender = new FrameSender();
-    const interfaceInfos = (names: readonly string[]) => names.flatMap((d) => {
-      try {
-        return [interfaceInfo(d)];
-      } catch (e) {
-        log.warn({ device: d, err: (e as Error).message }, 'this device answers no ARP for L2 announcements');
-        return [];
-      }
-    });
+    const l2Interfaces = (names: readonly string[]) => interfaceInfos(names, (device, err) => log.warn({ device, err: err.message }, 'this device answers no ARP for L2 announcements'));
     // The devices ARP is answered on follow the tc devices (hotplug: DeviceScanner).
-    let l2Devices = interfaceInfos(devices);
+    let l2Devices = l2Interfaces(devices);
     announcer = new Announcer({
       nodeName: cfg.nodeName,
       devices: () => l2Devices,
@@ -312,11 +307,12 @@ export class Agent {
       agent.gcTimer = setInterval(() => agent.collect(), cfg.ctGcIntervalSeconds * 1000);
       agent.gcTimer.unref();
       agent.deviceScanner = new DeviceScanner(datapath, cfg.devices, view.addresses, log, (attached) => {
-        l2Devices = interfaceInfos(attached);
+        l2Devices = l2Interfaces(attached);
         announcer?.kick();
       });
       agent.deviceScanner.start(cfg.deviceScanSeconds * 1000);
       agent.routeMonitor = watchRouteChanges(datapath.maps, log.child({ part: 'routes' }), { metrics });
+      agent.netnsSources = NetnsSourceScanner.start(datapath.maps.lb4_netns_sources, log, metrics);
       announcer.start();
       bgp.start();
     } catch (e) {
@@ -360,6 +356,7 @@ export class Agent {
       udpSockets: this.staleSockets.status(),
       routes: this.routeMonitor?.status(),
       hostPorts: this.datapath.hostPorts?.status(),
+      netnsSources: this.netnsSources?.status(),
     };
   }
 
@@ -386,6 +383,7 @@ export class Agent {
     if (this.gcTimer) clearInterval(this.gcTimer);
     this.deviceScanner?.stop();
     this.routeMonitor?.stop();
+    this.netnsSources?.stop();
     // First, so the addresses this node answers for are held over the restart.
     await this.announcer.stop();
     await this.bgp.stop();

@@ -41,6 +41,8 @@ export class AgentMetrics {
   readonly bgpApplyErrors: Counter;
   readonly bgpSessions: Gauge;
   readonly udpSocketsTerminated: Counter;
+  readonly netnsSources: Gauge;
+  readonly netnsSourcesFull: Gauge;
 
   constructor() {
     const r = [this.registry];
@@ -84,6 +86,8 @@ export class AgentMetrics {
     this.bgpApplyErrors = new Counter({ name: 'ferry_bgp_apply_errors_total', help: 'Failed applies of the BGP configuration to FRR', registers: r });
     this.bgpSessions = new Gauge({ name: 'ferry_bgp_sessions', help: 'BGP sessions by peer and state (1 for the current state)', labelNames: ['peer', 'state'], registers: r });
     this.udpSocketsTerminated = new Counter({ name: 'ferry_udp_sockets_terminated_total', help: 'Connected UDP sockets destroyed because their backend left their Service', registers: r });
+    this.netnsSources = new Gauge({ name: 'ferry_netns_sources', help: 'Network namespaces whose address the socket hooks know (loadBalancerSourceRanges)', registers: r });
+    this.netnsSourcesFull = new Gauge({ name: 'ferry_netns_sources_left_out', help: 'Network namespaces left out of lb4_netns_sources because it is full (their pods are refused at ranged LoadBalancer IPs)', registers: r });
     this.syncErrors = new Counter({ name: 'ferry_sync_errors_total', help: 'Failed syncs of the datapath maps, by error code', labelNames: ['code'], registers: r });
   }
 }

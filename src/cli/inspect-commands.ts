@@ -11,6 +11,7 @@ import { ErrorCode, FerryError } from '../errors.js';
 import { table } from './table.js';
 import type { StaleUdpSocketsStatus } from '../agent/stale-sockets.js';
 import type { RouteChangesStatus } from '../agent/route-changes.js';
+import type { NetnsSourcesStatus } from '../agent/netns-sources.js';
 
 const PIN_DIR = '/sys/fs/bpf/ferry';
 const MAP_TYPES: Record<number, string> = { 1: 'hash', 2: 'array', 6: 'percpu_array', 9: 'lru_hash', 11: 'lpm_trie', 13: 'hash_of_maps', 27: 'ringbuf' };
@@ -153,12 +154,14 @@ export function registerInspect(program: Command): void {
       let announcing: Announcing = {};
       let udpSockets: StaleUdpSocketsStatus | undefined;
       let routes: RouteChangesStatus | undefined;
+      let netnsSources: NetnsSourcesStatus | undefined;
       try {
-        const s = (await (await fetch(`${o.metrics}/status`, { signal: AbortSignal.timeout(1000) })).json()) as { lastSync?: string; unprogrammed?: Array<{ service: string; error: string }>; udpSockets?: StaleUdpSocketsStatus; routes?: RouteChangesStatus } & Announcing;
+        const s = (await (await fetch(`${o.metrics}/status`, { signal: AbortSignal.timeout(1000) })).json()) as { lastSync?: string; unprogrammed?: Array<{ service: string; error: string }>; udpSockets?: StaleUdpSocketsStatus; routes?: RouteChangesStatus; netnsSources?: NetnsSourcesStatus } & Announcing;
         agent = s.lastSync ? `up, last sync ${s.lastSync}` : 'up, not synced yet';
         unprogrammed = s.unprogrammed ?? [];
         udpSockets = s.udpSockets;
         routes = s.routes;
+        netnsSources = s.netnsSources;
         announcing = { l2: s.l2, bgp: s.bgp };
         mode = (await (await fetch(`${o.metrics}/proxyMode`, { signal: AbortSignal.timeout(1000) })).text()).trim();
       } catch {
@@ -175,7 +178,7 @@ export function registerInspect(program: Command): void {
         backends: maps.find((m) => m.name === 'lb4_backends')?.entries ?? 0,
         flows: maps.find((m) => m.name === 'ct4')?.entries ?? 0,
         maps: maps.map((m) => ({ name: m.name, entries: m.entries, capacity: m.capacity })),
-        forwarded: stats, drops, links, unprogrammed, ...announcing, ...(udpSockets ? { udpSockets } : {}), ...(routes ? { routes } : {}), ...(hostPorts ? { hostPorts } : {}),
+        forwarded: stats, drops, links, unprogrammed, ...announcing, ...(udpSockets ? { udpSockets } : {}), ...(routes ? { routes } : {}), ...(hostPorts ? { hostPorts } : {}), ...(netnsSources ? { netnsSources } : {}),
       };
       if (o.output === 'json') {
         process.stdout.write(`${JSON.stringify(status, null, 2)}\n`);
@@ -184,6 +187,7 @@ export function registerInspect(program: Command): void {
       process.stdout.write(`agent:     ${agent}\nmode:      ${mode}\npins:      ${o.pinDir}\nfrontends: ${status.frontends}   backends: ${status.backends}   flows: ${status.flows}\n`);
       if (udpSockets) process.stdout.write(`udp:       ${udpSocketsLine(udpSockets)}\n`);
       if (routes) process.stdout.write(`routes:    ${routesLine(routes)}\n`);
+      if (netnsSources) process.stdout.write(`netns:     ${netnsSourcesLine(netnsSources)}\n`);
       if (hostPorts) process.stdout.write(`host ports: ${hostPorts.trusted ? `${hostPorts.marked} marked; new SNAT bindings ask the host's sockets about these only` : "not tracked yet (no socket hooks): new SNAT bindings ask the host's sockets about every port"}\n`);
       process.stdout.write('\n');
       process.stdout.write(table(['MAP', 'ENTRIES', 'CAPACITY'], status.maps.map((m) => [m.name, m.entries, m.capacity])));
@@ -220,4 +224,9 @@ export function udpSocketsLine(u: StaleUdpSocketsStatus): string {
   if (!u.enabled) return `connected sockets are not terminated (${u.reason ?? 'unavailable'})`;
   const last = u.lastPass ? `; last pass ${u.lastPass.at} (${u.lastPass.why}): ${u.lastPass.namespaces} namespaces, ${u.lastPass.destroyed} destroyed, ${u.lastPass.ms} ms` : '';
   return `connected sockets to removed backends are terminated: ${u.destroyed} so far in ${u.passes} passes${last}`;
+}
+
+export function netnsSourcesLine(n: NetnsSourcesStatus): string {
+  const extra = `${n.unaddressed ? `; ${n.unaddressed} without an address` : ''}${n.full ? `; ${n.full} left out: lb4_netns_sources is full` : ''}`;
+  return `${n.recorded} of ${n.namespaces} namespaces' addresses known to the socket hooks (loadBalancerSourceRanges)${extra}`;
 }

@@ -23,7 +23,7 @@ import { RODATA_PIN } from './loader.js';
 import { PinnedDatapath, type DatapathReader } from './pinned-view.js';
 import { readServiceTable, type ServiceTable } from './service-table.js';
 import { flowHash4 } from './reference/hash.js';
-import { sockDecision } from './reference/sock.js';
+import { sockDecision, type SockLookup } from './reference/sock.js';
 
 export interface ExplainRequest {
   src: string;
@@ -81,10 +81,16 @@ function backendList(table: ServiceTable, address: string, port: number, proto: 
 }
 
 /** The socket hooks' decision on the live maps, in words. */
-function explainSocket(r: ExplainRequest, maps: DatapathReader): Explanation {
+function explainSocket(r: ExplainRequest, maps: DatapathReader, pinned: readonly MapName[]): Explanation {
   const proto = r.proto === 'tcp' ? 6 : 17;
   const lines = [`connect()/sendmsg() from a ${r.from === 'pod' ? 'pod' : 'host process'} to ${r.dst}:${r.dport}/${r.proto} (cgroup socket hooks)`];
-  const d = sockDecision({ master: (address, port, p, scope) => maps.lb4_services.lookup({ address, port, proto: p, scope, slot: 0 }) }, { address: r.dst, port: r.dport, proto, fromHost: r.from === 'host' });
+  // The source is --src: the node's address for the host; for a pod, only if the agent recorded a namespace with it.
+  const recorded = r.from === 'host' || !pinned.includes('lb4_netns_sources') || maps.lb4_netns_sources.entries().some(([, v]) => v.address === r.src);
+  const lookup: SockLookup = {
+    master: (address, port, p, scope) => maps.lb4_services.lookup({ address, port, proto: p, scope, slot: 0 }),
+    sourceAllowed: (revNatId, source) => maps.lb4_src_ranges.lookup({ prefixlen: 64, revNatId, source }) !== undefined,
+  };
+  const d = sockDecision(lookup, { address: r.dst, port: r.dport, proto, fromHost: r.from === 'host', source: recorded ? r.src : undefined });
   if (d.verdict === 'unchanged') {
     lines.push(r.from === 'pod' && r.dst.startsWith('127.') ? 'a pod\'s loopback is its own (NodePorts answer on loopback in the host\'s namespace only): the socket connects unchanged' : 'not a Service address: the socket connects unchanged');
     return { lines, verdict: 'unchanged' };
@@ -100,6 +106,12 @@ function explainSocket(r: ExplainRequest, maps: DatapathReader): Explanation {
     lines.push('no backend: the call fails with ECONNREFUSED');
     return { lines, verdict: 'refused' };
   }
+  if (d.verdict === 'denied') {
+    lines.push(d.reason === 'source-range'
+      ? `${r.src} is not in its loadBalancerSourceRanges: the call fails with EPERM`
+      : `loadBalancerSourceRanges apply, and no network namespace with address ${r.src} is recorded (lb4_netns_sources, filled by the agent): a pod's call fails with EPERM`);
+    return { lines, verdict: 'denied' };
+  }
   lines.push(`backends: ${backendList(readServiceTable(maps), f.address, r.dport, proto, f.scope).join(', ')}`);
   lines.push(f.service.affinityTimeout
     ? `sessionAffinity ClientIP (${f.service.affinityTimeout}s): this network namespace keeps the backend it got first`
@@ -110,7 +122,7 @@ function explainSocket(r: ExplainRequest, maps: DatapathReader): Explanation {
 export function explain(r: ExplainRequest): Explanation {
   const live = PinnedDatapath.open(r.pinDir);
   try {
-    return r.from === 'external' ? explainPacket(r, live.maps, live.pinned()) : explainSocket(r, live.maps);
+    return r.from === 'external' ? explainPacket(r, live.maps, live.pinned()) : explainSocket(r, live.maps, live.pinned());
   } finally {
     live.close();
   }

@@ -74,6 +74,7 @@ export const DropReason = {
   DROP_TTL_EXCEEDED: 14,
   DROP_ICMP_RATELIMIT: 15,
   DROP_HANDOVER_UNBOUND: 16,
+  DROP_SOURCE_UNKNOWN: 17,
   DROP_REASON_MAX: 32,
 } as const;
 
@@ -205,6 +206,8 @@ export const lb4SockValueCodec = structCodec('lb4_sock_value', {
   revNatId: { type: 'u32' },
 });
 
+export const lb4NetnsSourceCodec = structCodec('lb4_netns_source', { address: { type: 'ipv4' }, pad: { type: 'pad', length: 4 } });
+
 export const ct4KeyCodec = structCodec('ct4_key', {
   saddr: { type: 'ipv4' },
   daddr: { type: 'ipv4' },
@@ -321,6 +324,8 @@ export const mapSpecs = {
   lb4_names: { key: u32Codec, value: lb4FrontendNameCodec, sizeSetting: 'mapSizes.reverseNat' },
   lb4_src_ranges: { key: lb4SrcRangeKeyCodec, value: u8Codec, sizeSetting: 'mapSizes.sourceRanges' },
   lb4_sock_rev: { key: lb4SockKeyCodec, value: lb4SockValueCodec, sizeSetting: 'mapSizes.sockReverse' },
+  // Keyed by a network namespace's cookie.
+  lb4_netns_sources: { key: u64Codec, value: lb4NetnsSourceCodec, sizeSetting: undefined },
   ct4: { key: ct4KeyCodec, value: ct4EntryCodec, sizeSetting: 'mapSizes.conntrack' },
   nat4: { key: ct4KeyCodec, value: nat4EntryCodec, sizeSetting: 'mapSizes.nat' },
   frag4: { key: frag4KeyCodec, value: frag4EntryCodec, sizeSetting: 'mapSizes.fragments' },

@@ -21,6 +21,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   lb4_affinity: 'affinity',
   lb4_maglev: 'maglevTables',
   lb4_sock_rev: 'sockReverse',
+  lb4_netns_sources: undefined,
   ct4: 'conntrack',
   nat4: 'nat',
   frag4: 'fragments',
@@ -37,21 +38,23 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   host_ports: undefined,
 };
 
-/** What every entry object shares: map sizes, the hash seed, the host's netns, the pins. */
+/** What every entry object shares: map sizes, the hash seed, the host's netns and address, the pins. */
 export function configureObject(obj: BpfObject, cfg: DatapathConfig, sizes: MapSizes, replace?: LayoutMigration['decide']): void {
   // Sparse arrays are indexed by an id and hold slot 0 too (id 0 is none), so that the
   // setting counts ids.
   for (const [name, setting] of Object.entries(sizeOf)) if (setting) obj.setMaxEntries(name, sizes[setting] + (mapOptions(name as MapName).sparse ? 1 : 0));
   obj.setConstant('hash_seed', cfg.hashSeed ?? 0);
   obj.setConstant('host_netns_cookie', cfg.hostNetnsCookie ?? 0n);
+  // The node's address: where forwarded flows leave from, and the host's source for the
+  // socket hooks' loadBalancerSourceRanges.
+  const snat = ipv4FromString(cfg.snatIPv4);
+  // The constant holds the address in network byte order, as the packet does.
+  obj.setConstant('snat_ipv4', Buffer.from([snat >>> 24, (snat >>> 16) & 255, (snat >>> 8) & 255, snat & 255]).readUInt32LE(0));
   obj.pinMaps({ dir: cfg.pinDir, ...(replace ? { replace } : {}) });
 }
 
 /** The node's forwarding settings, for the objects that forward packets (tc, xdp). */
 export function setForwardingConstants(obj: BpfObject, cfg: DatapathConfig): void {
-  const snat = ipv4FromString(cfg.snatIPv4);
-  // The constant holds the address in network byte order, as the packet does.
-  obj.setConstant('snat_ipv4', Buffer.from([snat >>> 24, (snat >>> 16) & 255, (snat >>> 8) & 255, snat & 255]).readUInt32LE(0));
   obj.setConstant('forwarding_mode', { snat: FwdMode.FWD_MODE_SNAT, dsr: FwdMode.FWD_MODE_DSR, hybrid: FwdMode.FWD_MODE_HYBRID }[cfg.forwardingMode ?? 'snat']);
   obj.setConstant('maglev_table_size', cfg.maglevTableSize ?? 0);
   obj.setConstant('snat_port_min', cfg.snatPortMin ?? DEFAULT_SNAT_PORTS.min);

@@ -23,6 +23,8 @@ export interface TestService {
   externalIPs?: string[];
   endpoints: PodInfo[];
   forwarding?: 'snat' | 'dsr';
+  /** loadBalancerSourceRanges of its LoadBalancer IPs. */
+  sourceRanges?: string[];
 }
 
 export interface ClusterNode extends NodeInfo {
@@ -102,7 +104,7 @@ function frontendsFor(s: TestService, node: NodeInfo): FrontendSpec[] {
       out.push({ address: node.ip, port: p.nodePort, proto: p.proto, kind: 'NodePort', backends, ...extra });
       out.push({ address: '0.0.0.0', port: p.nodePort, proto: p.proto, kind: 'NodePort', nodePortAny: true, backends, ...extra });
     }
-    for (const ip of s.loadBalancerIPs ?? []) out.push({ address: ip, port: p.port, proto: p.proto, kind: 'LoadBalancer', backends, ...extra });
+    for (const ip of s.loadBalancerIPs ?? []) out.push({ address: ip, port: p.port, proto: p.proto, kind: 'LoadBalancer', backends, ...extra, ...(s.sourceRanges ? { sourceRanges: s.sourceRanges } : {}) });
     for (const ip of s.externalIPs ?? []) out.push({ address: ip, port: p.port, proto: p.proto, kind: 'ExternalIP', backends });
   }
   return out;

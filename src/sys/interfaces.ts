@@ -25,3 +25,15 @@ export function interfaceInfo(name: string): InterfaceInfo {
 export function interfaceName(ifindex: number): string | undefined {
   return ifindex ? libc().ifIndexToName(ifindex) : undefined;
 }
+
+/** The infos of the devices that have one; `skipped` hears of the others (gone meanwhile, say). */
+export function interfaceInfos(names: readonly string[], skipped: (name: string, err: Error) => void): InterfaceInfo[] {
+  return names.flatMap((d) => {
+    try {
+      return [interfaceInfo(d)];
+    } catch (e) {
+      skipped(d, e as Error);
+      return [];
+    }
+  });
+}

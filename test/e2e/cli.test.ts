@@ -21,6 +21,7 @@ beforeAll(async () => {
     { clusterIP: '10.96.0.30', ports: [{ port: 80, proto: 'TCP', targetPort: 8080, nodePort: 30700 }], endpoints: [web] },
     { clusterIP: '10.96.0.31', ports: [{ port: 80, proto: 'TCP', targetPort: 8080, nodePort: 30701 }], endpoints: [web], forwarding: 'dsr' },
     { clusterIP: '10.96.0.32', ports: [{ port: 80, proto: 'TCP', targetPort: 8080, nodePort: 30702 }], loadBalancerIPs: ['10.0.100.70'], endpoints: [] },
+    { clusterIP: '10.96.0.33', ports: [{ port: 80, proto: 'TCP', targetPort: 8080, nodePort: 30703 }], loadBalancerIPs: ['10.0.100.71'], sourceRanges: ['10.0.10.0/24'], endpoints: [web] },
   ]);
   await c.net.routeLoadBalancerIP('10.0.100.70', [c.net.node(2)]);
   pins = c.nodes[1]!.pinDir; // node-2: its NodePort flows are SNATed to node-1's pod
@@ -109,6 +110,12 @@ describeWith(['root', 'netns', 'bpffs'], 'ferry CLI on live pins', () => {
     expect((await real('http://10.0.100.70:81/')).code).toBe(28);
     // From a pod: the socket hooks' decision.
     expect(ex('10.96.0.30:80/tcp', 2, 'pod').lines.join('\n')).toMatch(/backends: 10\.244\.1\.11:8080/);
+    // loadBalancerSourceRanges at the socket hooks: the host's source (--src) is in them; no
+    // pod namespace with that address is recorded (no agent here fills lb4_netns_sources).
+    expect(ex('10.0.100.71:80/tcp', 2, 'host').verdict).toBe('rewritten to a backend');
+    const pod = ex('10.0.100.71:80/tcp', 2, 'pod');
+    expect(pod.verdict).toBe('denied');
+    expect(pod.lines.join('\n')).toMatch(/no network namespace with address 10\.0\.10\.2 is recorded .*EPERM/);
     // And the live maps were only read: no flow from the synthetic packets.
     expect(JSON.parse(ferry('ct', 'list', '--pin-dir', pins, '-o', 'json').stdout).filter((f: { flow: string }) => f.flow.includes(':45000 '))).toEqual([]);
     // A CLI newer than its agent: a map the agent did not make is not among its pins.

@@ -5,9 +5,12 @@ import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { NetnsSourcesStatus } from '../../src/agent/netns-sources.js';
+import { netnsSourcesLine } from '../../src/cli/inspect-commands.js';
 import { SandboxApi } from '../../src/sandbox/api-client.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
+import { WORKLOADS_BIN } from '../../src/sandbox/workloads/spawn.js';
 import { exec } from '../../src/sys/exec.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
@@ -265,6 +268,24 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'upstream Service e2e scenar
     // The NodePort of the same Service is not restricted (kube-proxy applies ranges to LB IPs only).
     const np = ((await api.call('GET', api.url('Service', 'default', 'ranged'))).json.spec as { ports: { nodePort: number }[] }).ports[0]!.nodePort;
     expect((await curl(sb.net.client, `http://10.0.30.21:${np}/`)).code).toBe(0);
+    // Pods too (upstream: "should only allow access from service loadbalancer source
+    // ranges"): the socket hooks take a pod's address from its namespace (lb4_netns_sources).
+    const accept = sb.kubelet.podInfo('default', 'tool-1')!;
+    const drop = podHost('default', 'tool-2');
+    await put('Service', svc('ranged', spec([`${accept.ip}/32`])));
+    expect((await eventually(() => curl(accept.host, 'http://10.0.100.50/'), (r) => r.code === 0)).code).toBe(0);
+    // Refused at connect() with EPERM (a policy's refusal; no endpoints would be ECONNREFUSED).
+    const probe = await drop.exec([process.execPath, WORKLOADS_BIN, 'connect-probe', '--targets', '[10.0.100.50]:80/tcp'], { timeoutMs: 30_000 });
+    expect(probe.code, probe.stderr).toBe(0);
+    expect((JSON.parse(probe.stdout.trim()) as { result: string }).result).toBe('EPERM');
+    // The agent's /status (and ferry status) tell how many namespaces it knows.
+    const { netnsSources } = JSON.parse(await sb.net.node(1).host.execOk(['curl', '-sS', 'http://127.0.0.1:10249/status'])) as { netnsSources: NetnsSourcesStatus };
+    expect(netnsSources.recorded).toBeGreaterThanOrEqual(2); // node-1's pods: web-a and tool-1 at least
+    expect(netnsSourcesLine(netnsSources)).toMatch(/^\d+ of \d+ namespaces' addresses known to the socket hooks/);
+    // The ranges follow an update for pods as for the client.
+    await put('Service', svc('ranged', spec([`${sb.kubelet.podInfo('default', 'tool-2')!.ip}/32`])));
+    expect((await eventually(() => curl(drop, 'http://10.0.100.50/'), (r) => r.code === 0)).code).toBe(0);
+    expect((await eventually(() => curl(accept.host, 'http://10.0.100.50/', 1), (r) => r.code === 7)).code).toBe(7);
     await del('Service', 'ranged');
   });
 

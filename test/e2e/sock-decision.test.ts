@@ -3,7 +3,9 @@
 // decision (src/datapath/reference/sock.ts, what `ferry explain --from pod|host` reports)
 // must agree on every destination. The host's routes make the hooks' decision visible in
 // errno: backends (10.244.0.0/16) are "prohibit" (EACCES), everything else "unreachable"
-// (EHOSTUNREACH), a refusal by the hooks is ECONNREFUSED, and an untouched loopback
+// (EHOSTUNREACH), a refusal by the hooks is ECONNREFUSED, a denial by
+// loadBalancerSourceRanges EPERM (the pod's namespace recorded with an address in most
+// rounds, not in one; the host's is the node's), and an untouched loopback
 // connect reaches the probe's own listener. IPv6 sockets to IPv4-mapped addresses
 // (::ffff:a.b.c.d) must get the IPv4 decision.
 import { mkdirSync, rmSync } from 'node:fs';
@@ -23,6 +25,9 @@ import { rng } from '../harness/rng.js';
 const SEED = Number(process.env.FERRY_DIFF_SEED ?? Date.now() % 2 ** 31);
 const ROUNDS = 4;
 const NODE_IP = '10.0.30.21';
+/** The address the agent would have recorded for the pod's namespace (lb4_netns_sources). */
+const POD_SOURCE = '10.244.7.7';
+const RANGES = [`${NODE_IP}/32`, `${POD_SOURCE}/32`, '10.244.0.0/16', '192.0.2.0/24'];
 
 let tb: Testbed;
 let host: Host;
@@ -70,6 +75,9 @@ function randomTable(r: () => number): FrontendSpec[] {
     const address = kind === 'ClusterIP' ? `10.96.0.${1 + int(5)}` : kind === 'NodePort' ? NODE_IP : kind === 'LoadBalancer' ? `10.0.100.${1 + int(3)}` : '10.0.30.200';
     const port = kind === 'NodePort' ? 30000 + int(6) : 80 + int(3);
     const f: FrontendSpec = { address, port, proto, kind, backends: backends(n), service: `default/s${i}:p` };
+    // loadBalancerSourceRanges that take in or leave out the host's and the pod's sources.
+    if (kind === 'LoadBalancer' && r() < 0.6) f.sourceRanges = RANGES.filter(() => r() < 0.5);
+    if (f.sourceRanges?.length === 0) f.sourceRanges = ['192.0.2.0/24'];
     // Some frontends let this node's pods and host reach other backends (ETP=Local's short-circuit).
     if (r() < 0.25) f.internalBackends = backends(int(3));
     add(f);
@@ -81,6 +89,11 @@ function randomTable(r: () => number): FrontendSpec[] {
   const always: FrontendSpec = { address: NODE_IP, port: 30009, proto, kind: 'NodePort', backends: backends(1 + int(3)), service: 'default/always:p' };
   add(always);
   add({ ...always, address: '0.0.0.0', nodePortAny: true });
+  // And LB IPs whose ranges leave out every source here: one found in the external scope,
+  // one in the internal scope (ETP=Local's short-circuit: its ranges are on the external entry).
+  const ranged: FrontendSpec = { address: '10.0.100.9', port: 80, proto, kind: 'LoadBalancer', backends: backends(1), sourceRanges: ['192.0.2.0/24'], service: 'default/ranged:p' };
+  add(ranged);
+  add({ ...ranged, address: '10.0.100.10', internalBackends: backends(1), service: 'default/ranged-local:p' });
   return out;
 }
 
@@ -109,6 +122,8 @@ function observed(result: string): string {
       return 'rewritten';
     case 'ECONNREFUSED':
       return 'refused';
+    case 'EPERM':
+      return 'denied';
     case 'EHOSTUNREACH':
     case 'ok':
       return 'unchanged';
@@ -120,7 +135,11 @@ function observed(result: string): string {
 describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'socket hooks against the reference decision', () => {
   it(`agree on every destination of ${ROUNDS} random tables, from the host and from a pod (seed ${SEED})`, async () => {
     const r = rng(SEED);
-    const lookup = { master: (address: string, port: number, proto: number, scope: number) => dp.maps.lb4_services.lookup({ address, port, proto, scope, slot: 0 }) };
+    const lookup = {
+      master: (address: string, port: number, proto: number, scope: number) => dp.maps.lb4_services.lookup({ address, port, proto, scope, slot: 0 }),
+      sourceAllowed: (revNatId: number, source: string) => dp.maps.lb4_src_ranges.lookup({ prefixlen: 64, revNatId, source }) !== undefined,
+    };
+    const podCookie = netnsCookie(pod.netns);
     const seen = new Map<string, number>();
     let loopbackNodePorts = 0;
     let v6Mapped = 0;
@@ -128,6 +147,10 @@ describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'socket hooks against the re
       const table = randomTable(r);
       writer.apply(table);
       dp.maps.lb4_sock_rev.deleteBatch([...dp.maps.lb4_sock_rev.keys()]);
+      // The pod's namespace recorded by the agent in most rounds, not in one (the first).
+      const podSource = round === 0 ? undefined : POD_SOURCE;
+      if (podSource) dp.maps.lb4_netns_sources.update(podCookie, { address: podSource });
+      else dp.maps.lb4_netns_sources.delete(podCookie);
       const dests = targets(table, r);
       const list = dests.map((t) => `[${t.address}]:${t.port}/${t.proto}`).join(',');
       const diffs: string[] = [];
@@ -140,7 +163,7 @@ describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'socket hooks against the re
           const t = dests[i]!;
           const mapped = t.address.startsWith('::ffff:');
           if (mapped) v6Mapped++;
-          const want = sockDecision(lookup, { address: t.address.replace(/^::ffff:/, ''), port: t.port, proto: t.proto === 'tcp' ? Proto.TCP : Proto.UDP, fromHost }).verdict;
+          const want = sockDecision(lookup, { address: t.address.replace(/^::ffff:/, ''), port: t.port, proto: t.proto === 'tcp' ? Proto.TCP : Proto.UDP, fromHost, source: fromHost ? NODE_IP : podSource }).verdict;
           const got = observed(l.result);
           if (got !== want) diffs.push(`${where.name}: ${l.target}: hooks ${got} (${l.result}), reference ${want}`);
           if (t.address.replace(/^::ffff:/, '').startsWith('127.') && want !== 'unchanged') {
@@ -167,7 +190,7 @@ describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'socket hooks against the re
     expect(loopbackNodePorts).toBeGreaterThan(0);
     expect(v6Mapped).toBeGreaterThan(20);
     // Every kind of decision was put to the test.
-    expect([...seen.keys()].sort(), JSON.stringify([...seen])).toEqual(['refused', 'refused (pod)', 'rewritten', 'rewritten (pod)', 'unchanged', 'unchanged (pod)']);
+    expect([...seen.keys()].sort(), JSON.stringify([...seen])).toEqual(['denied', 'denied (pod)', 'refused', 'refused (pod)', 'rewritten', 'rewritten (pod)', 'unchanged', 'unchanged (pod)']);
     expect([...seen.values()].reduce((a, b) => a + b)).toBeGreaterThan(100);
   });
 });

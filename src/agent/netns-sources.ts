@@ -1,0 +1,116 @@
+// The agent's side of loadBalancerSourceRanges at the socket hooks: every network
+// namespace it can see (the runtime's pins under /run/netns, and processes' namespaces
+// where it shares the host's PID namespace) is entered, and its cookie and address are
+// written to lb4_netns_sources (src/datapath/netns-sources.ts). A pod's connect() to a
+// ranged LoadBalancer IP is refused until its namespace is there, so a new pin is looked
+// at at once, and again while the CNI has not given it an address yet.
+import { watch, type FSWatcher } from 'node:fs';
+import type { Logger } from 'pino';
+import { NetnsSources } from '../datapath/netns-sources.js';
+import type { DatapathMaps } from '../datapath/layouts.js';
+import { listNetns } from '../sys/netns-list.js';
+import { readNetnsSource } from '../sys/netns-source.js';
+import { netnsCookie } from '../sys/socket.js';
+import type { AgentMetrics } from './metrics.js';
+
+const PIN_DIR = '/run/netns';
+/** A pass this often, and after a pin appears: at once, and while a namespace has no address yet. */
+const PASS_MS = 5000;
+const AFTER_PIN_MS = [200, 1000, 3000];
+
+/** What `ferry status` shows of it (through the agent's /status). */
+export interface NetnsSourcesStatus {
+  namespaces: number;
+  recorded: number;
+  /** Namespaces without an address yet, or with several and no eth0. */
+  unaddressed: number;
+  /** Left out: lb4_netns_sources is full. */
+  full: number;
+  lastPass?: { at: string; ms: number };
+}
+
+export class NetnsSourceScanner {
+  private timer: NodeJS.Timeout | undefined;
+  private readonly soon = new Set<NodeJS.Timeout>();
+  private watcher: FSWatcher | undefined;
+  private last: NetnsSourcesStatus = { namespaces: 0, recorded: 0, unaddressed: 0, full: 0 };
+
+  constructor(
+    private readonly sources: NetnsSources,
+    private readonly log: Logger,
+    private readonly metrics: AgentMetrics,
+    private readonly list: () => string[] = () => listNetns({ pinDirs: [PIN_DIR] }),
+  ) {}
+
+  static start(map: DatapathMaps['lb4_netns_sources'], log: Logger, metrics: AgentMetrics): NetnsSourceScanner {
+    const s = new NetnsSourceScanner(new NetnsSources(map), log.child({ part: 'netns-sources' }), metrics);
+    s.pass();
+    s.timer = setInterval(() => s.pass(), PASS_MS);
+    s.timer.unref();
+    try {
+      s.watcher = watch(PIN_DIR, () => s.passSoon());
+      s.watcher.on('error', () => undefined);
+    } catch {
+      // No pin directory (yet): the periodic pass still finds processes' namespaces.
+    }
+    return s;
+  }
+
+  status(): NetnsSourcesStatus {
+    return this.last;
+  }
+
+  /** Enter every namespace, and make the map hold what they say. */
+  pass(): NetnsSourcesStatus {
+    const t0 = performance.now();
+    const want = new Map<bigint, string>();
+    // The agent's own namespace is the host's: the hooks use the node's address there.
+    const own = netnsCookie();
+    const paths = this.list();
+    let namespaces = 0;
+    let unaddressed = 0;
+    for (const path of paths) {
+      try {
+        const s = readNetnsSource(path);
+        if (s.cookie === own) continue;
+        namespaces++;
+        if (s.address) want.set(s.cookie, s.address);
+        else unaddressed++;
+      } catch (e) {
+        // Gone between the listing and now, or not ours to enter.
+        this.log.debug({ netns: path, err: (e as Error).message }, 'namespace not read');
+      }
+    }
+    let sync;
+    try {
+      sync = this.sources.sync(want);
+    } catch (e) {
+      this.log.error({ err: (e as Error).message }, 'cannot write the namespaces\' source addresses');
+      return this.last;
+    }
+    if (sync.full > 0 && sync.full !== this.last.full) this.log.error({ left: sync.full, capacity: this.sources.capacity }, 'lb4_netns_sources is full: pods of the namespaces left out are refused at LoadBalancer IPs with source ranges');
+    this.metrics.netnsSources.set(this.sources.size);
+    this.metrics.netnsSourcesFull.set(sync.full);
+    this.last = { namespaces, recorded: this.sources.size, unaddressed, full: sync.full, lastPass: { at: new Date().toISOString(), ms: Math.round(performance.now() - t0) } };
+    return this.last;
+  }
+
+  private passSoon(): void {
+    if (this.soon.size > 0) return; // already coming
+    for (const ms of AFTER_PIN_MS) {
+      const t = setTimeout(() => {
+        this.soon.delete(t);
+        this.pass();
+      }, ms);
+      t.unref();
+      this.soon.add(t);
+    }
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    for (const t of this.soon) clearTimeout(t);
+    this.soon.clear();
+    this.watcher?.close();
+  }
+}

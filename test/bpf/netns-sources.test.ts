@@ -1,0 +1,85 @@
+// loadBalancerSourceRanges at the socket hooks need each namespace's address: the agent's
+// scanner enters every namespace it lists and writes cookie → address into
+// lb4_netns_sources; the hooks then allow or refuse a pod's connect() by it.
+import { pino } from 'pino';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { NetnsSourceScanner } from '../../src/agent/netns-sources.js';
+import { AgentMetrics } from '../../src/agent/metrics.js';
+import { counterTotal, resetCounters } from '../../src/datapath/counters.js';
+import { NetnsSources } from '../../src/datapath/netns-sources.js';
+import { datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import type { Host } from '../../src/sandbox/netns/testbed.js';
+import { WORKLOADS_BIN } from '../../src/sandbox/workloads/spawn.js';
+import { netnsCookie } from '../../src/sys/socket.js';
+import { describeWith } from '../harness/requirements.js';
+
+const LB_IP = '10.0.100.77';
+let n: DatapathNode;
+let podA: Host;
+let podB: Host;
+let bare: Host;
+
+beforeAll(async () => {
+  n = await datapathNode();
+  // Two pods with one address each (on eth0, and on another name), and a namespace without one yet.
+  podA = await n.tb.addHost('pod-a', { cgroupParent: n.host });
+  podB = await n.tb.addHost('pod-b', { cgroupParent: n.host });
+  bare = await n.tb.addHost('bare', { cgroupParent: n.host });
+  await n.tb.link({ host: podA, ifname: 'eth0', address: '10.244.1.10/24' }, { host: n.host, ifname: 'vpa', address: '10.244.1.1/24' });
+  await n.tb.link({ host: podB, ifname: 'veth-b', address: '10.244.2.20/24' }, { host: n.host, ifname: 'vpb', address: '10.244.2.1/24' });
+  n.dp.attachCgroup({ path: n.host.cgroup, expect: 'subtree' }, { hostNetns: n.host.netns });
+});
+afterAll(async () => {
+  await n?.close();
+});
+
+const scanner = (paths: () => string[]) => new NetnsSourceScanner(new NetnsSources(n.dp.maps.lb4_netns_sources), pino({ level: 'silent' }), new AgentMetrics(), paths);
+const path = (h: Host) => `/run/netns/${h.netns}`;
+
+/** What connect() to the LB IP gets from a pod: EPERM is the hooks' refusal; anything else means it was rewritten and sent. */
+async function connectFrom(h: Host): Promise<string> {
+  const r = await h.exec([process.execPath, WORKLOADS_BIN, 'connect-probe', '--targets', `[${LB_IP}]:80/tcp`], { timeoutMs: 30_000 });
+  expect(r.code, r.stderr).toBe(0);
+  return (JSON.parse(r.stdout.trim()) as { result: string }).result;
+}
+
+describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'namespace source addresses (lb4_netns_sources)', () => {
+  it('records each namespace\'s address by its cookie, not one without an address, and forgets a namespace no longer listed', () => {
+    let paths = [path(podA), path(podB), path(bare), '/proc/thread-self/ns/net'];
+    const s = scanner(() => paths);
+    const st = s.pass();
+    const map = n.dp.maps.lb4_netns_sources;
+    // Its own namespace (the host's: the hooks use the node's address there) is left out.
+    expect(st).toMatchObject({ namespaces: 3, recorded: 2, unaddressed: 1, full: 0 });
+    expect(map.lookup(netnsCookie())).toBeUndefined();
+    expect(map.lookup(netnsCookie(podA.netns))?.address).toBe('10.244.1.10');
+    expect(map.lookup(netnsCookie(podB.netns))?.address).toBe('10.244.2.20');
+    expect(map.lookup(netnsCookie(bare.netns))).toBeUndefined();
+    paths = [path(podA)];
+    expect(s.pass()).toMatchObject({ recorded: 1 });
+    expect(map.lookup(netnsCookie(podB.netns))).toBeUndefined();
+    // A restarted agent starts from what the map holds, and a pass makes it what it sees.
+    paths = [path(podA), path(podB)];
+    expect(scanner(() => paths).pass()).toMatchObject({ recorded: 2 });
+  });
+
+  it('the socket hooks allow and refuse a pod by its recorded address, and refuse one not recorded', async () => {
+    n.writer.apply([{ address: LB_IP, port: 80, proto: 'TCP', kind: 'LoadBalancer', backends: [{ address: '10.244.9.9', port: 8080, local: false }], sourceRanges: ['10.244.1.0/24'], service: 'default/ranged:http' }]);
+    const paths = [path(podA), path(podB)];
+    scanner(() => paths).pass();
+    const drops = (name: string) => counterTotal(n.dp.maps, name).packets;
+    resetCounters(n.dp.maps);
+    // Rewritten: the backend (no route to it from the pod) answers nothing, so anything but EPERM.
+    expect(await connectFrom(podA)).not.toBe('EPERM');
+    expect(await connectFrom(podB)).toBe('EPERM');
+    expect(await connectFrom(bare)).toBe('EPERM');
+    expect(drops('DROP_SOURCE_RANGE')).toBe(1n);
+    expect(drops('DROP_SOURCE_UNKNOWN')).toBe(1n);
+    // An address change is picked up by the next pass.
+    await podB.ip('addr', 'add', '10.244.1.99/24', 'dev', 'veth-b');
+    await podB.ip('addr', 'del', '10.244.2.20/24', 'dev', 'veth-b');
+    scanner(() => paths).pass();
+    expect(n.dp.maps.lb4_netns_sources.lookup(netnsCookie(podB.netns))?.address).toBe('10.244.1.99');
+    expect(await connectFrom(podB)).not.toBe('EPERM');
+  });
+});
