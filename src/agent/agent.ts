@@ -53,7 +53,6 @@ export class Agent {
   private gcTimer: NodeJS.Timeout | undefined;
   private deviceScanner: DeviceScanner | undefined;
   private routeMonitor: RouteChangesWatch | undefined;
-  private netnsSources: NetnsSourceScanner | undefined;
   private frameSender: FrameSender | undefined;
   /** ct4 and nat4 fill as the last GC pass saw it. */
   private sampledFill: Record<string, number> = {};
@@ -69,6 +68,7 @@ export class Agent {
     readonly announcer: Announcer,
     readonly bgp: BgpSpeaker,
     private readonly staleSockets: StaleUdpSockets,
+    private readonly netnsSources: NetnsSourceScanner,
   ) {}
 
   static async start(cfg: AgentConfig, log: Logger = agentLogger(cfg.logLevel)): Promise<Agent> {
@@ -158,6 +158,8 @@ export class Agent {
 
     let reconciler: Reconciler | undefined;
     const staleSockets = StaleUdpSockets.start(datapath, log, metrics);
+    // Before any Service is synced: the socket hooks refuse a pod at a ranged LB IP until its namespace is known.
+    const netnsSources = NetnsSourceScanner.start(datapath.maps.lb4_netns_sources, log, metrics);
     let unfreeable = -1;
     let announcer: Announcer | undefined;
     const onError = (what: string) => (err: unknown, retryInMs: number) => log.warn({ watch: what, err: (err as Error)?.message ?? String(err), retryInMs }, 'watch failed; the datapath keeps its state');
@@ -279,7 +281,7 @@ export class Agent {
     });
     const synced = [services, slices, nodes] as unknown as Watcher<never>[];
     const watchers = [...synced, policies, leases, bgpPeers, bgpAds] as unknown as Watcher<never>[];
-    const agent = new Agent(cfg, log, datapath, reconciler, writer, metrics, watchers, serviceHealth, announcer, bgp, staleSockets);
+    const agent = new Agent(cfg, log, datapath, reconciler, writer, metrics, watchers, serviceHealth, announcer, bgp, staleSockets, netnsSources);
     agent.servers.push(...early.splice(0)); // the agent closes them from now on
     agent.frameSender = frameSender;
     try {
@@ -312,7 +314,6 @@ export class Agent {
       });
       agent.deviceScanner.start(cfg.deviceScanSeconds * 1000);
       agent.routeMonitor = watchRouteChanges(datapath.maps, log.child({ part: 'routes' }), { metrics });
-      agent.netnsSources = NetnsSourceScanner.start(datapath.maps.lb4_netns_sources, log, metrics);
       announcer.start();
       bgp.start();
     } catch (e) {
@@ -356,7 +357,7 @@ export class Agent {
       udpSockets: this.staleSockets.status(),
       routes: this.routeMonitor?.status(),
       hostPorts: this.datapath.hostPorts?.status(),
-      netnsSources: this.netnsSources?.status(),
+      netnsSources: this.netnsSources.status(),
     };
   }
 
@@ -383,7 +384,7 @@ export class Agent {
     if (this.gcTimer) clearInterval(this.gcTimer);
     this.deviceScanner?.stop();
     this.routeMonitor?.stop();
-    this.netnsSources?.stop();
+    this.netnsSources.stop();
     // First, so the addresses this node answers for are held over the restart.
     await this.announcer.stop();
     await this.bgp.stop();

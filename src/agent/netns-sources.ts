@@ -34,6 +34,8 @@ export class NetnsSourceScanner {
   private readonly soon = new Set<NodeJS.Timeout>();
   private watcher: FSWatcher | undefined;
   private last: NetnsSourcesStatus = { namespaces: 0, recorded: 0, unaddressed: 0, full: 0 };
+  /** What each listed namespace said last: one that cannot be read for a moment keeps it. */
+  private readonly seen = new Map<string, { cookie: bigint; address: string | undefined }>();
 
   constructor(
     private readonly sources: NetnsSources,
@@ -44,8 +46,8 @@ export class NetnsSourceScanner {
 
   static start(map: DatapathMaps['lb4_netns_sources'], log: Logger, metrics: AgentMetrics): NetnsSourceScanner {
     const s = new NetnsSourceScanner(new NetnsSources(map), log.child({ part: 'netns-sources' }), metrics);
-    s.pass();
-    s.timer = setInterval(() => s.pass(), PASS_MS);
+    s.passLogged();
+    s.timer = setInterval(() => s.passLogged(), PASS_MS);
     s.timer.unref();
     try {
       s.watcher = watch(PIN_DIR, () => s.passSoon());
@@ -69,17 +71,21 @@ export class NetnsSourceScanner {
     const paths = this.list();
     let namespaces = 0;
     let unaddressed = 0;
+    const listed = new Set(paths);
+    for (const path of [...this.seen.keys()]) if (!listed.has(path)) this.seen.delete(path);
     for (const path of paths) {
+      let s = this.seen.get(path);
       try {
-        const s = readNetnsSource(path);
-        if (s.cookie === own) continue;
-        namespaces++;
-        if (s.address) want.set(s.cookie, s.address);
-        else unaddressed++;
+        s = readNetnsSource(path);
+        this.seen.set(path, s);
       } catch (e) {
-        // Gone between the listing and now, or not ours to enter.
+        // Gone between the listing and now (the next listing drops it), or not ours to enter.
         this.log.debug({ netns: path, err: (e as Error).message }, 'namespace not read');
       }
+      if (!s || s.cookie === own) continue;
+      namespaces++;
+      if (s.address) want.set(s.cookie, s.address);
+      else unaddressed++;
     }
     let sync;
     try {
@@ -95,12 +101,21 @@ export class NetnsSourceScanner {
     return this.last;
   }
 
+  /** A pass from a timer: an error is logged, never thrown out of the event loop. */
+  private passLogged(): void {
+    try {
+      this.pass();
+    } catch (e) {
+      this.log.error({ err: (e as Error).message }, 'namespace pass failed');
+    }
+  }
+
   private passSoon(): void {
     if (this.soon.size > 0) return; // already coming
     for (const ms of AFTER_PIN_MS) {
       const t = setTimeout(() => {
         this.soon.delete(t);
-        this.pass();
+        this.passLogged();
       }, ms);
       t.unref();
       this.soon.add(t);

@@ -10,6 +10,7 @@ import { NetnsSources } from '../../src/datapath/netns-sources.js';
 import { datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
 import { WORKLOADS_BIN } from '../../src/sandbox/workloads/spawn.js';
+import { exec } from '../../src/sys/exec.js';
 import { netnsCookie } from '../../src/sys/socket.js';
 import { describeWith } from '../harness/requirements.js';
 
@@ -61,6 +62,21 @@ describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'namespace source addresses 
     // A restarted agent starts from what the map holds, and a pass makes it what it sees.
     paths = [path(podA), path(podB)];
     expect(scanner(() => paths).pass()).toMatchObject({ recorded: 2 });
+  });
+
+  it('a listed namespace that cannot be read for a moment keeps its entry; unlisted, it goes', async () => {
+    const gone = await n.tb.addHost('gone', { cgroupParent: n.host });
+    await n.tb.link({ host: gone, ifname: 'eth0', address: '10.244.3.30/24' }, { host: n.host, ifname: 'vpg', address: '10.244.3.1/24' });
+    const cookie = netnsCookie(gone.netns);
+    let paths = [path(podA), path(gone)];
+    const s = scanner(() => paths);
+    expect(s.pass()).toMatchObject({ recorded: 2 });
+    await exec('ip', ['netns', 'del', gone.netns]); // its pin goes; this listing still names it
+    expect(s.pass()).toMatchObject({ namespaces: 2, recorded: 2 });
+    expect(n.dp.maps.lb4_netns_sources.lookup(cookie)?.address).toBe('10.244.3.30');
+    paths = [path(podA)];
+    expect(s.pass()).toMatchObject({ namespaces: 1, recorded: 1 });
+    expect(n.dp.maps.lb4_netns_sources.lookup(cookie)).toBeUndefined();
   });
 
   it('the socket hooks allow and refuse a pod by its recorded address, and refuse one not recorded', async () => {
