@@ -10,6 +10,7 @@ import { addressRows, poolRows, type AnnouncerClaim } from '../ipam/lb-view.js';
 import { bgpAnnouncers, parseBgpAdvertisement, parseBgpPeer, type CustomObject } from '../announce/bgp.js';
 import { HEARTBEAT_KIND, HEARTBEAT_LABEL, readHeartbeat } from '../announce/heartbeats.js';
 import { migrate } from '../ipam/migrate.js';
+import { announcementMigrator } from '../announce/migrate.js';
 import { POOL_GROUP, POOL_PLURAL, POOL_VERSION, type PoolObject } from '../ipam/pool-resource.js';
 import { kubeConfig } from '../k8s/kubeconfig-client.js';
 import { table } from './table.js';
@@ -102,7 +103,7 @@ export function registerLb(program: Command): void {
 
 export function registerMigrate(program: Command): void {
   program.command('migrate')
-    .description('MetalLB IPAddressPools, CiliumLoadBalancerIPPools and their Service annotations → ferry (YAML in, YAML out for kubectl apply)')
+    .description('MetalLB IPAddressPools, L2Advertisements, BGPPeers and BGPAdvertisements, Cilium LoadBalancerIPPools and L2 policies, and their Service annotations → ferry (YAML in, YAML out for kubectl apply)')
     .option('-f, --filename <file...>', 'YAML files (- or none: stdin); kubectl get -o yaml lists work')
     .action((o: { filename?: string[] }) => {
       const files = o.filename?.length ? o.filename : ['-'];
@@ -119,7 +120,7 @@ export function registerMigrate(program: Command): void {
           docs.push(d.toJSON());
         }
       }
-      const m = migrate(docs);
+      const m = migrate(docs, announcementMigrator);
       for (const w of m.warnings) process.stderr.write(`ferry migrate: warning: ${w}\n`);
       process.stdout.write(m.docs.map((d) => stringify(d)).join('---\n'));
     });

@@ -1,5 +1,6 @@
 // `ferry migrate`, pure: MetalLB IPAddressPools and Cilium LoadBalancerIPPools become ferry
-// pools with the same addresses, and the Service annotations of both become ferry's, so a
+// pools with the same addresses (announcement objects through an AnnouncementMigrator, as
+// ipam knows nothing of announcements), and the Service annotations of both become ferry's, so a
 // cluster switches without an address changing (the operator keeps an address a Service
 // holds while a pool holds it and selects the Service). What ferry cannot express is a
 // warning, never a silent change.
@@ -38,9 +39,17 @@ const CILIUM_LABELS: Record<string, string> = {
   'io.kubernetes.service.name': LABEL_SERVICE_NAME,
 };
 
-/** MetalLB's and Cilium's announcement kinds: ferry's differ in shape (selectors of
- * Services, not of pools), so they are named, not translated. */
-const ANNOUNCEMENT_KINDS = new Set(['L2Advertisement', 'BGPAdvertisement', 'BGPPeer', 'BFDProfile', 'Community', 'CiliumL2AnnouncementPolicy', 'CiliumBGPAdvertisement', 'CiliumBGPPeerConfig', 'CiliumBGPClusterConfig', 'CiliumBGPPeeringPolicy', 'CiliumBGPNodeConfigOverride']);
+/** MetalLB's and Cilium's announcement kinds (group/kind). Without a translator (the CLI
+ * passes src/announce/migrate.ts's) they are named, not translated. */
+const ANNOUNCEMENT_KINDS = new Set(['L2Advertisement', 'BGPAdvertisement', 'BGPPeer', 'BFDProfile', 'Community'].map((k) => `metallb.io/${k}`)
+  .concat(['CiliumL2AnnouncementPolicy', 'CiliumBGPAdvertisement', 'CiliumBGPPeerConfig', 'CiliumBGPClusterConfig', 'CiliumBGPPeeringPolicy', 'CiliumBGPNodeConfigOverride'].map((k) => `cilium.io/${k}`)));
+
+/** Announcement objects as ferry's: `kinds` (group/kind) are handed to `migrate` together, the
+ * rest of the announcement kinds are named as not migrated. */
+export interface AnnouncementMigrator {
+  kinds: ReadonlySet<string>;
+  migrate(docs: Doc[], warn: (m: string) => void): Doc[];
+}
 
 /** Server-side fields an apply must not carry. */
 const SERVER_FIELDS = ['resourceVersion', 'uid', 'creationTimestamp', 'managedFields', 'generation', 'selfLink'];
@@ -163,10 +172,11 @@ function fromService(d: Doc, warn: (m: string) => void): Doc | undefined {
   return { ...rest, metadata: cleanMeta };
 }
 
-export function migrate(input: unknown[]): Migration {
+export function migrate(input: unknown[], announcements?: AnnouncementMigrator): Migration {
   const warnings: string[] = [];
   const warn = (m: string) => warnings.push(m);
   const docs: Doc[] = [];
+  const announcing: Doc[] = [];
   for (const d of flatten(input)) {
     const kind = String(d.kind ?? '');
     const group = String(d.apiVersion ?? '').split('/')[0];
@@ -175,9 +185,11 @@ export function migrate(input: unknown[]): Migration {
     else if (kind === 'Service' && d.apiVersion === 'v1') {
       const s = fromService(d, warn);
       if (s) docs.push(s);
-    } else if ((group === 'metallb.io' || group === 'cilium.io') && ANNOUNCEMENT_KINDS.has(kind)) {
-      warn(`${kind} ${String((d.metadata as Meta)?.name ?? '')}: announcements are not migrated; write ferry's own (L2AnnouncementPolicy, or BGPPeer and BGPAdvertisement of ferry.dev: README "L2 announcements" and "BGP")`);
+    } else if (announcements?.kinds.has(`${group}/${kind}`)) announcing.push(d);
+    else if (ANNOUNCEMENT_KINDS.has(`${group}/${kind}`)) {
+      warn(`${kind} ${String((d.metadata as Meta)?.name ?? '')}: not migrated; write ferry's own (L2AnnouncementPolicy, or BGPPeer and BGPAdvertisement of ferry.dev: README "L2 announcements" and "BGP")`);
     } else warn(`${kind || 'an object without a kind'} ${String((d.metadata as Meta)?.name ?? '')}: not something ferry migrates; skipped`);
   }
+  if (announcements && announcing.length) docs.push(...announcements.migrate(announcing, warn));
   return { docs, warnings };
 }

@@ -242,10 +242,11 @@ spec: {blocks: [{cidr: 10.0.106.0/30}], namespaceSelector: {matchLabels: {team: 
     // The switch: ferry migrate → kubectl apply, then the operator starts.
     const out = spawnSync(process.execPath, [FERRY, 'migrate', '-f', metallb, '-f', cilium], { encoding: 'utf8' });
     expect(out.status, out.stderr).toBe(0);
-    expect(out.stderr).toMatch(/warning: L2Advertisement l2/);
+    expect(out.stderr).not.toMatch(/L2Advertisement/); // nothing lost: the L2Advertisement (every pool) is a policy for every Service
     const applied = await apply(out.stdout);
     expect(applied.code, applied.err).toBe(0);
     expect(applied.out).toMatch(/loadbalancerippool.ferry.dev\/production created/);
+    expect(applied.out).toMatch(/l2announcementpolicy.ferry.dev\/l2 created/);
     expect(applied.out).toMatch(/service\/dns-tcp configured/);
     for (const n of sb.net.nodes) sb.startOperator(n);
     for (const [key, ip] of Object.entries(theirs)) {

@@ -30,7 +30,7 @@ describe('ferry migrate', () => {
     expect(byName(m.docs, 'Service', 'dns-udp').metadata.annotations['ferry.dev/sharing-key']).toBe('dns');
     expect(m.docs.find((d) => (d.metadata as { name: string }).name === 'plain')).toBeUndefined(); // nothing to change
     expect(m.warnings).toEqual([
-      'L2Advertisement l2: announcements are not migrated; write ferry\'s own (L2AnnouncementPolicy, or BGPPeer and BGPAdvertisement of ferry.dev: README "L2 announcements" and "BGP")',
+      'L2Advertisement l2: not migrated; write ferry\'s own (L2AnnouncementPolicy, or BGPPeer and BGPAdvertisement of ferry.dev: README "L2 announcements" and "BGP")',
     ]);
   });
 

@@ -1,0 +1,116 @@
+// `ferry migrate` for announcements: MetalLB's L2Advertisement, BGPPeer (with its
+// BFDProfile) and BGPAdvertisement (with Community aliases), and Cilium's L2 policy, become
+// ferry's objects that ferry's own readers accept; what ferry cannot express is a warning.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parse, parseAllDocuments } from 'yaml';
+import { describe, expect, it } from 'vitest';
+import { announcementMigrator, goDurationSeconds } from '../../src/announce/migrate.js';
+import { parseBgpAdvertisement, parseBgpPeer } from '../../src/announce/bgp.js';
+import { parseL2Policy } from '../../src/announce/policy.js';
+import { migrate } from '../../src/ipam/migrate.js';
+import { TestApiServer } from '../../src/sandbox/apiserver/server.js';
+import { REPO_ROOT } from '../harness/paths.js';
+
+const fixture = (name: string): unknown[] => parseAllDocuments(readFileSync(join(REPO_ROOT, 'test', 'fixtures', 'migrate', name), 'utf8')).map((d) => d.toJSON());
+type Doc = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string }; spec: Record<string, any> };
+const byName = (docs: unknown[], kind: string, name: string) => (docs as Doc[]).find((d) => d.kind === kind && d.metadata.name === name)!;
+
+describe('ferry migrate: announcements', () => {
+  const m = migrate(fixture('metallb-announcements.yaml'), announcementMigrator);
+
+  it('an L2Advertisement becomes a policy for every LoadBalancer Service: exact interface names, the first nodeSelector', () => {
+    const lan = byName(m.docs, 'L2AnnouncementPolicy', 'lan');
+    expect(lan).toMatchObject({ apiVersion: 'ferry.dev/v1alpha1', metadata: { name: 'lan' } });
+    expect(lan.metadata.namespace).toBeUndefined(); // ferry's are cluster-scoped
+    expect(lan.spec).toEqual({ nodeSelector: { matchLabels: { 'kubernetes.io/hostname': 'node-1' } }, interfaces: ['eth0', 'bond0\\.100'] });
+    const p = parseL2Policy(lan);
+    expect(p.errors).toEqual([]);
+    expect(p.interfaces.map((r) => ['bond0.100', 'bond0x100', 'eth0', 'eth01'].filter((n) => r.test(n)))).toEqual([['eth0'], ['bond0.100']]);
+    expect(p.loadBalancerIPs).toBe(true);
+  });
+
+  it('a BGPPeer keeps its session: durations, BFD from its profile, multihop, the password Secret by name', () => {
+    const tor = byName(m.docs, 'BGPPeer', 'tor');
+    expect(tor.spec).toEqual({
+      peerAddress: '10.0.30.1', peerASN: 64500, myASN: 64512, nodeSelector: { matchLabels: { rack: 'a' } },
+      holdTimeSeconds: 90, keepaliveTimeSeconds: 30, ebgpMultihop: 255,
+      passwordSecretRef: { name: 'tor-password', key: 'password' },
+      bfd: { receiveIntervalMs: 100, transmitIntervalMs: 150, detectMultiplier: 5 },
+    });
+    expect(parseBgpPeer(tor).errors).toEqual([]);
+    const spine = byName(m.docs, 'BGPPeer', 'spine');
+    expect(spine.spec).toMatchObject({ holdTimeSeconds: 30, keepaliveTimeSeconds: 10 });
+    expect(parseBgpPeer(spine).errors).toEqual([]);
+  });
+
+  it('a BGPAdvertisement keeps localPref, peers and communities (aliases resolved)', () => {
+    const up = byName(m.docs, 'BGPAdvertisement', 'upstream');
+    expect(up.spec).toEqual({ localPref: 200, communities: ['65000:100', '65000:200'], peers: ['tor'] });
+    expect(parseBgpAdvertisement(up).errors).toEqual([]);
+    expect(m.docs.filter((d) => ['BFDProfile', 'Community'].includes((d as Doc).kind))).toEqual([]);
+  });
+
+  it('says what it could not keep', () => {
+    expect(m.warnings).toEqual([
+      "L2Advertisement lan: limited to some pools (ipAddressPools/ipAddressPoolSelectors); ferry's selects Services, so this one announces every LoadBalancer Service's address — add a serviceSelector to narrow it",
+      'L2Advertisement lan: 2 nodeSelectors (any of them) cannot be one ferry nodeSelector; kept the first — label the nodes alike',
+      "BGPPeer tor: the password Secret metallb-system/tor-password is read from ferry's namespace: copy it there (key \"password\")",
+      'BGPPeer spine: peerPort not supported by ferry; left out',
+      'BGPAdvertisement upstream: large community large:1:2:3 is not supported; left out',
+    ]);
+  });
+
+  it('a made object ferry\'s reader would refuse is a warning, and an inline password is not copied', () => {
+    const r = migrate([{ apiVersion: 'metallb.io/v1beta2', kind: 'BGPPeer', metadata: { name: 'Bad_Name' }, spec: { myASN: 1, peerASN: 2, peerAddress: 'fd00::1', password: 'secret', holdTime: 'soon' } }], announcementMigrator);
+    expect(JSON.stringify(r.docs)).not.toContain('secret');
+    expect(r.warnings).toEqual([
+      'BGPPeer Bad_Name: holdTime "soon" is not a duration; ferry\'s default (9 s) applies',
+      "BGPPeer Bad_Name: an inline password is not carried over (it would land in this output); put it in a Secret in ferry's namespace and set passwordSecretRef",
+      "BGPPeer Bad_Name: name \"Bad_Name\": lower case letters, digits, - and . only (ferry's agent would ignore this object; fix it after migrating)",
+      "BGPPeer Bad_Name: peerAddress \"fd00::1\": an IPv4 address (ferry's agent would ignore this object; fix it after migrating)",
+    ]);
+  });
+
+  it('Cilium\'s L2 policy: its flags default to off, pseudo-labels renamed, patterns found anywhere in a name', () => {
+    const r = migrate([{ apiVersion: 'cilium.io/v2alpha1', kind: 'CiliumL2AnnouncementPolicy', metadata: { name: 'c' }, spec: { externalIPs: true, interfaces: ['^eth[0-9]+', 'ens'], serviceSelector: { matchLabels: { 'io.kubernetes.service.namespace': 'web' } }, nodeSelector: { matchExpressions: [{ key: 'node-role.kubernetes.io/control-plane', operator: 'DoesNotExist' }] } } }], announcementMigrator);
+    expect(r.warnings).toEqual([]);
+    const c = byName(r.docs, 'L2AnnouncementPolicy', 'c');
+    expect(c.spec).toMatchObject({ loadBalancerIPs: false, externalIPs: true, serviceSelector: { matchLabels: { 'ferry.dev/service-namespace': 'web' } } });
+    const p = parseL2Policy(c);
+    expect(['eth0', 'eth12', 'veth0', 'ens3', 'enp1s0'].filter((n) => p.interfaces.some((re) => re.test(n)))).toEqual(['eth0', 'eth12', 'ens3']);
+  });
+
+  it('Cilium\'s BGP objects, and any announcement object without the translator, are named as not migrated', () => {
+    const bgp = { apiVersion: 'cilium.io/v2alpha1', kind: 'CiliumBGPPeeringPolicy', metadata: { name: 'p' } };
+    expect(migrate([bgp], announcementMigrator).warnings).toEqual([expect.stringMatching(/^CiliumBGPPeeringPolicy p: not migrated; write ferry's own/)]);
+    expect(migrate(fixture('metallb-announcements.yaml')).docs).toEqual([]);
+  });
+
+  it('what it makes passes ferry\'s CRD schemas as it is (no field pruned, none refused)', async () => {
+    const server = new TestApiServer();
+    await server.start();
+    try {
+      const post = async (path: string, body: unknown) => {
+        const r = await fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+        return { status: r.status, json: (await r.json()) as Record<string, any> };
+      };
+      for (const n of ['l2announcementpolicies', 'bgppeers', 'bgpadvertisements']) {
+        expect((await post('/apis/apiextensions.k8s.io/v1/customresourcedefinitions', parse(readFileSync(join(REPO_ROOT, 'deploy', 'crds', `${n}.yaml`), 'utf8')))).status).toBe(201);
+      }
+      const cilium = migrate([{ apiVersion: 'cilium.io/v2alpha1', kind: 'CiliumL2AnnouncementPolicy', metadata: { name: 'c' }, spec: { interfaces: ['^eth'], serviceSelector: { matchLabels: { a: 'b' } } } }], announcementMigrator).docs;
+      for (const d of [...m.docs, ...cilium] as Doc[]) {
+        const r = await post(`/apis/ferry.dev/v1alpha1/${({ L2AnnouncementPolicy: 'l2announcementpolicies', BGPPeer: 'bgppeers', BGPAdvertisement: 'bgpadvertisements' } as Record<string, string>)[d.kind]}`, d);
+        expect(r.status, `${d.kind} ${d.metadata.name}: ${JSON.stringify(r.json)}`).toBe(201);
+        expect(r.json.spec, `${d.kind} ${d.metadata.name}`).toMatchObject(d.spec);
+      }
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it('reads Go durations', () => {
+    expect([goDurationSeconds('90s'), goDurationSeconds('1m30s'), goDurationSeconds('2h'), goDurationSeconds('1500ms'), goDurationSeconds('3m')]).toEqual([90, 90, 7200, 1, 180]);
+    for (const bad of ['', 'soon', '90', 1, '1.5s']) expect(goDurationSeconds(bad)).toBeUndefined();
+  });
+});
