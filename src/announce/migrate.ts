@@ -6,24 +6,18 @@
 // readers: what they would refuse is a warning here, not a surprise in the agent's log.
 import { parseBgpAdvertisement, parseBgpPeer, type CustomObject } from './bgp.js';
 import { parseL2Policy } from './policy.js';
+import { CILIUM_LABELS, rename } from '../ipam/migrate.js';
 import type { LabelSelector } from '../ipam/selector.js';
-import { LABEL_SERVICE_NAME, LABEL_SERVICE_NAMESPACE } from '../ipam/service-request.js';
 
 type Doc = Record<string, unknown>;
 type Warn = (m: string) => void;
 
 const API_VERSION = 'ferry.dev/v1alpha1';
-/** MetalLB's defaults where ferry's differ (FRR's hold time and keepalive as MetalLB sets them). */
+/** MetalLB's hold time for a BGPPeer that sets none (ferry's own default is 9 s). */
 const METALLB_HOLD_SECONDS = 90;
 
-/** Cilium's pseudo-labels for a Service's namespace and name, and ferry's. */
-const CILIUM_LABELS: Record<string, string> = {
-  'io.kubernetes.service.namespace': LABEL_SERVICE_NAMESPACE,
-  'io.kubernetes.service.name': LABEL_SERVICE_NAME,
-};
-
 /** The kinds this file translates (group/kind); Cilium's BGP objects are not among them. */
-export const MIGRATED_ANNOUNCEMENTS: ReadonlySet<string> = new Set(['metallb.io/L2Advertisement', 'metallb.io/BGPPeer', 'metallb.io/BGPAdvertisement', 'metallb.io/BFDProfile', 'metallb.io/Community', 'cilium.io/CiliumL2AnnouncementPolicy']);
+const MIGRATED_ANNOUNCEMENTS: ReadonlySet<string> = new Set(['metallb.io/L2Advertisement', 'metallb.io/BGPPeer', 'metallb.io/BGPAdvertisement', 'metallb.io/BFDProfile', 'metallb.io/Community', 'cilium.io/CiliumL2AnnouncementPolicy']);
 
 const isObj = (v: unknown): v is Doc => typeof v === 'object' && v !== null && !Array.isArray(v);
 const nameOf = (d: Doc) => String((d.metadata as { name?: unknown } | undefined)?.name ?? '');
@@ -86,13 +80,7 @@ function fromCiliumL2Policy(d: Doc): Doc {
     loadBalancerIPs: s.loadBalancerIPs === true,
     externalIPs: s.externalIPs === true,
   };
-  const sel = s.serviceSelector as LabelSelector | undefined;
-  if (isObj(sel)) {
-    spec.serviceSelector = {
-      ...(isObj(sel.matchLabels) ? { matchLabels: Object.fromEntries(Object.entries(sel.matchLabels).map(([k, v]) => [CILIUM_LABELS[k] ?? k, v])) } : {}),
-      ...(Array.isArray(sel.matchExpressions) ? { matchExpressions: sel.matchExpressions.map((e) => ({ ...e, key: CILIUM_LABELS[e.key] ?? e.key })) } : {}),
-    };
-  }
+  if (isObj(s.serviceSelector)) spec.serviceSelector = rename(s.serviceSelector as LabelSelector, CILIUM_LABELS);
   if (isObj(s.nodeSelector)) spec.nodeSelector = s.nodeSelector;
   // Cilium finds its patterns anywhere in a name (Go's MatchString); ferry's match whole names.
   if (Array.isArray(s.interfaces) && s.interfaces.length) spec.interfaces = s.interfaces.filter((i): i is string => typeof i === 'string').map((p) => `.*(?:${p}).*`);

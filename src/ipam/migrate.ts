@@ -34,7 +34,7 @@ export const ANNOTATION_MAP: Record<string, string> = {
 };
 
 /** Cilium's pseudo-labels for a Service's namespace and name, and ferry's. */
-const CILIUM_LABELS: Record<string, string> = {
+export const CILIUM_LABELS: Readonly<Record<string, string>> = {
   'io.kubernetes.service.namespace': LABEL_SERVICE_NAMESPACE,
   'io.kubernetes.service.name': LABEL_SERVICE_NAME,
 };
@@ -76,7 +76,8 @@ function metallbBlock(a: string): PoolBlock {
   return { cidr: s };
 }
 
-function rename(sel: LabelSelector | undefined, keys: Record<string, string>): LabelSelector | undefined {
+/** A selector with its label keys renamed (another project's pseudo-labels as ferry's). */
+export function rename(sel: LabelSelector | undefined, keys: Readonly<Record<string, string>>): LabelSelector | undefined {
   if (!sel) return undefined;
   const out: LabelSelector = {};
   if (sel.matchLabels) out.matchLabels = Object.fromEntries(Object.entries(sel.matchLabels).map(([k, v]) => [keys[k] ?? k, v]));
