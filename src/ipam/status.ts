@@ -15,12 +15,12 @@ export interface PoolStatus {
 
 /** Condition messages stay short, whatever a hostile object put into them. */
 const MAX_MESSAGE = 1024;
-const clip = (m: string) => (m.length > MAX_MESSAGE ? `${m.slice(0, MAX_MESSAGE - 1)}…` : m);
+export const clipMessage = (m: string) => (m.length > MAX_MESSAGE ? `${m.slice(0, MAX_MESSAGE - 1)}…` : m);
 
 const sameIps = (a: string[], b: string[]) => a.length === b.length && a.every((x, i) => x === b[i]);
 
 /** Keep a condition's transition time while its status stays the same. */
-function since(prev: { status?: string; lastTransitionTime?: Date | string } | undefined, status: string, now: Date): string {
+export function conditionSince(prev: { status?: string; lastTransitionTime?: Date | string } | undefined, status: string, now: Date): string {
   if (prev && prev.status === status && prev.lastTransitionTime) return new Date(prev.lastTransitionTime).toISOString().replace(/\.\d+Z$/, 'Z');
   return now.toISOString().replace(/\.\d+Z$/, 'Z');
 }
@@ -32,9 +32,9 @@ export function serviceStatusFor(current: V1ServiceStatus | undefined, o: Outcom
   const others = (current?.conditions ?? []).filter((c) => c.type !== CONDITION_IP_ALLOCATED);
   const prev = (current?.conditions ?? []).find((c) => c.type === CONDITION_IP_ALLOCATED);
   const status = o.reason === 'Allocated' ? 'True' : 'False';
-  const message = clip(o.message);
+  const message = clipMessage(o.message);
   if (sameIps(ips, o.ips) && modes && prev && prev.status === status && prev.reason === o.reason && prev.message === message) return undefined;
-  const condition = { type: CONDITION_IP_ALLOCATED, status, reason: o.reason, message, lastTransitionTime: since(prev, status, now) } as unknown as V1Condition;
+  const condition = { type: CONDITION_IP_ALLOCATED, status, reason: o.reason, message, lastTransitionTime: conditionSince(prev, status, now) } as unknown as V1Condition;
   return { ...current, loadBalancer: { ingress: o.ips.map((ip) => ({ ip, ipMode: 'VIP' })) }, conditions: [...others, condition] };
 }
 
@@ -49,10 +49,10 @@ export function clearedServiceStatus(current: V1ServiceStatus | undefined): V1Se
 export function poolStatusFor(current: Partial<PoolStatus> | undefined, u: PoolUsage, now: Date): PoolStatus | undefined {
   const prev = (type: string) => current?.conditions?.find((c) => c.type === type);
   const ready = u.errors.length === 0 && !u.conflictWith;
-  const readyMessage = u.errors.length ? clip(u.errors.join('; ')) : u.conflictWith ? `overlaps the older pool ${u.conflictWith}` : `${u.available} of ${u.total} addresses free${u.ipv6Blocks ? `; ${u.ipv6Blocks} IPv6 block(s) kept for later, no address taken from them` : ''}`;
+  const readyMessage = u.errors.length ? clipMessage(u.errors.join('; ')) : u.conflictWith ? `overlaps the older pool ${u.conflictWith}` : `${u.available} of ${u.total} addresses free${u.ipv6Blocks ? `; ${u.ipv6Blocks} IPv6 block(s) kept for later, no address taken from them` : ''}`;
   const conditions: PoolStatus['conditions'] = [
-    { type: 'Ready', status: ready ? 'True' : 'False', reason: u.errors.length ? 'InvalidBlocks' : u.conflictWith ? 'Conflict' : 'Ready', message: readyMessage, lastTransitionTime: since(prev('Ready'), ready ? 'True' : 'False', now) },
-    { type: 'Conflict', status: u.conflictWith ? 'True' : 'False', reason: u.conflictWith ? 'Overlaps' : 'NoOverlap', message: u.conflictWith ? `overlaps the older pool ${u.conflictWith}, which keeps the addresses` : 'no other pool overlaps it', lastTransitionTime: since(prev('Conflict'), u.conflictWith ? 'True' : 'False', now) },
+    { type: 'Ready', status: ready ? 'True' : 'False', reason: u.errors.length ? 'InvalidBlocks' : u.conflictWith ? 'Conflict' : 'Ready', message: readyMessage, lastTransitionTime: conditionSince(prev('Ready'), ready ? 'True' : 'False', now) },
+    { type: 'Conflict', status: u.conflictWith ? 'True' : 'False', reason: u.conflictWith ? 'Overlaps' : 'NoOverlap', message: u.conflictWith ? `overlaps the older pool ${u.conflictWith}, which keeps the addresses` : 'no other pool overlaps it', lastTransitionTime: conditionSince(prev('Conflict'), u.conflictWith ? 'True' : 'False', now) },
   ];
   const next: PoolStatus = { total: u.total, used: u.used, available: u.available, conditions };
   const same = current && current.total === next.total && current.used === next.used && current.available === next.available &&

@@ -20,6 +20,7 @@ import { Watcher } from '../k8s/watcher.js';
 import { closeServer, serveRoutes } from '../sys/http-server.js';
 import type { OperatorConfig } from './config.js';
 import { OperatorMetrics } from './metrics.js';
+import { AnnouncementStatus } from './announcement-status.js';
 import { concernsIpam, plan, type Plan, type PlannedEvent } from './plan.js';
 import { WriteQueue, type WriteResult } from './write-queue.js';
 
@@ -84,6 +85,8 @@ export class Operator {
   /** Every cache a pass needs complete. */
   private readonly caches: ReadonlyArray<Watcher<V1Service> | Watcher<Pool> | Watcher<V1Namespace>>;
   private readonly elector: LeaderElector;
+  /** Status on the announcement objects (the agents' L2 and BGP configuration). */
+  readonly announcementStatus: AnnouncementStatus;
   readonly metrics = new OperatorMetrics();
 
   private constructor(readonly cfg: OperatorConfig, readonly log: Logger, private readonly clock: Clock) {
@@ -145,6 +148,7 @@ export class Operator {
       onError: onError('namespaces'),
     }, { transform: leanNamespace });
     this.caches = [this.services, this.pools, this.namespaces];
+    this.announcementStatus = new AnnouncementStatus({ json, log, clock, metrics: this.metrics, leading: () => this.leading });
     this.elector = new LeaderElector(leaseApi(kc), {
       namespace: cfg.namespace,
       name: cfg.leaseName,
@@ -158,12 +162,14 @@ export class Operator {
         this.metrics.leader.set(1);
         this.log.info({ identity: cfg.identity, lease: `${cfg.namespace}/${cfg.leaseName}` }, 'became leader; allocating');
         void this.synced.then(() => this.kick(0));
+        this.announcementStatus.kick(0);
       },
       onStoppedLeading: () => {
         this.leading = false;
         this.metrics.leader.set(0);
         this.serviceWrites.cancel();
         this.poolWrites.cancel();
+        this.announcementStatus.cancel();
         if (this.stopping) this.log.info({ identity: cfg.identity }, 'gave the leader lease up');
         else this.log.warn({ identity: cfg.identity }, 'lost the leader lease; standing by');
       },
@@ -175,10 +181,14 @@ export class Operator {
     const op = new Operator(cfg, log, clock);
     try {
       for (const c of op.caches) c.start();
+      op.announcementStatus.start();
       if (cfg.healthzBindAddress) op.servers.push(await op.startHealthServer(cfg.healthzBindAddress));
       if (cfg.metricsBindAddress) op.servers.push(await op.startMetricsServer(cfg.metricsBindAddress));
       op.elector.start();
-      op.resyncTimer = clock.setInterval(() => op.kick(0), cfg.resyncPeriodSeconds * 1000);
+      op.resyncTimer = clock.setInterval(() => {
+        op.kick(0);
+        op.announcementStatus.kick(0);
+      }, cfg.resyncPeriodSeconds * 1000);
       op.resyncTimer.unref?.();
       log.info({ identity: cfg.identity, lease: `${cfg.namespace}/${cfg.leaseName}`, handleUnclassed: cfg.handleUnclassed }, 'operator started; campaigning for the lease');
     } catch (e) {
@@ -277,7 +287,7 @@ export class Operator {
 
   /** Writes not yet done (the benchmark and tests wait for zero). */
   get pendingWrites(): number {
-    return this.serviceWrites.size + this.poolWrites.size;
+    return this.serviceWrites.size + this.poolWrites.size + this.announcementStatus.pendingWrites;
   }
 
   status(): OperatorStatus {
@@ -327,6 +337,7 @@ export class Operator {
     this.timer = undefined;
     await this.elector.stop();
     await this.serviceWrites.idle();
+    await this.announcementStatus.stop();
     await Promise.all(this.caches.map((c) => c.stop()));
     for (const s of this.servers.splice(0)) await closeServer(s);
   }

@@ -2,7 +2,8 @@
 // over TLS, knows them by their ServiceAccount tokens and refuses (403) what the rendered
 // ClusterRoles, Roles and bindings do not grant. Every sandbox test runs so (Sandbox.down
 // fails on a refusal under the manifests' own policy). Here: a scenario that exercises what
-// the agents and the operator do with L2 announcements; then every rule, and every verb
+// the agents and the operator do with L2 announcements (and the operator's status on
+// announcement objects); then every rule, and every verb
 // of every rule, is shown to be needed: without it, a request they made is refused; one
 // rule is taken away live and the agents' heartbeats fail.
 import { pino } from 'pino';
@@ -25,6 +26,11 @@ beforeAll(async () => {
     apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'web', namespace: 'default' },
     spec: { replicas: 2, selector: { matchLabels: { app: 'web' } }, template: { metadata: { labels: { app: 'web' } }, spec: { containers: [{ name: 'whoami', image: 'whoami', ports: [{ containerPort: 8080 }] }] } } },
   });
+  // For the operator's status writes on BGP objects: a peer the agents leave out (its
+  // keepalive is more than a third of its hold time) and an advertisement naming a peer
+  // that does not exist.
+  await sb.put('BGPPeer', { apiVersion: 'ferry.dev/v1alpha1', kind: 'BGPPeer', metadata: { name: 'broken' }, spec: { peerAddress: '192.0.2.1', peerASN: 65000, myASN: 64512, holdTimeSeconds: 3, keepaliveTimeSeconds: 2 } });
+  await sb.put('BGPAdvertisement', { apiVersion: 'ferry.dev/v1alpha1', kind: 'BGPAdvertisement', metadata: { name: 'to-nobody' }, spec: { peers: ['nobody'] } });
   for (const [name, etp] of [['web', 'Cluster'], ['web-local', 'Local']]) {
     await sb.put('Service', { apiVersion: 'v1', kind: 'Service', metadata: { name, namespace: 'default' }, spec: { type: 'LoadBalancer', externalTrafficPolicy: etp, selector: { app: 'web' }, ports: [{ port: 80, targetPort: 8080 }] } });
   }
@@ -42,6 +48,11 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'RBAC of the manifests, enfo
     expect(await eventually(curl, (o) => /Hostname: web-/.test(o), 30_000)).toMatch(/Hostname: web-/);
     // Events from both: the operator's IPAllocated, the agents' L2Announced.
     await eventually(async () => sb.store.list('events').map((e) => String(e.reason)), (r) => r.includes('IPAllocated') && r.includes('L2Announced'), 30_000);
+    // The announcement objects' status, from the operator.
+    const conditions = (plural: string, name: string) => ((sb.store.get(plural, undefined, name) as { status?: { conditions?: Array<{ type: string; status: string }> } } | undefined)?.status?.conditions ?? []).map((c) => `${c.type}=${c.status}`).join(' ');
+    expect(await eventually(async () => conditions('l2announcementpolicies', 'default'), Boolean, 20_000)).toBe('Accepted=True');
+    expect(await eventually(async () => conditions('bgppeers', 'broken'), Boolean, 20_000)).toBe('Accepted=False');
+    expect(await eventually(async () => conditions('bgpadvertisements', 'to-nobody'), Boolean, 20_000)).toBe('Accepted=True ResolvedRefs=False');
     const mine = sb.api.access.filter((a) => a.user === AGENT_USER || a.user === OPERATOR_USER);
     expect(mine.filter((a) => a.user === AGENT_USER).length).toBeGreaterThan(20);
     expect(mine.filter((a) => a.user === OPERATOR_USER).length).toBeGreaterThan(10);

@@ -57,7 +57,7 @@ const ALLOWED: Record<string, string[]> = {
   build: ['errors'],
   deploy: ['errors'],
   agent: ['datapath', 'model', 'k8s', 'announce', 'packet', 'sys', 'clock', 'config-file', 'errors'],
-  operator: ['ipam', 'k8s', 'sys', 'clock', 'config-file', 'errors'],
+  operator: ['ipam', 'announce', 'k8s', 'sys', 'clock', 'config-file', 'errors'],
   cli: ['agent', 'operator', 'ipam', 'announce', 'datapath', 'model', 'k8s', 'build', 'deploy', 'packet', 'sys', 'errors', 'sandbox'],
   sandbox: ['agent', 'operator', 'datapath', 'model', 'k8s', 'ebpf', 'packet', 'sys', 'clock', 'deploy', 'errors'],
 };

@@ -47,7 +47,9 @@ beforeEach(async () => {
   dir = mkdtempSync(join(tmpdir(), 'ferry-operator-'));
   writeFileSync(join(dir, 'kubeconfig'), testKubeconfig(server.url));
   await call('POST', '/api/v1/namespaces', { metadata: { name: 'kube-system' } });
-  expect((await call('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', parse(readFileSync(join(REPO_ROOT, 'deploy', 'crds', 'loadbalancerippools.yaml'), 'utf8')))).status).toBe(201);
+  for (const crd of ['loadbalancerippools', 'l2announcementpolicies', 'bgppeers', 'bgpadvertisements']) {
+    expect((await call('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', parse(readFileSync(join(REPO_ROOT, 'deploy', 'crds', `${crd}.yaml`), 'utf8')))).status).toBe(201);
+  }
   await call('POST', POOLS, { apiVersion: 'ferry.dev/v1alpha1', kind: 'LoadBalancerIPPool', metadata: { name: 'default' }, spec: { blocks: [{ start: '10.0.100.1', stop: '10.0.100.3' }] } });
 });
 afterEach(async () => {
@@ -96,10 +98,48 @@ describe('ferry operator (in process)', () => {
     expect(await conditionOf('a')).toEqual({});
   });
 
+  it('writes Accepted and ResolvedRefs on the announcement objects, and only changes', async () => {
+    const FERRY = '/apis/ferry.dev/v1alpha1';
+    const post = async (plural: string, kind: string, name: string, spec: object) => expect((await call('POST', `${FERRY}/${plural}`, { apiVersion: 'ferry.dev/v1alpha1', kind, metadata: { name }, spec })).status).toBe(201);
+    await post('l2announcementpolicies', 'L2AnnouncementPolicy', 'good', { interfaces: ['eth0'] });
+    await post('l2announcementpolicies', 'L2AnnouncementPolicy', 'bad', { interfaces: ['eth(0'] });
+    await post('bgppeers', 'BGPPeer', 'router', { peerAddress: '192.0.2.1', peerASN: 65000, myASN: 64512, holdTimeSeconds: 3, keepaliveTimeSeconds: 2 });
+    await post('bgpadvertisements', 'BGPAdvertisement', 'to-router', { peers: ['router', 'spare'] });
+    const conditions = async (plural: string, name: string) => ((await call('GET', `${FERRY}/${plural}/${name}`)).json.status?.conditions ?? []).map((c: { type: string; status: string; reason: string }) => `${c.type}=${c.status}/${c.reason}`).join(' ');
+    const op = await startOperator('one');
+    expect(await eventually(() => conditions('l2announcementpolicies', 'good'), (c) => c !== '')).toBe('Accepted=True/Valid');
+    expect(await eventually(() => conditions('l2announcementpolicies', 'bad'), (c) => c !== '')).toBe('Accepted=False/Invalid');
+    expect(await eventually(() => conditions('bgppeers', 'router'), (c) => c !== '')).toBe('Accepted=False/Invalid');
+    expect(await eventually(() => conditions('bgpadvertisements', 'to-router'), (c) => c !== '')).toBe('Accepted=True/Valid ResolvedRefs=False/PeerNotFound');
+    // `kubectl get` shows it (the CRD's printer column).
+    const table = (await (await fetch(`${server.url}${FERRY}/bgppeers`, { headers: { accept: 'application/json;as=Table;v=v1;g=meta.k8s.io' } })).json()) as { columnDefinitions: Array<{ name: string }>; rows: Array<{ cells: unknown[] }> };
+    expect(table.rows[0]!.cells[table.columnDefinitions.findIndex((c) => c.name === 'Accepted')]).toBe('False');
+    // The missing peer appears; the broken one is mended.
+    await post('bgppeers', 'BGPPeer', 'spare', { peerAddress: '192.0.2.2', peerASN: 65000, myASN: 64512 });
+    expect(await eventually(() => conditions('bgpadvertisements', 'to-router'), (c) => c.includes('ResolvedRefs=True'))).toBe('Accepted=True/Valid ResolvedRefs=True/Resolved');
+    const router = (await call('GET', `${FERRY}/bgppeers/router`)).json;
+    expect((await call('PUT', `${FERRY}/bgppeers/router`, { ...router, spec: { ...router.spec, holdTimeSeconds: 9, keepaliveTimeSeconds: 3 } })).status).toBe(200);
+    expect(await eventually(() => conditions('bgppeers', 'router'), (c) => c.startsWith('Accepted=True'))).toBe('Accepted=True/Valid');
+    expect(await eventually(async () => (await op.metrics.registry.getSingleMetricAsString('ferry_operator_announcement_objects')), (m) => /kind="BGPPeer",accepted="true"} 2/.test(m))).toMatch(/kind="L2AnnouncementPolicy",accepted="false"} 1/);
+    // A restarted operator finds nothing to write.
+    await eventually(async () => op.status(), (s) => s.pendingWrites === 0);
+    await op.stop();
+    running.splice(running.indexOf(op), 1);
+    const patches = () => server.access.filter((a) => a.verb === 'patch' && /^(l2announcementpolicies|bgppeers|bgpadvertisements)\/status$/.test(a.resource)).length;
+    const before = patches();
+    expect(before).toBeGreaterThanOrEqual(6);
+    const again = await startOperator('two');
+    await eventually(async () => again.status(), (s) => s.leader && s.lastPass !== undefined && s.pendingWrites === 0);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(patches()).toBe(before);
+  });
+
   it('makes only requests its RBAC (deploy/kubernetes/base/operator.yaml) allows', async () => {
     await call('POST', SERVICES, lb('a'));
+    await call('POST', '/apis/ferry.dev/v1alpha1/l2announcementpolicies', { apiVersion: 'ferry.dev/v1alpha1', kind: 'L2AnnouncementPolicy', metadata: { name: 'p' }, spec: {} });
     const op = await startOperator('one');
     await eventually(() => ipOf('a'), (ip) => ip !== '');
+    await eventually(async () => (await call('GET', '/apis/ferry.dev/v1alpha1/l2announcementpolicies/p')).json.status?.conditions?.length, Boolean);
     await eventually(async () => op.status(), (s) => s.pendingWrites === 0);
     await op.stop(); // releases the Lease: an update too
     running.splice(running.indexOf(op), 1);
@@ -113,7 +153,7 @@ describe('ferry operator (in process)', () => {
     expect(denied).toEqual([]);
     // It did exercise the rules that matter.
     const seen = new Set(ops.map((a) => `${a.verb} ${a.resource}`));
-    for (const v of ['list services', 'watch services', 'list namespaces', 'watch namespaces', 'patch services/status', 'list loadbalancerippools', 'watch loadbalancerippools', 'patch loadbalancerippools/status', 'create events', 'get leases', 'create leases', 'update leases']) expect(seen).toContain(v);
+    for (const v of ['list services', 'watch services', 'list namespaces', 'watch namespaces', 'patch services/status', 'list loadbalancerippools', 'watch loadbalancerippools', 'patch loadbalancerippools/status', 'list bgppeers', 'watch bgpadvertisements', 'patch l2announcementpolicies/status', 'create events', 'get leases', 'create leases', 'update leases']) expect(seen).toContain(v);
   });
 
   it('the Deployment starts it with the V8 flags the benchmark measured', () => {
