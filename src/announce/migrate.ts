@@ -1,32 +1,20 @@
 // `ferry migrate` for announcements, pure: MetalLB's L2Advertisement, BGPPeer and
 // BGPAdvertisement (with the BFDProfiles and Community aliases they name) and Cilium's
 // CiliumL2AnnouncementPolicy become ferry's L2AnnouncementPolicy, BGPPeer and
-// BGPAdvertisement. ferry's select Services, not pools, so an object limited to some pools
+// BGPAdvertisement (Cilium's BGP objects: migrate-cilium-bgp.ts). ferry's select Services, not pools, so an object limited to some pools
 // becomes one for every Service, and says so. Every object made is read back by ferry's own
 // readers: what they would refuse is a warning here, not a surprise in the agent's log.
-import { parseBgpAdvertisement, parseBgpPeer, type CustomObject } from './bgp.js';
-import { parseL2Policy } from './policy.js';
 import { CILIUM_LABELS, rename } from '../ipam/migrate.js';
 import type { LabelSelector } from '../ipam/selector.js';
+import { CILIUM_BGP_KINDS, migrateCiliumBgp } from './migrate-cilium-bgp.js';
+import { ferryDoc, groupKind, isObj, nameOf, specOf, type Doc, type Warn } from './migrate-docs.js';
+import { announcementErrors, type AnnouncementKind } from './object-status.js';
 
-type Doc = Record<string, unknown>;
-type Warn = (m: string) => void;
-
-const API_VERSION = 'ferry.dev/v1alpha1';
 /** MetalLB's hold time for a BGPPeer that sets none (ferry's own default is 9 s). */
 const METALLB_HOLD_SECONDS = 90;
 
-/** The kinds this file translates (group/kind); Cilium's BGP objects are not among them. */
-const MIGRATED_ANNOUNCEMENTS: ReadonlySet<string> = new Set(['metallb.io/L2Advertisement', 'metallb.io/BGPPeer', 'metallb.io/BGPAdvertisement', 'metallb.io/BFDProfile', 'metallb.io/Community', 'cilium.io/CiliumL2AnnouncementPolicy']);
-
-const isObj = (v: unknown): v is Doc => typeof v === 'object' && v !== null && !Array.isArray(v);
-const nameOf = (d: Doc) => String((d.metadata as { name?: unknown } | undefined)?.name ?? '');
-const specOf = (d: Doc): Doc => (isObj(d.spec) ? d.spec : {});
-const groupKind = (d: Doc) => `${String(d.apiVersion ?? '').split('/')[0]}/${String(d.kind ?? '')}`;
-
-function ferryDoc(kind: string, name: string, spec: Doc, from: string): Doc {
-  return { apiVersion: API_VERSION, kind, metadata: { name, annotations: { 'ferry.dev/migrated-from': from } }, spec };
-}
+/** The kinds translated here (group/kind); CiliumBGPNodeConfigOverride is not among them. */
+const MIGRATED_ANNOUNCEMENTS: ReadonlySet<string> = new Set(['metallb.io/L2Advertisement', 'metallb.io/BGPPeer', 'metallb.io/BGPAdvertisement', 'metallb.io/BFDProfile', 'metallb.io/Community', 'cilium.io/CiliumL2AnnouncementPolicy', ...CILIUM_BGP_KINDS]);
 
 /** A Go duration ("90s", "1m30s", "2h") in whole seconds; undefined if it is not one. */
 export function goDurationSeconds(v: unknown): number | undefined {
@@ -142,8 +130,7 @@ function fromBgpAdvertisement(d: Doc, aliases: Map<string, string>, warn: Warn):
 
 /** Check a made object with the reader the agent uses: its complaints become warnings. */
 function readBack(doc: Doc, warn: Warn): void {
-  const o = doc as CustomObject;
-  const errors = doc.kind === 'BGPPeer' ? parseBgpPeer(o).errors : doc.kind === 'BGPAdvertisement' ? parseBgpAdvertisement(o).errors : parseL2Policy(o).errors;
+  const errors = announcementErrors(doc.kind as AnnouncementKind, doc);
   for (const e of errors) warn(`${String(doc.kind)} ${nameOf(doc)}: ${e} (ferry's agent would ignore this object; fix it after migrating)`);
 }
 
@@ -163,10 +150,10 @@ export function migrateAnnouncements(docs: readonly Doc[], warn: Warn): Doc[] {
       : gk === 'metallb.io/BGPPeer' ? fromBgpPeer(d, bfdProfiles, warn)
       : gk === 'metallb.io/BGPAdvertisement' ? fromBgpAdvertisement(d, aliases, warn)
       : undefined; // BFDProfile, Community: read above
-    if (!made) continue;
-    readBack(made, warn);
-    out.push(made);
+    if (made) out.push(made);
   }
+  out.push(...migrateCiliumBgp(docs, warn));
+  for (const made of out) readBack(made, warn);
   return out;
 }
 

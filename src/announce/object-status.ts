@@ -37,7 +37,8 @@ export interface AnnouncementObjectStatus {
   conditions: ObjectCondition[];
 }
 
-const errorsOf = (kind: AnnouncementKind, o: AnnouncementObject): string[] =>
+/** What the agents' reader of this kind finds wrong with it (nothing: they use it). */
+export const announcementErrors = (kind: AnnouncementKind, o: CustomObject): string[] =>
   kind === 'BGPPeer' ? parseBgpPeer(o).errors : kind === 'BGPAdvertisement' ? parseBgpAdvertisement(o).errors : parseL2Policy(o).errors;
 
 /** Conditions as stored; anything else a hostile writer put there counts as absent. */
@@ -59,7 +60,7 @@ export function announcementStatusFor(kind: AnnouncementKind, o: AnnouncementObj
     const status = ok ? 'True' : 'False';
     return { type, status, reason, message: clipMessage(message), lastTransitionTime: conditionSince(prev(type) as { status?: string; lastTransitionTime?: string } | undefined, status, now), ...generation };
   };
-  const errors = errorsOf(kind, o);
+  const errors = announcementErrors(kind, o);
   const uses = ANNOUNCEMENT_KINDS.find((k) => k.kind === kind)!.uses;
   const wanted = [errors.length ? make(CONDITION_ACCEPTED, false, 'Invalid', `${errors.join('; ')} (the agents leave it out)`) : make(CONDITION_ACCEPTED, true, 'Valid', uses)];
   if (kind === 'BGPAdvertisement' && errors.length === 0) {

@@ -103,7 +103,7 @@ export function registerLb(program: Command): void {
 
 export function registerMigrate(program: Command): void {
   program.command('migrate')
-    .description('MetalLB IPAddressPools, L2Advertisements, BGPPeers and BGPAdvertisements, Cilium LoadBalancerIPPools and L2 policies, and their Service annotations → ferry (YAML in, YAML out for kubectl apply)')
+    .description('MetalLB IPAddressPools, L2Advertisements, BGPPeers and BGPAdvertisements, Cilium LoadBalancerIPPools, L2 policies and BGP objects, and their Service annotations → ferry (YAML in, YAML out for kubectl apply)')
     .option('-f, --filename <file...>', 'YAML files (- or none: stdin); kubectl get -o yaml lists work')
     .action((o: { filename?: string[] }) => {
       const files = o.filename?.length ? o.filename : ['-'];

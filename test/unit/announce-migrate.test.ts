@@ -81,10 +81,58 @@ describe('ferry migrate: announcements', () => {
     expect(['eth0', 'eth12', 'veth0', 'ens3', 'enp1s0'].filter((n) => p.interfaces.some((re) => re.test(n)))).toEqual(['eth0', 'eth12', 'ens3']);
   });
 
-  it('Cilium\'s BGP objects, and any announcement object without the translator, are named as not migrated', () => {
-    const bgp = { apiVersion: 'cilium.io/v2alpha1', kind: 'CiliumBGPPeeringPolicy', metadata: { name: 'p' } };
-    expect(migrate([bgp], announcementMigrator).warnings).toEqual([expect.stringMatching(/^CiliumBGPPeeringPolicy p: not migrated; write ferry's own/)]);
+  it('a node override, and any announcement object without the translator, are named as not migrated', () => {
+    const override = { apiVersion: 'cilium.io/v2', kind: 'CiliumBGPNodeConfigOverride', metadata: { name: 'node-1' } };
+    expect(migrate([override], announcementMigrator).warnings).toEqual([expect.stringMatching(/^CiliumBGPNodeConfigOverride node-1: not migrated; write ferry's own/)]);
     expect(migrate(fixture('metallb-announcements.yaml')).docs).toEqual([]);
+    const policy = { apiVersion: 'cilium.io/v2alpha1', kind: 'CiliumBGPPeeringPolicy', metadata: { name: 'p' } };
+    expect(migrate([policy]).warnings).toEqual([expect.stringMatching(/^CiliumBGPPeeringPolicy p: not migrated/)]);
+  });
+
+  describe('Cilium\'s BGP control plane', () => {
+    const c = migrate(fixture('cilium-bgp.yaml'), announcementMigrator);
+    const peers = (c.docs as Doc[]).filter((d) => d.kind === 'BGPPeer');
+    const adverts = (c.docs as Doc[]).filter((d) => d.kind === 'BGPAdvertisement');
+
+    it('a peering policy\'s neighbors become peers with Cilium\'s timers written out; IPv6 ones are left out', () => {
+      expect(peers.map((p) => p.metadata.name)).toEqual(['rack0-10.0.40.1', 'rack0-10.0.40.2', 'rack0-10.0.41.1', 'tor-tor-1', 'tor-tor-2']);
+      expect(byName(peers, 'BGPPeer', 'rack0-10.0.40.1').spec).toEqual({ peerAddress: '10.0.40.1', peerASN: 64500, myASN: 64512, holdTimeSeconds: 90, keepaliveTimeSeconds: 30, nodeSelector: { matchLabels: { rack: 'rack0' } }, ebgpMultihop: 4, gracefulRestart: true });
+      expect(byName(peers, 'BGPPeer', 'rack0-10.0.40.2').spec).toMatchObject({ holdTimeSeconds: 30, keepaliveTimeSeconds: 10, passwordSecretRef: { name: 'bgp-auth', key: 'password' } });
+      expect(byName(peers, 'BGPPeer', 'rack0-10.0.40.2').spec).not.toHaveProperty('ebgpMultihop');
+      expect(c.warnings).toContainEqual(expect.stringMatching(/neighbors\[2\]: IPv6 peer fd00::1 not migrated/));
+      expect(c.warnings).toContainEqual(expect.stringMatching(/virtualRouters\[0\]: exportPodCIDR/));
+      expect(c.warnings).toContainEqual(expect.stringMatching(/password Secret bgp-auth is read from ferry's namespace/));
+    });
+
+    it('a virtual router\'s Service selector becomes one advertisement per set of path attributes, to its own neighbors; none selected, none made', () => {
+      const withAttrs = byName(adverts, 'BGPAdvertisement', 'rack0-0');
+      expect(withAttrs.spec).toEqual({
+        serviceSelector: { matchExpressions: [{ key: 'ferry.dev/service-namespace', operator: 'NotIn', values: ['kube-system'] }] },
+        loadBalancerIPs: true, externalIPs: false, peers: ['rack0-10.0.40.1'],
+        // The 32-bit decimal form as ASN:value; the well-known name as FRR spells it.
+        communities: ['64500:100', '65000:100', 'no-export'], localPref: 150,
+      });
+      expect(byName(adverts, 'BGPAdvertisement', 'rack0-0-2').spec).toMatchObject({ peers: ['rack0-10.0.40.2'] });
+      expect(byName(adverts, 'BGPAdvertisement', 'rack0-0-2').spec).not.toHaveProperty('communities');
+      expect(adverts.some((a) => a.metadata.name.startsWith('rack0-1'))).toBe(false);
+      expect(c.warnings).toContainEqual(expect.stringMatching(/virtualRouters\[1\]: no Service selector, so Cilium announces no Service; nothing made/));
+      expect(c.warnings).toContainEqual(expect.stringMatching(/neighbors\[0\]: path attributes for some pools left out/));
+    });
+
+    it('cluster config peers take their peer config; advertisements go to the peers whose ipv4 family selects them', () => {
+      expect(byName(peers, 'BGPPeer', 'tor-tor-1').spec).toEqual({ peerAddress: '10.0.50.1', peerASN: 65001, myASN: 65000, holdTimeSeconds: 9, keepaliveTimeSeconds: 3, ebgpMultihop: 2, nodeSelector: { matchLabels: { bgp: 'on' } } });
+      expect(byName(peers, 'BGPPeer', 'tor-tor-2').spec).toMatchObject({ holdTimeSeconds: 90, keepaliveTimeSeconds: 30 });
+      expect(c.warnings).toContainEqual(expect.stringMatching(/peer tor-2: CiliumBGPPeerConfig missing-config is not in the input/));
+      expect(byName(adverts, 'BGPAdvertisement', 'services-0').spec).toEqual({ serviceSelector: { matchLabels: { bgp: 'yes' } }, loadBalancerIPs: true, externalIPs: false, peers: ['tor-tor-1'], communities: ['65000:1'], localPref: 120 });
+      expect(adverts.map((a) => a.metadata.name)).toEqual(['rack0-0', 'rack0-0-2', 'services-0']);
+      for (const w of [/advertisements\[0\]: ClusterIPs are not announced/, /large communities are not supported/, /advertisements\[1\]: PodCIDR is not announced/, /CiliumBGPAdvertisement v6-only: no migrated peer's ipv4 family selects it/]) expect(c.warnings).toContainEqual(expect.stringMatching(w));
+    });
+
+    it('every object made is one the agents accept', () => {
+      for (const p of peers) expect(parseBgpPeer(p).errors, p.metadata.name).toEqual([]);
+      for (const a of adverts) expect(parseBgpAdvertisement(a).errors, a.metadata.name).toEqual([]);
+      expect(c.warnings.filter((w) => /would ignore/.test(w))).toEqual([]);
+    });
   });
 
   it('what it makes passes ferry\'s CRD schemas as it is (no field pruned, none refused)', async () => {
@@ -99,7 +147,7 @@ describe('ferry migrate: announcements', () => {
         expect((await post('/apis/apiextensions.k8s.io/v1/customresourcedefinitions', parse(readFileSync(join(REPO_ROOT, 'deploy', 'crds', `${n}.yaml`), 'utf8')))).status).toBe(201);
       }
       const cilium = migrate([{ apiVersion: 'cilium.io/v2alpha1', kind: 'CiliumL2AnnouncementPolicy', metadata: { name: 'c' }, spec: { interfaces: ['^eth'], serviceSelector: { matchLabels: { a: 'b' } } } }], announcementMigrator).docs;
-      for (const d of [...m.docs, ...cilium] as Doc[]) {
+      for (const d of [...m.docs, ...cilium, ...migrate(fixture('cilium-bgp.yaml'), announcementMigrator).docs] as Doc[]) {
         const r = await post(`/apis/ferry.dev/v1alpha1/${({ L2AnnouncementPolicy: 'l2announcementpolicies', BGPPeer: 'bgppeers', BGPAdvertisement: 'bgpadvertisements' } as Record<string, string>)[d.kind]}`, d);
         expect(r.status, `${d.kind} ${d.metadata.name}: ${JSON.stringify(r.json)}`).toBe(201);
         expect(r.json.spec, `${d.kind} ${d.metadata.name}`).toMatchObject(d.spec);
