@@ -7,6 +7,7 @@ const RESOURCES: Record<string, { path: string; namespaced: boolean; plural?: st
   Namespace: { path: '/api/v1', namespaced: false },
   Lease: { path: '/apis/coordination.k8s.io/v1', namespaced: true },
   Event: { path: '/api/v1', namespaced: true },
+  Secret: { path: '/api/v1', namespaced: true },
   CustomResourceDefinition: { path: '/apis/apiextensions.k8s.io/v1', namespaced: false },
   LoadBalancerIPPool: { path: '/apis/ferry.dev/v1alpha1', namespaced: false },
   L2AnnouncementPolicy: { path: '/apis/ferry.dev/v1alpha1', namespaced: false, plural: 'l2announcementpolicies' },

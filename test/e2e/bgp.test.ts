@@ -3,7 +3,7 @@
 // drive. ECMP over every node for ETP=Cluster; ETP=Local only to the nodes with a ready
 // endpoint, following the pod; a node's link cut with BFD (100 ms x 3): its path gone from
 // the router within 1 s, with a request loop's failures counted; an agent restart
-// withdraws nothing.
+// withdraws nothing; a peer password (TCP MD5) from a Secret brings the sessions up.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
@@ -12,7 +12,8 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { SANDBOX_USER_AGENT } from '../../src/sandbox/api-client.js';
 import type { NodeInfo } from '../../src/sandbox/network.js';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
-import { Sandbox } from '../../src/sandbox/sandbox.js';
+import { NODE_NET } from '../../src/sandbox/network.js';
+import { OPERATOR_NAMESPACE, ROUTER_ASN, Sandbox } from '../../src/sandbox/sandbox.js';
 import { exec } from '../../src/sys/exec.js';
 import { kubectlFor } from '../harness/kubectl.js';
 import { REPO_ROOT } from '../harness/paths.js';
@@ -144,12 +145,45 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'BGP announcements', () => {
     expect(summary.ipv4Unicast?.peers?.['10.0.30.23']?.state).toBe('Established'); // the session stays
   });
 
+  it('a peer with a password (TCP MD5): no session while only the router has the key; with the Secret named, every node\'s is up', async () => {
+    const router = sb.frr.get('router')!.vtysh;
+    const established = async () => {
+      const summary = await router.showJson<{ ipv4Unicast?: { peers?: Record<string, { state: string }> } }>('show bgp summary json');
+      return Object.entries(summary.ipv4Unicast?.peers ?? {}).filter(([, p]) => p.state === 'Established').map(([a]) => a).sort();
+    };
+    const all = sb.net.nodes.map((n) => n.ip).sort();
+    expect(await eventually(established, (e) => e.length === all.length, 15_000)).toEqual(all);
+    const ip = await ipOf('web');
+    const announcing = await nexthops(ip);
+    expect(announcing.length).toBeGreaterThan(0);
+    const peer = sb.store.get('bgppeers', undefined, 'router') as { metadata: Record<string, unknown>; spec: Record<string, unknown> };
+    const KEY = 'ferry-md5-key';
+    await sb.put('Secret', { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'router-bgp', namespace: OPERATOR_NAMESPACE }, data: { password: Buffer.from(KEY).toString('base64') } });
+    try {
+      // The router asks every node for the key: their sessions go, and cannot come back.
+      await router.apply(`router bgp ${ROUTER_ASN}\n neighbor NODES password ${KEY}\nexit\n`);
+      expect(await eventually(established, (e) => e.length === 0, 20_000)).toEqual([]);
+      await new Promise((r) => setTimeout(r, 6_000)); // past the nodes' 5 s connect retry
+      expect(await established()).toEqual([]);
+      // The BGPPeer names the Secret: each agent reads it and gives its FRR the key.
+      await sb.put('BGPPeer', { apiVersion: 'ferry.dev/v1alpha1', kind: 'BGPPeer', metadata: { name: 'router' }, spec: { ...peer.spec, passwordSecretRef: { name: 'router-bgp', key: 'password' } } });
+      expect(await eventually(established, (e) => e.length === all.length, 30_000)).toEqual(all);
+      expect(await sb.frr.get('node-2')!.vtysh.show('show running-config')).toContain(`neighbor ${NODE_NET.router} password ${KEY}`);
+      expect(await eventually(() => nexthops(ip), (h) => h.join() === announcing.join(), 15_000)).toEqual(announcing);
+    } finally {
+      await router.apply(`router bgp ${ROUTER_ASN}\n no neighbor NODES password\nexit\n`);
+      await sb.put('BGPPeer', { apiVersion: 'ferry.dev/v1alpha1', kind: 'BGPPeer', metadata: { name: 'router' }, spec: peer.spec });
+    }
+    expect(await eventually(established, (e) => e.length === all.length, 30_000)).toEqual(all);
+  });
+
   it('every BGP request the agents made is one their RBAC (deploy/kubernetes/base/agent.yaml) allows', () => {
     type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] };
     const docs = parseAllDocuments(readFileSync(join(REPO_ROOT, 'deploy', 'kubernetes', 'base', 'agent.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; metadata: { namespace?: string }; rules?: Rule[] });
     const rules = docs.filter((d) => d.kind === 'ClusterRole' || (d.kind === 'Role' && d.metadata.namespace === 'kube-system')).flatMap((d) => d.rules ?? []);
-    const bgp = sb.api.access.filter((a) => a.userAgent !== SANDBOX_USER_AGENT && !a.userAgent?.startsWith('kubectl') && (a.resource === 'bgppeers' || a.resource === 'bgpadvertisements'));
+    const bgp = sb.api.access.filter((a) => a.userAgent !== SANDBOX_USER_AGENT && !a.userAgent?.startsWith('kubectl') && ['bgppeers', 'bgpadvertisements', 'secrets'].includes(a.resource));
     expect(bgp.length).toBeGreaterThan(3);
+    expect(bgp.some((a) => a.resource === 'secrets' && a.verb === 'get')).toBe(true); // the password test's
     expect(bgp.filter((a) => !rules.some((r) => r.apiGroups.includes(a.group) && r.resources.includes(a.resource) && r.verbs.includes(a.verb)))).toEqual([]);
   });
 });

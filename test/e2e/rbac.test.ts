@@ -17,7 +17,7 @@ let sb: Sandbox;
 
 /** Grants the scenario does not exercise, and why they are there anyway. */
 const NOT_EXERCISED: Record<string, string> = {
-  'secrets:get': 'a BGPPeer\'s password Secret: no sandbox test brings up a session with a password',
+  'secrets:get': 'a BGPPeer\'s password Secret: this L2 scenario has none (test/e2e/bgp.test.ts brings up sessions with one)',
 };
 
 beforeAll(async () => {

@@ -21,6 +21,7 @@ export const RESOURCES: ResourceDef[] = [
   { group: '', version: 'v1', plural: 'nodes', kind: 'Node', namespaced: false, statusSubresource: true, shortNames: ['no'] },
   { group: '', version: 'v1', plural: 'namespaces', kind: 'Namespace', namespaced: false, shortNames: ['ns'] },
   { group: '', version: 'v1', plural: 'events', kind: 'Event', namespaced: true, shortNames: ['ev'] },
+  { group: '', version: 'v1', plural: 'secrets', kind: 'Secret', namespaced: true },
   { group: 'discovery.k8s.io', version: 'v1', plural: 'endpointslices', kind: 'EndpointSlice', namespaced: true },
   { group: 'coordination.k8s.io', version: 'v1', plural: 'leases', kind: 'Lease', namespaced: true },
   { group: 'apps', version: 'v1', plural: 'deployments', kind: 'Deployment', namespaced: true, statusSubresource: true, shortNames: ['deploy'] },
