@@ -34,6 +34,7 @@ import { Vtysh } from '../sys/vtysh.js';
 import { HeartbeatWriter } from './heartbeat-writer.js';
 import { netnsCookie } from '../sys/socket.js';
 import { boundedEventSink, eventSink } from '../k8s/events.js';
+import { secretValue } from '../k8s/secret.js';
 import { Watcher } from '../k8s/watcher.js';
 import { leanNode, leanService, leanSlice } from '../k8s/lean.js';
 import { SliceIndex } from '../model/slice-index.js';
@@ -243,6 +244,8 @@ export class Agent {
       },
     });
     const frameSender = new FrameSender();
+    // Bounded: a thousand addresses taken over at once must not be a thousand requests at once.
+    const announceEvents = boundedEventSink(eventSink(access, 'ferry', cfg.nodeName), (msg, err) => log.debug(err === undefined ? {} : { err: (err as Error).message }, msg));
     const l2Interfaces = (names: readonly string[]) => interfaceInfos(names, (device, err) => log.warn({ device, err: err.message }, 'this device answers no ARP for L2 announcements'));
     // The devices ARP is answered on follow the tc devices (hotplug: DeviceScanner).
     let l2Devices = l2Interfaces(devices);
@@ -253,19 +256,13 @@ export class Agent {
       heartbeat: new HeartbeatWriter(json, cfg.namespace, cfg.nodeName),
       l2: new L2AddressWriter(datapath.maps.l2_owned),
       sendFrames: (ifindex, frames) => void frameSender.send(ifindex, frames),
-      // Bounded: a thousand addresses taken over at once must not be a thousand requests at once.
-      events: boundedEventSink(eventSink(access, 'ferry', cfg.nodeName), (msg, err) => log.debug(err === undefined ? {} : { err: (err as Error).message }, msg)),
+      events: announceEvents,
       metrics,
       log: log.child({ part: 'l2' }),
       leaseDurationMs: cfg.l2LeaseDurationSeconds * 1000,
       renewIntervalMs: cfg.l2RenewIntervalMs,
       stopHoldMs: cfg.l2StopHoldSeconds * 1000,
     });
-    const secret = async (ref: { name: string; key: string }) => {
-      const sec = await json.request<{ data?: Record<string, string> }>('GET', `/api/v1/namespaces/${encodeURIComponent(cfg.namespace)}/secrets/${encodeURIComponent(ref.name)}`);
-      const v = sec.data?.[ref.key];
-      return v === undefined ? undefined : Buffer.from(v, 'base64').toString('utf8');
-    };
     bgp = new BgpSpeaker({
       source: {
         node: () => nodes.get(undefined, cfg.nodeName), nodes: () => nodes.list(), services: () => services.list(), slices: () => slices.list(),
@@ -275,7 +272,8 @@ export class Agent {
         unprogrammed: () => new Set(reconciler?.failures.map((f) => f.service) ?? []),
       },
       frr: new Vtysh({ path: cfg.vtyshPath, pathspace: cfg.frrPathspace }),
-      password: secret,
+      password: (ref) => secretValue(json, cfg.namespace, ref),
+      events: announceEvents,
       metrics,
       log: log.child({ part: 'bgp' }),
     });

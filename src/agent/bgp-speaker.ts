@@ -6,9 +6,10 @@
 // polled for /status, metrics and the CLI.
 import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import { bgpNodeConfig, parseBgpAdvertisement, parseBgpPeer, type BgpNodeConfig, type CustomObject } from '../announce/bgp.js';
+import { bgpNodeConfig, parseBgpAdvertisement, parseBgpPeer, type BgpNodeConfig, type CustomObject, type PeerProblem } from '../announce/bgp.js';
 import { EMPTY_FRR, frrCommands, parseRunning, renderFrr, type FrrConfig } from '../announce/frr-config.js';
 import { systemClock, type Clock, type Timer } from '../clock.js';
+import type { EventSink } from '../k8s/events.js';
 import type { AgentMetrics } from './metrics.js';
 
 /** What the speaker needs of FRR (sys/vtysh.ts's Vtysh, or a test double). */
@@ -36,6 +37,8 @@ export interface BgpSpeakerDeps {
   frr: FrrControl;
   /** A peer's password from its Secret (undefined: not there). */
   password(ref: { name: string; key: string }): Promise<string | undefined>;
+  /** Warnings on a peer this node leaves out (kubectl describe bgppeer shows them). */
+  events?: EventSink;
   metrics: AgentMetrics;
   log: Logger;
   /** Changes are applied this long after they arrive (they come in bursts). */
@@ -69,6 +72,8 @@ export class BgpSpeaker {
   private reported = '';
   /** FRR was read once since the start (to take out what a previous agent left, if nothing selects this node now). */
   private checked = false;
+  /** Peer problems already told by an Event (peer and message). */
+  private evented = new Set<string>();
 
   constructor(private readonly d: BgpSpeakerDeps) {
     this.clock = d.clock ?? systemClock;
@@ -116,7 +121,8 @@ export class BgpSpeaker {
     const s = this.d.source;
     const node = s.node();
     if (!s.synced() || !node) return;
-    const peers = s.peers().map(parseBgpPeer);
+    const peerObjects = s.peers();
+    const peers = peerObjects.map(parseBgpPeer);
     const passwords = new Map<string, string>();
     for (const p of peers) {
       if (!p.passwordSecretRef || p.errors.length) continue;
@@ -125,6 +131,7 @@ export class BgpSpeaker {
     }
     const cfg = bgpNodeConfig({ node, nodes: s.nodes(), services: s.services(), slices: s.slices(), peers, advertisements: s.advertisements().map(parseBgpAdvertisement), passwords, datapathHealthy: s.datapathHealthy(), unprogrammed: s.unprogrammed() });
     this.reportProblems(cfg?.problems ?? []);
+    this.eventPeerProblems(node.metadata?.name ?? '', cfg?.peerProblems ?? [], peerObjects);
     if (!cfg && this.applied === undefined) {
       this.d.metrics.bgpPrefixes.set(0);
       // No peer selects this node. Once after a start, look whether FRR (if there is one)
@@ -165,6 +172,19 @@ export class BgpSpeaker {
     const text = problems.join(' | ');
     if (text && text !== this.reported) this.d.log.error({ problems }, 'BGP resources with errors: those parts are left out');
     this.reported = text;
+  }
+
+  /** One Warning Event per node and problem while it lasts (again if it comes back). */
+  private eventPeerProblems(node: string, problems: readonly PeerProblem[], objects: ReturnType<BgpSource['peers']>): void {
+    const now = new Set<string>();
+    for (const p of problems) {
+      const key = `${p.peer}\0${p.message}`;
+      now.add(key);
+      if (this.evented.has(key) || !this.d.events) continue;
+      const uid = (objects.find((o) => o.metadata?.name === p.peer)?.metadata as { uid?: string } | undefined)?.uid;
+      void this.d.events.warn({ kind: 'BGPPeer', apiVersion: 'ferry.dev/v1alpha1', namespace: '', name: p.peer, ...(uid ? { uid } : {}) }, p.reason, `${node}: ${p.message}`);
+    }
+    this.evented = now;
   }
 
   /** Session and BFD state from FRR, for /status, metrics and `ferry bgp`. */

@@ -161,6 +161,14 @@ export interface BgpNodeConfig {
   prefixes: BgpPrefix[];
   /** Why some peer or advertisement is left out. */
   problems: string[];
+  /** Of those, what only this node sees (a valid peer left out here): for Events on the peer. */
+  peerProblems: PeerProblem[];
+}
+
+export interface PeerProblem {
+  peer: string;
+  reason: 'ASNConflict' | 'PasswordMissing';
+  message: string;
 }
 
 export interface BgpInput {
@@ -187,12 +195,17 @@ export function bgpNodeConfig(input: BgpInput): BgpNodeConfig | undefined {
   const me = input.node.metadata?.name ?? '';
   const labels = input.node.metadata?.labels ?? {};
   const problems: string[] = [];
+  const peerProblems: PeerProblem[] = [];
+  const leftOut = (peer: string, reason: PeerProblem['reason'], message: string) => {
+    problems.push(`BGPPeer ${peer}: ${message}`);
+    peerProblems.push({ peer, reason, message });
+  };
   for (const p of input.peers) if (p.errors.length) problems.push(`BGPPeer ${p.name}: ${p.errors.join('; ')}`);
   for (const a of input.advertisements) if (a.errors.length) problems.push(`BGPAdvertisement ${a.name}: ${a.errors.join('; ')}`);
   let mine = input.peers.filter((p) => p.errors.length === 0 && selectorMatches(p.nodeSelector, labels));
   if (mine.length === 0) return undefined;
   const asn = mine[0]!.myAsn;
-  for (const p of mine.filter((x) => x.myAsn !== asn)) problems.push(`BGPPeer ${p.name}: myASN ${p.myAsn} differs from ${asn} (BGPPeer ${mine[0]!.name}) on this node: left out`);
+  for (const p of mine.filter((x) => x.myAsn !== asn)) leftOut(p.name, 'ASNConflict', `myASN ${p.myAsn} differs from ${asn} (BGPPeer ${mine[0]!.name}) on this node: left out`);
   mine = mine.filter((p) => p.myAsn === asn);
   const sessions: BgpSession[] = [];
   for (const p of mine) {
@@ -200,7 +213,7 @@ export function bgpNodeConfig(input: BgpInput): BgpNodeConfig | undefined {
     if (passwordSecretRef) {
       const pw = input.passwords.get(p.name);
       if (!pw || !PASSWORD.test(pw)) {
-        problems.push(`BGPPeer ${p.name}: its password (Secret ${passwordSecretRef.name}, key ${passwordSecretRef.key}) is missing or not printable ASCII of at most 80 bytes: left out`);
+        leftOut(p.name, 'PasswordMissing', `its password (Secret ${passwordSecretRef.name}, key ${passwordSecretRef.key}) is missing or not printable ASCII of at most 80 bytes: left out`);
         continue;
       }
       sessions.push({ ...rest, password: pw });
@@ -242,7 +255,7 @@ export function bgpNodeConfig(input: BgpInput): BgpNodeConfig | undefined {
     }
   }
   const ipKey = (p: string) => p.split(/[./]/).map((x) => x.padStart(3, '0')).join('.');
-  return { asn, routerId, peers: sessions.sort((a, b) => (a.name < b.name ? -1 : 1)), prefixes: [...byPrefix.values()].sort((a, b) => (ipKey(a.prefix) < ipKey(b.prefix) ? -1 : 1)), problems };
+  return { asn, routerId, peers: sessions.sort((a, b) => (a.name < b.name ? -1 : 1)), prefixes: [...byPrefix.values()].sort((a, b) => (ipKey(a.prefix) < ipKey(b.prefix) ? -1 : 1)), problems, peerProblems };
 }
 
 /**

@@ -145,7 +145,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'BGP announcements', () => {
     expect(summary.ipv4Unicast?.peers?.['10.0.30.23']?.state).toBe('Established'); // the session stays
   });
 
-  it('a peer with a password (TCP MD5): no session while only the router has the key; with the Secret named, every node\'s is up', async () => {
+  it('a peer with a password (TCP MD5): no session while only the router has the key, nor while its Secret is missing (an Event on the peer from each node); with the Secret, every node\'s is up', async () => {
     const router = sb.frr.get('router')!.vtysh;
     const established = async () => {
       const summary = await router.showJson<{ ipv4Unicast?: { peers?: Record<string, { state: string }> } }>('show bgp summary json');
@@ -158,15 +158,19 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'BGP announcements', () => {
     expect(announcing.length).toBeGreaterThan(0);
     const peer = sb.store.get('bgppeers', undefined, 'router') as { metadata: Record<string, unknown>; spec: Record<string, unknown> };
     const KEY = 'ferry-md5-key';
-    await sb.put('Secret', { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'router-bgp', namespace: OPERATOR_NAMESPACE }, data: { password: Buffer.from(KEY).toString('base64') } });
     try {
       // The router asks every node for the key: their sessions go, and cannot come back.
       await router.apply(`router bgp ${ROUTER_ASN}\n neighbor NODES password ${KEY}\nexit\n`);
       expect(await eventually(established, (e) => e.length === 0, 20_000)).toEqual([]);
-      await new Promise((r) => setTimeout(r, 6_000)); // past the nodes' 5 s connect retry
-      expect(await established()).toEqual([]);
-      // The BGPPeer names the Secret: each agent reads it and gives its FRR the key.
+      // The BGPPeer names a Secret not there yet: every agent leaves the peer out and says so
+      // on it (an Event per node), and the sessions stay down past the nodes' 5 s connect retry.
       await sb.put('BGPPeer', { apiVersion: 'ferry.dev/v1alpha1', kind: 'BGPPeer', metadata: { name: 'router' }, spec: { ...peer.spec, passwordSecretRef: { name: 'router-bgp', key: 'password' } } });
+      const warnings = async () => sb.store.list('events').filter((e) => (e.involvedObject as { kind?: string; name?: string }).kind === 'BGPPeer' && e.reason === 'PasswordMissing').map((e) => String(e.message).split(':')[0]).sort();
+      expect(await eventually(warnings, (w) => w.length === all.length, 20_000)).toEqual(sb.net.nodes.map((n) => n.name).sort());
+      await new Promise((r) => setTimeout(r, 6_000));
+      expect(await established()).toEqual([]);
+      // The Secret appears: each agent reads it at its next pass (at most 5 s) and gives its FRR the key.
+      await sb.put('Secret', { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'router-bgp', namespace: OPERATOR_NAMESPACE }, data: { password: Buffer.from(KEY).toString('base64') } });
       expect(await eventually(established, (e) => e.length === all.length, 30_000)).toEqual(all);
       expect(await sb.frr.get('node-2')!.vtysh.show('show running-config')).toContain(`neighbor ${NODE_NET.router} password ${KEY}`);
       expect(await eventually(() => nexthops(ip), (h) => h.join() === announcing.join(), 15_000)).toEqual(announcing);

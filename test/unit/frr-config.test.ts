@@ -93,6 +93,14 @@ describe('what a node announces', () => {
     const cfg = bgpNodeConfig(input({ peers: [peer('bad', spec), peer('router', {})] }))!;
     expect(cfg.problems.join(' ')).toMatch(re);
     expect(cfg.peers.map((p) => p.name)).toEqual(['router']);
+    expect(cfg.peerProblems).toEqual([]); // the object's own error: the operator's Accepted condition says it
+  });
+
+  it('a valid peer this node leaves out (a missing password, another myASN) is a peer problem, for an Event on it', () => {
+    const cfg = bgpNodeConfig(input({ peers: [peer('router', {}), peer('other-asn', { peerAddress: '10.0.30.2', myASN: 64600 }), peer('locked', { peerAddress: '10.0.30.3', passwordSecretRef: { name: 'bgp', key: 'pw' } })], passwords: new Map() }))!;
+    expect(cfg.peers.map((p) => p.name)).toEqual(['router']);
+    expect(cfg.peerProblems.map((p) => `${p.peer} ${p.reason}`)).toEqual(['other-asn ASNConflict', 'locked PasswordMissing']);
+    expect(cfg.peerProblems[1]!.message).toMatch(/Secret bgp, key pw\) is missing/);
   });
 
   it.each<[string, Record<string, unknown>]>([
