@@ -1,8 +1,9 @@
 // The OCI image from `make image` (scripts/build-image.sh): what it holds, and the agent run
 // from it (runc, as a kubelet runs the DaemonSet's container: the node's network, read-only
-// root, only the added capabilities) in a 2-node sandbox, serving a NodePort and an L2 LB IP.
+// root, only the added capabilities) in a 2-node sandbox, serving a NodePort and an L2 LB IP;
+// its FRR parses the rendered configurations the unit tests hold as golden files.
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync, readlinkSync, statSync } from 'node:fs';
+import { copyFileSync, existsSync, readFileSync, readdirSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -52,6 +53,19 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'the ferry image', () => {
       expect(readdirSync(join(root, 'opt/ferry/node_modules/koffi/build/koffi'))).toEqual(['linux_x64']);
       // No test or benchmark dependency shipped.
       for (const dev of ['vitest', 'typescript', 'tsx']) expect(existsSync(join(root, 'opt/ferry/node_modules', dev)), dev).toBe(false);
+      // The image's FRR (the DaemonSet's frr container: trixie's 10.x) takes every golden
+      // configuration the unit tests check with this machine's FRR 8.4, and refuses a bad one.
+      expect(chroot(['/usr/lib/frr/bgpd', '-v']).stdout).toMatch(/^bgpd version 10\./);
+      const golden = join(REPO_ROOT, 'test', 'fixtures', 'frr');
+      const goldenFiles = readdirSync(golden).filter((f) => f.endsWith('.conf'));
+      expect(goldenFiles.length).toBeGreaterThanOrEqual(6);
+      for (const f of goldenFiles) {
+        copyFileSync(join(golden, f), join(root, 'tmp', f));
+        const r = chroot(['vtysh', '-C', '-f', `/tmp/${f}`]);
+        expect(r.status, `${f}: ${r.stdout}${r.stderr}`).toBe(0);
+      }
+      writeFileSync(join(root, 'tmp', 'bad.conf'), 'router bgp 64512\n neighbor 192.0.2.1 remote-as not-an-asn\n');
+      expect(chroot(['vtysh', '-C', '-f', '/tmp/bad.conf']).status).not.toBe(0);
     } finally {
       await exec('rm', ['-rf', rootfs]);
     }
