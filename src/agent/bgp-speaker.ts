@@ -182,7 +182,8 @@ export class BgpSpeaker {
       now.add(key);
       if (this.evented.has(key) || !this.d.events) continue;
       const uid = (objects.find((o) => o.metadata?.name === p.peer)?.metadata as { uid?: string } | undefined)?.uid;
-      void this.d.events.warn({ kind: 'BGPPeer', apiVersion: 'ferry.dev/v1alpha1', namespace: '', name: p.peer, ...(uid ? { uid } : {}) }, p.reason, `${node}: ${p.message}`);
+      this.d.events.warn({ kind: 'BGPPeer', apiVersion: 'ferry.dev/v1alpha1', namespace: '', name: p.peer, ...(uid ? { uid } : {}) }, p.reason, `${node}: ${p.message}`)
+        .catch((e: unknown) => this.d.log.debug({ err: (e as Error).message }, 'cannot post an Event on a BGPPeer'));
     }
     this.evented = now;
   }

@@ -55,6 +55,13 @@ export interface BgpAdvertisement {
 /** What a name may hold to be used inside FRR names (route maps, prefix lists, profiles). */
 const SAFE_NAME = /^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$/;
 const COMMUNITY = /^(\d{1,5}:\d{1,5}|no-export|no-advertise|local-AS)$/;
+/** FRR refuses a community half above 65535 ("Malformed communities attribute"), and with it the apply. */
+const communityInRange = (c: string) => !/^\d/.test(c) || c.split(':').every((h) => Number(h) <= 65535);
+/** A unicast peer: not 0/8, loopback, multicast, reserved or broadcast. */
+const unicastIPv4 = (a: string) => {
+  const first = Number(a.split('.')[0]);
+  return first !== 0 && first !== 127 && first < 224;
+};
 /** A TCP MD5 key: printable ASCII without blanks, at most 80 bytes. */
 export const PASSWORD = /^[!-~]{1,80}$/;
 
@@ -66,8 +73,8 @@ export function parseBgpPeer(o: CustomObject): BgpPeer {
   const errors: string[] = [];
   const name = o.metadata?.name ?? '';
   if (!SAFE_NAME.test(name)) errors.push(`name ${JSON.stringify(name)}: lower case letters, digits, - and . only`);
-  const address = typeof s.peerAddress === 'string' && isIPv4(s.peerAddress) ? s.peerAddress : '';
-  if (!address) errors.push(`peerAddress ${JSON.stringify(s.peerAddress)}: an IPv4 address`);
+  const address = typeof s.peerAddress === 'string' && isIPv4(s.peerAddress) && unicastIPv4(s.peerAddress) ? s.peerAddress : '';
+  if (!address) errors.push(`peerAddress ${JSON.stringify(s.peerAddress)}: a unicast IPv4 address`);
   const asn = int(s.peerASN, 1, 4294967295);
   const myAsn = int(s.myASN, 1, 4294967295);
   if (asn === undefined) errors.push('peerASN: an integer in 1..4294967295');
@@ -112,9 +119,9 @@ export function parseBgpAdvertisement(o: CustomObject): BgpAdvertisement {
     if (err) errors.push(`${key}: ${err}`);
     return v;
   };
-  const list = (key: string, ok: RegExp, what: string): string[] => {
+  const list = (key: string, ok: (x: string) => boolean, what: string): string[] => {
     const v = s[key] ?? [];
-    if (!Array.isArray(v) || v.length > 64 || v.some((x) => typeof x !== 'string' || !ok.test(x))) {
+    if (!Array.isArray(v) || v.length > 64 || v.some((x) => typeof x !== 'string' || !ok(x))) {
       errors.push(`${key}: ${what}`);
       return [];
     }
@@ -128,9 +135,9 @@ export function parseBgpAdvertisement(o: CustomObject): BgpAdvertisement {
     nodeSelector: selector('nodeSelector'),
     loadBalancerIPs: typeof s.loadBalancerIPs === 'boolean' ? s.loadBalancerIPs : true,
     externalIPs: typeof s.externalIPs === 'boolean' ? s.externalIPs : false,
-    communities: list('communities', COMMUNITY, 'standard communities (ASN:value, no-export, no-advertise, local-AS)'),
+    communities: list('communities', (c) => COMMUNITY.test(c) && communityInRange(c), 'standard communities (ASN:value with each part at most 65535, no-export, no-advertise, local-AS)'),
     ...(localPref !== undefined ? { localPref } : {}),
-    peers: list('peers', SAFE_NAME, 'BGPPeer names'),
+    peers: list('peers', (n) => SAFE_NAME.test(n), 'BGPPeer names'),
     errors,
   };
 }
@@ -167,7 +174,7 @@ export interface BgpNodeConfig {
 
 export interface PeerProblem {
   peer: string;
-  reason: 'ASNConflict' | 'PasswordMissing';
+  reason: 'ASNConflict' | 'PasswordMissing' | 'LocalAddress';
   message: string;
 }
 
@@ -208,8 +215,14 @@ export function bgpNodeConfig(input: BgpInput): BgpNodeConfig | undefined {
   for (const p of mine.filter((x) => x.myAsn !== asn)) leftOut(p.name, 'ASNConflict', `myASN ${p.myAsn} differs from ${asn} (BGPPeer ${mine[0]!.name}) on this node: left out`);
   mine = mine.filter((p) => p.myAsn === asn);
   const sessions: BgpSession[] = [];
+  const own = new Set((input.node.status?.addresses ?? []).map((a) => a.address));
   for (const p of mine) {
     const { nodeSelector: _n, passwordSecretRef, errors: _e, ...rest } = p;
+    // FRR refuses the whole neighbor ("the local system"): left out here, not a failed apply.
+    if (own.has(p.address)) {
+      leftOut(p.name, 'LocalAddress', `peerAddress ${p.address} is this node's own address: left out`);
+      continue;
+    }
     if (passwordSecretRef) {
       const pw = input.passwords.get(p.name);
       if (!pw || !PASSWORD.test(pw)) {

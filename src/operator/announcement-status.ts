@@ -4,7 +4,7 @@
 // (its watch retries) without holding the others back.
 import type { Logger } from 'pino';
 import type { Clock, Timer } from '../clock.js';
-import { ANNOUNCEMENT_KINDS, announcementStatusFor, type AnnouncementKind, type AnnouncementObject } from '../announce/object-status.js';
+import { ANNOUNCEMENT_KINDS, CONDITION_ACCEPTED, announcementStatusFor, type AnnouncementKind, type AnnouncementObject } from '../announce/object-status.js';
 import type { JsonClient } from '../k8s/client.js';
 import { Watcher } from '../k8s/watcher.js';
 import type { OperatorMetrics } from './metrics.js';
@@ -98,7 +98,7 @@ export class AnnouncementStatus {
         const key = `${kind}/${cached.metadata?.name ?? ''}`;
         const obj = this.writes.view(key, cached);
         const status = announcementStatusFor(kind, obj, peerNames, now);
-        const accepted = (status?.conditions ?? (obj.status?.conditions as Array<{ type?: string; status?: string }> | undefined) ?? []).find((c) => c.type === 'Accepted')?.status === 'True';
+        const accepted = (status?.conditions ?? (obj.status?.conditions as Array<{ type?: string; status?: string }> | undefined) ?? []).find((c) => c.type === CONDITION_ACCEPTED)?.status === 'True';
         const label = `${kind}/${accepted}`;
         counts.set(label, (counts.get(label) ?? 0) + 1);
         if (status) this.writes.push(key, { ...obj, kind, status });

@@ -68,7 +68,7 @@ describe('ferry migrate: announcements', () => {
       'BGPPeer Bad_Name: holdTime "soon" is not a duration; ferry\'s default (9 s) applies',
       "BGPPeer Bad_Name: an inline password is not carried over (it would land in this output); put it in a Secret in ferry's namespace and set passwordSecretRef",
       "BGPPeer Bad_Name: name \"Bad_Name\": lower case letters, digits, - and . only (ferry's agent would ignore this object; fix it after migrating)",
-      "BGPPeer Bad_Name: peerAddress \"fd00::1\": an IPv4 address (ferry's agent would ignore this object; fix it after migrating)",
+      "BGPPeer Bad_Name: peerAddress \"fd00::1\": a unicast IPv4 address (ferry's agent would ignore this object; fix it after migrating)",
     ]);
   });
 
@@ -152,6 +152,9 @@ describe('ferry migrate: announcements', () => {
         expect(r.status, `${d.kind} ${d.metadata.name}: ${JSON.stringify(r.json)}`).toBe(201);
         expect(r.json.spec, `${d.kind} ${d.metadata.name}`).toMatchObject(d.spec);
       }
+      // The schema refuses a community FRR would refuse (each part at most 65535).
+      const community = async (name: string, c: string) => (await post('/apis/ferry.dev/v1alpha1/bgpadvertisements', { apiVersion: 'ferry.dev/v1alpha1', kind: 'BGPAdvertisement', metadata: { name }, spec: { communities: [c] } })).status;
+      expect([await community('c1', '65535:65535'), await community('c2', '99999:1'), await community('c3', '65536:0')]).toEqual([201, 422, 422]);
     } finally {
       await server.stop();
     }

@@ -86,6 +86,8 @@ describe('what a node announces', () => {
 
   it.each<[string, Record<string, unknown>, RegExp]>([
     ['a peer address that is not IPv4', { peerAddress: '10.0.30.1\n router bgp 1' }, /peerAddress/],
+    ['a peer address that is not unicast', { peerAddress: '224.0.0.5' }, /peerAddress "224\.0\.0\.5": a unicast/],
+    ['a loopback peer address', { peerAddress: '127.0.0.1' }, /peerAddress/],
     ['an ASN out of range', { peerASN: 2 ** 33 }, /peerASN/],
     ['keepalive above a third of the hold time', { holdTimeSeconds: 9, keepaliveTimeSeconds: 5 }, /keepalive/],
     ['a BFD multiplier of 1', { bfd: { detectMultiplier: 1 } }, /bfd/],
@@ -103,9 +105,17 @@ describe('what a node announces', () => {
     expect(cfg.peerProblems[1]!.message).toMatch(/Secret bgp, key pw\) is missing/);
   });
 
+  it('a peer at this node\'s own address is left out here (FRR refuses "the local system" as neighbor), and said', () => {
+    const cfg = bgpNodeConfig(input({ peers: [peer('router', {}), peer('self', { peerAddress: '10.0.30.21' })] }))!;
+    expect(cfg.peers.map((p) => p.name)).toEqual(['router']);
+    expect(cfg.peerProblems).toEqual([{ peer: 'self', reason: 'LocalAddress', message: 'peerAddress 10.0.30.21 is this node\'s own address: left out' }]);
+  });
+
   it.each<[string, Record<string, unknown>]>([
     ['a community that would break the line', { communities: ['64512:1\nrouter bgp 1'] }],
     ['a peer name that is not a name', { peers: ['router; rm'] }],
+    // FRR refuses it ("Malformed communities attribute"), and with it the whole apply.
+    ['a community part above 65535', { communities: ['99999:1'] }],
   ])('a hostile BGPAdvertisement (%s) announces nothing', (_what, spec) => {
     const cfg = bgpNodeConfig(input({ services: [lb('web', '10.0.100.1')], advertisements: [ad('bad', spec)] }))!;
     expect(cfg.prefixes).toEqual([]);
