@@ -55,7 +55,7 @@ export interface BgpAdvertisement {
 /** What a name may hold to be used inside FRR names (route maps, prefix lists, profiles). */
 const SAFE_NAME = /^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$/;
 const COMMUNITY = /^(\d{1,5}:\d{1,5}|no-export|no-advertise|local-AS)$/;
-/** FRR refuses a community half above 65535 ("Malformed communities attribute"), and with it the apply. */
+/** FRR refuses a community half above 65535 ("Malformed communities attribute"): every apply would fail on it. */
 const communityInRange = (c: string) => !/^\d/.test(c) || c.split(':').every((h) => Number(h) <= 65535);
 /** A unicast peer: not 0/8, loopback, multicast, reserved or broadcast. */
 const unicastIPv4 = (a: string) => {

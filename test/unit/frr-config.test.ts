@@ -114,7 +114,7 @@ describe('what a node announces', () => {
   it.each<[string, Record<string, unknown>]>([
     ['a community that would break the line', { communities: ['64512:1\nrouter bgp 1'] }],
     ['a peer name that is not a name', { peers: ['router; rm'] }],
-    // FRR refuses it ("Malformed communities attribute"), and with it the whole apply.
+    // FRR refuses it ("Malformed communities attribute"): every apply would fail on that line.
     ['a community part above 65535', { communities: ['99999:1'] }],
   ])('a hostile BGPAdvertisement (%s) announces nothing', (_what, spec) => {
     const cfg = bgpNodeConfig(input({ services: [lb('web', '10.0.100.1')], advertisements: [ad('bad', spec)] }))!;
