@@ -57,6 +57,31 @@ const SAFE_NAME = /^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$/;
 const COMMUNITY = /^(\d{1,5}:\d{1,5}|no-export|no-advertise|local-AS)$/;
 /** FRR refuses a community half above 65535 ("Malformed communities attribute"): every apply would fail on it. */
 const communityInRange = (c: string) => !/^\d/.test(c) || c.split(':').every((h) => Number(h) <= 65535);
+/**
+ * The values FRR prints by name (FRR 8.4 and 10.x): a route map's communities are read back
+ * as FRR writes them — deduplicated, in numeric order, these by name — so they are rendered
+ * so too; otherwise ['9:1', '10:1'] or '0:0' would differ from the running configuration at
+ * every pass and be applied again, each time an update to the peers.
+ */
+const WELL_KNOWN_COMMUNITIES: ReadonlyMap<number, string> = new Map([
+  [0x00000000, 'internet'], [0xffff0000, 'graceful-shutdown'], [0xffff0001, 'accept-own'], [0xffff0002, 'route-filter-translated-v4'],
+  [0xffff0003, 'route-filter-v4'], [0xffff0004, 'route-filter-translated-v6'], [0xffff0005, 'route-filter-v6'], [0xffff0006, 'llgr-stale'],
+  [0xffff0007, 'no-llgr'], [0xffff0008, 'accept-own-nexthop'], [0xffff029a, 'blackhole'], [0xffffff01, 'no-export'],
+  [0xffffff02, 'no-advertise'], [0xffffff03, 'local-AS'], [0xffffff04, 'no-peer'],
+]);
+const COMMUNITY_BY_NAME = new Map([...WELL_KNOWN_COMMUNITIES].map(([v, n]) => [n, v]));
+
+/** Communities (as the reader accepts them) in FRR's own form: numeric order, once each, well-known values by name. */
+export function canonicalCommunities(cs: readonly string[]): string[] {
+  const values = new Set<number>();
+  for (const c of cs) {
+    const named = COMMUNITY_BY_NAME.get(c);
+    const [hi, lo] = c.split(':').map(Number);
+    values.add(named ?? hi! * 65536 + lo!);
+  }
+  return [...values].sort((a, b) => a - b).map((v) => WELL_KNOWN_COMMUNITIES.get(v) ?? `${Math.floor(v / 65536)}:${v % 65536}`);
+}
+
 /** A unicast peer: not 0/8, loopback, multicast, reserved or broadcast. */
 const unicastIPv4 = (a: string) => {
   const first = Number(a.split('.')[0]);
@@ -257,7 +282,7 @@ export function bgpNodeConfig(input: BgpInput): BgpNodeConfig | undefined {
           if (!p.services.includes(key)) p.services.push(key);
           for (const peer of peers) {
             const t = p.to.find((x) => x.peer === peer) ?? { peer, communities: [] };
-            t.communities = [...new Set([...t.communities, ...a.communities])].sort();
+            t.communities = canonicalCommunities([...t.communities, ...a.communities]);
             if (a.localPref !== undefined) t.localPref = Math.max(t.localPref ?? 0, a.localPref);
             if (!p.to.includes(t)) p.to.push(t);
           }

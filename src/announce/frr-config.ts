@@ -165,6 +165,8 @@ export function parseRunning(text: string): FrrConfig {
 
 const negate = (l: string) => (l.startsWith('no ') ? l.slice(3) : `no ${l}`);
 const neighborOf = (l: string) => /^neighbor (\S+) /.exec(l)?.[1];
+/** FRR writes a block's lines in its own order (a BFD profile's detect-multiplier first): compared as sets. */
+const sameLines = (a: readonly string[] | undefined, b: readonly string[]) => a !== undefined && a.length === b.length && [...a].sort().join('\n') === [...b].sort().join('\n');
 const minus = (a: readonly string[], b: readonly string[]) => {
   const s = new Set(b);
   return a.filter((x) => !s.has(x));
@@ -181,10 +183,10 @@ export function frrCommands(from: FrrConfig, to: FrrConfig): string {
   out.push(...minus(to.prefixLists, fromPl));
   for (const [head, body] of to.routeMaps) {
     const had = from.routeMaps.get(head);
-    if (had && had.join('\n') === body.join('\n')) continue;
+    if (sameLines(had, body)) continue;
     out.push(head, ...(had ? minus(had, body).map((l) => ` ${negate(l)}`) : []), ...minus(body, had ?? []).map((l) => ` ${l}`), 'exit');
   }
-  const profiles = [...to.bfdProfiles].filter(([n, b]) => from.bfdProfiles.get(n)?.join('\n') !== b.join('\n'));
+  const profiles = [...to.bfdProfiles].filter(([n, b]) => !sameLines(from.bfdProfiles.get(n), b));
   if (profiles.length) {
     out.push('bfd');
     for (const [name, body] of profiles) out.push(` profile ${name}`, ...body.map((l) => `  ${l}`), ' exit');

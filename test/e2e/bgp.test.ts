@@ -137,6 +137,21 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'BGP announcements', () => {
     expect(hops, hops.length === 3 ? '' : await debug()).toEqual(['10.0.30.21', '10.0.30.22', '10.0.30.23']);
   });
 
+  it('a restarted agent reads FRR back and applies nothing (what FRR writes back equals what ferry renders)', async () => {
+    // FRR writes some things back in its own way (a BFD profile's lines in its order, the
+    // sandbox's peer having one; communities in numeric order, well-known ones by name):
+    // read back after a start, a difference would be applied again, the sessions' routes
+    // re-sent. A fresh agent's apply counter starts at zero.
+    const metrics = () => node('node-2').host.execOk(['curl', '-sS', 'http://127.0.0.1:10249/metrics']);
+    await sb.stopAgent(node('node-2'));
+    await sb.startAgent(node('node-2'));
+    // A session state is reported once a pass has run (and applied whatever it found to do).
+    const m = await eventually(metrics, (t) => /^ferry_bgp_sessions\{peer="router",state="Established"\} 1$/m.test(t), 20_000);
+    expect(m).toMatch(/^ferry_bgp_sessions\{peer="router",state="Established"\} 1$/m);
+    expect(m).toMatch(/^ferry_bgp_apply_duration_seconds_count 0$/m);
+    expect(m).toMatch(/^ferry_bgp_apply_errors_total 0$/m);
+  });
+
   it('a node taken out of the advertisement withdraws cleanly', async () => {
     const ip = await ipOf('web');
     await kubectl.apply(`apiVersion: ferry.dev/v1alpha1\nkind: BGPAdvertisement\nmetadata: { name: default }\nspec: { nodeSelector: { matchExpressions: [{ key: kubernetes.io/hostname, operator: NotIn, values: [node-3] }] }, serviceSelector: { matchExpressions: [{ key: announce, operator: NotIn, values: [l2] }] } }\n`);

@@ -75,6 +75,31 @@ describeWith(['root', 'netns'], 'ferry\'s configuration in a real FRR', () => {
     await eventually(learned, (r) => Object.keys(r).length === 10, 20_000, 200);
   });
 
+  it('the extremes the readers let through apply without an error and read back unchanged', async () => {
+    // Each value at the edge of what parseBgpPeer/parseBgpAdvertisement accept: vtysh -C
+    // (the unit tests' check) takes syntax only, so a value FRR refuses shows only here.
+    const symbols = '!"#$%&\'()*+,-./:;<=>?@[\\]^_`{|}~';
+    const password = `${symbols}${'Zz9'.repeat(16)}`.slice(0, 80);
+    const edge = parseBgpPeer({ metadata: { name: 'edge' }, spec: {
+      peerAddress: '10.0.30.99', peerASN: 4294967295, myASN: 64512, holdTimeSeconds: 65535, keepaliveTimeSeconds: 21845, ebgpMultihop: 255, gracefulRestart: true,
+      bfd: { receiveIntervalMs: 10, transmitIntervalMs: 60000, detectMultiplier: 255 }, passwordSecretRef: { name: 'edge', key: 'password' },
+    } });
+    const low = parseBgpPeer({ metadata: { name: 'low' }, spec: { peerAddress: '10.0.30.98', peerASN: 1, myASN: 64512, holdTimeSeconds: 3, keepaliveTimeSeconds: 1, ebgpMultihop: 2, bfd: { receiveIntervalMs: 60000, transmitIntervalMs: 10, detectMultiplier: 2 } } });
+    const ads = [
+      parseBgpAdvertisement({ metadata: { name: 'all' }, spec: { communities: ['64512:7'] } }),
+      parseBgpAdvertisement({ metadata: { name: 'edge-attributes' }, spec: { communities: ['65535:65535', '0:0', 'no-export', 'no-advertise', 'local-AS'], localPref: 4294967295, peers: ['edge'] } }),
+      parseBgpAdvertisement({ metadata: { name: 'low-attributes' }, spec: { localPref: 0, peers: ['low'] } }),
+    ];
+    for (const o of [edge, low, ...ads]) expect(o.errors, o.name).toEqual([]);
+    const cfg = bgpNodeConfig({ node: NODE, nodes: [NODE], services: Array.from({ length: 3 }, (_, i) => lb(i + 1)), slices: [], peers: [...peers, edge, low], advertisements: ads, passwords: new Map([['edge', password]]), datapathHealthy: true })!;
+    expect(cfg.problems).toEqual([]);
+    const want = renderFrr(cfg);
+    await applyTo(want); // throws on any line FRR refuses
+    expect(frrCommands(await running(), want)).toBe('');
+    await applyTo(desired(10));
+    expect(await node.vtysh.show('show running-config')).not.toMatch(/10\.0\.30\.99|10\.0\.30\.98/);
+  });
+
   it('everything ferry owns can be removed, and nothing else is touched', async () => {
     await node.vtysh.apply('ip prefix-list someone-else permit 192.0.2.0/24\n');
     await applyTo(desired(3));

@@ -7,7 +7,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { bgpAnnouncers, bgpNodeConfig, parseBgpAdvertisement, parseBgpPeer, type BgpInput } from '../../src/announce/bgp.js';
+import { bgpAnnouncers, bgpNodeConfig, canonicalCommunities, parseBgpAdvertisement, parseBgpPeer, type BgpInput } from '../../src/announce/bgp.js';
 import { addressRows } from '../../src/ipam/lb-view.js';
 import { EMPTY_FRR, frrCommands, frrText, parseRunning, renderFrr } from '../../src/announce/frr-config.js';
 import { REPO_ROOT } from '../harness/paths.js';
@@ -103,6 +103,12 @@ describe('what a node announces', () => {
     expect(cfg.peers.map((p) => p.name)).toEqual(['router']);
     expect(cfg.peerProblems.map((p) => `${p.peer} ${p.reason}`)).toEqual(['other-asn ASNConflict', 'locked PasswordMissing']);
     expect(cfg.peerProblems[1]!.message).toMatch(/Secret bgp, key pw\) is missing/);
+  });
+
+  it('communities are rendered as FRR reads them back: once each, in numeric order, well-known values by name', () => {
+    expect(canonicalCommunities(['10:1', '9:1', 'no-export', '0:0', '65535:65281', '65535:65535', '9:1', '65535:0'])).toEqual(['internet', '9:1', '10:1', 'graceful-shutdown', 'no-export', '65535:65535']);
+    const cfg = bgpNodeConfig(input({ services: [lb('web', '10.0.100.1')], advertisements: [ad('a', { communities: ['10:1', 'local-AS'] }), ad('b', { communities: ['9:1', '10:1'] })] }))!;
+    expect(cfg.prefixes[0]!.to[0]!.communities).toEqual(['9:1', '10:1', 'local-AS']);
   });
 
   it('a peer at this node\'s own address is left out here (FRR refuses "the local system" as neighbor), and said', () => {
@@ -206,6 +212,14 @@ describe('FRR commands from one state to another', () => {
 
   it('everything goes: diff against the empty configuration', () => {
     expect(frrCommands(ten, EMPTY_FRR)).toMatch(/^no router bgp 64512$/m);
+  });
+
+  it('a BFD profile FRR writes back in its own line order is not applied again', () => {
+    const cfg = renderFrr(bgpNodeConfig(input({ peers: [peer('router', { bfd: { receiveIntervalMs: 100, transmitIntervalMs: 200, detectMultiplier: 5 } })] }))!);
+    // FRR 8.4's order: detect-multiplier, transmit-interval, receive-interval.
+    const running = frrText(cfg).replace(/(  receive-interval 100)\n(  transmit-interval 200)\n(  detect-multiplier 5)/, '$3\n$2\n$1');
+    expect(running).toMatch(/detect-multiplier 5\n {2}transmit-interval 200\n {2}receive-interval 100/);
+    expect(frrCommands(parseRunning(running), cfg)).toBe('');
   });
 
   it('reads back what it rendered (FRR\'s running configuration has the same shape)', () => {
