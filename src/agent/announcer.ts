@@ -11,7 +11,7 @@ import type { Logger } from 'pino';
 import { announcements, type Announcement } from '../announce/announcements.js';
 import { elect } from '../announce/election.js';
 import { HeartbeatView } from '../announce/heartbeats.js';
-import { parseL2Policy, policyDevices, type L2Policy, type L2PolicyObject } from '../announce/policy.js';
+import { parseL2Policy, policyDevices, policyMissesDevices, type L2Policy, type L2PolicyObject } from '../announce/policy.js';
 import { systemClock, type Clock, type Timer } from '../clock.js';
 import type { L2Announcement } from '../datapath/l2-announcements.js';
 import type { EventSink } from '../k8s/events.js';
@@ -81,6 +81,8 @@ export class Announcer {
   private renewAgain = false;
   private lastFailureLog = 0;
   private reportedPolicyErrors = '';
+  /** NoMatchingInterface Events already posted (policy and message). */
+  private eventedPolicies = new Set<string>();
   /** The last node seen claiming each address: whom a takeover took it from. */
   private readonly lastClaimer = new Map<string, string>();
 
@@ -130,10 +132,12 @@ export class Announcer {
       this.schedule(this.d.renewIntervalMs);
       return;
     }
-    const policies = this.d.source.policies().map(parseL2Policy);
+    const policyObjects = this.d.source.policies();
+    const policies = policyObjects.map(parseL2Policy);
     this.reportPolicyErrors(policies);
     const me = this.d.source.nodes().find((n) => n.metadata?.name === this.d.nodeName);
     const myDevices = this.d.devices().map((x) => x.name);
+    this.eventMissedDevices(policyObjects, policies, me?.metadata?.labels ?? {}, myDevices);
     this.active = policies.some((p) => policyDevices(p, me?.metadata?.labels ?? {}, myDevices).length > 0);
     if (this.lastRenewOk === undefined && this.owned.size === 0) this.adoptOwnHeartbeat(now);
 
@@ -310,6 +314,22 @@ export class Announcer {
       this.renewAgain = false;
       await this.renew(durationMs);
     }
+  }
+
+  /** A policy that selects this node but none of its devices: one Warning Event while it lasts. */
+  private eventMissedDevices(objects: readonly L2PolicyObject[], policies: readonly L2Policy[], labels: Readonly<Record<string, string>>, devices: readonly string[]): void {
+    const now = new Set<string>();
+    policies.forEach((p, i) => {
+      const why = policyMissesDevices(p, objects[i]!, labels, devices);
+      if (!why) return;
+      const key = `${p.name}\0${why}`;
+      now.add(key);
+      if (this.eventedPolicies.has(key) || !this.d.events) return;
+      const uid = (objects[i]!.metadata as { uid?: string } | undefined)?.uid;
+      this.d.events.warn({ kind: 'L2AnnouncementPolicy', apiVersion: 'ferry.dev/v1alpha1', namespace: '', name: p.name, ...(uid ? { uid } : {}) }, 'NoMatchingInterface', `${this.d.nodeName}: ${why}`)
+        .catch((e: unknown) => this.d.log.debug({ err: (e as Error).message }, 'cannot post an Event on an L2AnnouncementPolicy'));
+    });
+    this.eventedPolicies = now;
   }
 
   private reportPolicyErrors(policies: L2Policy[]): void {

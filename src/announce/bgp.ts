@@ -60,8 +60,8 @@ const communityInRange = (c: string) => !/^\d/.test(c) || c.split(':').every((h)
 /**
  * The values FRR prints by name (FRR 8.4 and 10.x): a route map's communities are read back
  * as FRR writes them — deduplicated, in numeric order, these by name — so they are rendered
- * so too; otherwise ['9:1', '10:1'] or '0:0' would differ from the running configuration at
- * every pass and be applied again, each time an update to the peers.
+ * so too; otherwise ['9:1', '10:1'] or '0:0' would differ from what a restarted agent reads
+ * back, and be applied again (an update to the peers).
  */
 const WELL_KNOWN_COMMUNITIES: ReadonlyMap<number, string> = new Map([
   [0x00000000, 'internet'], [0xffff0000, 'graceful-shutdown'], [0xffff0001, 'accept-own'], [0xffff0002, 'route-filter-translated-v4'],

@@ -66,4 +66,13 @@ export function policyDevices(p: L2Policy, nodeLabels: Readonly<Record<string, s
   return p.interfaces.length === 0 ? [...devices] : devices.filter((d) => p.interfaces.some((re) => re.test(d)));
 }
 
+/**
+ * Why a valid policy that selects the node announces nothing on it: its interface patterns
+ * match none of the node's devices (undefined: it announces, or it does not select the node).
+ */
+export function policyMissesDevices(p: L2Policy, o: L2PolicyObject, nodeLabels: Readonly<Record<string, string>>, devices: readonly string[]): string | undefined {
+  if (p.errors.length || p.interfaces.length === 0 || devices.length === 0 || !selectorMatches(p.nodeSelector, nodeLabels) || policyDevices(p, nodeLabels, devices).length) return undefined;
+  return `none of this node's devices (${devices.join(', ')}) matches interfaces ${JSON.stringify(o.spec?.interfaces)}: it announces nothing here`;
+}
+
 export const policySelectsService = (p: L2Policy, serviceLabels: Readonly<Record<string, string>>) => p.errors.length === 0 && selectorMatches(p.serviceSelector, serviceLabels);

@@ -26,6 +26,8 @@ class World {
   services: V1Service[] = [lb('web', '10.0.30.200'), lb('dns', '10.0.30.201'), lb('shop', '10.0.30.202')];
   writes = 0;
   events: string[] = [];
+  warnings: string[] = [];
+  policies: Array<{ metadata: { name: string; uid?: string }; spec: Record<string, unknown> }> = [{ metadata: { name: 'all' }, spec: {} }];
   /** Nodes that start with no device (one is hotplugged later). */
   noDevices = new Set<string>();
 
@@ -34,7 +36,7 @@ class World {
     const deps: AnnouncerDeps = {
       nodeName: name,
       devices: () => self.devices,
-      source: { services: () => this.services, slices: () => [], nodes: () => NODES.map(node), policies: () => [{ metadata: { name: 'all' }, spec: {} }], synced: () => true },
+      source: { services: () => this.services, slices: () => [], nodes: () => NODES.map(node), policies: () => this.policies, synced: () => true },
       heartbeat: {
         renew: async (hb: Heartbeat) => {
           if (self.cut || self.dead) throw new Error('unreachable');
@@ -52,7 +54,7 @@ class World {
         },
       },
       sendFrames: (_i, frames) => void self.garps.push(...frames.map((f) => `${f.subarray(28, 32).join('.')}`)),
-      events: { normal: async (o: { name: string }, reason: string, text: string) => void this.events.push(`${reason} ${o.name}: ${text}`), warn: async () => {} } as unknown as AnnouncerDeps['events'],
+      events: { normal: async (o: { name: string }, reason: string, text: string) => void this.events.push(`${reason} ${o.name}: ${text}`), warn: async (o: { kind: string; name: string; uid?: string }, reason: string, text: string) => void this.warnings.push(`${reason} ${o.kind}/${o.name} ${o.uid ?? ''}: ${text}`) } as unknown as AnnouncerDeps['events'],
       metrics: new AgentMetrics(),
       log: pino({ level: 'silent' }),
       leaseDurationMs: LEASE_MS,
@@ -100,6 +102,22 @@ describe('announcer (three agents, manual clock)', () => {
     expect(few).toBeGreaterThanOrEqual(55);
     expect(few).toBeLessThanOrEqual(65);
     expect(w.writes - mid).toBe(few);
+  });
+
+  it('a policy whose interface patterns match none of a node\'s devices: nothing announced, one Warning Event per node while it lasts', async () => {
+    const w = new World();
+    w.policies = [{ metadata: { name: 'lan', uid: 'u-lan' }, spec: { interfaces: ['eth1', 'bond.*'] } }];
+    for (const n of NODES) w.start(n);
+    await settle(w, 3000);
+    expect(w.answering('10.0.30.200')).toEqual([]);
+    expect(w.warnings.sort()).toEqual(NODES.map((n) => `NoMatchingInterface L2AnnouncementPolicy/lan u-lan: ${n}: none of this node's devices (eth0) matches interfaces ["eth1","bond.*"]: it announces nothing here`));
+    // Mended: announced; broken again: told again.
+    w.policies = [{ metadata: { name: 'lan', uid: 'u-lan' }, spec: { interfaces: ['eth.*'] } }];
+    await settle(w, 3000);
+    expect(w.answering('10.0.30.200')).toHaveLength(1);
+    w.policies = [{ metadata: { name: 'lan', uid: 'u-lan' }, spec: { interfaces: ['eth1', 'bond.*'] } }];
+    await settle(w, 1000);
+    expect(w.warnings).toHaveLength(2 * NODES.length);
   });
 
   it('a node whose only device appears later (hotplug) becomes a candidate and answers on it', async () => {
