@@ -14,7 +14,7 @@ import { HeartbeatView } from '../announce/heartbeats.js';
 import { parseL2Policy, policyDevices, policyMissesDevices, type L2Policy, type L2PolicyObject } from '../announce/policy.js';
 import { systemClock, type Clock, type Timer } from '../clock.js';
 import type { L2Announcement } from '../datapath/l2-announcements.js';
-import type { EventSink } from '../k8s/events.js';
+import { LastingWarnings, type EventSink } from '../k8s/events.js';
 import { gratuitousArp } from '../packet/build.js';
 import type { InterfaceInfo } from '../sys/interfaces.js';
 import type { HeartbeatSink } from './heartbeat-writer.js';
@@ -81,13 +81,14 @@ export class Announcer {
   private renewAgain = false;
   private lastFailureLog = 0;
   private reportedPolicyErrors = '';
-  /** NoMatchingInterface Events already posted (policy and message). */
-  private eventedPolicies = new Set<string>();
+  /** NoMatchingInterface Events, once while each problem lasts. */
+  private readonly policyWarnings: LastingWarnings;
   /** The last node seen claiming each address: whom a takeover took it from. */
   private readonly lastClaimer = new Map<string, string>();
 
   constructor(private readonly d: AnnouncerDeps) {
     this.clock = d.clock ?? systemClock;
+    this.policyWarnings = new LastingWarnings(d.events, (e) => d.log.debug({ err: (e as Error).message }, 'cannot post an Event on an L2AnnouncementPolicy'));
   }
 
   /** A heartbeat Lease was added, changed or deleted. */
@@ -318,18 +319,13 @@ export class Announcer {
 
   /** A policy that selects this node but none of its devices: one Warning Event while it lasts. */
   private eventMissedDevices(objects: readonly L2PolicyObject[], policies: readonly L2Policy[], labels: Readonly<Record<string, string>>, devices: readonly string[]): void {
-    const now = new Set<string>();
     policies.forEach((p, i) => {
       const why = policyMissesDevices(p, objects[i]!, labels, devices);
       if (!why) return;
-      const key = `${p.name}\0${why}`;
-      now.add(key);
-      if (this.eventedPolicies.has(key) || !this.d.events) return;
       const uid = (objects[i]!.metadata as { uid?: string } | undefined)?.uid;
-      this.d.events.warn({ kind: 'L2AnnouncementPolicy', apiVersion: 'ferry.dev/v1alpha1', namespace: '', name: p.name, ...(uid ? { uid } : {}) }, 'NoMatchingInterface', `${this.d.nodeName}: ${why}`)
-        .catch((e: unknown) => this.d.log.debug({ err: (e as Error).message }, 'cannot post an Event on an L2AnnouncementPolicy'));
+      this.policyWarnings.warn({ kind: 'L2AnnouncementPolicy', apiVersion: 'ferry.dev/v1alpha1', namespace: '', name: p.name, ...(uid ? { uid } : {}) }, 'NoMatchingInterface', `${this.d.nodeName}: ${why}`);
     });
-    this.eventedPolicies = now;
+    this.policyWarnings.passDone();
   }
 
   private reportPolicyErrors(policies: L2Policy[]): void {

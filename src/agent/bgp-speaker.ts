@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import { bgpNodeConfig, parseBgpAdvertisement, parseBgpPeer, type BgpNodeConfig, type CustomObject, type PeerProblem } from '../announce/bgp.js';
 import { EMPTY_FRR, frrCommands, parseRunning, renderFrr, type FrrConfig } from '../announce/frr-config.js';
 import { systemClock, type Clock, type Timer } from '../clock.js';
-import type { EventSink } from '../k8s/events.js';
+import { LastingWarnings, type EventSink } from '../k8s/events.js';
 import type { AgentMetrics } from './metrics.js';
 
 /** What the speaker needs of FRR (sys/vtysh.ts's Vtysh, or a test double). */
@@ -72,11 +72,12 @@ export class BgpSpeaker {
   private reported = '';
   /** FRR was read once since the start (to take out what a previous agent left, if nothing selects this node now). */
   private checked = false;
-  /** Peer problems already told by an Event (peer and message). */
-  private evented = new Set<string>();
+  /** Warning Events on peers this node leaves out, once while each problem lasts. */
+  private readonly peerWarnings: LastingWarnings;
 
   constructor(private readonly d: BgpSpeakerDeps) {
     this.clock = d.clock ?? systemClock;
+    this.peerWarnings = new LastingWarnings(d.events, (e) => d.log.debug({ err: (e as Error).message }, 'cannot post an Event on a BGPPeer'));
   }
 
   start(): void {
@@ -176,16 +177,11 @@ export class BgpSpeaker {
 
   /** One Warning Event per node and problem while it lasts (again if it comes back). */
   private eventPeerProblems(node: string, problems: readonly PeerProblem[], objects: ReturnType<BgpSource['peers']>): void {
-    const now = new Set<string>();
     for (const p of problems) {
-      const key = `${p.peer}\0${p.message}`;
-      now.add(key);
-      if (this.evented.has(key) || !this.d.events) continue;
       const uid = (objects.find((o) => o.metadata?.name === p.peer)?.metadata as { uid?: string } | undefined)?.uid;
-      this.d.events.warn({ kind: 'BGPPeer', apiVersion: 'ferry.dev/v1alpha1', namespace: '', name: p.peer, ...(uid ? { uid } : {}) }, p.reason, `${node}: ${p.message}`)
-        .catch((e: unknown) => this.d.log.debug({ err: (e as Error).message }, 'cannot post an Event on a BGPPeer'));
+      this.peerWarnings.warn({ kind: 'BGPPeer', apiVersion: 'ferry.dev/v1alpha1', namespace: '', name: p.peer, ...(uid ? { uid } : {}) }, p.reason, `${node}: ${p.message}`);
     }
-    this.evented = now;
+    this.peerWarnings.passDone();
   }
 
   /** Session and BFD state from FRR, for /status, metrics and `ferry bgp`. */

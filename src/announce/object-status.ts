@@ -60,11 +60,12 @@ export function announcementStatusFor(kind: AnnouncementKind, o: AnnouncementObj
     const status = ok ? 'True' : 'False';
     return { type, status, reason, message: clipMessage(message), lastTransitionTime: conditionSince(prev(type) as { status?: string; lastTransitionTime?: string } | undefined, status, now), ...generation };
   };
-  const errors = announcementErrors(kind, o);
+  const advertisement = kind === 'BGPAdvertisement' ? parseBgpAdvertisement(o) : undefined;
+  const errors = advertisement?.errors ?? announcementErrors(kind, o);
   const uses = ANNOUNCEMENT_KINDS.find((k) => k.kind === kind)!.uses;
   const wanted = [errors.length ? make(CONDITION_ACCEPTED, false, 'Invalid', `${errors.join('; ')} (the agents leave it out)`) : make(CONDITION_ACCEPTED, true, 'Valid', uses)];
-  if (kind === 'BGPAdvertisement' && errors.length === 0) {
-    const named = parseBgpAdvertisement(o).peers;
+  if (advertisement && errors.length === 0) {
+    const named = advertisement.peers;
     const missing = named.filter((n) => !peerNames.has(n));
     wanted.push(
       missing.length

@@ -103,3 +103,28 @@ export function boundedEventSink(sink: EventSink, debug: (msg: string, err?: unk
     normal: async (obj, reason, message) => q.post(obj, 'Normal', reason, message),
   };
 }
+
+/**
+ * Warning Events about problems that last (a peer or policy a node leaves out): each told
+ * once while it lasts, and again if it comes back. Call `warn` for every problem seen in a
+ * pass, then `passDone`.
+ */
+export class LastingWarnings {
+  private told = new Set<string>();
+  private seen = new Set<string>();
+
+  constructor(private readonly sink: EventSink | undefined, private readonly onError: (err: unknown) => void) {}
+
+  warn(obj: EventObject, reason: string, message: string): void {
+    const key = `${obj.kind}/${obj.name}\0${reason}\0${message}`;
+    this.seen.add(key);
+    if (this.told.has(key) || !this.sink) return;
+    this.sink.warn(obj, reason, message).catch(this.onError);
+  }
+
+  /** Problems not seen in this pass are over. */
+  passDone(): void {
+    this.told = this.seen;
+    this.seen = new Set();
+  }
+}
