@@ -24,6 +24,11 @@ MIRROR=${FERRY_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PACKAGES=nodejs,libbpf1,iproute2,bpftool,frr,ca-certificates,iptables,nftables
 # The image's default user; the agent's DaemonSet runs as root (see deploy/kubernetes).
 UID_GID=65532
+# FRR's user and groups, made before frr's postinst would pick free ids: the agent's vtysh
+# opens FRR's sockets (mode 0770, group frrvty) through the DaemonSet's supplementalGroups,
+# which must name this gid (test/e2e/image.test.ts checks they agree).
+FRR_UID_GID=951
+FRRVTY_GID=950
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 created=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
 hist_opts() { echo --history.created="$created" --history.author=ferry --history.created_by="scripts/build-image.sh" --history.comment="$1"; }
@@ -56,6 +61,8 @@ if [ ! -f "$BASE/index.json" ] || [ -n "${FERRY_IMAGE_FORCE:-}" ]; then
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' --aptopt='Acquire::Languages "none"' \
+    --essential-hook="echo 'frr:x:$FRR_UID_GID:' >> \"\$1/etc/group\"; echo 'frrvty:x:$FRRVTY_GID:frr' >> \"\$1/etc/group\"" \
+    --essential-hook="echo 'frr:x:$FRR_UID_GID:$FRR_UID_GID::/nonexistent:/usr/sbin/nologin' >> \"\$1/etc/passwd\"" \
     --customize-hook='rm -rf "$1"/var/cache/* "$1"/var/lib/apt/lists/* "$1"/var/log/*' \
     --customize-hook="echo 'ferry:x:$UID_GID:$UID_GID:ferry:/nonexistent:/usr/sbin/nologin' >> \"\$1/etc/passwd\"" \
     --customize-hook="echo 'ferry:x:$UID_GID:' >> \"\$1/etc/group\"" \

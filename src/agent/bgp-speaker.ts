@@ -8,6 +8,7 @@ import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node
 import type { Logger } from 'pino';
 import { bgpNodeConfig, parseBgpAdvertisement, parseBgpPeer, type BgpNodeConfig, type CustomObject, type PeerProblem } from '../announce/bgp.js';
 import { EMPTY_FRR, frrCommands, parseRunning, renderFrr, type FrrConfig } from '../announce/frr-config.js';
+import { bfdHoldsSessionIdle, bfdOnlyWhenEstablished, bfdTakenOff, peersWithBfd } from '../announce/frr-quirks.js';
 import { systemClock, type Clock, type Timer } from '../clock.js';
 import { LastingWarnings, type EventSink } from '../k8s/events.js';
 import type { AgentMetrics } from './metrics.js';
@@ -69,11 +70,17 @@ export class BgpSpeaker {
   private stopped = false;
   private peers: PeerState[] = [];
   private lastError: string | undefined;
+  /** Why FRR's session state could not be read (logged when it changes). */
+  private pollError: string | undefined;
   private reported = '';
   /** FRR was read once since the start (to take out what a previous agent left, if nothing selects this node now). */
   private checked = false;
   /** Warning Events on peers this node leaves out, once while each problem lasts. */
   private readonly peerWarnings: LastingWarnings;
+  /** FRR keeps a session with BFD Idle while BFD is down (announce/frr-quirks.ts); read once. */
+  private bfdHoldsIdle: boolean | undefined;
+  /** Peers whose BFD is off until their session is established (on such a FRR). */
+  private bfdHeld = new Set<string>();
 
   constructor(private readonly d: BgpSpeakerDeps) {
     this.clock = d.clock ?? systemClock;
@@ -146,15 +153,25 @@ export class BgpSpeaker {
     try {
       // After a start, FRR's own configuration is what is there (FRR outlives the agent).
       this.applied ??= parseRunning(await this.d.frr.show('show running-config'));
-      const want = cfg ? renderFrr(cfg) : EMPTY_FRR;
+      this.bfdHoldsIdle ??= bfdHoldsSessionIdle(await this.d.frr.show('show version').catch(() => ''));
+      // A session not polled yet (after a start) keeps what FRR has: an agent restart changes nothing.
+      const sessionState = (address: string) => this.peers.find((p) => p.address === address && p.state !== 'Unknown')?.state;
+      const hadBfd = peersWithBfd(this.applied);
+      const bfdAllowed = (address: string) => (sessionState(address) ?? (hadBfd.has(address) ? 'Established' : undefined)) === 'Established';
+      const applying = cfg && this.bfdHoldsIdle ? bfdOnlyWhenEstablished(cfg, bfdAllowed) : cfg;
+      const want = applying ? renderFrr(applying) : EMPTY_FRR;
       const commands = frrCommands(this.applied, want);
       if (commands) {
         const t0 = performance.now();
         await this.d.frr.apply(commands);
+        // Taking BFD off does not start a peer such a FRR holds Idle: restart those that are down.
+        const held = bfdTakenOff(this.applied, want).filter((a) => applying?.peers.some((p) => p.address === a) && ![undefined, 'Established'].includes(sessionState(a)));
+        for (const address of held) await this.d.frr.show(`clear bgp ${address}`).catch((e: Error) => this.d.log.warn({ err: e.message, address }, 'cannot restart a BGP peer'));
         const ms = performance.now() - t0;
         this.d.metrics.bgpApplyDuration.observe(ms / 1000);
         this.d.log.info({ prefixes: cfg?.prefixes.length ?? 0, peers: cfg?.peers.length ?? 0, ms: Math.round(ms) }, 'FRR configuration applied');
       }
+      this.bfdHeld = new Set((cfg?.peers ?? []).filter((p) => p.bfd && !applying?.peers.find((q) => q.address === p.address)?.bfd).map((p) => p.address));
       this.applied = want;
       this.last = cfg;
       this.lastError = undefined;
@@ -198,19 +215,24 @@ export class BgpSpeaker {
       this.peers = this.last.peers.map((p) => {
         const s = sessions[p.address];
         const b = Array.isArray(bfd) ? bfd.find((x) => x.peer === p.address) : undefined;
-        return { peer: p.name, address: p.address, state: s?.state ?? 'Unknown', uptime: s?.peerUptime ?? '', prefixesSent: s?.pfxSnt ?? 0, ...(p.bfd ? { bfd: b?.status ?? 'unknown' } : {}) };
+        const bfdState = this.bfdHeld.has(p.address) ? 'off until the session is up (FRR quirk)' : (b?.status ?? 'unknown');
+        return { peer: p.name, address: p.address, state: s?.state ?? 'Unknown', uptime: s?.peerUptime ?? '', prefixesSent: s?.pfxSnt ?? 0, ...(p.bfd ? { bfd: bfdState } : {}) };
       });
       this.d.metrics.bgpSessions.reset();
       for (const p of this.peers) this.d.metrics.bgpSessions.set({ peer: p.peer, state: p.state }, 1);
       // The datapath's health is not an event: look at it (and anything missed) with the poll.
       this.kick();
+      this.pollError = undefined;
     } catch (e) {
-      this.d.log.debug({ err: (e as Error).message }, 'cannot read BGP state from FRR');
+      const err = (e as Error).message;
+      if (err !== this.pollError) this.d.log.warn({ err }, 'cannot read BGP state from FRR');
+      this.pollError = err;
     }
   }
 
   status(): { peers: PeerState[]; prefixes: string[]; error?: string } {
-    return { peers: this.peers, prefixes: (this.last?.prefixes ?? []).map((p) => p.prefix), ...(this.lastError ? { error: this.lastError } : {}) };
+    const error = this.lastError ?? this.pollError;
+    return { peers: this.peers, prefixes: (this.last?.prefixes ?? []).map((p) => p.prefix), ...(error ? { error } : {}) };
   }
 
   /** Stop: FRR keeps its configuration and its sessions (an agent restart withdraws nothing). */

@@ -63,6 +63,8 @@ export interface ContainerSpec {
   workingDir?: string;
   /** runAsUser (the agent runs as root; see deploy/kubernetes). */
   uid?: number;
+  /** The pod's supplementalGroups. */
+  groups?: number[];
 }
 
 function runtimeSpec(image: ContainerImage, host: Host, c: ContainerSpec): unknown {
@@ -73,7 +75,7 @@ function runtimeSpec(image: ContainerImage, host: Host, c: ContainerSpec): unkno
     ociVersion: '1.0.2',
     process: {
       terminal: false,
-      user: { uid: c.uid ?? 0, gid: c.uid ?? 0 },
+      user: { uid: c.uid ?? 0, gid: c.uid ?? 0, ...(c.groups?.length ? { additionalGids: c.groups } : {}) },
       args: c.args,
       env: [...env].map(([k, v]) => `${k}=${v}`),
       cwd: c.workingDir ?? '/',
@@ -89,7 +91,9 @@ function runtimeSpec(image: ContainerImage, host: Host, c: ContainerSpec): unkno
       { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620'] },
       { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
       { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
+      // Where the image's programs write (a container's own writable layer would take it).
       { destination: '/tmp', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=1777'] },
+      { destination: '/var/tmp', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=1777'] },
       { destination: '/run', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=755'] },
       ...c.binds.map((b) => ({
         destination: b.path,

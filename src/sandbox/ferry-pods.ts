@@ -3,13 +3,13 @@
 // node, the operator Deployment's container on the first two, each as its ServiceAccount.
 // The nodes share one kernel, which a real cluster's do not, so each agent also gets its own
 // pin directory and cgroup (FERRY_PIN_DIR, FERRY_CGROUP_ROOT, FERRY_CGROUP_MUST_BE_ROOT) and,
-// with BGP, the pathspace of its node's FRR (which runs on this machine, not as the
-// DaemonSet's frr container). Tests add settings (env) and flags on top.
+// with BGP, the pathspace of its node's FRR on this machine, or, with the image, the
+// DaemonSet's frr container beside it. Tests add settings (env) and flags on top.
 import { dirname, join } from 'node:path';
 import type { ContainerImage } from './container.js';
 import type { ClusterIdentity } from './cluster-identity.js';
 import { AGENT_USER, OPERATOR_USER } from './cluster-identity.js';
-import { agentSecurity } from './manifests.js';
+import { containerCapabilities, daemonSetSecurity } from './manifests.js';
 import type { Host, Proc } from './netns/testbed.js';
 import { SERVICE_ACCOUNT_DIR, podLaunch, withServiceAccount, type PodContext, type Workload } from './pod-runner.js';
 
@@ -50,13 +50,14 @@ export class FerryPods {
     const flags = o.devices ? ['--devices', o.devices] : [];
     const extra = { ...settings, ...definedOnly(o.env ?? {}) };
     if (this.image && !o.bin) {
-      const security = agentSecurity(this.identity.objects); // as rendered: what the pod starts from
+      const security = daemonSetSecurity('agent', this.identity.objects); // as rendered: what the pod starts from
       const c = launch.container;
       return this.image.run(host, `agent-${nodeName}`, {
         args: [...c.argv, ...flags],
         env: { ...c.env, ...extra },
-        capabilities: o.capabilities ?? security.add,
+        capabilities: o.capabilities ?? containerCapabilities(security),
         uid: security.runAsUser,
+        groups: security.supplementalGroups,
         workingDir: '/opt/ferry',
         binds: [
           ...launch.mounts.map((m) => ({ path: m.mountPath, source: m.hostPath, readOnly: m.readOnly, ...(m.mountPath === '/sys/fs/bpf' ? { propagation: 'HostToContainer' as const } : {}) })),
@@ -67,6 +68,25 @@ export class FerryPods {
     // Root keeps only what the bounding set allows across exec, as in a container without privileged.
     const limit = o.capabilities ? ['setpriv', `--bounding-set=-all,${o.capabilities.map((c) => `+${c}`).join(',')}`, '--'] : [];
     return host.spawn(withServiceAccount(launch, [...limit, ...nodeBinary(launch.argv), ...flags]), { PATH: process.env.PATH, ...launch.env, ...extra });
+  }
+
+  /**
+   * The DaemonSet's frr container from the image, on `host` (node `nodeName`): FRR as a real
+   * node runs it, sharing its emptyDir volumes (FRR's sockets and configuration) with the
+   * node's agent container.
+   */
+  async frr(host: Host, nodeName: string): Promise<Proc> {
+    if (!this.image) throw new Error('the frr container runs from the image only (agentImage)');
+    const launch = podLaunch(this.workload('DaemonSet', 'ferry'), 'frr', this.context(nodeName, `ferry-${nodeName}`, AGENT_USER), this.ferryRoot);
+    const security = daemonSetSecurity('frr', this.identity.objects);
+    return this.image.run(host, `frr-${nodeName}`, {
+      args: launch.container.argv,
+      env: launch.container.env,
+      capabilities: containerCapabilities(security),
+      uid: security.runAsUser,
+      groups: security.supplementalGroups,
+      binds: launch.mounts.map((m) => ({ path: m.mountPath, source: m.hostPath, readOnly: m.readOnly })),
+    });
   }
 
   /** The operator Deployment's container, as the replica `podName` on `host`. */

@@ -1,5 +1,5 @@
-// What the shipped manifests (deploy/kubernetes/) say about the agent's container, read the
-// way a kubelet would, so the sandbox runs the agent as the DaemonSet would.
+// What the shipped manifests (deploy/kubernetes/) say about the DaemonSet's containers (the
+// agent, FRR), read the way a kubelet would, so the sandbox runs them as the DaemonSet would.
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,26 +15,41 @@ export interface AgentSecurity {
   drop: string[];
   /** Capability names as the manifest spells them (BPF, NET_ADMIN…). */
   add: string[];
+  /** The pod's supplementalGroups: every container's process has them. */
+  supplementalGroups: number[];
 }
 
 interface PodSpec {
   hostPID?: boolean;
-  securityContext?: { runAsUser?: number };
+  securityContext?: { runAsUser?: number; supplementalGroups?: number[] };
   containers: Array<{ name: string; securityContext?: { privileged?: boolean; runAsUser?: number; capabilities?: { add?: string[]; drop?: string[] } } }>;
 }
 
-/** The agent container's security settings in the DaemonSet among `objects` (default: the base manifest's). */
-export function agentSecurity(objects: readonly unknown[] = parseAllDocuments(readFileSync(AGENT_MANIFEST, 'utf8')).map((d) => d.toJSON())): AgentSecurity {
+/** containerd's default capabilities: what a container has before its securityContext's drop and add. */
+const RUNTIME_DEFAULT_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FSETID', 'FOWNER', 'MKNOD', 'NET_RAW', 'SETGID', 'SETUID', 'SETFCAP', 'SETPCAP', 'NET_BIND_SERVICE', 'SYS_CHROOT', 'KILL', 'AUDIT_WRITE'];
+
+/** The capabilities a container of these settings runs with (names without CAP_). */
+export function containerCapabilities(sc: Pick<AgentSecurity, 'drop' | 'add'>): string[] {
+  const base = sc.drop.includes('ALL') ? [] : RUNTIME_DEFAULT_CAPABILITIES.filter((c) => !sc.drop.includes(c));
+  return [...new Set([...base, ...sc.add])];
+}
+
+/** A container's security settings in the DaemonSet among `objects` (default: the base manifest's). */
+export function daemonSetSecurity(container: string, objects: readonly unknown[] = parseAllDocuments(readFileSync(AGENT_MANIFEST, 'utf8')).map((d) => d.toJSON())): AgentSecurity {
   const docs = objects as Array<{ kind?: string; spec?: { template?: { spec?: PodSpec } } } | null>;
   const pod = docs.find((d) => d?.kind === 'DaemonSet')?.spec?.template?.spec;
-  const agent = pod?.containers.find((c) => c.name === 'agent');
-  if (!pod || !agent) throw new Error('the manifests have no DaemonSet with an agent container');
-  const sc = agent.securityContext ?? {};
+  const c = pod?.containers.find((x) => x.name === container);
+  if (!pod || !c) throw new Error(`the manifests have no DaemonSet with a ${container} container`);
+  const sc = c.securityContext ?? {};
   return {
     privileged: sc.privileged ?? false,
     hostPID: pod.hostPID ?? false,
     runAsUser: sc.runAsUser ?? pod.securityContext?.runAsUser,
     drop: sc.capabilities?.drop ?? [],
     add: sc.capabilities?.add ?? [],
+    supplementalGroups: pod.securityContext?.supplementalGroups ?? [],
   };
 }
+
+/** The agent container's security settings in the DaemonSet among `objects` (default: the base manifest's). */
+export const agentSecurity = (objects?: readonly unknown[]): AgentSecurity => daemonSetSecurity('agent', objects);

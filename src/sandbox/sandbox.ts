@@ -138,8 +138,10 @@ export class Sandbox {
   readonly agents = new Map<string, Proc>();
   /** Operator replicas by identity. */
   readonly operators = new Map<string, Proc>();
-  /** FRR instances (with --announce bgp): the router's and each node's. */
+  /** FRR on this machine (with --announce bgp): the router's and, unless from the image, each node's. */
   readonly frr = new Map<string, FrrInstance>();
+  /** With the image and BGP: each node's DaemonSet frr container. */
+  readonly frrContainers = new Map<string, Proc>();
   readonly kubelet: Kubelet;
   private readonly lbRoutes: LoadBalancerRoutes;
   /** The router's route changes, whoever makes them (FRR in BGP mode, lbRoutes otherwise). */
@@ -197,8 +199,6 @@ export class Sandbox {
       const s = new Sandbox(opts, tb, net, store, api, identity);
       s.routeLog = RouteLog.start(net.router);
       if (opts.agentImage) {
-        // The sandbox's FRR runs on this machine, not from the image: its vtysh would not match.
-        if (s.announce === 'bgp') throw new Error('sandbox: agentImage needs --announce l2 or routes');
         s.pods = new FerryPods(identity, s.dir, PACKAGE_ROOT, await ContainerImage.unpack(tb, opts.agentImage.layout, opts.agentImage.tag));
       }
       writeFileSync(s.kubeconfig, testKubeconfig(api.alsoUrl!));
@@ -237,8 +237,8 @@ export class Sandbox {
     const pinDir = this.pinDir(node);
     mkdirSync(pinDir, { recursive: true });
     this.tb.ownPath(pinDir);
-    // One kernel for every node: its own pins and cgroup; its FRR runs on this machine.
-    const settings = { FERRY_PIN_DIR: pinDir, FERRY_CGROUP_ROOT: node.host.cgroup, FERRY_CGROUP_MUST_BE_ROOT: 'false', ...(this.announce === 'bgp' ? { FERRY_FRR_PATHSPACE: node.host.netns } : {}), ...this.opts.agentEnv };
+    // One kernel for every node: its own pins and cgroup; its FRR on this machine (or its pod's frr container).
+    const settings = { FERRY_PIN_DIR: pinDir, FERRY_CGROUP_ROOT: node.host.cgroup, FERRY_CGROUP_MUST_BE_ROOT: 'false', ...(this.frr.has(node.name) ? { FERRY_FRR_PATHSPACE: node.host.netns } : {}), ...this.opts.agentEnv };
     const bin = opts.bin ?? this.opts.agentBin;
     // A previous release chose no devices by itself: its DaemonSet named them.
     const p = await this.pods.agent(node.host, node.name, settings, { ...opts, bin, devices: opts.devices ?? (bin && bin !== FERRY_BIN ? node.device : undefined) });
@@ -255,10 +255,10 @@ export class Sandbox {
     return this.opts.announce ?? 'bgp';
   }
 
-  /** FRR on the router (ECMP over the 5-tuple: the testbed's routers hash so) and beside each node's agent. */
+  /** FRR on the router (ECMP over the 5-tuple: the testbed's routers hash so) and beside each node's agent (with the image: its frr container). */
   private async startFrr(): Promise<void> {
     this.frr.set('router', await startFrr(this.tb, this.net.router, ROUTER_FRR));
-    await Promise.all(this.net.nodes.map(async (n) => this.frr.set(n.name, await startFrr(this.tb, n.host, ''))));
+    await Promise.all(this.net.nodes.map(async (n) => (this.opts.agentImage ? this.frrContainers.set(n.name, await this.pods.frr(n.host, n.name)) : this.frr.set(n.name, await startFrr(this.tb, n.host, '')))));
   }
 
   /** The CRDs (as deploy/ has them, through the API as kubectl would), the default pool and, with L2, its policy. */
@@ -385,7 +385,7 @@ export class Sandbox {
     await this.controllerRun;
     await this.kubelet.close();
     await Promise.all([...this.net.nodes.map((n) => this.stopAgent(n)), ...[...this.operators.values()].map((p) => p.stop(5000))]);
-    await Promise.all([...this.frr.values()].map((f) => f.stop()));
+    await Promise.all([...[...this.frr.values()].map((f) => f.stop()), ...[...this.frrContainers.values()].map((p) => p.stop(5000))]);
     await this.api.stop();
     await this.tb.destroy();
     this.identity.checkSufficient(this.api.access);

@@ -42,7 +42,8 @@ export class Vtysh {
 
   async show(command: string): Promise<string> {
     const r = await exec(this.o.path, [...this.args(), '-c', command], { timeoutMs: this.o.timeoutMs ?? 30_000 });
-    if (r.code !== 0) throw new FerryError({ code: ErrorCode.Config, op: `vtysh -c "${command}"`, cause: (r.stderr || r.stdout).trim() || `exit ${r.code}`, hint: 'is FRR running beside the agent (bgpd, zebra, bfdd)?' });
+    // vtysh says "bgpd is not running" also when it may not open the daemon's socket.
+    if (r.code !== 0) throw new FerryError({ code: ErrorCode.Config, op: `vtysh -c "${command}"`, cause: (r.stderr || r.stdout).trim() || `exit ${r.code}`, hint: 'is FRR running beside the agent (bgpd, zebra, bfdd), and may the agent open its sockets in /var/run/frr (mode 0770, group frrvty: the DaemonSet\'s supplementalGroups)?' });
     return r.stdout;
   }
 

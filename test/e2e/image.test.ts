@@ -1,12 +1,14 @@
 // The OCI image from `make image` (scripts/build-image.sh): what it holds, and the agent run
 // from it (runc, as a kubelet runs the DaemonSet's container: the node's network, read-only
 // root, only the added capabilities) in a 2-node sandbox, serving a NodePort and an L2 LB IP;
-// its FRR parses the rendered configurations the unit tests hold as golden files.
+// its FRR parses the rendered configurations the unit tests hold as golden files, and runs as
+// the DaemonSet's frr container beside the agent, holding the nodes' BGP sessions.
 import { spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, readFileSync, readdirSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { agentSecurity } from '../../src/sandbox/manifests.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import { exec } from '../../src/sys/exec.js';
 import { REPO_ROOT } from '../harness/paths.js';
@@ -66,6 +68,11 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'the ferry image', () => {
       }
       writeFileSync(join(root, 'tmp', 'bad.conf'), 'router bgp 64512\n neighbor 192.0.2.1 remote-as not-an-asn\n');
       expect(chroot(['vtysh', '-C', '-f', '/tmp/bad.conf']).status).not.toBe(0);
+      // FRR's sockets are for its vty group: the DaemonSet gives the agent that group, by number.
+      const group = readFileSync(join(root, 'etc/group'), 'utf8');
+      const vty = /^frrvty:x:(\d+):(.*)$/m.exec(group);
+      expect(vty?.[2]?.split(',')).toContain('frr');
+      expect(agentSecurity().supplementalGroups).toEqual([Number(vty![1])]);
     } finally {
       await exec('rm', ['-rf', rootfs]);
     }
@@ -99,6 +106,43 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'the ferry image', () => {
     for (const ip of ['10.0.30.21', '10.0.30.22']) expect(await eventually(() => curl(`http://${ip}:30080/`), (o) => /Hostname: web-/.test(o), 30_000)).toMatch(/Hostname: web-/);
     const svc = await eventually(async () => sb!.store.get('services', 'default', 'web') as { status?: { loadBalancer?: { ingress?: Array<{ ip: string }> } } }, (s) => Boolean(s?.status?.loadBalancer?.ingress?.[0]?.ip), 30_000);
     const lbIp = svc.status!.loadBalancer!.ingress![0]!.ip;
+    expect(await eventually(() => curl(`http://${lbIp}/`), (o) => /Hostname: web-/.test(o), 30_000)).toMatch(/Hostname: web-/);
+  });
+
+  it('with BGP: FRR runs as the DaemonSet\'s frr container from the image, the agent\'s vtysh configures it, and the router learns the LoadBalancer IP from both nodes', async () => {
+    await sb?.down();
+    sb = await Sandbox.up({ name: 'imagebgp', nodes: 2, mode: 'snat', announce: 'bgp', log: pino({ level: 'silent' }), agentImage: { layout: join(IMAGE, 'oci'), tag: version } });
+    const runcState = async (id: string) => JSON.parse((await exec('runc', ['--root', `/run/ferry/runc/${sb!.tb.prefix}`, 'state', id])).stdout) as { pid: number; status: string };
+    for (const node of sb.net.nodes) {
+      // The frr container's first process is the image's watchfrr (its command execs it).
+      const frr = await runcState(`frr-${node.name}`);
+      expect(frr.status).toBe('running');
+      const exe = statSync(`/proc/${frr.pid}/exe`);
+      const watchfrr = statSync(`/run/ferry/images/${sb.tb.prefix}/rootfs/usr/lib/frr/watchfrr`);
+      expect([exe.dev, exe.ino]).toEqual([watchfrr.dev, watchfrr.ino]);
+      // The agent runs with the pod's supplemental group (FRR's vty group), nothing more.
+      const agent = await runcState(`agent-${node.name}`);
+      expect(/^Groups:\s*(.*)$/m.exec(readFileSync(`/proc/${agent.pid}/status`, 'utf8'))![1]!.trim().split(/\s+/)).toEqual(agentSecurity().supplementalGroups.map(String));
+    }
+    await sb.put('Deployment', {
+      apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'web', namespace: 'default' },
+      spec: { replicas: 2, selector: { matchLabels: { app: 'web' } }, template: { metadata: { labels: { app: 'web' } }, spec: { containers: [{ name: 'whoami', image: 'whoami', ports: [{ containerPort: 8080 }] }] } } },
+    });
+    await sb.put('Service', { apiVersion: 'v1', kind: 'Service', metadata: { name: 'web', namespace: 'default' }, spec: { type: 'LoadBalancer', selector: { app: 'web' }, ports: [{ port: 80, targetPort: 8080 }] } });
+    const svc = await eventually(async () => sb!.store.get('services', 'default', 'web') as { status?: { loadBalancer?: { ingress?: Array<{ ip: string }> } } }, (s) => Boolean(s?.status?.loadBalancer?.ingress?.[0]?.ip), 30_000);
+    const lbIp = svc.status!.loadBalancer!.ingress![0]!.ip;
+    // The router (FRR 8.4 on this machine) holds a session with each node's FRR and routes the
+    // address over both: what each agent applied through its own vtysh reached bgpd.
+    const summary = () => sb!.frr.get('router')!.vtysh.showJson<{ ipv4Unicast?: { peers?: Record<string, { state: string }> } }>('show bgp summary json');
+    const established = await eventually(summary, (j) => Object.values(j.ipv4Unicast?.peers ?? {}).filter((p) => p.state === 'Established').length === 2, 30_000);
+    expect(Object.keys(established.ipv4Unicast!.peers!).sort()).toEqual(['10.0.30.21', '10.0.30.22']);
+    // FRR 10.3.0 holds a session with BFD Idle while BFD is down, and this router starts BFD
+    // only for an established session: the agents turn BFD on once it is (frr-quirks.ts).
+    const bfdUp = async () => (await sb!.frr.get('router')!.vtysh.showJson<Array<{ peer: string; status: string }>>('show bfd peers json')).filter((p) => p.status === 'up').map((p) => p.peer).sort();
+    expect(await eventually(bfdUp, (up) => up.length === 2, 30_000)).toEqual(['10.0.30.21', '10.0.30.22']);
+    const nexthops = async () => [...(await sb!.net.router.exec(['ip', 'route', 'show', lbIp, 'proto', 'bgp'])).stdout.matchAll(/via (10\.0\.30\.\d+)/g)].map((m) => m[1]!).sort();
+    expect(await eventually(nexthops, (h) => h.length === 2, 30_000)).toEqual(['10.0.30.21', '10.0.30.22']);
+    const curl = async (url: string) => (await sb!.net.client.exec(['curl', '-sS', '--max-time', '2', url])).stdout;
     expect(await eventually(() => curl(`http://${lbIp}/`), (o) => /Hostname: web-/.test(o), 30_000)).toMatch(/Hostname: web-/);
   });
 });
