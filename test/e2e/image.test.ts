@@ -144,5 +144,22 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'the ferry image', () => {
     expect(await eventually(nexthops, (h) => h.length === 2, 30_000)).toEqual(['10.0.30.21', '10.0.30.22']);
     const curl = async (url: string) => (await sb!.net.client.exec(['curl', '-sS', '--max-time', '2', url])).stdout;
     expect(await eventually(() => curl(`http://${lbIp}/`), (o) => /Hostname: web-/.test(o), 30_000)).toMatch(/Hostname: web-/);
+    // The router stops hearing node-2 (its link stays up): BFD takes the path off the router.
+    // On this FRR a session with BFD down is held Idle, so node-2's agent takes BFD off while
+    // the session is down (and restarts the peer). Heard again, the session, the path and
+    // BFD return.
+    const router = (...args: string[]) => sb!.net.router.execOk(['nft', ...args]);
+    await router('add table inet ferry_test');
+    await router('add chain inet ferry_test in { type filter hook input priority 0; }');
+    await router('add rule inet ferry_test in ip saddr 10.0.30.22 drop');
+    const cutAt = Date.now();
+    expect(await eventually(nexthops, (h) => h.join() === '10.0.30.21', 5000, 10)).toEqual(['10.0.30.21']);
+    process.stdout.write(`image's FRR: node-2's path left the router ${Date.now() - cutAt} ms after the router stopped hearing it\n`);
+    const node2Frr = async () => (await exec('runc', ['--root', `/run/ferry/runc/${sb!.tb.prefix}`, 'exec', 'frr-node-2', 'vtysh', '-c', 'show running-config'])).stdout;
+    expect(await node2Frr()).toMatch(/neighbor 10\.0\.30\.1 bfd\n/);
+    expect(await eventually(node2Frr, (c) => !/neighbor 10\.0\.30\.1 bfd/.test(c) && /neighbor 10\.0\.30\.1 remote-as/.test(c), 15_000)).not.toMatch(/neighbor 10\.0\.30\.1 bfd/);
+    await router('delete table inet ferry_test');
+    expect(await eventually(nexthops, (h) => h.length === 2, 30_000)).toEqual(['10.0.30.21', '10.0.30.22']);
+    expect(await eventually(bfdUp, (up) => up.length === 2, 30_000)).toEqual(['10.0.30.21', '10.0.30.22']);
   });
 });
