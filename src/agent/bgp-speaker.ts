@@ -7,7 +7,7 @@
 import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { bgpNodeConfig, parseBgpAdvertisement, parseBgpPeer, type BgpNodeConfig, type CustomObject, type PeerProblem } from '../announce/bgp.js';
-import { EMPTY_FRR, frrCommands, parseRunning, renderFrr, type FrrConfig } from '../announce/frr-config.js';
+import { EMPTY_FRR, frrCommands, parseRunning, renderFrr, resendShared, type FrrConfig } from '../announce/frr-config.js';
 import { bfdHoldsSessionIdle, bfdOnlyWhenEstablished, bfdTakenOff, peersWithBfd } from '../announce/frr-quirks.js';
 import { systemClock, type Clock, type Timer } from '../clock.js';
 import { LastingWarnings, type EventSink } from '../k8s/events.js';
@@ -70,6 +70,8 @@ export class BgpSpeaker {
   private stopped = false;
   private peers: PeerState[] = [];
   private lastError: string | undefined;
+  /** bgpd came back empty: send the prefix lists and route maps again (resendShared). */
+  private frrRestarted = false;
   /** Why FRR's session state could not be read (logged when it changes). */
   private pollError: string | undefined;
   private reported = '';
@@ -160,6 +162,7 @@ export class BgpSpeaker {
       const bfdAllowed = (address: string) => (sessionState(address) ?? (hadBfd.has(address) ? 'Established' : undefined)) === 'Established';
       const applying = cfg && this.bfdHoldsIdle ? bfdOnlyWhenEstablished(cfg, bfdAllowed) : cfg;
       const want = applying ? renderFrr(applying) : EMPTY_FRR;
+      if (this.frrRestarted) this.applied = resendShared(this.applied, want);
       const commands = frrCommands(this.applied, want);
       if (commands) {
         const t0 = performance.now();
@@ -173,6 +176,7 @@ export class BgpSpeaker {
       }
       this.bfdHeld = new Set((cfg?.peers ?? []).filter((p) => p.bfd && !applying?.peers.find((q) => q.address === p.address)?.bfd).map((p) => p.address));
       this.applied = want;
+      this.frrRestarted = false;
       this.last = cfg;
       this.lastError = undefined;
       this.d.metrics.bgpPrefixes.set(cfg?.prefixes.length ?? 0);
@@ -203,7 +207,8 @@ export class BgpSpeaker {
 
   /** Session and BFD state from FRR, for /status, metrics and `ferry bgp`. */
   private async poll(): Promise<void> {
-    if (!this.last) {
+    const last = this.last;
+    if (!last) {
       this.peers = [];
       this.kick();
       return;
@@ -212,7 +217,17 @@ export class BgpSpeaker {
       const summary = await this.d.frr.showJson<{ ipv4Unicast?: { peers?: Record<string, { state?: string; peerUptime?: string; pfxSnt?: number }> } }>('show bgp summary json');
       const bfd = await this.d.frr.showJson<Array<{ peer?: string; status?: string }>>('show bfd peers json').catch(() => []);
       const sessions = summary.ipv4Unicast?.peers ?? {};
-      this.peers = this.last.peers.map((p) => {
+      // A peer applied and unknown to bgpd: it restarted (watchfrr restarts a crashed daemon
+      // from frr.conf, which holds none of ferry's configuration). Read FRR back and apply again.
+      const lost = last.peers.filter((p) => !(p.address in sessions)).map((p) => p.address);
+      if (lost.length && this.applied && last === this.last) {
+        this.d.log.warn({ peers: lost }, 'FRR has lost peers ferry configured (bgpd restarted?): applying the configuration again');
+        this.d.metrics.bgpConfigLost.inc();
+        this.applied = undefined;
+        this.frrRestarted = true;
+        this.kick();
+      }
+      this.peers = last.peers.map((p) => {
         const s = sessions[p.address];
         const b = Array.isArray(bfd) ? bfd.find((x) => x.peer === p.address) : undefined;
         const bfdState = this.bfdHeld.has(p.address) ? 'off until the session is up (FRR quirk)' : (b?.status ?? 'unknown');

@@ -40,6 +40,7 @@ export class AgentMetrics {
   readonly bgpApplyDuration: Histogram;
   readonly bgpApplyErrors: Counter;
   readonly bgpSessions: Gauge;
+  readonly bgpConfigLost: Counter;
   readonly udpSocketsTerminated: Counter;
   readonly netnsSources: Gauge;
   readonly netnsSourcesFull: Gauge;
@@ -85,6 +86,7 @@ export class AgentMetrics {
     this.bgpApplyDuration = new Histogram({ name: 'ferry_bgp_apply_duration_seconds', help: 'Time to apply a change of the BGP configuration to FRR', buckets: exponentialBuckets(0.005, 2, 12), registers: r });
     this.bgpApplyErrors = new Counter({ name: 'ferry_bgp_apply_errors_total', help: 'Failed applies of the BGP configuration to FRR', registers: r });
     this.bgpSessions = new Gauge({ name: 'ferry_bgp_sessions', help: 'BGP sessions by peer and state (1 for the current state)', labelNames: ['peer', 'state'], registers: r });
+    this.bgpConfigLost = new Counter({ name: 'ferry_bgp_frr_config_lost_total', help: 'Times FRR was found without peers ferry configured (a daemon restarted empty) and the configuration was applied again', registers: r });
     this.udpSocketsTerminated = new Counter({ name: 'ferry_udp_sockets_terminated_total', help: 'Connected UDP sockets destroyed because their backend left their Service', registers: r });
     this.netnsSources = new Gauge({ name: 'ferry_netns_sources', help: 'Network namespaces whose address the socket hooks know (loadBalancerSourceRanges)', registers: r });
     this.netnsSourcesFull = new Gauge({ name: 'ferry_netns_sources_left_out', help: 'Network namespaces left out of lb4_netns_sources because it is full (their pods are refused at ranged LoadBalancer IPs)', registers: r });

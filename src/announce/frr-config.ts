@@ -224,3 +224,14 @@ export function frrCommands(from: FrrConfig, to: FrrConfig): string {
 
 /** An empty configuration: what to diff against to remove everything ferry owns. */
 export const EMPTY_FRR: FrrConfig = { prefixLists: [], routeMaps: new Map(), bfdProfiles: new Map() };
+
+/**
+ * `from` (read back from FRR) less the prefix lists and route maps `to` holds, so that
+ * frrCommands sends those again: each FRR daemon keeps its own copy, and `show
+ * running-config` shows them while any daemon has them, so a bgpd restarted empty (by
+ * watchfrr) would lack them unseen. FRR takes an entry it already has without change.
+ */
+export function resendShared(from: FrrConfig, to: FrrConfig): FrrConfig {
+  const wanted = new Set(to.prefixLists);
+  return { ...from, prefixLists: from.prefixLists.filter((l) => !wanted.has(normalPrefixList(l))), routeMaps: new Map([...from.routeMaps].filter(([head]) => !to.routeMaps.has(head))) };
+}

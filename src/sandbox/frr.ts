@@ -16,6 +16,8 @@ export interface FrrInstance {
   pathspace: string;
   vtysh: Vtysh;
   procs: Proc[];
+  /** End a daemon and start it again (empty: FRR's configuration file is the one given at the start). */
+  restart(daemon: Daemon): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -38,23 +40,32 @@ export async function startFrr(tb: Testbed, host: Host, config: string, daemons:
   writeFileSync(join(etc, 'vtysh.conf'), 'service integrated-vtysh-config\n');
   writeFileSync(join(etc, 'frr.conf'), config);
   const procs: Proc[] = [];
-  for (const d of daemons) {
+  const start = async (d: Daemon): Promise<Proc> => {
     const extra = d === 'zebra' ? ['-s', '90000000'] : [];
     // -P 0: no TCP vty; the vtysh socket in /var/run/frr/<ns> is enough.
-    procs.push(host.spawn([join(FRR_DAEMONS_DIR, d), '-N', ns, '-F', 'datacenter', '-P', '0', '--log', `file:${join(run, `${d}.log`)}`, ...extra]));
-    // zebra first: the others connect to it.
+    const p = host.spawn([join(FRR_DAEMONS_DIR, d), '-N', ns, '-F', 'datacenter', '-P', '0', '--log', `file:${join(run, `${d}.log`)}`, ...extra]);
     for (let i = 0; i < 200 && !existsSync(join(run, `${d}.vty`)); i++) {
-      if (procs.at(-1)!.child.exitCode !== null) throw new Error(`FRR ${d} in ${ns} exited: ${procs.at(-1)!.output().slice(-2000)}`);
+      if (p.child.exitCode !== null) throw new Error(`FRR ${d} in ${ns} exited: ${p.output().slice(-2000)}`);
       await new Promise((r) => setTimeout(r, 25));
     }
     if (!existsSync(join(run, `${d}.vty`))) throw new Error(`FRR ${d} in ${ns} did not start`);
-  }
+    return p;
+  };
+  // zebra first: the others connect to it.
+  for (const d of daemons) procs.push(await start(d));
   const vtysh = new Vtysh({ path: VTYSH, pathspace: ns });
   await vtysh.apply(config);
   return {
     pathspace: ns,
     vtysh,
     procs,
+    restart: async (d) => {
+      const i = daemons.indexOf(d);
+      if (i < 0) throw new Error(`FRR ${d} does not run in ${ns}`);
+      await procs[i]!.stop(2000);
+      rmSync(join(run, `${d}.vty`), { force: true });
+      procs[i] = await start(d);
+    },
     stop: async () => {
       await Promise.all(procs.map((p) => p.stop(2000)));
       for (const d of [etc, run]) rmSync(d, { recursive: true, force: true });

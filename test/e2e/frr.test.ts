@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { V1Node, V1Service } from '@kubernetes/client-node';
 import { bgpNodeConfig, parseBgpAdvertisement, parseBgpPeer, type BgpInput } from '../../src/announce/bgp.js';
-import { EMPTY_FRR, frrCommands, parseRunning, renderFrr, type FrrConfig } from '../../src/announce/frr-config.js';
+import { EMPTY_FRR, frrCommands, parseRunning, renderFrr, resendShared, type FrrConfig } from '../../src/announce/frr-config.js';
 import { startFrr, type FrrInstance } from '../../src/sandbox/frr.js';
 import { Testbed } from '../../src/sandbox/netns/testbed.js';
 import { describeWith } from '../harness/requirements.js';
@@ -98,6 +98,29 @@ describeWith(['root', 'netns'], 'ferry\'s configuration in a real FRR', () => {
     expect(frrCommands(await running(), want)).toBe('');
     await applyTo(desired(10));
     expect(await node.vtysh.show('show running-config')).not.toMatch(/10\.0\.30\.99|10\.0\.30\.98/);
+  });
+
+  it('a bgpd restarted empty lacks the route maps and prefix lists the read-back shows (zebra\'s copies): resendShared sends them again', async () => {
+    const gold = { ...lb(3), metadata: { ...lb(3).metadata, labels: { tier: 'gold' } } };
+    const ads = [parseBgpAdvertisement({ metadata: { name: 'all' }, spec: { communities: ['64512:7'] } }), parseBgpAdvertisement({ metadata: { name: 'gold' }, spec: { communities: ['64512:9'], serviceSelector: { matchLabels: { tier: 'gold' } } } })];
+    const want = renderFrr(bgpNodeConfig({ node: NODE, nodes: [NODE], services: [lb(1), lb(2), gold], slices: [], peers, advertisements: ads, passwords: new Map(), datapathHealthy: true })!);
+    expect(want.prefixLists.length).toBeGreaterThan(0);
+    await applyTo(want);
+    await eventually(learned, (r) => Object.keys(r).length === 3, 20_000, 200);
+    // Sent again to a FRR that holds them all: taken without a complaint, nothing changes.
+    await node.vtysh.apply(frrCommands(resendShared(await running(), want), want));
+    expect(frrCommands(await running(), want)).toBe('');
+    await node.restart('bgpd');
+    const back = await running();
+    expect(back.bgp).toBeUndefined();
+    expect([back.prefixLists.length, back.routeMaps.size]).toEqual([want.prefixLists.length, want.routeMaps.size]); // from zebra
+    // Each daemon keeps its own route maps: bgpd's section of `show route-map` has none of ferry's now.
+    const bgpdMaps = async () => /BGP:\n([\s\S]*?)(?:\n[A-Z]+:\n|$)/.exec(await node.vtysh.show('show route-map'))?.[1] ?? '';
+    expect(await bgpdMaps()).not.toMatch(/ferry-out-router/);
+    await node.vtysh.apply(frrCommands(resendShared(back, want), want));
+    expect(await bgpdMaps()).toMatch(/ferry-out-router/);
+    await eventually(learned, (r) => Object.keys(r).length === 3, 30_000, 200);
+    expect(frrCommands(await running(), want)).toBe('');
   });
 
   it('everything ferry owns can be removed, and nothing else is touched', async () => {

@@ -2,7 +2,8 @@
 // from it (runc, as a kubelet runs the DaemonSet's container: the node's network, read-only
 // root, only the added capabilities) in a 2-node sandbox, serving a NodePort and an L2 LB IP;
 // its FRR parses the rendered configurations the unit tests hold as golden files, and runs as
-// the DaemonSet's frr container beside the agent, holding the nodes' BGP sessions.
+// the DaemonSet's frr container beside the agent, holding the nodes' BGP sessions through a
+// peer that stops hearing a node and a bgpd that dies.
 import { spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, readFileSync, readdirSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -159,6 +160,15 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'the ferry image', () => {
     expect(await node2Frr()).toMatch(/neighbor 10\.0\.30\.1 bfd\n/);
     expect(await eventually(node2Frr, (c) => !/neighbor 10\.0\.30\.1 bfd/.test(c) && /neighbor 10\.0\.30\.1 remote-as/.test(c), 15_000)).not.toMatch(/neighbor 10\.0\.30\.1 bfd/);
     await router('delete table inet ferry_test');
+    expect(await eventually(nexthops, (h) => h.length === 2, 30_000)).toEqual(['10.0.30.21', '10.0.30.22']);
+    expect(await eventually(bfdUp, (up) => up.length === 2, 30_000)).toEqual(['10.0.30.21', '10.0.30.22']);
+    // bgpd dies on node-1: watchfrr starts it again, empty (frr.conf holds nothing of
+    // ferry's), and node-1's agent, finding its peer gone from FRR, applies everything again.
+    const inFrr1 = async (script: string) => (await exec('runc', ['--root', `/run/ferry/runc/${sb!.tb.prefix}`, 'exec', 'frr-node-1', 'sh', '-c', script])).stdout.trim();
+    const bgpd = await inFrr1('cat /var/run/frr/bgpd.pid');
+    await inFrr1(`kill -9 ${bgpd}`);
+    expect(await eventually(nexthops, (h) => !h.includes('10.0.30.21'), 10_000, 10)).toEqual(['10.0.30.22']);
+    expect(await eventually(() => inFrr1('cat /var/run/frr/bgpd.pid'), (p) => p !== '' && p !== bgpd, 30_000)).not.toBe(bgpd);
     expect(await eventually(nexthops, (h) => h.length === 2, 30_000)).toEqual(['10.0.30.21', '10.0.30.22']);
     expect(await eventually(bfdUp, (up) => up.length === 2, 30_000)).toEqual(['10.0.30.21', '10.0.30.22']);
   });

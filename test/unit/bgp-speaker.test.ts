@@ -1,6 +1,8 @@
-// FRR 10.2.0-10.2.2 and 10.3.0 keep a BGP session with BFD Idle while BFD is down (before any
-// session existed): on such a FRR the speaker turns BFD on only for an established session,
-// and off again (restarting the peer) when the session is down. Other FRRs get BFD at once.
+// The BGP speaker against a FRR double. FRR 10.2.0-10.2.2 and 10.3.0 keep a BGP session with
+// BFD Idle while BFD is down (before any session existed): on such a FRR the speaker turns
+// BFD on only for an established session, and off again (restarting the peer) when the
+// session is down; other FRRs get BFD at once. A FRR whose bgpd restarted empty gets the
+// configuration again.
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { parseBgpPeer, type BgpNodeConfig } from '../../src/announce/bgp.js';
@@ -39,9 +41,14 @@ describe('FRR versions that hold a session with BFD Idle', () => {
 function fakeFrr(version: string, running = '') {
   const f = {
     state: 'Idle',
+    /** bgpd restarted empty: its summary has no peers. */
+    empty: false,
     applies: [] as string[],
     cleared: [] as string[],
-    apply: async (commands: string) => void f.applies.push(commands),
+    apply: async (commands: string) => {
+      f.applies.push(commands);
+      f.empty = false; // what was applied, bgpd has
+    },
     show: async (command: string) => {
       if (command === 'show version') return `FRRouting ${version} (node-1) on Linux(6.18.0).`;
       if (command === 'show running-config') return running;
@@ -51,14 +58,14 @@ function fakeFrr(version: string, running = '') {
       }
       throw new Error(`unexpected ${command}`);
     },
-    showJson: async <T>(command: string): Promise<T> => (command === 'show bgp summary json' ? { ipv4Unicast: { peers: { '10.0.30.1': { state: f.state } } } } : []) as T,
+    showJson: async <T>(command: string): Promise<T> => (command === 'show bgp summary json' ? (f.empty ? {} : { ipv4Unicast: { peers: { '10.0.30.1': { state: f.state } } } }) : []) as T,
   };
   return f;
 }
 
-function speakerWith(frr: ReturnType<typeof fakeFrr>): BgpSpeaker {
+function speakerWith(frr: ReturnType<typeof fakeFrr>, metrics = new AgentMetrics()): BgpSpeaker {
   const source = { node: () => NODE, nodes: () => [NODE], services: () => [], slices: () => [], peers: () => [PEER], advertisements: () => [], synced: () => true, datapathHealthy: () => true, unprogrammed: () => new Set<string>() };
-  return new BgpSpeaker({ source: source as never, frr, password: async () => undefined, metrics: new AgentMetrics(), log: pino({ level: 'silent' }), debounceMs: 1, pollIntervalMs: 20 });
+  return new BgpSpeaker({ source: source as never, frr, password: async () => undefined, metrics, log: pino({ level: 'silent' }), debounceMs: 1, pollIntervalMs: 20 });
 }
 
 const until = async (cond: () => boolean) => expect(await eventually(async () => cond(), (ok) => ok, 5000, 10)).toBe(true);
@@ -120,6 +127,30 @@ describe('the BGP speaker on such a FRR', () => {
       await new Promise((r) => setTimeout(r, 100));
       expect(frr.applies).toHaveLength(1);
       expect(frr.cleared).toEqual([]);
+    } finally {
+      await speaker.stop();
+    }
+  });
+
+});
+
+describe('the BGP speaker', () => {
+  it('a FRR that lost the peers (bgpd restarted by watchfrr, empty) gets the configuration again', async () => {
+    const frr = fakeFrr('8.4.4');
+    const metrics = new AgentMetrics();
+    const speaker = speakerWith(frr, metrics);
+    speaker.start();
+    try {
+      await until(() => frr.applies.length === 1);
+      frr.state = 'Established';
+      await new Promise((r) => setTimeout(r, 100));
+      expect(frr.applies).toHaveLength(1);
+      frr.empty = true;
+      await until(() => frr.applies.length === 2);
+      expect(frr.applies[1]).toEqual(frr.applies[0]); // read back empty: everything again
+      expect((await metrics.registry.getSingleMetricAsString('ferry_bgp_frr_config_lost_total')).trim().split('\n').at(-1)).toBe('ferry_bgp_frr_config_lost_total 1');
+      await new Promise((r) => setTimeout(r, 100));
+      expect(frr.applies).toHaveLength(2);
     } finally {
       await speaker.stop();
     }
