@@ -79,7 +79,7 @@ export class BgpSpeaker {
   private checked = false;
   /** Warning Events on peers this node leaves out, once while each problem lasts. */
   private readonly peerWarnings: LastingWarnings;
-  /** FRR keeps a session with BFD Idle while BFD is down (announce/frr-quirks.ts); read once. */
+  /** FRR keeps a session with BFD Idle while BFD is down (announce/frr-quirks.ts); read once (until then, BFD waits for the session as on such a FRR). */
   private bfdHoldsIdle: boolean | undefined;
   /** Peers whose BFD is off until their session is established (on such a FRR). */
   private bfdHeld = new Set<string>();
@@ -155,12 +155,15 @@ export class BgpSpeaker {
     try {
       // After a start, FRR's own configuration is what is there (FRR outlives the agent).
       this.applied ??= parseRunning(await this.d.frr.show('show running-config'));
-      this.bfdHoldsIdle ??= bfdHoldsSessionIdle(await this.d.frr.show('show version').catch(() => ''));
+      if (this.bfdHoldsIdle === undefined) {
+        const version = await this.d.frr.show('show version').catch(() => undefined);
+        if (version !== undefined) this.bfdHoldsIdle = bfdHoldsSessionIdle(version); // else asked again next pass
+      }
       // A session not polled yet (after a start) keeps what FRR has: an agent restart changes nothing.
       const sessionState = (address: string) => this.peers.find((p) => p.address === address && p.state !== 'Unknown')?.state;
       const hadBfd = peersWithBfd(this.applied);
       const bfdAllowed = (address: string) => (sessionState(address) ?? (hadBfd.has(address) ? 'Established' : undefined)) === 'Established';
-      const applying = cfg && this.bfdHoldsIdle ? bfdOnlyWhenEstablished(cfg, bfdAllowed) : cfg;
+      const applying = cfg && this.bfdHoldsIdle !== false ? bfdOnlyWhenEstablished(cfg, bfdAllowed) : cfg;
       const want = applying ? renderFrr(applying) : EMPTY_FRR;
       if (this.frrRestarted) this.applied = resendShared(this.applied, want);
       const commands = frrCommands(this.applied, want);

@@ -38,7 +38,7 @@ describe('FRR versions that hold a session with BFD Idle', () => {
 });
 
 /** A FRR double: applies are recorded, sessions are what the test says. */
-function fakeFrr(version: string, running = '') {
+function fakeFrr(version: string | undefined, running = '') {
   const f = {
     state: 'Idle',
     /** bgpd restarted empty: its summary has no peers. */
@@ -50,7 +50,10 @@ function fakeFrr(version: string, running = '') {
       f.empty = false; // what was applied, bgpd has
     },
     show: async (command: string) => {
-      if (command === 'show version') return `FRRouting ${version} (node-1) on Linux(6.18.0).`;
+      if (command === 'show version') {
+        if (version === undefined) throw new Error('vtysh: cannot read the version');
+        return `FRRouting ${version} (node-1) on Linux(6.18.0).`;
+      }
       if (command === 'show running-config') return running;
       if (command.startsWith('clear bgp ')) {
         f.cleared.push(command.slice('clear bgp '.length));
@@ -108,6 +111,19 @@ describe('the BGP speaker on such a FRR', () => {
       await new Promise((r) => setTimeout(r, 100));
       expect(frr.applies).toEqual([]);
       expect(frr.cleared).toEqual([]);
+    } finally {
+      await speaker.stop();
+    }
+  });
+
+  it('a FRR whose version cannot be read is treated as such a FRR: BFD waits for the session', async () => {
+    const frr = fakeFrr(undefined);
+    const speaker = speakerWith(frr);
+    speaker.start();
+    try {
+      await until(() => frr.applies.length === 1);
+      expect(frr.applies[0]).toMatch(/neighbor 10\.0\.30\.1 remote-as 64513/);
+      expect(frr.applies[0]).not.toMatch(/bfd/);
     } finally {
       await speaker.stop();
     }
