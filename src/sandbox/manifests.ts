@@ -8,7 +8,7 @@ import { parseAllDocuments } from 'yaml';
 const PACKAGE_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const AGENT_MANIFEST = join(PACKAGE_ROOT, 'deploy', 'kubernetes', 'base', 'agent.yaml');
 
-export interface AgentSecurity {
+export interface ContainerSecurity {
   privileged: boolean;
   hostPID: boolean;
   runAsUser: number | undefined;
@@ -29,13 +29,13 @@ interface PodSpec {
 const RUNTIME_DEFAULT_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FSETID', 'FOWNER', 'MKNOD', 'NET_RAW', 'SETGID', 'SETUID', 'SETFCAP', 'SETPCAP', 'NET_BIND_SERVICE', 'SYS_CHROOT', 'KILL', 'AUDIT_WRITE'];
 
 /** The capabilities a container of these settings runs with (names without CAP_). */
-export function containerCapabilities(sc: Pick<AgentSecurity, 'drop' | 'add'>): string[] {
+export function containerCapabilities(sc: Pick<ContainerSecurity, 'drop' | 'add'>): string[] {
   const base = sc.drop.includes('ALL') ? [] : RUNTIME_DEFAULT_CAPABILITIES.filter((c) => !sc.drop.includes(c));
   return [...new Set([...base, ...sc.add])];
 }
 
 /** A container's security settings in the DaemonSet among `objects` (default: the base manifest's). */
-export function daemonSetSecurity(container: string, objects: readonly unknown[] = parseAllDocuments(readFileSync(AGENT_MANIFEST, 'utf8')).map((d) => d.toJSON())): AgentSecurity {
+export function daemonSetSecurity(container: string, objects: readonly unknown[] = parseAllDocuments(readFileSync(AGENT_MANIFEST, 'utf8')).map((d) => d.toJSON())): ContainerSecurity {
   const docs = objects as Array<{ kind?: string; spec?: { template?: { spec?: PodSpec } } } | null>;
   const pod = docs.find((d) => d?.kind === 'DaemonSet')?.spec?.template?.spec;
   const c = pod?.containers.find((x) => x.name === container);
@@ -52,4 +52,4 @@ export function daemonSetSecurity(container: string, objects: readonly unknown[]
 }
 
 /** The agent container's security settings in the DaemonSet among `objects` (default: the base manifest's). */
-export const agentSecurity = (objects?: readonly unknown[]): AgentSecurity => daemonSetSecurity('agent', objects);
+export const agentSecurity = (objects?: readonly unknown[]): ContainerSecurity => daemonSetSecurity('agent', objects);

@@ -13,6 +13,8 @@ import { AgentMetrics } from '../../src/agent/metrics.js';
 import { eventually } from '../harness/wait.js';
 
 const PEER = { apiVersion: 'ferry.dev/v1alpha1', kind: 'BGPPeer', metadata: { name: 'router', uid: 'u1' }, spec: { peerAddress: '10.0.30.1', peerASN: 64513, myASN: 64512, bfd: { receiveIntervalMs: 100, transmitIntervalMs: 100, detectMultiplier: 3 } } };
+/** The node configuration the peer alone makes (no prefixes). */
+const peerOnly = (): BgpNodeConfig => ({ asn: 64512, routerId: '10.0.30.21', peers: [parseBgpPeer(PEER as never)], prefixes: [], problems: [], peerProblems: [] }) as unknown as BgpNodeConfig;
 const NODE = { metadata: { name: 'node-1', labels: { 'kubernetes.io/hostname': 'node-1' } }, status: { addresses: [{ type: 'InternalIP', address: '10.0.30.21' }] } };
 
 describe('FRR versions that hold a session with BFD Idle', () => {
@@ -24,8 +26,8 @@ describe('FRR versions that hold a session with BFD Idle', () => {
   });
 
   it('BFD is left out for peers not allowed, and taking it off is seen in the configurations', () => {
-    const session = { ...parseBgpPeer(PEER as never), errors: undefined };
-    const cfg = { asn: 64512, routerId: '10.0.30.21', peers: [session, { ...session, name: 'other', address: '10.0.30.2' }], prefixes: [], problems: [], peerProblems: [] } as unknown as BgpNodeConfig;
+    const one = peerOnly();
+    const cfg = { ...one, peers: [one.peers[0]!, { ...one.peers[0]!, name: 'other', address: '10.0.30.2' }] };
     const held = bfdOnlyWhenEstablished(cfg, (a) => a === '10.0.30.2');
     expect(held.peers.map((p) => Boolean(p.bfd))).toEqual([false, true]);
     expect(cfg.peers.every((p) => p.bfd)).toBe(true); // not changed in place
@@ -66,19 +68,24 @@ function fakeFrr(version: string | undefined, running = '') {
   return f;
 }
 
-function speakerWith(frr: ReturnType<typeof fakeFrr>, metrics = new AgentMetrics()): BgpSpeaker {
-  const source = { node: () => NODE, nodes: () => [NODE], services: () => [], slices: () => [], peers: () => [PEER], advertisements: () => [], synced: () => true, datapathHealthy: () => true, unprogrammed: () => new Set<string>() };
-  return new BgpSpeaker({ source: source as never, frr, password: async () => undefined, metrics, log: pino({ level: 'silent' }), debounceMs: 1, pollIntervalMs: 20 });
-}
-
 const until = async (cond: () => boolean) => expect(await eventually(async () => cond(), (ok) => ok, 5000, 10)).toBe(true);
+
+/** Run `steps` with a speaker (the peer, this node) started on `frr`, stopped afterwards whatever happens. */
+async function withSpeaker(frr: ReturnType<typeof fakeFrr>, steps: (speaker: BgpSpeaker) => Promise<void>, metrics = new AgentMetrics()): Promise<void> {
+  const source = { node: () => NODE, nodes: () => [NODE], services: () => [], slices: () => [], peers: () => [PEER], advertisements: () => [], synced: () => true, datapathHealthy: () => true, unprogrammed: () => new Set<string>() };
+  const speaker = new BgpSpeaker({ source: source as never, frr, password: async () => undefined, metrics, log: pino({ level: 'silent' }), debounceMs: 1, pollIntervalMs: 20 });
+  speaker.start();
+  try {
+    await steps(speaker);
+  } finally {
+    await speaker.stop();
+  }
+}
 
 describe('the BGP speaker on such a FRR', () => {
   it('turns BFD on once the session is established, and off with a restart of the peer when it is down again', async () => {
     const frr = fakeFrr('10.3');
-    const speaker = speakerWith(frr);
-    speaker.start();
-    try {
+    await withSpeaker(frr, async (speaker) => {
       await until(() => frr.applies.length === 1);
       expect(frr.applies[0]).toMatch(/neighbor 10\.0\.30\.1 remote-as 64513/);
       expect(frr.applies[0]).not.toMatch(/bfd/);
@@ -94,46 +101,32 @@ describe('the BGP speaker on such a FRR', () => {
       expect(frr.cleared).toEqual(['10.0.30.1']);
       await new Promise((r) => setTimeout(r, 100));
       expect(frr.applies).toHaveLength(3); // nothing more while it stays down
-    } finally {
-      await speaker.stop();
-    }
+    });
   });
 
   it('a restarted agent changes nothing of an established session\'s BFD', async () => {
-    const session = { ...parseBgpPeer(PEER as never) };
-    const cfg = { asn: 64512, routerId: '10.0.30.21', peers: [session], prefixes: [], problems: [], peerProblems: [] } as unknown as BgpNodeConfig;
-    const frr = fakeFrr('10.3', `frr defaults datacenter\n${frrText(renderFrr(cfg))}`);
+    const frr = fakeFrr('10.3', `frr defaults datacenter\n${frrText(renderFrr(peerOnly()))}`);
     frr.state = 'Established';
-    const speaker = speakerWith(frr);
-    speaker.start();
-    try {
+    await withSpeaker(frr, async (speaker) => {
       await until(() => speaker.status().peers[0]?.state === 'Established');
       await new Promise((r) => setTimeout(r, 100));
       expect(frr.applies).toEqual([]);
       expect(frr.cleared).toEqual([]);
-    } finally {
-      await speaker.stop();
-    }
+    });
   });
 
   it('a FRR whose version cannot be read is treated as such a FRR: BFD waits for the session', async () => {
     const frr = fakeFrr(undefined);
-    const speaker = speakerWith(frr);
-    speaker.start();
-    try {
+    await withSpeaker(frr, async (speaker) => {
       await until(() => frr.applies.length === 1);
       expect(frr.applies[0]).toMatch(/neighbor 10\.0\.30\.1 remote-as 64513/);
       expect(frr.applies[0]).not.toMatch(/bfd/);
-    } finally {
-      await speaker.stop();
-    }
+    });
   });
 
   it('another FRR gets BFD at once and no peer restart', async () => {
     const frr = fakeFrr('8.4.4');
-    const speaker = speakerWith(frr);
-    speaker.start();
-    try {
+    await withSpeaker(frr, async (speaker) => {
       await until(() => frr.applies.length === 1);
       expect(frr.applies[0]).toMatch(/neighbor 10\.0\.30\.1 bfd\n/);
       await until(() => speaker.status().peers[0]?.bfd === 'unknown');
@@ -143,9 +136,7 @@ describe('the BGP speaker on such a FRR', () => {
       await new Promise((r) => setTimeout(r, 100));
       expect(frr.applies).toHaveLength(1);
       expect(frr.cleared).toEqual([]);
-    } finally {
-      await speaker.stop();
-    }
+    });
   });
 
 });
@@ -154,9 +145,7 @@ describe('the BGP speaker', () => {
   it('a FRR that lost the peers (bgpd restarted by watchfrr, empty) gets the configuration again', async () => {
     const frr = fakeFrr('8.4.4');
     const metrics = new AgentMetrics();
-    const speaker = speakerWith(frr, metrics);
-    speaker.start();
-    try {
+    await withSpeaker(frr, async (speaker) => {
       await until(() => frr.applies.length === 1);
       frr.state = 'Established';
       await new Promise((r) => setTimeout(r, 100));
@@ -167,8 +156,6 @@ describe('the BGP speaker', () => {
       expect((await metrics.registry.getSingleMetricAsString('ferry_bgp_frr_config_lost_total')).trim().split('\n').at(-1)).toBe('ferry_bgp_frr_config_lost_total 1');
       await new Promise((r) => setTimeout(r, 100));
       expect(frr.applies).toHaveLength(2);
-    } finally {
-      await speaker.stop();
-    }
+    }, metrics);
   });
 });
