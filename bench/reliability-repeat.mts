@@ -39,7 +39,7 @@ type Outcome = Omit<Row, 'run' | 'seconds' | 'error'>;
 
 async function exhaustion(c: ReliabilityCluster): Promise<Outcome> {
   const r = await exhaustionScenario(c);
-  return { held: r.conntrack.held, survived: r.conntrack.survived, breaks: r.conntrack.brokeAtMs.map((ms) => `${ms} ms`).join(', '), loadFailed: r.conntrack.load.failed, loadRequests: r.conntrack.load.requests, other: `services part: ${r.services.load.failed} of ${r.services.load.requests} failed` };
+  return { held: r.conntrack.held, survived: r.conntrack.survived, breaks: r.conntrack.brokeAtMs.map((ms) => `${ms} ms`).join(', '), loadFailed: r.conntrack.load.failed, loadRequests: r.conntrack.load.requests, other: `services part: ${r.services.load.failed} of ${r.services.load.requests} failed; lost flows balanced again (ct_midstream): ${r.conntrack.midstream}` };
 }
 
 /** The first few failed requests: target and error. */

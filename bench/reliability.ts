@@ -101,7 +101,7 @@ async function main(): Promise<void> {
             markdownTable(['services map entries', 'Services offered', 'refused (ferry_services_unprogrammed)', 'FERRY_MAP_FULL errors logged', 'deleted', 'refused ones programmed after, ms'], [[r.services.capacity, r.services.offered, r.services.refused, r.services.mapFullErrors, r.services.deleted, r.services.recoveredMs]]),
             markdownTable(loadHeader, [loadRow('web while the map was full', r.services.load)]),
             markdownTable(['SNAT ports', 'held', 'new connections', 'refused', 'nat_exhausted drops', 'new connections work again after, ms'], [[r.nat.ports, r.nat.held, r.nat.probes, r.nat.probesRefused, r.nat.natDrops, r.nat.recoveredMs]]),
-            markdownTable(['conntrack entries', 'long-lived connections', 'survived'], [[r.conntrack.capacity, r.conntrack.held, r.conntrack.survived]]),
+            markdownTable(['conntrack entries', 'long-lived connections', 'survived', 'segments of lost flows balanced again (ct_midstream)'], [[r.conntrack.capacity, r.conntrack.held, r.conntrack.survived, r.conntrack.midstream]]),
             markdownTable(loadHeader, [loadRow('with conntrack overfull', r.conntrack.load)]),
           ],
         data: r,

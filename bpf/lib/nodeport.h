@@ -289,6 +289,8 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 		return count_drop(rc, p->len);
 	if (rebalanced)
 		count_stat(STAT_CT_REBALANCED, p->len);
+	else if (p->proto == IPPROTO_TCP && !(p->tcp_flags & TCP_SYN))
+		count_stat(STAT_CT_MIDSTREAM, p->len); /* lost state made visible: see ct4's fill */
 	ct = bpf_map_lookup_elem(&ct4, key);
 	if (!ct)
 		return count_drop(DROP_CT_MAP_FULL, p->len);

@@ -85,6 +85,42 @@ static __always_inline __u32 snat4_probe_stride(__u32 hash)
 	return hash | 1;
 }
 
+/* The i-th port a flow tries (host order): its client's own port first when that lies in
+ * the range (first_probe 1), then hash + k * stride over the range. */
+static __always_inline __u16 snat4_probe_port(__u32 i, __u16 client_port, __u32 first_probe, __u32 hash, __u32 stride)
+{
+	__u32 span = (__u32)snat_port_max - snat_port_min + 1;
+
+	if (i < first_probe)
+		return client_port;
+	return snat_port_min + (hash + (i - first_probe) * stride) % span;
+}
+
+/* A flow whose conntrack entry was lost (a TCP segment other than a SYN without one) finds
+ * its binding along its whole probe sequence before any port is taken: a port before its
+ * own may have been freed since it was reserved, and taking that one would give the
+ * backend a tuple it does not know (it answers with a reset). A new flow, a SYN, takes the
+ * first free port without this walk. Returns the port (network order) or 0. */
+static __always_inline __be16 snat4_retrace(struct ct4_key *reply, const struct nat4_entry *nat, __u16 client_port,
+					    __u32 first_probe, __u32 hash, __u32 stride)
+{
+	__u32 i;
+
+	for (i = 0; i <= 32; i++) {
+		struct nat4_entry *old;
+
+		if (i > snat_retries)
+			break;
+		reply->dport = bpf_htons(snat4_probe_port(i, client_port, first_probe, hash, stride));
+		old = bpf_map_lookup_elem(&nat4, reply);
+		if (old && snat4_binding_ours(old, nat)) {
+			*old = *nat;
+			return reply->dport;
+		}
+	}
+	return 0;
+}
+
 /* Reserve the reply tuple (backend → node:port) for a new SNAT binding: the client's own
  * port if free, then the ports of the flow's probe sequence (from `hash`, the flow's
  * flow_hash4); with none free, a never-established flow's port. Returns the port (network
@@ -107,23 +143,25 @@ static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct
 		.sport = b->port,
 		.proto = p->proto,
 	};
-	__u16 port = bpf_ntohs(p->sport);
-	__u32 span = (__u32)snat_port_max - snat_port_min + 1;
-	__u32 probe = hash;
-	__u32 stride = snat4_probe_stride(probe);
-	__u32 first_probe = (port < snat_port_min || port > snat_port_max) ? 0 : 1;
+	__u16 client_port = bpf_ntohs(p->sport);
+	__u32 stride = snat4_probe_stride(hash);
+	__u32 first_probe = (client_port < snat_port_min || client_port > snat_port_max) ? 0 : 1;
 	__be16 victim = 0;
+	__u16 port;
 	__u32 i;
 
+	if (p->proto == IPPROTO_TCP && !(p->tcp_flags & TCP_SYN)) {
+		__be16 own = snat4_retrace(&reply, &nat, client_port, first_probe, hash, stride);
+
+		if (own)
+			return own;
+	}
 	for (i = 0; i <= 32; i++) {
 		struct nat4_entry *old;
 
 		if (i > snat_retries)
 			break;
-		if (i >= first_probe) {
-			port = snat_port_min + probe % span;
-			probe += stride;
-		}
+		port = snat4_probe_port(i, client_port, first_probe, hash, stride);
 		reply.dport = bpf_htons(port);
 		/* Looked up first: a port that is taken is written in place (an update would
 		 * allocate an element and free the old one), and only a port that is free or

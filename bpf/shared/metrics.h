@@ -24,7 +24,10 @@ enum ferry_stat {
 	STAT_FRAGMENT = 14,       /* a later fragment of a translated datagram, translated the same way */
 	STAT_ARP_REPLY = 15,      /* an ARP request for an address this node announces, answered */
 	STAT_DSR_CONTESTED = 16,  /* a DSR SYN naming another frontend than its tuple's live binding: left to the pod */
-	STAT_MAX = 17,
+	STAT_CT_MIDSTREAM = 17,   /* a client's TCP segment other than a SYN that no flow held, balanced
+				   * as a new flow: its state was lost (an overfull conntrack map
+				   * evicting, a flush) or it is a stray segment */
+	STAT_MAX = 18,
 };
 
 enum ferry_drop_reason {

@@ -53,7 +53,8 @@ export const Stat = {
   STAT_FRAGMENT: 14,
   STAT_ARP_REPLY: 15,
   STAT_DSR_CONTESTED: 16,
-  STAT_MAX: 17,
+  STAT_CT_MIDSTREAM: 17,
+  STAT_MAX: 18,
 } as const;
 
 export const DropReason = {

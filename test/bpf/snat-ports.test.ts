@@ -98,3 +98,55 @@ describeWith(['root', 'bpffs', 'netns'], 'SNAT ports', () => {
     expect(node.run('tc_ingress', fromClient(40001, 'S')).retval).toBe(TcVerdict.REDIRECT);
   });
 });
+
+// Two ports: a flow whose first port is taken gets the other. Its conntrack entry lost, its
+// next segment must find that binding even once the first port is free again.
+describeWith(['root', 'bpffs', 'netns'], 'SNAT ports: a flow that lost its conntrack entry retraces its port', () => {
+  const PORTS = [61000, 61001];
+  let two: DatapathNode;
+  beforeAll(async () => {
+    two = await datapathNode({ snatPortMin: PORTS[0], snatPortMax: PORTS[1] });
+    two.writer.apply([{ address: NODE_IP, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: REMOTE_POD, port: 8080, local: false }] }]);
+  });
+  afterAll(async () => {
+    await two?.close();
+  });
+  beforeEach(() => two.flushState());
+
+  const sportOf = (r: { data: Buffer }) => decodePacket(r.data).find((l) => l.name === 'tcp')!.fields.sport as number;
+  const bindingAt = (port: number) => two.dp.maps.nat4.entries().find(([k]) => k.dport === port);
+  /** The port a client port's flow tries first (its probe sequence's start), on an empty node. */
+  function firstPort(sport: number): number {
+    two.flushState();
+    const port = sportOf(two.run('tc_ingress', fromClient(sport, 'S')));
+    two.flushState();
+    return port;
+  }
+
+  it('its next segment takes its own port, not an earlier one freed since; a new flow takes the free one', () => {
+    const held = 40001;
+    const first = firstPort(held);
+    let mine = 40002;
+    while (firstPort(mine) !== first) mine++;
+    let fresh = mine + 1;
+    while (firstPort(fresh) !== first) fresh++;
+    // `held` takes the first port, so `mine` gets the other, and establishes.
+    two.run('tc_ingress', fromClient(held, 'S'));
+    expect(sportOf(two.run('tc_ingress', fromClient(mine, 'S')))).not.toBe(first);
+    const own = PORTS.find((p) => p !== first)!;
+    two.run('tc_ingress', buildPacket([eth(), ipv4({ src: REMOTE_POD, dst: NODE_IP }), tcp({ sport: 8080, dport: own, flags: 'SA', seq: 5000, ack: 101 })]));
+    expect(sportOf(two.run('tc_ingress', fromClient(mine, 'A', 101)))).toBe(own);
+    // The first port's flow is over and collected; then `mine` loses its conntrack entry (an
+    // overfull map evicts it).
+    two.dp.maps.nat4.delete(bindingAt(first)![0]);
+    for (const [k] of two.dp.maps.ct4.entries()) two.dp.maps.ct4.delete(k);
+    const next = two.run('tc_ingress', fromClient(mine, 'A', 102));
+    expect(next.retval).toBe(TcVerdict.REDIRECT);
+    expect(sportOf(next)).toBe(own); // the tuple the backend knows (before: the freed first port, and a reset)
+    expect(bindingAt(first)).toBeUndefined();
+    expect(total(two.dp, 'ferry_stats', Stat.STAT_CT_MIDSTREAM)).toBe(1n);
+    // A new flow whose sequence starts there takes the freed port: the walk is for lost flows only.
+    expect(sportOf(two.run('tc_ingress', fromClient(fresh, 'S')))).toBe(first);
+    expect(bindingAt(own)![1]).toMatchObject({ clientPort: mine });
+  });
+});

@@ -45,19 +45,26 @@ describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
     expect(sport).toBeLessThanOrEqual(DEFAULT_SNAT_PORTS.max);
   });
 
-  it('a flow whose conntrack entry was lost (LRU eviction) finds its SNAT binding again: same port, same backend', () => {
+  it('a flow whose conntrack entry was lost (LRU eviction) finds its SNAT binding again: same port, same backend; counted as mid-stream', () => {
     const ephemeral = 41000; // outside the SNAT range: the port comes from the flow's hash
+    const midstream = () => total(node.dp, 'ferry_stats', Stat.STAT_CT_MIDSTREAM);
+    const ackOf = (seq: number) => buildPacket([fromRouter, ipv4({ src: CLIENT_IP, dst: NODE_IP, ttl: 63, id: 0x1234 }), tcp({ sport: ephemeral, dport: 30081, flags: 'A', seq })]);
     const first = node.run('tc_ingress', syn(NODE_IP, 30081, { sport: ephemeral }));
     expect(first.retval).toBe(TcVerdict.REDIRECT);
     const tcpOf = (b: Buffer) => decodePacket(b).find((l) => l.name === 'tcp')!.fields;
     const port = tcpOf(first.data).sport as number;
     expect(port).toBeGreaterThanOrEqual(DEFAULT_SNAT_PORTS.min);
     expect(port).toBeLessThanOrEqual(DEFAULT_SNAT_PORTS.max);
+    expect(node.run('tc_ingress', ackOf(1001)).retval).toBe(TcVerdict.REDIRECT);
+    expect(midstream()).toBe(0n); // a new flow's SYN, and a segment of a held flow, are not
     for (const [k] of node.dp.maps.ct4.entries()) node.dp.maps.ct4.delete(k);
-    const later = node.run('tc_ingress', buildPacket([fromRouter, ipv4({ src: CLIENT_IP, dst: NODE_IP, ttl: 63, id: 0x1234 }), tcp({ sport: ephemeral, dport: 30081, flags: 'A', seq: 1001 })]));
+    const later = node.run('tc_ingress', ackOf(1001));
     expect(later.retval).toBe(TcVerdict.REDIRECT);
     expect(tcpOf(later.data).sport).toBe(port);
     expect(node.dp.maps.nat4.entries()).toHaveLength(1);
+    expect(midstream()).toBe(1n); // the lost state, visible
+    expect(node.run('tc_ingress', ackOf(1002)).retval).toBe(TcVerdict.REDIRECT);
+    expect(midstream()).toBe(1n); // once per lost flow: it is held again
     // Another client on that port still gets a port of its own.
     const other = node.run('tc_ingress', syn(NODE_IP, 30081, { sport: ephemeral, src: '10.0.10.3' }));
     expect(tcpOf(other.data).sport).not.toBe(port);

@@ -14,7 +14,8 @@ import { ECHO_NODEPORT, mapFill, servedTable, startSteadyLoad, waitFor, type Loa
 export interface ExhaustionResult {
   services: { capacity: number; offered: number; refused: number; mapFullErrors: number; deleted: number; recoveredMs: number; load: LoadReport };
   nat: { ports: number; held: number; probes: number; probesRefused: number; natDrops: number; recoveredMs: number };
-  conntrack: { capacity: number; held: number; survived: number; brokeAtMs: number[]; load: LoadReport };
+  /** midstream: TCP segments of flows conntrack had lost (evicted), balanced again (STAT_CT_MIDSTREAM). */
+  conntrack: { capacity: number; held: number; survived: number; brokeAtMs: number[]; midstream: number; load: LoadReport };
   /** The parts' steps and the router's route changes (epoch ms), to place a failure in. */
   steps: Steps;
 }
@@ -83,6 +84,10 @@ function natDrops(c: ReliabilityCluster): number {
   return readCounters(c.sb.pinDir(c.node1)).drops.find((d) => d.name === 'nat_exhausted')?.packets ?? 0;
 }
 
+function midstream(c: ReliabilityCluster): number {
+  return readCounters(c.sb.pinDir(c.node1)).forwarded.find((d) => d.name === 'ct_midstream')?.packets ?? 0;
+}
+
 async function snatPorts(c: ReliabilityCluster): Promise<ExhaustionResult['nat']> {
   const { sb, node1 } = c;
   const ports = 32;
@@ -120,6 +125,7 @@ async function conntrack(c: ReliabilityCluster, step: (what: string) => void): P
   const held = 100;
   await restartNode1(c, { FERRY_MAP_SIZES: JSON.stringify({ conntrack: capacity }) });
   step(`node-1 restarted with ${capacity} conntrack entries`);
+  const midstreamBefore = midstream(c);
   const hold = sb.net.client.spawn([process.execPath, WORKLOADS_BIN, 'hold', '--to', `${node1.ip}:${ECHO_NODEPORT}`, '--count', String(held), '--seconds', '30']);
   await waitFor('the connections are open', () => hold.output(), (o) => o.includes('holding'), 20_000);
   step(`${held} connections held`);
@@ -130,7 +136,7 @@ async function conntrack(c: ReliabilityCluster, step: (what: string) => void): P
   const report = await load.stop();
   step('load stopped');
   const r = JSON.parse(result!) as { survived: number; brokeAtMs: number[] };
-  return { capacity, held, survived: r.survived, brokeAtMs: r.brokeAtMs, load: report };
+  return { capacity, held, survived: r.survived, brokeAtMs: r.brokeAtMs, midstream: midstream(c) - midstreamBefore, load: report };
 }
 
 export async function exhaustionScenario(c: ReliabilityCluster): Promise<ExhaustionResult> {
