@@ -275,7 +275,7 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 	int rc;
 
 	if (ct && (ct_expired(ct->expires_ns, now) || ct_tcp_reopen(p, ct->flags)))
-		snat4_release(ct, p->proto); /* a new flow on an old tuple: the old binding goes */
+		snat4_release(ct, p); /* a new flow on an old tuple: the old binding goes */
 	else if (!ct && ct4_unknown_in_handover(p))
 		return handover_unplaced(p->len);
 	rc = nodeport_balance(ctx, p, svc, key, now);

@@ -305,10 +305,13 @@ static __always_inline struct nat4_entry *snat4_reply_of(struct __ctx_buff *ctx,
 	return ct_expired(nat->expires_ns, *now) ? NULL : nat;
 }
 
-/* Free the SNAT binding of a flow that is being replaced (its backend still known). */
-static __always_inline void snat4_release(const struct ct4_entry *ct, __u8 proto)
+/* Free the SNAT binding of a flow that is being replaced (its backend still known), if it
+ * is still this client's: an expired flow's port may have been taken by another flow since
+ * (its binding collected, or evicted, before its conntrack entry), whose binding stays. */
+static __always_inline void snat4_release(const struct ct4_entry *ct, const struct pkt4 *p)
 {
 	struct lb4_backend *b;
+	struct nat4_entry *nat;
 	struct ct4_key reply = {};
 
 	if (!(ct->flags & CT_F_SNAT))
@@ -320,8 +323,11 @@ static __always_inline void snat4_release(const struct ct4_entry *ct, __u8 proto
 	reply.daddr = ct->nat_addr;
 	reply.sport = b->port;
 	reply.dport = ct->nat_port;
-	reply.proto = proto;
-	bpf_map_delete_elem(&nat4, &reply);
+	reply.proto = p->proto;
+	nat = bpf_map_lookup_elem(&nat4, &reply);
+	if (nat && nat->client_addr == p->saddr && nat->client_port == p->sport && nat->frontend_addr == p->daddr &&
+	    nat->frontend_port == p->dport)
+		bpf_map_delete_elem(&nat4, &reply);
 }
 
 #endif

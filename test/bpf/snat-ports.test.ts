@@ -87,6 +87,18 @@ describeWith(['root', 'bpffs', 'netns'], 'SNAT ports', () => {
     expect(total(node.dp, 'ferry_stats', Stat.STAT_NAT_EARLY_DROP)).toBe(0n);
   });
 
+  it('a client reopening an expired flow frees only its own binding, not the one another flow took since', () => {
+    node.run('tc_ingress', fromClient(40001, 'S'));
+    const [key, entry] = node.dp.maps.ct4.entries()[0]!;
+    // 40001's flow is over: its binding collected, its conntrack entry expired, not yet collected.
+    node.dp.maps.nat4.delete(node.dp.maps.nat4.entries()[0]![0]);
+    node.dp.maps.ct4.update(key, { ...entry, expiresNs: 1n });
+    establish(40002); // takes the port
+    // 40001 opens again on its old tuple: its old entry is replaced, and no port is free.
+    expect(node.run('tc_ingress', fromClient(40001, 'S')).retval).toBe(TcVerdict.SHOT);
+    expect(node.dp.maps.nat4.entries().map(([k, v]) => [k.dport, v.clientPort])).toEqual([[PORT, 40002]]);
+  });
+
   it('a port the host listens on is never taken', () => {
     const fd = listeningSocketInNetns(node.host.netns, NODE_IP, PORT);
     try {
