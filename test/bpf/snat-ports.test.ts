@@ -87,6 +87,14 @@ describeWith(['root', 'bpffs', 'netns'], 'SNAT ports', () => {
     expect(total(node.dp, 'ferry_stats', Stat.STAT_NAT_EARLY_DROP)).toBe(0n);
   });
 
+  it('a stray ACK (no flow, not a SYN) holds a port only as a never-established flow: early drop takes it', () => {
+    expect(node.run('tc_ingress', fromClient(40001, 'A', 101)).retval).toBe(TcVerdict.REDIRECT);
+    expect(total(node.dp, 'ferry_stats', Stat.STAT_CT_MIDSTREAM)).toBe(1n);
+    expect(node.run('tc_ingress', fromClient(40002, 'S')).retval).toBe(TcVerdict.REDIRECT);
+    expect(total(node.dp, 'ferry_stats', Stat.STAT_NAT_EARLY_DROP)).toBe(1n);
+    expect(node.dp.maps.nat4.entries().map(([, v]) => v.clientPort)).toEqual([40002]);
+  });
+
   it('a client reopening an expired flow frees only its own binding, not the one another flow took since', () => {
     node.run('tc_ingress', fromClient(40001, 'S'));
     const [key, entry] = node.dp.maps.ct4.entries()[0]!;
