@@ -14,11 +14,17 @@ import { describeWith } from '../harness/requirements.js';
 
 const REMOTE_POD = '10.244.2.5';
 const PORT = 61000;
+/** A node whose NodePort 30081 has one remote backend, and SNAT ports min..max. */
+async function nodeWithPorts(min: number, max: number): Promise<DatapathNode> {
+  const n = await datapathNode({ snatPortMin: min, snatPortMax: max });
+  n.writer.apply([{ address: NODE_IP, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: REMOTE_POD, port: 8080, local: false }] }]);
+  return n;
+}
+
 let node: DatapathNode;
 beforeAll(async () => {
   // One SNAT port: the second live flow to the backend cannot get one.
-  node = await datapathNode({ snatPortMin: PORT, snatPortMax: PORT });
-  node.writer.apply([{ address: NODE_IP, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: REMOTE_POD, port: 8080, local: false }] }]);
+  node = await nodeWithPorts(PORT, PORT);
 });
 afterAll(async () => {
   await node?.close();
@@ -125,8 +131,7 @@ describeWith(['root', 'bpffs', 'netns'], 'SNAT ports: a flow that lost its connt
   const PORTS = [61000, 61001];
   let two: DatapathNode;
   beforeAll(async () => {
-    two = await datapathNode({ snatPortMin: PORTS[0], snatPortMax: PORTS[1] });
-    two.writer.apply([{ address: NODE_IP, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: REMOTE_POD, port: 8080, local: false }] }]);
+    two = await nodeWithPorts(PORTS[0]!, PORTS[1]!);
   });
   afterAll(async () => {
     await two?.close();

@@ -80,13 +80,12 @@ async function servicesAndBackends(c: ReliabilityCluster): Promise<ExhaustionRes
   }
 }
 
-function natDrops(c: ReliabilityCluster): number {
-  return readCounters(c.sb.pinDir(c.node1)).drops.find((d) => d.name === 'nat_exhausted')?.packets ?? 0;
+/** node-1's packets under one datapath counter (`ferry status` names: nat_exhausted, ct_midstream). */
+function counted(c: ReliabilityCluster, kind: 'forwarded' | 'drops', name: string): number {
+  return readCounters(c.sb.pinDir(c.node1))[kind].find((d) => d.name === name)?.packets ?? 0;
 }
-
-function midstream(c: ReliabilityCluster): number {
-  return readCounters(c.sb.pinDir(c.node1)).forwarded.find((d) => d.name === 'ct_midstream')?.packets ?? 0;
-}
+const natDrops = (c: ReliabilityCluster) => counted(c, 'drops', 'nat_exhausted');
+const midstream = (c: ReliabilityCluster) => counted(c, 'forwarded', 'ct_midstream');
 
 async function snatPorts(c: ReliabilityCluster): Promise<ExhaustionResult['nat']> {
   const { sb, node1 } = c;
