@@ -259,6 +259,21 @@ struct {
 	__type(value, struct ferry_scratch);
 } ferry_scratch SEC(".maps");
 
+/* A new flow's conntrack entry while its first packet is balanced and sent on (nodeport.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ct4_entry);
+} ct4_fresh SEC(".maps");
+
+static __always_inline struct ct4_entry *ct4_fresh_slot(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&ct4_fresh, &zero);
+}
+
 static __always_inline struct ferry_scratch *scratch(void)
 {
 	__u32 zero = 0;

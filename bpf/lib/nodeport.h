@@ -145,19 +145,19 @@ enum balance_verdict {
 
 /* A flow's first packet, or one whose backend was removed: a backend chosen (ClientIP
  * affinity, Maglev or the frontend's slots), for SNAT a port reserved, and the flow's
- * conntrack entry written under `key`, created `now`. */
+ * conntrack entry, created `now`, built in `f` (the caller inserts it). */
 __ferry_global int nodeport_balance(struct __ctx_buff *ctx, const struct pkt4 *p, const struct lb4_service *svc,
-				  const struct ct4_key *key, __u64 now)
+				  struct ct4_entry *f, __u64 now)
 {
-	struct ct4_entry fresh = {};
 	struct lb4_key fe;
 	struct lb4_affinity_key ak;
 	struct lb4_backend *b;
 	__u32 hash, id;
 
 	ctx_keep(ctx);
-	if (!p || !svc || !key)
+	if (!p || !svc || !f)
 		return DROP_MALFORMED;
+	*f = (struct ct4_entry){};
 	fe = (struct lb4_key){ .address = p->daddr, .port = p->dport, .proto = p->proto, .scope = LB_SCOPE_EXTERNAL };
 	/* The flow's hash picks the backend and, for SNAT, the port sequence. */
 	hash = flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed);
@@ -175,22 +175,20 @@ __ferry_global int nodeport_balance(struct __ctx_buff *ctx, const struct pkt4 *p
 	if (CTX_IS_XDP && (b->flags & LB_BACKEND_F_LOCAL))
 		return BALANCE_TO_TC;
 	STAGE_END(6);
-	fresh.created_ns = now;
-	fresh.ifindex = ctx_ifindex(ctx);
-	fresh.backend_id = id;
-	fresh.rev_nat_id = svc->rev_nat_id;
-	fresh.flags = (b->flags & LB_BACKEND_F_LOCAL) ? CT_F_LOCAL : use_dsr(svc, p->proto) ? CT_F_DSR : CT_F_SNAT;
+	f->created_ns = now;
+	f->ifindex = ctx_ifindex(ctx);
+	f->backend_id = id;
+	f->rev_nat_id = svc->rev_nat_id;
+	f->flags = (b->flags & LB_BACKEND_F_LOCAL) ? CT_F_LOCAL : use_dsr(svc, p->proto) ? CT_F_DSR : CT_F_SNAT;
 	if (svc->flags & LB_F_SOURCE_RANGES)
-		fresh.flags |= CT_F_RANGED;
-	if (fresh.flags & CT_F_SNAT) {
-		fresh.nat_addr = snat_ipv4;
-		fresh.nat_port = snat4_reserve(ctx, p, b, &fe, svc->rev_nat_id, hash, now);
-		if (!fresh.nat_port)
+		f->flags |= CT_F_RANGED;
+	if (f->flags & CT_F_SNAT) {
+		f->nat_addr = snat_ipv4;
+		f->nat_port = snat4_reserve(ctx, p, b, &fe, svc->rev_nat_id, hash, now);
+		if (!f->nat_port)
 			return DROP_NAT_EXHAUSTED;
 	}
 	STAGE_END(7);
-	if (bpf_map_update_elem(&ct4, key, &fresh, BPF_ANY) < 0)
-		return DROP_CT_MAP_FULL;
 	return BALANCED;
 }
 
@@ -278,7 +276,12 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 		snat4_release(ct, p); /* a new flow on an old tuple: the old binding goes */
 	else if (!ct && ct4_unknown_in_handover(p))
 		return handover_unplaced(p->len);
-	rc = nodeport_balance(ctx, p, svc, key, now);
+	/* The new entry is built and sent on in a per-CPU slot, and inserted last: written
+	 * into ct4 first, it would have to be looked up again for its map value. */
+	ct = ct4_fresh_slot();
+	if (!ct)
+		return CTX_ACT_SHOT;
+	rc = nodeport_balance(ctx, p, svc, ct, now);
 	if (rc == BALANCE_TO_TC)
 		return CTX_ACT_UNSPEC;
 #ifdef FERRY_STAGE_STOP
@@ -291,11 +294,16 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 		count_stat(STAT_CT_REBALANCED, p->len);
 	else if (p->proto == IPPROTO_TCP && !(p->tcp_flags & TCP_SYN))
 		count_stat(STAT_CT_MIDSTREAM, p->len); /* lost state made visible: see ct4's fill */
-	ct = bpf_map_lookup_elem(&ct4, key);
-	if (!ct)
+	rc = nodeport_send(ctx, p, ct, now, 1);
+#if defined(FERRY_STAGE_STOP) && FERRY_STAGE_STOP > 8
+	return rc; /* a stage build stopped in nodeport_send: the entry is not written */
+#endif
+	/* ct4 is an LRU map, so this fails only when the kernel has no memory for it: the
+	 * packet, already translated (and counted as forwarded), is dropped after all. */
+	if (bpf_map_update_elem(&ct4, key, ct, BPF_ANY) < 0)
 		return count_drop(DROP_CT_MAP_FULL, p->len);
 	STAGE_END(8);
-	return nodeport_send(ctx, p, ct, now, 1);
+	return rc;
 }
 
 /* A packet from outside for a frontend: balanced, rejected or dropped as kube-proxy would.

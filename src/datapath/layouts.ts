@@ -309,8 +309,10 @@ export type FerryEvent = ReturnType<typeof eventCodec.decode>;
 export const counterCodec = structCodec('ferry_counter', { packets: { type: 'u64' }, bytes: { type: 'u64' } });
 
 /**
- * Every datapath map: its codecs, the setting that resizes it, and whether it is a sparse
- * array (indexed by an id, an all-zero slot is absent: MapOptions.sparse).
+ * Every datapath map: its codecs, the setting that resizes it, whether it is a sparse
+ * array (indexed by an id, an all-zero slot is absent: MapOptions.sparse), and whether it
+ * is scratch space whose contents live for one packet (an upgrade replaces it empty,
+ * whatever its layout was).
  */
 export const mapSpecs = {
   lb4_services: { key: lb4KeyCodec, value: lb4ServiceCodec, sizeSetting: 'mapSizes.services' },
@@ -339,7 +341,9 @@ export const mapSpecs = {
   ferry_monitor_lease: { key: u32Codec, value: monitorLeaseCodec, sizeSetting: undefined },
   ferry_handover: { key: u32Codec, value: handoverCodec, sizeSetting: undefined },
   ferry_hop_epoch: { key: u32Codec, value: hopEpochCodec, sizeSetting: undefined },
-  ferry_scratch: { key: u32Codec, value: scratchCodec, sizeSetting: undefined },
+  ferry_scratch: { key: u32Codec, value: scratchCodec, sizeSetting: undefined, scratch: true },
+  // A new flow's conntrack entry while its first packet is sent on (per CPU).
+  ct4_fresh: { key: u32Codec, value: ct4EntryCodec, sizeSetting: undefined, scratch: true },
   host_ports: { key: u32Codec, value: u64Codec, sizeSetting: undefined },
 } as const;
 export type MapName = keyof typeof mapSpecs;

@@ -35,6 +35,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   ferry_handover: undefined,
   ferry_hop_epoch: undefined,
   ferry_scratch: undefined,
+  ct4_fresh: undefined,
   host_ports: undefined,
 };
 

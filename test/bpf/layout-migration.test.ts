@@ -220,6 +220,29 @@ describeWith(['root', 'bpffs'], 'resizing and refusing pinned maps', () => {
     }
   });
 
+  it('scratch space of another layout is replaced empty, not refused (it lives for one packet)', () => {
+    mkdirSync(pinDir);
+    try {
+      // A new flow's per-CPU slot as an older build could have left it: another struct,
+      // and no BTF to convert from.
+      const older = createMap({ type: MapType.PercpuArray, name: 'ct4_fresh', key: u32Codec, value: structCodec('older', { a: { type: 'u64' } }), maxEntries: 1 });
+      older.pin(join(pinDir, 'ct4_fresh'));
+      older.close();
+      const dp = load(4096);
+      try {
+        expect(dp.migrated).toEqual([{ map: 'ct4_fresh', fromLayout: LAYOUT_VERSION, copied: 0, caughtUp: 0, dropped: 0 }]);
+        expect(dp.maps.ct4_fresh.info.valueSize).toBe(ct4EntryCodec.size);
+        const pinned = openPinnedMap(join(pinDir, 'ct4_fresh'), u32Codec, ct4EntryCodec);
+        expect(pinned.info.valueSize).toBe(ct4EntryCodec.size);
+        pinned.close();
+      } finally {
+        dp.close();
+      }
+    } finally {
+      rmSync(pinDir, { recursive: true, force: true });
+    }
+  });
+
   it('a layout it cannot convert is refused, with what to do, and nothing is changed', () => {
     mkdirSync(pinDir);
     try {
