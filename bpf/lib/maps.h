@@ -259,7 +259,9 @@ struct {
 	__type(value, struct ferry_scratch);
 } ferry_scratch SEC(".maps");
 
-/* A new flow's conntrack entry while its first packet is balanced and sent on (nodeport.h). */
+/* A new flow's conntrack entry while its first packet is balanced and sent on (nodeport.h).
+ * Per CPU: a tc or XDP program runs to its end, bottom halves off, before the next starts on
+ * that CPU (on a PREEMPT_RT kernel it could be preempted, as with every per-CPU scratch). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);

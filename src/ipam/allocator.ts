@@ -6,7 +6,7 @@
 // of the first pool that selects them, in poolOrder.
 import { intToIp, ipToInt } from './ipv4.js';
 import { PoolSpace, poolContains, poolUsable, resolvePools, type Pool, type PoolInput } from './pool.js';
-import { selectorMatches } from './selector.js';
+import { anySelectorMatches, anySelectorNarrows, selectorMatches, selectorNarrows } from './selector.js';
 
 export interface ServiceInput {
   /** namespace/name */
@@ -72,15 +72,19 @@ interface Holding {
   services: string[];
 }
 
-const narrows = (sel: Pool['selector']) => Object.keys(sel?.matchLabels ?? {}).length > 0 || (sel?.matchExpressions ?? []).length > 0;
-/** Does the pool select some Services only (a non-empty serviceSelector or namespaceSelector)? */
-const selective = (p: Pool) => narrows(p.selector) || narrows(p.namespaceSelector);
+/** Does the pool select Services by their namespace's labels? */
+const byNamespace = (p: Pool) => selectorNarrows(p.namespaceSelector) || anySelectorNarrows(p.namespaceSelectors);
+/** Does the pool select some Services only (a non-empty selector of either kind)? */
+const selective = (p: Pool) => selectorNarrows(p.selector) || anySelectorNarrows(p.serviceSelectors) || byNamespace(p);
 /** Does the pool select this Service (its labels, and its namespace's)? While the namespace
- * is not known, its selector is not held against the Service (see namespacePending). */
-const selects = (p: Pool, s: ServiceInput) => selectorMatches(p.selector, s.labels) && (!s.namespaceLabels || selectorMatches(p.namespaceSelector, s.namespaceLabels));
+ * is not known, its selectors are not held against the Service (see namespacePending). */
+const selects = (p: Pool, s: ServiceInput) =>
+  selectorMatches(p.selector, s.labels) &&
+  anySelectorMatches(p.serviceSelectors, s.labels) &&
+  (!s.namespaceLabels || (selectorMatches(p.namespaceSelector, s.namespaceLabels) && anySelectorMatches(p.namespaceSelectors, s.namespaceLabels)));
 /** Would a decision for this Service rest on the labels of a namespace not known yet? Then
  * it waits for them: an address given meanwhile from another pool would stick. */
-const namespacePending = (pools: readonly Pool[], s: ServiceInput) => !s.namespaceLabels && pools.some((p) => narrows(p.namespaceSelector));
+const namespacePending = (pools: readonly Pool[], s: ServiceInput) => !s.namespaceLabels && pools.some(byNamespace);
 const waitForNamespace = (s: ServiceInput): Outcome => ({ ips: [], reason: 'NamespacePending', message: `namespace ${s.namespace} is not known yet, and a pool selects by namespace labels` });
 
 /** The order in which pools are tried for a Service that names none: by priority (1

@@ -100,7 +100,9 @@ export function poolRows(pools: readonly PoolObject[]): PoolRow[] {
       ...Object.entries(sel?.matchLabels ?? {}).map(([k, v]) => `${prefix}${k}=${v}`),
       ...(sel?.matchExpressions ?? []).map((e) => `${prefix}${e.key} ${e.operator}${e.values ? ` (${e.values.join(',')})` : ''}`),
     ];
-    const selector = [...terms(spec.serviceSelector), ...terms(spec.namespaceSelector, 'namespace ')].join(', ');
+    // A list (any of its selectors) reads "one of {a=1} {b=2}"; an empty one in it, {any}.
+    const anyOf = (list: LabelSelector[] | undefined, prefix = '') => (Array.isArray(list) && list.length ? [`${prefix}one of ${list.map((sel) => `{${terms(sel).join(', ') || 'any'}}`).join(' ')}`] : []);
+    const selector = [...terms(spec.serviceSelector), ...anyOf(spec.serviceSelectors), ...terms(spec.namespaceSelector, 'namespace '), ...anyOf(spec.namespaceSelectors, 'namespace ')].join(', ');
     return {
       name: p.metadata?.name ?? '',
       blocks: (spec.blocks ?? []).map((b) => b.cidr ?? `${b.start}-${b.stop}`).join(', '),

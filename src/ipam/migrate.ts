@@ -11,6 +11,9 @@ import { POOL_API_VERSION, POOL_KIND } from './pool-resource.js';
 import type { LabelSelector, LabelSelectorRequirement } from './selector.js';
 import { ANNOTATION_IPS, ANNOTATION_POOL, ANNOTATION_SHARING_KEY, LABEL_SERVICE_NAME, LABEL_SERVICE_NAMESPACE } from './service-request.js';
 
+/** The label the API server gives every namespace: its name. */
+const LABEL_NAMESPACE_NAME = 'kubernetes.io/metadata.name';
+
 type Doc = Record<string, unknown>;
 type Meta = { name?: string; namespace?: string; annotations?: Record<string, string>; labels?: Record<string, string> } & Record<string, unknown>;
 
@@ -98,21 +101,22 @@ function fromMetalLB(d: Doc, warn: (m: string) => void): Doc {
   if (alloc) {
     const exprs: LabelSelectorRequirement[] = [];
     let labels: Record<string, string> | undefined;
-    if (alloc.namespaces?.length) exprs.push({ key: LABEL_SERVICE_NAMESPACE, operator: 'In', values: [...alloc.namespaces] });
+    const namespaces = alloc.namespaces ?? [];
+    const nsSelectors = alloc.namespaceSelectors ?? [];
+    // MetalLB takes a Service whose namespace is listed *or* matches a namespaceSelector:
+    // with both, the list becomes one more of ferry's namespaceSelectors (any of them), by
+    // the name label every namespace has; alone, it is the Service's namespace pseudo-label.
+    if (namespaces.length && nsSelectors.length) out.namespaceSelectors = [...nsSelectors, { matchExpressions: [{ key: LABEL_NAMESPACE_NAME, operator: 'In', values: [...namespaces] }] }];
+    else if (nsSelectors.length > 1) out.namespaceSelectors = [...nsSelectors];
+    else if (nsSelectors[0]?.matchLabels || nsSelectors[0]?.matchExpressions) out.namespaceSelector = nsSelectors[0];
+    if (namespaces.length && !nsSelectors.length) exprs.push({ key: LABEL_SERVICE_NAMESPACE, operator: 'In', values: [...namespaces] });
+    // Several serviceSelectors (any of them) are ferry's serviceSelectors; one joins the
+    // namespaces' expression in the serviceSelector (both must match).
     const selectors = alloc.serviceSelectors ?? [];
-    if (selectors.length > 1) warn(`IPAddressPool ${name}: ${selectors.length} serviceSelectors (any of them) cannot be one ferry selector; kept the first — split the pool, or label the Services alike`);
-    if (selectors[0]) {
+    if (selectors.length > 1) out.serviceSelectors = [...selectors];
+    else if (selectors[0]) {
       labels = selectors[0].matchLabels;
       exprs.push(...(selectors[0].matchExpressions ?? []));
-    }
-    // MetalLB takes a Service whose namespace is listed *or* matches a namespaceSelector;
-    // ferry's selectors must all match, so with both only the list is kept (as before
-    // ferry had namespaceSelector).
-    const nsSelectors = alloc.namespaceSelectors ?? [];
-    if (nsSelectors.length && alloc.namespaces?.length) warn(`IPAddressPool ${name}: namespaces or namespaceSelectors (either) cannot be expressed together; kept the namespaces — split the pool to keep both`);
-    else {
-      if (nsSelectors.length > 1) warn(`IPAddressPool ${name}: ${nsSelectors.length} namespaceSelectors (any of them) cannot be one ferry namespaceSelector; kept the first — split the pool, or label the namespaces alike`);
-      if (nsSelectors[0]?.matchLabels || nsSelectors[0]?.matchExpressions) out.namespaceSelector = nsSelectors[0];
     }
     // MetalLB's 0 is its "none" (after every pool with a priority), as it is ferry's.
     const priority: unknown = alloc.priority;

@@ -2,7 +2,7 @@
 // coordinates, and its spec read defensively. The CRD's schema makes a real API server
 // reject malformed pools, but a pool may predate a schema change, or come from a server
 // without one: nothing here trusts a field's type.
-import { MAX_BLOCKS, type PoolBlock, type PoolInput, type PoolSpec } from './pool.js';
+import { MAX_BLOCKS, MAX_SELECTORS, type PoolBlock, type PoolInput, type PoolSpec } from './pool.js';
 import type { LabelSelector } from './selector.js';
 import type { PoolStatus } from './status.js';
 
@@ -22,6 +22,8 @@ export interface PoolObject {
 }
 
 const text = (v: unknown) => (v === undefined ? undefined : typeof v === 'string' ? v : JSON.stringify(v));
+/** A list of selectors cut to one more than a pool may hold (so that too many is still seen). */
+const selectorList = (v: unknown) => (Array.isArray(v) ? v.slice(0, MAX_SELECTORS + 1) : v) as LabelSelector[];
 const flag = (v: unknown) => (typeof v === 'boolean' ? v : undefined);
 
 /** A pool object as the allocator's input; fields of the wrong type become errors there. */
@@ -40,6 +42,9 @@ export function poolInput(p: PoolObject): PoolInput {
       blocks,
       ...(spec.serviceSelector !== undefined ? { serviceSelector: spec.serviceSelector as LabelSelector } : {}),
       ...(spec.namespaceSelector !== undefined ? { namespaceSelector: spec.namespaceSelector as LabelSelector } : {}),
+      // Lists pass as they are (bounded): the pool judges their type and each selector.
+      ...(spec.serviceSelectors !== undefined ? { serviceSelectors: selectorList(spec.serviceSelectors) } : {}),
+      ...(spec.namespaceSelectors !== undefined ? { namespaceSelectors: selectorList(spec.namespaceSelectors) } : {}),
       ...(flag(spec.allowFirstLastIPs) !== undefined ? { allowFirstLastIPs: flag(spec.allowFirstLastIPs) } : {}),
       ...(flag(spec.autoAssign) !== undefined ? { autoAssign: flag(spec.autoAssign) } : {}),
       ...(flag(spec.disabled) !== undefined ? { disabled: flag(spec.disabled) } : {}),

@@ -8,6 +8,8 @@ import { selectorError, type LabelSelector } from './selector.js';
 
 /** More blocks than this make a pool invalid (the CRD's maxItems). */
 export const MAX_BLOCKS = 1024;
+/** More selectors than this in one list make a pool invalid (the CRD's maxItems). */
+export const MAX_SELECTORS = 16;
 /** The largest priority (the CRD's maximum: a Kubernetes int32). */
 export const MAX_PRIORITY = 2147483647;
 /** A priority a pool may have: an integer from 0 (none) to MAX_PRIORITY. */
@@ -22,8 +24,14 @@ export interface PoolBlock {
 export interface PoolSpec {
   blocks?: PoolBlock[];
   serviceSelector?: LabelSelector;
+  /** Services that match any of these (MetalLB's serviceAllocation.serviceSelectors); with
+   * serviceSelector, that one as well. */
+  serviceSelectors?: LabelSelector[];
   /** Which namespaces' Services, by the namespaces' labels (with serviceSelector: both must match). */
   namespaceSelector?: LabelSelector;
+  /** Namespaces any of these matches (MetalLB's namespaceSelectors); with namespaceSelector,
+   * that one as well. */
+  namespaceSelectors?: LabelSelector[];
   /** Hand out each /24's .0 and .255 too (default: skip them, as some clients mistreat them). */
   allowFirstLastIPs?: boolean;
   /** Take addresses from this pool for Services that name no pool and no address (default true). */
@@ -48,7 +56,11 @@ export interface Pool {
   ranges: Array<[number, number]>;
   ipv6Blocks: number;
   selector: LabelSelector | undefined;
+  /** Any of them (empty: no such condition). */
+  serviceSelectors: LabelSelector[];
   namespaceSelector: LabelSelector | undefined;
+  /** Any of them (empty: no such condition). */
+  namespaceSelectors: LabelSelector[];
   allowFirstLast: boolean;
   autoAssign: boolean;
   disabled: boolean;
@@ -79,6 +91,17 @@ function parseBlock(b: PoolBlock): { range?: [number, number]; ipv6?: boolean; e
   return { range: [a, z] };
 }
 
+/** What is wrong with a list of selectors (a field of the spec, any of which must match). */
+function selectorListErrors(field: string, list: unknown): string[] {
+  if (list === undefined) return [];
+  if (!Array.isArray(list)) return [`${field}: must be a list of selectors`];
+  if (list.length > MAX_SELECTORS) return [`${field}: ${list.length} selectors, at most ${MAX_SELECTORS}`];
+  return list.flatMap((sel: unknown, i) => {
+    const e = selectorError(sel as LabelSelector);
+    return e ? [`${field}[${i}]: ${e}`] : [];
+  });
+}
+
 export function parsePool(input: PoolInput): Pool {
   const errors: string[] = [];
   const ranges: Array<[number, number]> = [];
@@ -100,6 +123,8 @@ export function parsePool(input: PoolInput): Pool {
   if (selErr) errors.push(`serviceSelector: ${selErr}`);
   const nsErr = selectorError(input.spec.namespaceSelector);
   if (nsErr) errors.push(`namespaceSelector: ${nsErr}`);
+  const listErrors = [...selectorListErrors('serviceSelectors', input.spec.serviceSelectors), ...selectorListErrors('namespaceSelectors', input.spec.namespaceSelectors)];
+  errors.push(...listErrors);
   const priority: unknown = input.spec.priority ?? 0;
   const priorityOk = isPriority(priority);
   if (!priorityOk) errors.push(`priority ${JSON.stringify(priority)}: an integer from 0 to ${MAX_PRIORITY} (1 is tried first; 0 or none after every pool with a priority)`);
@@ -111,7 +136,10 @@ export function parsePool(input: PoolInput): Pool {
     ranges,
     ipv6Blocks,
     selector: input.spec.serviceSelector,
+    // A malformed list makes the pool hand out nothing (errors); it selects nothing then.
+    serviceSelectors: listErrors.length ? [] : (input.spec.serviceSelectors ?? []),
     namespaceSelector: input.spec.namespaceSelector,
+    namespaceSelectors: listErrors.length ? [] : (input.spec.namespaceSelectors ?? []),
     allowFirstLast,
     autoAssign: input.spec.autoAssign ?? true,
     disabled: input.spec.disabled ?? false,

@@ -1,5 +1,5 @@
-// Kubernetes label selectors (matchLabels and matchExpressions), for a pool's
-// serviceSelector. An empty or missing selector matches everything.
+// Kubernetes label selectors (matchLabels and matchExpressions), for a pool's selectors.
+// An empty or missing selector matches everything; so does an empty list of them.
 
 export interface LabelSelectorRequirement {
   key: string;
@@ -36,6 +36,22 @@ export function selectorMatches(sel: LabelSelector | undefined, labels: Readonly
     }
   }
   return true;
+}
+
+/** Does a selector narrow what it selects (is it not empty)? */
+export function selectorNarrows(sel: LabelSelector | undefined): boolean {
+  return Object.keys(sel?.matchLabels ?? {}).length > 0 || (sel?.matchExpressions ?? []).length > 0;
+}
+
+/** Any of a list of selectors (MetalLB's serviceSelectors, namespaceSelectors): an empty
+ * list matches everything, as an empty selector does. */
+export function anySelectorMatches(list: readonly LabelSelector[], labels: Readonly<Record<string, string>>): boolean {
+  return list.length === 0 || list.some((sel) => selectorMatches(sel, labels));
+}
+
+/** Does a list of selectors (any of them) narrow what it selects? Not when one is empty. */
+export function anySelectorNarrows(list: readonly LabelSelector[]): boolean {
+  return list.length > 0 && list.every(selectorNarrows);
 }
 
 /** Why a selector is malformed (undefined: it is fine). */

@@ -44,6 +44,8 @@ describe('custom resources', () => {
     ['a block with a cidr and a range', { blocks: [{ cidr: '10.0.0.0/24', start: '10.0.1.1', stop: '10.0.1.2' }] }, 'spec.blocks[0]: Invalid value: {"cidr":"10.0.0.0/24","start":"10.0.1.1","stop":"10.0.1.2"}: spec.blocks[0] in body must match exactly one schema in oneOf'],
     ['an unknown operator', { blocks: [{ cidr: '10.0.0.0/24' }], serviceSelector: { matchExpressions: [{ key: 'a', operator: 'Near' }] } }, 'spec.serviceSelector.matchExpressions[0].operator: Unsupported value: "Near": supported values: "In", "NotIn", "Exists", "DoesNotExist"'],
     ['a wrong type', { blocks: [{ cidr: '10.0.0.0/24' }], autoAssign: 'yes' }, 'spec.autoAssign: Invalid value: "string": spec.autoAssign in body must be of type boolean: "string"'],
+    ['more serviceSelectors than 16', { blocks: [{ cidr: '10.0.0.0/24' }], serviceSelectors: Array.from({ length: 17 }, () => ({ matchLabels: { a: '1' } })) }, 'spec.serviceSelectors: Too many: 17: must have at most 16 items'],
+    ['an unknown operator among namespaceSelectors', { blocks: [{ cidr: '10.0.0.0/24' }], namespaceSelectors: [{ matchExpressions: [{ key: 'a', operator: 'Near' }] }] }, 'spec.namespaceSelectors[0].matchExpressions[0].operator: Unsupported value: "Near": supported values: "In", "NotIn", "Exists", "DoesNotExist"'],
     ['a negative priority', { blocks: [{ cidr: '10.0.0.0/24' }], priority: -1 }, 'spec.priority: Invalid value: -1: spec.priority in body should be greater than or equal to 0'],
     ['a priority beyond int32', { blocks: [{ cidr: '10.0.0.0/24' }], priority: 2 ** 31 }, `spec.priority: Invalid value: ${2 ** 31}: spec.priority in body should be less than or equal to 2147483647`],
     ['no spec', undefined, 'spec: Required value'],

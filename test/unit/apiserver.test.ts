@@ -155,6 +155,16 @@ describe('test API server with @kubernetes/client-node', () => {
     await new Promise((r) => silent.close(r));
   });
 
+  it('labels every namespace with its name, as the API server does, however it is written', async () => {
+    const core = kc.makeApiClient(CoreV1Api);
+    await core.createNamespace({ body: { metadata: { name: 'shop', labels: { team: 'a' } } } });
+    const read = async () => (await core.readNamespace({ name: 'shop' })).metadata?.labels;
+    expect(await read()).toEqual({ team: 'a', 'kubernetes.io/metadata.name': 'shop' });
+    const have = await core.readNamespace({ name: 'shop' });
+    await core.replaceNamespace({ name: 'shop', body: { ...have, metadata: { ...have.metadata, labels: { team: 'b' } } } });
+    expect(await read()).toEqual({ team: 'b', 'kubernetes.io/metadata.name': 'shop' });
+  });
+
   it('filters by label and field selectors', () => {
     expect(matchesLabels({ a: '1' }, '!service.kubernetes.io/service-proxy-name,a=1')).toBe(true);
     expect(matchesLabels({ 'service.kubernetes.io/headless': '' }, '!service.kubernetes.io/headless')).toBe(false);

@@ -5,6 +5,7 @@ import { allocate, type ServiceInput } from '../../src/ipam/allocator.js';
 import { parsePool, resolvePools, type PoolInput, type PoolSpec } from '../../src/ipam/pool.js';
 import { selectorMatches } from '../../src/ipam/selector.js';
 import { poolInput } from '../../src/ipam/pool-resource.js';
+import { poolRows } from '../../src/ipam/lb-view.js';
 import { isOurs, serviceInput } from '../../src/ipam/service-request.js';
 
 // Creation times that only grow (a wrap-around would make a later object the older).
@@ -37,6 +38,9 @@ describe('pools', () => {
     ['a priority of the wrong type (a pool from before the schema)', { blocks: [{ cidr: '10.0.100.0/30' }], priority: 'high' }, 0, ['priority "high": an integer from 0 to 2147483647 (1 is tried first; 0 or none after every pool with a priority)']],
     ['a negative priority', { blocks: [{ cidr: '10.0.100.0/30' }], priority: -3 }, 0, ['priority -3: an integer from 0 to 2147483647 (1 is tried first; 0 or none after every pool with a priority)']],
     ['a malformed namespaceSelector', { blocks: [{ cidr: '10.0.100.0/30' }], namespaceSelector: { matchExpressions: [{ key: 'team', operator: 'In' }] } }, 0, ['namespaceSelector: matchExpressions: team In needs values']],
+    ['serviceSelectors that is no list', { blocks: [{ cidr: '10.0.100.0/30' }], serviceSelectors: { matchLabels: { tier: 'web' } } }, 0, ['serviceSelectors: must be a list of selectors']],
+    ['a malformed selector among namespaceSelectors', { blocks: [{ cidr: '10.0.100.0/30' }], namespaceSelectors: [{ matchLabels: { team: 'a' } }, { matchExpressions: [{ key: 'team', operator: 'In' }] }] }, 0, ['namespaceSelectors[1]: matchExpressions: team In needs values']],
+    ['more serviceSelectors than a pool may hold', { blocks: [{ cidr: '10.0.100.0/30' }], serviceSelectors: Array.from({ length: 17 }, (_, i) => ({ matchLabels: { tier: String(i) } })) }, 0, ['serviceSelectors: 17 selectors, at most 16']],
   ])('%s', (_what, spec, total, errors) => {
     const p = parsePool(pool('p', spec as PoolSpec));
     expect(p.total).toBe(total);
@@ -175,6 +179,49 @@ describe('allocation', () => {
     expect(outcome(unknown, 'x/held')).toEqual(['Allocated', '10.0.101.1']);
     expect(outcome(unknown, 'x/named')).toEqual(['NamespacePending', '']);
     expect(outcome(allocate([everyone], [svc('x/plain')]), 'x/plain')).toEqual(['Allocated', '10.0.100.1']);
+  });
+
+  it('serviceSelectors and namespaceSelectors: any of each list, and the single selectors as well', () => {
+    const everyone = pool('everyone', { blocks: [{ cidr: '10.0.100.0/24' }] }, '2026-01-01T00:00:00Z');
+    const front = pool('front', {
+      blocks: [{ cidr: '10.0.101.0/24' }],
+      serviceSelector: { matchExpressions: [{ key: 'internal', operator: 'DoesNotExist' }] },
+      serviceSelectors: [{ matchLabels: { tier: 'web' } }, { matchLabels: { tier: 'api' } }],
+      namespaceSelectors: [{ matchLabels: { team: 'a' } }, { matchExpressions: [{ key: 'kubernetes.io/metadata.name', operator: 'In', values: ['shop'] }] }],
+    }, '2026-01-02T00:00:00Z');
+    const r = allocate([everyone, front], [
+      svc('a/web', { namespaceLabels: { team: 'a' }, labels: { tier: 'web' } }),
+      svc('shop/api', { namespaceLabels: { 'kubernetes.io/metadata.name': 'shop' }, labels: { tier: 'api' } }),
+      svc('a/db', { namespaceLabels: { team: 'a' }, labels: { tier: 'db' } }), // no serviceSelectors match
+      svc('b/web', { namespaceLabels: { team: 'b' }, labels: { tier: 'web' } }), // no namespaceSelectors match
+      svc('a/inner', { namespaceLabels: { team: 'a' }, labels: { tier: 'web', internal: 'yes' } }), // the serviceSelector does not
+      svc('later/web', { labels: { tier: 'web' } }), // its namespace not known yet
+    ]);
+    expect(outcome(r, 'a/web')).toEqual(['Allocated', '10.0.101.1']);
+    expect(outcome(r, 'shop/api')).toEqual(['Allocated', '10.0.101.2']);
+    expect(outcome(r, 'a/db')).toEqual(['Allocated', '10.0.100.1']);
+    expect(outcome(r, 'b/web')).toEqual(['Allocated', '10.0.100.2']);
+    expect(outcome(r, 'a/inner')).toEqual(['Allocated', '10.0.100.3']);
+    expect(outcome(r, 'later/web')).toEqual(['NamespacePending', '']);
+    // A list holding an empty selector selects every Service: such a pool is not tried
+    // before the older pool for everyone; with only narrowing selectors it is.
+    const loose = pool('loose', { blocks: [{ cidr: '10.0.102.0/24' }], serviceSelectors: [{}, { matchLabels: { tier: 'web' } }] }, '2026-01-03T00:00:00Z');
+    const narrow = pool('narrow', { blocks: [{ cidr: '10.0.103.0/24' }], serviceSelectors: [{ matchLabels: { tier: 'web' } }] }, '2026-01-04T00:00:00Z');
+    expect(outcome(allocate([everyone, loose], [svc('x/web', { labels: { tier: 'web' } })]), 'x/web')).toEqual(['Allocated', '10.0.100.1']);
+    expect(outcome(allocate([everyone, narrow], [svc('x/web', { labels: { tier: 'web' } })]), 'x/web')).toEqual(['Allocated', '10.0.103.1']);
+  });
+
+  it('ferry lb pools names every selector: the single ones, and each list as "one of"', () => {
+    const rows = poolRows([{ metadata: { name: 'p' }, spec: { blocks: [{ cidr: '10.0.100.0/24' }], serviceSelector: { matchLabels: { tier: 'web' } }, serviceSelectors: [{ matchLabels: { a: '1' } }, { matchExpressions: [{ key: 'b', operator: 'Exists' }] }], namespaceSelectors: [{ matchLabels: { team: 'x' } }, {}] } } as never]);
+    expect(rows[0]!.selector).toBe('tier=web, one of {a=1} {b Exists}, namespace one of {team=x} {any}');
+    expect(poolRows([{ metadata: { name: 'q' }, spec: { blocks: [{ cidr: '10.0.101.0/24' }] } } as never])[0]!.selector).toBe('(every Service)');
+  });
+
+  it('the resource reader passes selector lists on, cut to one more than a pool may hold', () => {
+    const read = (serviceSelectors: unknown) => parsePool(poolInput({ metadata: { name: 'p', creationTimestamp: '2026-01-01T00:00:00Z' }, spec: { blocks: [{ cidr: '10.0.100.0/30' }], serviceSelectors } as never }));
+    expect(read([{ matchLabels: { tier: 'web' } }]).serviceSelectors).toEqual([{ matchLabels: { tier: 'web' } }]);
+    expect(read(Array.from({ length: 5000 }, () => ({}))).errors).toEqual(['serviceSelectors: 17 selectors, at most 16']);
+    expect(read('web').errors).toEqual(['serviceSelectors: must be a list of selectors']);
   });
 
   it('a requested address in use by another Service is not taken from it', () => {

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { migrate } from '../../src/ipam/migrate.js';
+import { allocate } from '../../src/ipam/allocator.js';
 import { parsePool } from '../../src/ipam/pool.js';
 import { poolInput } from '../../src/ipam/pool-resource.js';
 import { REPO_ROOT } from '../harness/paths.js';
@@ -40,6 +41,37 @@ describe('ferry migrate', () => {
     expect(m.warnings).toEqual([]);
   });
 
+  it('MetalLB lists are kept whole: several serviceSelectors or namespaceSelectors, namespaces or namespaceSelectors (any of them)', () => {
+    const metallb = (name: string, cidr: string, serviceAllocation: object) => ({ apiVersion: 'metallb.io/v1beta1', kind: 'IPAddressPool', metadata: { name }, spec: { addresses: [cidr], serviceAllocation } });
+    const m = migrate([
+      metallb('web', '10.0.1.0/24', { namespaces: ['a'], serviceSelectors: [{ matchLabels: { tier: 'web' } }, { matchLabels: { tier: 'api' } }] }),
+      metallb('either', '10.0.2.0/24', { namespaces: ['shop'], namespaceSelectors: [{ matchLabels: { team: 'x' } }] }),
+      metallb('teams', '10.0.3.0/24', { namespaceSelectors: [{ matchLabels: { team: 'x' } }, { matchLabels: { team: 'y' } }] }),
+    ]);
+    expect(m.warnings).toEqual([]);
+    const spec = (name: string) => byName(m.docs, 'LoadBalancerIPPool', name).spec;
+    expect(spec('web')).toMatchObject({ serviceSelector: { matchExpressions: [{ key: 'ferry.dev/service-namespace', operator: 'In', values: ['a'] }] }, serviceSelectors: [{ matchLabels: { tier: 'web' } }, { matchLabels: { tier: 'api' } }] });
+    expect(spec('either')).toMatchObject({ namespaceSelectors: [{ matchLabels: { team: 'x' } }, { matchExpressions: [{ key: 'kubernetes.io/metadata.name', operator: 'In', values: ['shop'] }] }] });
+    expect(spec('either').serviceSelector).toBeUndefined();
+    expect(spec('teams')).toMatchObject({ namespaceSelectors: [{ matchLabels: { team: 'x' } }, { matchLabels: { team: 'y' } }] });
+    // The ferry pools take the Services MetalLB's would.
+    const pools = ['web', 'either', 'teams'].map((n) => poolInput(byName(m.docs, 'LoadBalancerIPPool', n)));
+    const service = (ns: string, name: string, labels: Record<string, string>, nsLabels: Record<string, string> = {}, created = '2026-02-01T00:00:00Z') => ({
+      key: `${ns}/${name}`, namespace: ns, created, labels: { 'ferry.dev/service-namespace': ns, 'ferry.dev/service-name': name, ...labels },
+      namespaceLabels: { 'kubernetes.io/metadata.name': ns, ...nsLabels }, requestedIPs: [], ports: ['TCP/80'], etpLocal: false, selector: 'app=x', current: [],
+    });
+    const r = allocate(pools, [
+      service('a', 'api', { tier: 'api' }, {}, '2026-02-01T00:00:01Z'),
+      service('b', 'api', { tier: 'api' }, {}, '2026-02-01T00:00:02Z'), // not in namespace a: 'web' does not take it; nor the others
+      service('shop', 'cart', {}, {}, '2026-02-01T00:00:03Z'),
+      service('z', 'y', {}, { team: 'y' }, '2026-02-01T00:00:04Z'),
+    ]);
+    expect(r.services.get('a/api')?.ips).toEqual(['10.0.1.0']);
+    expect(r.services.get('b/api')?.ips).toEqual([]);
+    expect(r.services.get('shop/cart')?.ips).toEqual(['10.0.2.0']);
+    expect(r.services.get('z/y')?.ips).toEqual(['10.0.3.0']);
+  });
+
   it('Cilium: blocks (single-address ranges, IPv6 kept), pseudo-labels renamed, allowFirstLastIPs "No" as exact ranges; annotations', () => {
     const m = migrate(fixture('cilium.yaml'));
     expect(byName(m.docs, 'LoadBalancerIPPool', 'blue').spec).toEqual({
@@ -56,10 +88,7 @@ describe('ferry migrate', () => {
   });
 
   it.each<[string, unknown[], string]>([
-    ['several MetalLB serviceSelectors', [{ apiVersion: 'metallb.io/v1beta1', kind: 'IPAddressPool', metadata: { name: 'p' }, spec: { addresses: ['10.0.0.0/24'], serviceAllocation: { serviceSelectors: [{ matchLabels: { a: '1' } }, { matchLabels: { b: '2' } }] } } }], 'IPAddressPool p: 2 serviceSelectors (any of them) cannot be one ferry selector; kept the first — split the pool, or label the Services alike'],
-    ['several MetalLB namespaceSelectors', [{ apiVersion: 'metallb.io/v1beta1', kind: 'IPAddressPool', metadata: { name: 'p' }, spec: { addresses: ['10.0.0.0/24'], serviceAllocation: { namespaceSelectors: [{ matchLabels: { team: 'x' } }, { matchLabels: { team: 'y' } }] } } }], 'IPAddressPool p: 2 namespaceSelectors (any of them) cannot be one ferry namespaceSelector; kept the first — split the pool, or label the namespaces alike'],
     ['a MetalLB priority that is no int32', [{ apiVersion: 'metallb.io/v1beta1', kind: 'IPAddressPool', metadata: { name: 'p' }, spec: { addresses: ['10.0.0.0/24'], serviceAllocation: { priority: 'first' } } }], 'IPAddressPool p: priority "first" is not an integer from 0 to 2147483647; not kept'],
-    ['MetalLB namespaces and namespaceSelectors', [{ apiVersion: 'metallb.io/v1beta1', kind: 'IPAddressPool', metadata: { name: 'p' }, spec: { addresses: ['10.0.0.0/24'], serviceAllocation: { namespaces: ['a'], namespaceSelectors: [{ matchLabels: { team: 'x' } }] } } }], 'IPAddressPool p: namespaces or namespaceSelectors (either) cannot be expressed together; kept the namespaces — split the pool to keep both'],
     ['a foreign loadBalancerClass', [{ apiVersion: 'v1', kind: 'Service', metadata: { name: 's', namespace: 'n', annotations: { 'lbipam.cilium.io/ips': '10.0.0.1' } }, spec: { type: 'LoadBalancer', loadBalancerClass: 'io.cilium/l2-announcer' } }], 'Service n/s: loadBalancerClass io.cilium/l2-announcer is immutable and not ferry\'s; ferry will leave this Service alone (recreate it without a class, or with ferry.dev/lb)'],
     ['an annotation that disagrees with ferry\'s', [{ apiVersion: 'v1', kind: 'Service', metadata: { name: 's', namespace: 'n', annotations: { 'metallb.io/loadBalancerIPs': '10.0.0.1', 'ferry.dev/load-balancer-ips': '10.0.0.2' } }, spec: { type: 'LoadBalancer' } }], 'Service n/s: metallb.io/loadBalancerIPs=10.0.0.1 differs from ferry.dev/load-balancer-ips=10.0.0.2; kept ferry\'s'],
     ['something else', [{ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'config' } }], 'ConfigMap config: not something ferry migrates; skipped'],

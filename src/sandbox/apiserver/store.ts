@@ -25,6 +25,12 @@ export class StoreError extends Error {
 
 type Listener = (e: StoredEvent) => void;
 
+/** As the API server (1.21 on) does: every namespace carries its name as a label, which
+ * label selectors (a pool's namespaceSelector) can then name. */
+function labelNamespace(resource: string, m: KObject['metadata']): void {
+  if (resource === 'namespaces' && m.name) m.labels = { ...m.labels, 'kubernetes.io/metadata.name': m.name };
+}
+
 export class Store {
   private rv = 1;
   private readonly objects = new Map<string, Map<string, KObject>>();
@@ -74,6 +80,7 @@ export class Store {
     const t = this.table(resource);
     const k = Store.key(m.namespace, m.name);
     if (t.has(k)) throw new StoreError(409, 'AlreadyExists', `${resource} "${m.name}" already exists`);
+    labelNamespace(resource, m);
     this.rv++;
     m.uid = randomUUID();
     m.creationTimestamp = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
@@ -96,6 +103,7 @@ export class Store {
     const next: KObject = opts.status ? { ...have, status: obj.status } : { ...obj, status: obj.status ?? have.status };
     this.rv++;
     next.metadata = { ...(opts.status ? have.metadata : obj.metadata), uid: have.metadata.uid, creationTimestamp: have.metadata.creationTimestamp, resourceVersion: String(this.rv) };
+    labelNamespace(resource, next.metadata);
     t.set(k, next);
     this.record(resource, 'MODIFIED', next);
     return next;
