@@ -4,7 +4,7 @@
 // is the cost of the code between them. Two paths: an established flow and a new flow, both
 // to a remote backend (SNAT), with the tests' own fixtures. A build that stops early leaves
 // the state a later marker needs unmade (a new flow stopped before its conntrack entry has
-// none). An established flow skips markers 4-7 and 8: its conntrack entry, found first,
+// none). An established flow skips markers 4 to 8: its conntrack entry, found first,
 // needs no frontend lookup. A new flow's entry is written last (marker 8, after the
 // packet is rewritten), so its rows 9-12 time a flow whose entry is not written.
 // Run as root: npx tsx bench/packet-stages.ts [--runs 2000]

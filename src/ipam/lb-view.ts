@@ -97,8 +97,9 @@ export function poolRows(pools: readonly PoolObject[]): PoolRow[] {
     const ready = p.status?.conditions?.find((c) => c.type === 'Ready');
     const num = (n: number | undefined) => (n === undefined ? '?' : String(n));
     const terms = (sel: LabelSelector | undefined, prefix = '') => [
-      ...Object.entries(sel?.matchLabels ?? {}).map(([k, v]) => `${prefix}${k}=${v}`),
-      ...(sel?.matchExpressions ?? []).map((e) => `${prefix}${e.key} ${e.operator}${e.values ? ` (${e.values.join(',')})` : ''}`),
+      // Read as the pool reader does: nothing in an object is trusted to have its type.
+      ...Object.entries(typeof sel?.matchLabels === 'object' && sel.matchLabels !== null ? sel.matchLabels : {}).map(([k, v]) => `${prefix}${k}=${v}`),
+      ...(Array.isArray(sel?.matchExpressions) ? sel.matchExpressions : []).map((e) => `${prefix}${e?.key} ${e?.operator}${Array.isArray(e?.values) ? ` (${e.values.join(',')})` : ''}`),
     ];
     // A list (any of its selectors) reads "one of {a=1} {b=2}"; an empty one in it, {any}.
     const anyOf = (list: LabelSelector[] | undefined, prefix = '') => (Array.isArray(list) && list.length ? [`${prefix}one of ${list.map((sel) => `{${terms(sel).join(', ') || 'any'}}`).join(' ')}`] : []);

@@ -215,6 +215,9 @@ describe('allocation', () => {
     const rows = poolRows([{ metadata: { name: 'p' }, spec: { blocks: [{ cidr: '10.0.100.0/24' }], serviceSelector: { matchLabels: { tier: 'web' } }, serviceSelectors: [{ matchLabels: { a: '1' } }, { matchExpressions: [{ key: 'b', operator: 'Exists' }] }], namespaceSelectors: [{ matchLabels: { team: 'x' } }, {}] } } as never]);
     expect(rows[0]!.selector).toBe('tier=web, one of {a=1} {b Exists}, namespace one of {team=x} {any}');
     expect(poolRows([{ metadata: { name: 'q' }, spec: { blocks: [{ cidr: '10.0.101.0/24' }] } } as never])[0]!.selector).toBe('(every Service)');
+    // A pool no schema checked (written before it, or to a server without it) is shown, not a crash.
+    const odd = poolRows([{ metadata: { name: 'r' }, spec: { blocks: [], serviceSelector: { matchExpressions: 'tier' }, serviceSelectors: [5, null, { matchLabels: 'x' }] } } as never]);
+    expect(odd[0]!.selector).toBe('one of {any} {any} {any}');
   });
 
   it('the resource reader passes selector lists on, cut to one more than a pool may hold', () => {
