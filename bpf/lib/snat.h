@@ -59,13 +59,20 @@ static __always_inline int snat4_binding_reclaimable(const struct nat4_entry *ol
 	return (old->flags & CT_F_SNAT) && !(old->flags & CT_F_ESTABLISHED);
 }
 
+/* Is this binding the one of this client (address, port) towards this frontend? */
+static __always_inline int snat4_binding_is(const struct nat4_entry *b, __be32 client_addr, __be16 client_port,
+					    __be32 frontend_addr, __be16 frontend_port)
+{
+	return b->client_addr == client_addr && b->client_port == client_port && b->frontend_addr == frontend_addr &&
+	       b->frontend_port == frontend_port;
+}
+
 /* The flow's own binding, left behind when its conntrack entry was lost (ct4 is an LRU
  * map: a full one forgets its least recently used flows): the same client and frontend.
  * Taking it back keeps the tuple the backend knows, so the connection goes on. */
 static __always_inline int snat4_binding_ours(const struct nat4_entry *old, const struct nat4_entry *want)
 {
-	return old->client_addr == want->client_addr && old->client_port == want->client_port &&
-	       old->frontend_addr == want->frontend_addr && old->frontend_port == want->frontend_port;
+	return snat4_binding_is(old, want->client_addr, want->client_port, want->frontend_addr, want->frontend_port);
 }
 
 /* The stride of a flow's probe sequence after its client's own port (double hashing: the
@@ -325,8 +332,7 @@ static __always_inline void snat4_release(const struct ct4_entry *ct, const stru
 	reply.dport = ct->nat_port;
 	reply.proto = p->proto;
 	nat = bpf_map_lookup_elem(&nat4, &reply);
-	if (nat && nat->client_addr == p->saddr && nat->client_port == p->sport && nat->frontend_addr == p->daddr &&
-	    nat->frontend_port == p->dport)
+	if (nat && snat4_binding_is(nat, p->saddr, p->sport, p->daddr, p->dport))
 		bpf_map_delete_elem(&nat4, &reply);
 }
 
