@@ -29,7 +29,7 @@ type Side = 'base' | 'head';
 function checkoutBase(rev: string, dir: string): void {
   git('worktree', 'add', '--detach', dir, rev);
   symlinkSync(join(HEAD_DIR, 'node_modules'), join(dir, 'node_modules'));
-  for (const f of ['packet-cost.ts', 'new-flow.ts', 'report.ts', 'map-sizes.ts', 'plot.ts']) cpSync(join(HEAD_DIR, 'bench', f), join(dir, 'bench', f));
+  for (const f of ['packet-cost.ts', 'interleave.ts', 'new-flow.ts', 'report.ts', 'map-sizes.ts', 'plot.ts']) cpSync(join(HEAD_DIR, 'bench', f), join(dir, 'bench', f));
   build(dir);
 }
 

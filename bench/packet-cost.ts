@@ -20,22 +20,19 @@ import { CLIENT_PORT, TC_SERVICES, fixture } from '../src/sandbox/fixtures/tc.js
 import { runFixture, type PacketFixture } from '../src/sandbox/packet-fixture.js';
 import { skbContext, xdpContext } from '../src/ebpf/skb-context.js';
 import { serviceMapSizes } from './map-sizes.js';
+import { CHUNK, interleaved } from './interleave.js';
 import { flowForgetter } from './new-flow.js';
 import { barChart } from './plot.js';
-import { fmtStat, markdownTable, median, progress, publish, ratio, stat, type Stat } from './report.js';
+import { fmtStat, markdownTable, progress, publish, ratio, stat, type Stat } from './report.js';
 
 const { values } = parseArgs({ options: { services: { type: 'string' }, runs: { type: 'string' } } });
 const MANY = Number(values.services ?? 100_000);
 const BATCHES = 5; // the median and the spread come from these
-const RUNS = Number(values.runs ?? 2000); // single runs per batch: its median is the batch's
+// Single runs per batch, column and CPU (their interquartile mean is the batch's), whole chunks.
+const RUNS = Math.max(CHUNK, Math.round(Number(values.runs ?? 2000) / CHUNK) * CHUNK);
 
 const filler = (n: number): FrontendSpec[] =>
   Array.from({ length: n }, (_, i) => ({ address: `10.${100 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}`, port: 80, proto: 'TCP' as const, kind: 'ExternalIP' as const, backends: [{ address: `10.244.2.${(i % 200) + 10}`, port: 8080, local: false }] }));
-
-/** BATCHES batches of RUNS single runs; each batch's median, then their median and spread. */
-function singleRuns(run: () => number): Stat {
-  return stat(Array.from({ length: BATCHES }, () => median(Array.from({ length: RUNS }, run))));
-}
 
 /** The fixture, checked once on a clean state (setup included, through XDP then tc). */
 function checked(node: DatapathNode, id: string): PacketFixture {
@@ -62,66 +59,76 @@ const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks:
   { name: 'to a node address, not a NodePort (passed on)', id: 'host-to-node-address', hooks: ['tc', 'xdp'] },
 ];
 
-function measure(node: DatapathNode, services: number): Record<string, Stat> {
+/** One run of a case on a node, ready to be timed: the fixture checked, and for a new
+ * flow the flow forgotten before each run. */
+function runner(node: DatapathNode, c: (typeof CASES)[number], hook: Hook): () => number {
   const skb = skbContext({ ifindex: node.ifindex });
-  const run = (hook: Hook, data: Buffer) => inNetns(node.host.netns, () => (hook === 'tc'
+  const run = (data: Buffer) => inNetns(node.host.netns, () => (hook === 'tc'
     ? testRun(node.program('tc_ingress'), { data, ctx: skb })
     : testRun(node.program(XDP_PROGRAM), { data, ctx: xdpContext(node.ifindex, data.length) })).durationNs);
-  const out: Record<string, Stat> = {};
   // A build from before host_ports (compare-builds' base) has no such case.
   const hostPorts = (node.dp.maps as Partial<typeof node.dp.maps>).host_ports;
-  for (const c of CASES) {
-    if (c.askHost && !hostPorts) continue;
-    for (const hook of c.hooks) {
-      if (hostPorts) hostPorts.update(layouts.HostPortsSlot.HOST_PORTS_TRUSTED, c.askHost ? 0n : 1n);
-      const f = checked(node, c.id);
-      let forget: (() => void) | undefined;
-      if (c.fresh) {
-        // The key the runs delete must be the flow's, or every run after the first times an established flow.
-        const key = { saddr: CLIENT_IP, daddr: NODE_IP, sport: CLIENT_PORT, dport: c.fresh.dport, proto: 6 };
-        run(hook, f.input);
-        if (!node.dp.maps.ct4.lookup(key)) throw new Error(`${c.id}: no conntrack entry at ${JSON.stringify(key)}`);
-        forget = flowForgetter(node, key);
-      }
-      // A new flow each time: its conntrack entry and its reply entries go (bench/new-flow.ts).
-      out[`${hook}: ${c.name}`] = singleRuns(() => {
-        forget?.();
-        return run(hook, f.input);
-      });
-    }
-  }
-  progress(`${services} Services measured\n`);
-  return out;
+  if (hostPorts) hostPorts.update(layouts.HostPortsSlot.HOST_PORTS_TRUSTED, c.askHost ? 0n : 1n);
+  const f = checked(node, c.id);
+  if (!c.fresh) return () => run(f.input);
+  // The key the runs delete must be the flow's, or every run after the first times an established flow.
+  const key = { saddr: CLIENT_IP, daddr: NODE_IP, sport: CLIENT_PORT, dport: c.fresh.dport, proto: 6 };
+  run(f.input);
+  if (!node.dp.maps.ct4.lookup(key)) throw new Error(`${c.id}: no conntrack entry at ${JSON.stringify(key)}`);
+  // A new flow each time: its conntrack entry and its reply entries go (bench/new-flow.ts).
+  const forget = flowForgetter(node, key);
+  return () => {
+    forget();
+    return run(f.input);
+  };
 }
 
+type Cell = Record<'one' | 'many' | 'empty', Stat> & { cpus: number[] };
+
 async function main(): Promise<void> {
-  // An ExternalIP frontend takes a master entry and a slot in each lookup scope.
-  const node = await datapathNode({ mapSizes: serviceMapSizes(4 * MANY, 2 * MANY), acceleration: 'native' });
-  // The socket hooks too, as the agent attaches them: a new SNAT binding then asks the host's
-  // sockets only about ports the host has bound (host_ports).
-  node.dp.attachCgroup({ path: node.host.cgroup, expect: 'subtree' }, { hostNetns: node.host.netns });
+  // Two nodes alive at once, maps of one size (an ExternalIP frontend takes a master entry
+  // and a slot in each lookup scope): one with the fixtures' Services, one with MANY more.
+  const nodes = { one: await datapathNode({ mapSizes: serviceMapSizes(4 * MANY, 2 * MANY), acceleration: 'native' }), many: await datapathNode({ mapSizes: serviceMapSizes(4 * MANY, 2 * MANY), acceleration: 'native' }) };
   const empty = { tc: BpfObject.open(join(defaultObjectsDir(), 'tests', 'empty.bpf.o')), xdp: BpfObject.open(join(defaultObjectsDir(), 'tests', 'xdp_pass.bpf.o')) };
   try {
+    // The socket hooks too, as the agent attaches them: a new SNAT binding then asks the
+    // host's sockets only about ports the host has bound (host_ports).
+    for (const node of Object.values(nodes)) node.dp.attachCgroup({ path: node.host.cgroup, expect: 'subtree' }, { hostNetns: node.host.netns });
     empty.tc.load();
     empty.xdp.load();
     const packet = fixture('nodeport-local').input;
-    const baseline: Record<Hook, Stat> = {
-      tc: singleRuns(() => inNetns(node.host.netns, () => testRun(empty.tc.program('pass'), { data: packet, ctx: skbContext({ ifindex: node.ifindex }) }).durationNs)),
-      xdp: singleRuns(() => inNetns(node.host.netns, () => testRun(empty.xdp.program('xdp_pass'), { data: packet, ctx: xdpContext(node.ifindex, packet.length) }).durationNs)),
+    const probe = nodes.one;
+    const emptyRun: Record<Hook, () => number> = {
+      tc: () => inNetns(probe.host.netns, () => testRun(empty.tc.program('pass'), { data: packet, ctx: skbContext({ ifindex: probe.ifindex }) }).durationNs),
+      xdp: () => inNetns(probe.host.netns, () => testRun(empty.xdp.program('xdp_pass'), { data: packet, ctx: xdpContext(probe.ifindex, packet.length) }).durationNs),
     };
-    node.writer.apply(TC_SERVICES);
-    const one = measure(node, 1);
+    nodes.one.writer.apply(TC_SERVICES);
     const t0 = Date.now();
-    node.writer.apply([...filler(MANY), ...TC_SERVICES]);
+    nodes.many.writer.apply([...filler(MANY), ...TC_SERVICES]);
     const loadMs = Date.now() - t0;
-    const many = measure(node, MANY);
-    const rows = Object.keys(one).map((k) => ({ case: k, hook: k.split(':')[0] as Hook, one: one[k]!, many: many[k]! }));
+    const rows: Array<{ case: string; hook: Hook } & Cell> = [];
+    for (const c of CASES) {
+      for (const hook of c.hooks) {
+        if (c.askHost && !(nodes.one.dp.maps as Partial<typeof nodes.one.dp.maps>).host_ports) continue;
+        const cell = interleaved({ one: runner(nodes.one, c, hook), many: runner(nodes.many, c, hook), empty: emptyRun[hook] }, ['one', 'many'], BATCHES, RUNS);
+        rows.push({ case: `${hook}: ${c.name}`, hook, ...cell.columns, cpus: cell.cpus });
+        progress('.');
+      }
+    }
+    progress('\n');
+    // The empty program's time is bimodal here (about 60 or about 90 ns, flipping between
+    // batches while the cases' times hold still), so each ratio is against the median of its
+    // hook's empty columns over the whole run, not against the flip of its own batches.
+    const baseline: Record<Hook, Stat> = {
+      tc: stat(rows.filter((r) => r.hook === 'tc').map((r) => r.empty.median)),
+      xdp: stat(rows.filter((r) => r.hook === 'xdp').map((r) => r.empty.median)),
+    };
     const table = markdownTable(
-      ['case', 'ns/packet, 1 Service', `ns/packet, ${MANY} Services`, '× empty (1)', `× empty (${MANY})`, `${MANY} / 1`],
+      ['case', 'ns/packet, 1 Service', `ns/packet, ${MANY} Services`, 'empty program, same batches', '× empty (1)', `× empty (${MANY})`, `${MANY} / 1`, 'CPU per batch'],
       [
-        ['tc: empty program', fmtStat(baseline.tc, 0), '', '1.00', '', ''],
-        ['xdp: empty program', fmtStat(baseline.xdp, 0), '', '1.00', '', ''],
-        ...rows.map((r) => [r.case, fmtStat(r.one, 0), fmtStat(r.many, 0), ratio(r.one.median, baseline[r.hook].median), ratio(r.many.median, baseline[r.hook].median), ratio(r.many.median, r.one.median)]),
+        ['tc: empty program (median of its column)', fmtStat(baseline.tc, 0), '', '', '1.00', '', '', ''],
+        ['xdp: empty program (median of its column)', fmtStat(baseline.xdp, 0), '', '', '1.00', '', '', ''],
+        ...rows.map((r) => [r.case, fmtStat(r.one, 0), fmtStat(r.many, 0), fmtStat(r.empty, 0), ratio(r.one.median, baseline[r.hook].median), ratio(r.many.median, baseline[r.hook].median), ratio(r.many.median, r.one.median), r.cpus.join(' ')]),
       ],
     );
     const series = (hook: Hook) => rows.filter((r) => r.hook === hook);
@@ -129,7 +136,7 @@ async function main(): Promise<void> {
       name: 'packet-cost',
       title: 'Per-packet cost of the tc and XDP programs (BPF_PROG_TEST_RUN)',
       command: `npx tsx bench/packet-cost.ts --services ${MANY} --runs ${RUNS}`,
-      method: `tc_ingress and xdp_ingress run by BPF_PROG_TEST_RUN in a testbed node's namespace, the kernel's own timing of single runs (PROG_TEST_RUN's repeat runs a program on its own output: after the first repeat a translated packet is a flow the program does not know, so repeats would time that miss); ${BATCHES} batches of ${RUNS} single runs per case, each batch's median, then the median and spread (min–max) of the batches. Each is compared with an empty program of its hook timed the same way (a single run carries the timer's fixed cost, in both). Established cases send the fixture's packet of a flow set up once; new flows have their conntrack entry and reply entries (SNAT binding, reverse translation) deleted before each run, so that each run reserves a port and inserts both as a new client's flow does. xdp rows: what XDP does itself (remote backends, replies, DSR), and for a local backend what it costs to hand the packet to tc untouched. ${MANY} Services (ExternalIP frontends, remote backends) loaded in ${loadMs} ms.`,
+      method: `tc_ingress and xdp_ingress run by BPF_PROG_TEST_RUN in two testbed nodes' namespaces (one with the fixtures' Services, one with ${MANY} more, maps of the same sizes), the kernel's own timing of single runs (PROG_TEST_RUN's repeat runs a program on its own output: after the first repeat a translated packet is a flow the program does not know, so repeats would time that miss). Each case is timed on both nodes and against the empty program of its hook in the same batches, interleaved (bench/interleave.ts): a batch is ${RUNS / CHUNK} rounds in which each CPU in turn (the main thread pinned) makes ${CHUNK} single runs on the first node, ${CHUNK} on the second and ${CHUNK} of the empty program; the batch keeps the CPU on which the two nodes' times summed were lowest, and each column's interquartile mean (the mean of the middle half) of its ${RUNS} runs there ("CPU per batch"); ${BATCHES} batches per case, then the median and spread (min–max) of the batches. The interquartile mean rather than the median, as the kernel's clock here moves in steps of about 10 ns: the median of an empty program's runs jumped between 60 and 90 ns from batch to batch while their middle half's mean stayed at 85-90. The two nodes are two loads with maps in other memory: two nodes of one build differed by 1-3% over six batches (up to 10% in one), so differences of a few % between the columns are within that. This machine's two vCPUs take turns being slow for minutes (a program touching many cache lines at about half speed on one of them, the empty program hardly slower), so a column measured alone, or on one CPU, times the host as much as the program; interleaved on every CPU, the columns compared come from one CPU in the same seconds. The empty program carries the timer's fixed cost, as every run does; its time flips between about 60 and about 90 ns from batch to batch while the cases' times hold still, so the "× empty" ratios are against the median of the hook's empty column over the whole run (the top rows, and the plot's empty bars). Established cases send the fixture's packet of a flow set up once; new flows have their conntrack entry and reply entries (SNAT binding, reverse translation) deleted before each run, so that each run reserves a port and inserts both as a new client's flow does. xdp rows: what XDP does itself (remote backends, replies, DSR), and for a local backend what it costs to hand the packet to tc untouched. ${MANY} Services (ExternalIP frontends, remote backends) loaded in ${loadMs} ms.`,
       tables: [table],
       ratios: rows.map((r) => `${r.case}: ${ratio(r.one.median, baseline[r.hook].median)}× the empty ${r.hook} program with 1 Service, ${ratio(r.many.median, baseline[r.hook].median)}× with ${MANY}`),
       plots: [{
@@ -148,7 +155,8 @@ async function main(): Promise<void> {
   } finally {
     empty.tc.close();
     empty.xdp.close();
-    await node.close();
+    await nodes.one.close();
+    await nodes.many.close();
   }
 }
 

@@ -21,9 +21,10 @@ import { testRun } from '../src/ebpf/test-run.js';
 import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../src/sandbox/datapath-node.js';
 import { CLIENT_PORT, TC_SERVICES, fixture } from '../src/sandbox/fixtures/tc.js';
 import { inNetns } from '../src/sys/netns.js';
+import { interleaved } from './interleave.js';
 import { flowForgetter } from './new-flow.js';
 import { barChart } from './plot.js';
-import { fmtStat, markdownTable, median, progress, publish, ratio, stat, type Stat } from './report.js';
+import { fmtStat, markdownTable, progress, publish, ratio, stat, type Stat } from './report.js';
 
 const { values } = parseArgs({ options: { runs: { type: 'string' } } });
 const RUNS = Number(values.runs ?? 2000);
@@ -76,7 +77,8 @@ function build(dir: string, stop: number): string {
   return out;
 }
 
-function timeCase(node: DatapathNode, c: (typeof CASES)[number]): Stat {
+/** A case's runs on a node's build, interleaved with the empty program's (bench/interleave.ts). */
+function timeCase(node: DatapathNode, c: (typeof CASES)[number], empty: () => number): { ns: Stat; empty: Stat } {
   const f = fixture(c.id);
   node.flushState();
   const skb = skbContext({ ifindex: node.ifindex });
@@ -90,10 +92,12 @@ function timeCase(node: DatapathNode, c: (typeof CASES)[number]): Stat {
     run(f.input);
     forget = flowForgetter(node, key);
   }
-  return stat(Array.from({ length: BATCHES }, () => median(Array.from({ length: RUNS }, () => {
+  const timed = () => {
     forget?.();
     return run(f.input);
-  }))));
+  };
+  const { columns } = interleaved({ ns: timed, empty }, ['ns'], BATCHES, RUNS);
+  return columns;
 }
 
 /** How much of the verifier's instruction limit each datapath program takes to verify. */
@@ -118,32 +122,37 @@ function verifierUse(): string[] {
 async function main(): Promise<void> {
   checkMarkers();
   const dir = mkdtempSync(join(tmpdir(), 'ferry-stages-'));
-  const rows: Array<{ n: number; what: string; ns: Record<string, Stat> }> = [];
-  let empty: Stat;
+  const rows: Array<{ n: number; what: string; ns: Record<string, Stat>; empty: Record<string, Stat> }> = [];
+  const pass = BpfObject.open(join(defaultObjectsDir(), 'tests', 'empty.bpf.o'));
   try {
-    const pass = BpfObject.open(join(defaultObjectsDir(), 'tests', 'empty.bpf.o'));
     pass.load();
-    const probe = await datapathNode({});
     const packet = fixture('nodeport-remote').input;
-    empty = stat(Array.from({ length: BATCHES }, () => median(Array.from({ length: RUNS }, () => inNetns(probe.host.netns, () => testRun(pass.program('pass'), { data: packet, ctx: skbContext({ ifindex: probe.ifindex }) }).durationNs)))));
-    pass.close();
-    await probe.close();
     for (const s of STAGES) {
       const node = await datapathNode({ objectsDir: build(dir, s.n) });
       try {
         node.dp.attachCgroup({ path: node.host.cgroup, expect: 'subtree' }, { hostNetns: node.host.netns }); // as the agent: host_ports trusted
         node.writer.apply(TC_SERVICES);
-        const ns: Record<string, Stat> = {};
-        for (const c of CASES) if (!s.newOnly || c.fresh) ns[c.name] = timeCase(node, c);
-        rows.push({ n: s.n, what: s.what, ns });
+        const empty = () => inNetns(node.host.netns, () => testRun(pass.program('pass'), { data: packet, ctx: skbContext({ ifindex: node.ifindex }) }).durationNs);
+        const row: (typeof rows)[number] = { n: s.n, what: s.what, ns: {}, empty: {} };
+        for (const c of CASES) {
+          if (s.newOnly && !c.fresh) continue;
+          const t = timeCase(node, c, empty);
+          row.ns[c.name] = t.ns;
+          row.empty[c.name] = t.empty;
+        }
+        rows.push(row);
         progress(`stage ${s.n} timed\n`);
       } finally {
         await node.close();
       }
     }
   } finally {
+    pass.close();
     rmSync(dir, { recursive: true, force: true });
   }
+  // The empty program of the top row, and of every ratio: the median over every row's
+  // batches of it (its time flips between batches while a build's holds still).
+  const empty = stat(rows.flatMap((r) => Object.values(r.empty).map((e) => e.median)));
   const tables = CASES.map((c) => {
     let prev = empty.median;
     const body = rows.filter((r) => r.ns[c.name]).map((r) => {
@@ -152,13 +161,13 @@ async function main(): Promise<void> {
       prev = s.median;
       return [r.n || 'end', r.what, fmtStat(s, 0), delta.toFixed(0), ratio(s.median, empty.median)];
     });
-    return `**${c.name}**\n\n${markdownTable(['marker', 'up to and including', 'ns/packet', '+ns from the previous row', '× empty'], [['-', 'empty program', fmtStat(empty, 0), '', '1.00'], ...body])}`;
+    return `**${c.name}**\n\n${markdownTable(['marker', 'up to and including', 'ns/packet', '+ns from the previous row', '× empty'], [['-', 'empty program (median over the rows)', fmtStat(empty, 0), '', '1.00'], ...body])}`;
   });
   publish({
     name: 'packet-stages',
     title: 'Where a packet\'s time goes in tc_ingress (BPF_PROG_TEST_RUN, builds stopped at each marker)',
     command: `npx tsx bench/packet-stages.ts --runs ${RUNS}`,
-    method: `tc.bpf.c built once per STAGE_END marker with FERRY_STAGE_STOP=n (the program returns there) and once whole; each build loaded into a testbed node with the tc fixtures' Services and timed by BPF_PROG_TEST_RUN as single runs (${BATCHES} batches of ${RUNS}, each batch's median, then the median and spread of the batches), like bench/packet-cost.ts. A row's "+ns" is the code between two markers; differences of a few ns are within the noise. The new flow has its conntrack entry and its SNAT binding deleted before each run (bench/new-flow.ts), as a new client's flow finds neither. Early stops leave later state unmade: up to marker 5 the established case times a conntrack miss.`,
+    method: `tc.bpf.c built once per STAGE_END marker with FERRY_STAGE_STOP=n (the program returns there) and once whole; each build loaded into a testbed node with the tc fixtures' Services and timed by BPF_PROG_TEST_RUN as single runs interleaved with the empty program's on every CPU in turn, as bench/packet-cost.ts does (bench/interleave.ts: ${BATCHES} batches of ${RUNS} runs per column and CPU, each batch the interquartile mean from the CPU where the build ran fastest, then the median and spread of the batches); the empty program's row is the median over every row's batches of it, and the ratios are against it (the empty program's own time flips between about 60 and about 90 ns from batch to batch while a build's holds still). A row's "+ns" is the code between two markers; differences of a few ns are within the noise. The new flow has its conntrack entry and its SNAT binding deleted before each run (bench/new-flow.ts), as a new client's flow finds neither. Early stops leave later state unmade: up to marker 5 the established case times a conntrack miss.`,
     tables,
     notes: verifierUse(),
     plots: [{
