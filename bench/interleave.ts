@@ -5,15 +5,22 @@
 // on every CPU in turn (the main thread pinned with taskset), and each batch keeps the CPU
 // its columns ran fastest on: the program's cost, not the host's spell.
 import { execFileSync } from 'node:child_process';
-import { availableParallelism } from 'node:os';
 import { interquartileMean, stat, type Stat } from './report.js';
 
 /** How many single runs of one column in a row before the next column's. */
 export const CHUNK = 100;
 
-const CPUS = Array.from({ length: availableParallelism() }, (_, i) => i);
+/** The CPUs this process's main thread (its TID is its PID) may run on: taskset's list,
+ * e.g. "pid 7's current affinity list: 0,2-3". */
+export function mainThreadCpus(): number[] {
+  const list = execFileSync('taskset', ['-pc', String(process.pid)], { encoding: 'utf8' }).split(':').pop()!.trim();
+  return list.split(',').flatMap((part) => {
+    const [lo, hi] = part.split('-').map(Number);
+    return Array.from({ length: (hi ?? lo!) - lo! + 1 }, (_, i) => lo! + i);
+  });
+}
 
-/** Pin this process's main thread (its TID is its PID), where the timed runs are made. */
+/** Pin the main thread, where the timed runs are made. */
 function pinMainThread(cpus: number[]): void {
   execFileSync('taskset', ['-pc', cpus.join(','), String(process.pid)], { stdio: 'ignore' });
 }
@@ -38,24 +45,25 @@ export function interleaved<K extends string>(run: Record<K, () => number>, judg
   const rounds = Math.max(1, Math.ceil(runs / CHUNK));
   const kept: Record<string, number[]> = Object.fromEntries(names.map((k) => [k, []]));
   const cpus: number[] = [];
+  const allowed = mainThreadCpus();
   try {
     for (let b = 0; b < batches; b++) {
-      const xs = CPUS.map(() => Object.fromEntries(names.map((k) => [k, [] as number[]])) as Record<K, number[]>);
+      const xs = allowed.map(() => Object.fromEntries(names.map((k) => [k, [] as number[]])) as Record<K, number[]>);
       for (let r = 0; r < rounds; r++) {
-        for (const cpu of CPUS) {
+        for (const [at, cpu] of allowed.entries()) {
           pinMainThread([cpu]);
           // Every other round in reverse order: no column always follows the same one.
-          for (const k of r % 2 ? [...names].reverse() : names) for (let i = 0; i < CHUNK; i++) xs[cpu]![k].push(run[k]());
+          for (const k of r % 2 ? [...names].reverse() : names) for (let i = 0; i < CHUNK; i++) xs[at]![k].push(run[k]());
         }
       }
       const means = xs.map((byCol) => Object.fromEntries(names.map((k) => [k, interquartileMean(byCol[k])])) as Record<K, number>);
-      const cost = (cpu: number) => judge.reduce((sum, k) => sum + means[cpu]![k], 0);
-      const best = CPUS.reduce((a, c) => (cost(c) < cost(a) ? c : a), CPUS[0]!);
-      cpus.push(best);
+      const cost = (at: number) => judge.reduce((sum, k) => sum + means[at]![k], 0);
+      const best = means.reduce((a, _, at) => (cost(at) < cost(a) ? at : a), 0);
+      cpus.push(allowed[best]!);
       for (const k of names) kept[k]!.push(means[best]![k]);
     }
   } finally {
-    pinMainThread(CPUS);
+    pinMainThread(allowed); // as it was
   }
   return { columns: Object.fromEntries(names.map((k) => [k, stat(kept[k]!)])) as Record<K, Stat>, cpus };
 }

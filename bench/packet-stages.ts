@@ -5,8 +5,10 @@
 // to a remote backend (SNAT), with the tests' own fixtures. A build that stops early leaves
 // the state a later marker needs unmade (a new flow stopped before its conntrack entry has
 // none). An established flow skips markers 4 to 8: its conntrack entry, found first,
-// needs no frontend lookup. A new flow's entry is written last (marker 8, after the
-// packet is rewritten), so its rows 9-12 time a flow whose entry is not written.
+// needs no frontend lookup. A new flow's entry is written last (after marker 12, before
+// marker 8); a build stopped at 9-12 writes it once it has stopped (lib/nodeport.h), so
+// that a flow set up by that build is established at its next packet: the new flow's
+// rows 9-12 include the insert, and its row 8 adds only the redirect.
 // Run as root: npx tsx bench/packet-stages.ts [--runs 2000]
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
@@ -44,7 +46,7 @@ const STAGES: Array<{ n: number; what: string; newOnly?: boolean }> = [
   { n: 10, what: 'reply binding kept' },
   { n: 11, what: 'route: the flow\'s kept hop, or bpf_fib_lookup (new flow, or once a second)' },
   { n: 12, what: 'headers rewritten, counted' },
-  { n: 8, what: 'MACs written, redirect set; then the conntrack entry written (built in a per-CPU slot until here)', newOnly: true },
+  { n: 8, what: 'redirect set (a new flow: its conntrack entry, built in a per-CPU slot, written after row 12, and in rows 9-12 too)', newOnly: true },
   { n: 0, what: 'the whole program' },
 ];
 
@@ -78,13 +80,16 @@ function build(dir: string, stop: number): string {
 }
 
 /** A case's runs on a node's build, interleaved with the empty program's (bench/interleave.ts). */
-function timeCase(node: DatapathNode, c: (typeof CASES)[number], empty: () => number): { ns: Stat; empty: Stat } {
+function timeCase(node: DatapathNode, stop: number, c: (typeof CASES)[number], empty: () => number): { ns: Stat; empty: Stat } {
   const f = fixture(c.id);
   node.flushState();
   const skb = skbContext({ ifindex: node.ifindex });
   const run = (d: Buffer) => inNetns(node.host.netns, () => testRun(node.program('tc_ingress'), { data: d, ctx: skb }).durationNs);
   for (const s of f.setup ?? []) run(s.input);
   const key = { saddr: CLIENT_IP, daddr: NODE_IP, sport: CLIENT_PORT, dport: 30081, proto: 6 };
+  // An established flow's packet reaches markers past 8 only on its conntrack entry: a
+  // build whose setup left none would time a new flow under the established flow's name.
+  if (!c.fresh && (stop === 0 || stop > 8) && !node.dp.maps.ct4.lookup(key)) throw new Error(`stage ${stop}: the ${c.id} setup left no conntrack entry`);
   // A new flow's reply entries are found after a run of its build (one that stops before
   // the port is reserved has none): each run then deletes them with its conntrack entry.
   let forget: (() => void) | undefined;
@@ -136,7 +141,7 @@ async function main(): Promise<void> {
         const row: (typeof rows)[number] = { n: s.n, what: s.what, ns: {}, empty: {} };
         for (const c of CASES) {
           if (s.newOnly && !c.fresh) continue;
-          const t = timeCase(node, c, empty);
+          const t = timeCase(node, s.n, c, empty);
           row.ns[c.name] = t.ns;
           row.empty[c.name] = t.empty;
         }
@@ -151,7 +156,7 @@ async function main(): Promise<void> {
     rmSync(dir, { recursive: true, force: true });
   }
   // The empty program of the top row, and of every ratio: the median over every row's
-  // batches of it (its time flips between batches while a build's holds still).
+  // batches of it (its time drops to about 60 ns in some batches, whatever a build's does).
   const empty = stat(rows.flatMap((r) => Object.values(r.empty).map((e) => e.median)));
   const tables = CASES.map((c) => {
     let prev = empty.median;
@@ -167,7 +172,7 @@ async function main(): Promise<void> {
     name: 'packet-stages',
     title: 'Where a packet\'s time goes in tc_ingress (BPF_PROG_TEST_RUN, builds stopped at each marker)',
     command: `npx tsx bench/packet-stages.ts --runs ${RUNS}`,
-    method: `tc.bpf.c built once per STAGE_END marker with FERRY_STAGE_STOP=n (the program returns there) and once whole; each build loaded into a testbed node with the tc fixtures' Services and timed by BPF_PROG_TEST_RUN as single runs interleaved with the empty program's on every CPU in turn, as bench/packet-cost.ts does (bench/interleave.ts: ${BATCHES} batches of ${RUNS} runs per column and CPU, each batch the interquartile mean from the CPU where the build ran fastest, then the median and spread of the batches); the empty program's row is the median over every row's batches of it, and the ratios are against it (the empty program's own time flips between about 60 and about 90 ns from batch to batch while a build's holds still). A row's "+ns" is the code between two markers; differences of a few ns are within the noise. The new flow has its conntrack entry and its SNAT binding deleted before each run (bench/new-flow.ts), as a new client's flow finds neither. Early stops leave later state unmade: up to marker 5 the established case times a conntrack miss.`,
+    method: `tc.bpf.c built once per STAGE_END marker with FERRY_STAGE_STOP=n (the program returns there) and once whole; each build loaded into a testbed node with the tc fixtures' Services and timed by BPF_PROG_TEST_RUN as single runs interleaved with the empty program's on every CPU in turn, as bench/packet-cost.ts does (bench/interleave.ts: ${BATCHES} batches of ${RUNS} runs per column and CPU, each batch the interquartile mean from the CPU where the build ran fastest, then the median and spread of the batches); the empty program's row is the median over every row's batches of it, and the ratios are against it (the empty program's own time drops from about 90 to about 60 ns in some batches, whatever a build's does). A row's "+ns" is the code between two markers; differences of a few ns are within the noise. The new flow has its conntrack entry and its SNAT binding deleted before each run (bench/new-flow.ts), as a new client's flow finds neither. A new flow's conntrack entry is written last (after marker 12); a build stopped at 9-12 writes it after stopping, so the new flow's rows 9-12 include that insert and the established flow's setup leaves an entry (before 2026-12-05's fix those builds wrote none, and the established rows 9-12 timed a new flow). Early stops leave later state unmade: up to marker 5 the established case times a conntrack miss.`,
     tables,
     notes: verifierUse(),
     plots: [{

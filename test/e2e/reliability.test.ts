@@ -55,7 +55,9 @@ describeWith(['root', 'bpffs', 'cgroup2', 'netns'], 'reliability (short)', () =>
     // probe sequence (2026-12-02), one in some full `make test` runs broke; since, 100 of 100
     // in each of 24 runs with both cores kept busy (README, What is not done yet).
     expect(r.conntrack.survived, JSON.stringify(r.conntrack)).toBe(r.conntrack.held);
-    // ... and they did lose their state: the overfull map evicted flows that were in use.
+    // ... and they did lose their state: the overfull map evicted flows that were in use
+    // (while they were quiet: exhaustion.ts).
+    process.stdout.write(`conntrack overfull: ${r.conntrack.survived} of ${r.conntrack.held} held connections survived, ${r.conntrack.midstream} segments of evicted flows balanced again\n`);
     expect(r.conntrack.midstream, JSON.stringify(r.conntrack)).toBeGreaterThan(0);
     expectNoFailures(r.conntrack.load, failuresInSteps(r.conntrack.load, r.steps));
   }, 300_000);

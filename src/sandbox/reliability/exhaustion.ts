@@ -125,7 +125,10 @@ async function conntrack(c: ReliabilityCluster, step: (what: string) => void): P
   await restartNode1(c, { FERRY_MAP_SIZES: JSON.stringify({ conntrack: capacity }) });
   step(`node-1 restarted with ${capacity} conntrack entries`);
   const midstreamBefore = midstream(c);
-  const hold = sb.net.client.spawn([process.execPath, WORKLOADS_BIN, 'hold', '--to', `${node1.ip}:${ECHO_NODEPORT}`, '--count', String(held), '--seconds', '30']);
+  // The held connections go quiet for 8 s from 5 s on, as idle connections do: the UDP
+  // churn then evicts their flows (cold entries) for certain, where connections pinged every
+  // 100 ms were evicted only in most runs (the LRU keeps what was used since its last pass).
+  const hold = sb.net.client.spawn([process.execPath, WORKLOADS_BIN, 'hold', '--to', `${node1.ip}:${ECHO_NODEPORT}`, '--count', String(held), '--seconds', '30', '--pause-at-ms', '5000', '--pause-ms', '8000']);
   await waitFor('the connections are open', () => hold.output(), (o) => o.includes('holding'), 20_000);
   step(`${held} connections held`);
   // Every new UDP flow stays in conntrack for a minute: a few seconds of this fill it many times over.

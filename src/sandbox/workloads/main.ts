@@ -24,12 +24,13 @@
 //                                  C loops of: connect, one byte echoed, close with FIN (the
 //                                  close every HTTP/1.0 client makes) for S seconds; print
 //                                  connections completed and failed, per second of the run
-//   hold --to IP:PORT --count N --seconds S [--timeout-ms T]
+//   hold --to IP:PORT --count N --seconds S [--timeout-ms T] [--pause-at-ms A --pause-ms P]
 //                                  N long-lived TCP connections to an echo server, each sending
-//                                  8 bytes every 100 ms and wanting them back within 1 s, for S
+//                                  8 bytes every 100 ms and wanting an answer within 5 s, for S
 //                                  seconds: print how many survived and when the others broke;
 //                                  with --timeout-ms, a connect not done in T ms is made again
-//                                  from a new local port (up to 5 tries)
+//                                  from a new local port (up to 5 tries); with --pause-ms, all
+//                                  send nothing for P ms from A ms after they are open
 //   steady --targets tcp:IP:PORT,udp:IP:PORT,... [--interval-ms 20] [--timeout-ms 2000]
 //                                  until stopped, one request per target every interval
 //                                  (TCP: a new connection, an HTTP GET, the reply's status
@@ -326,7 +327,7 @@ async function main(): Promise<void> {
       port: { type: 'string' }, name: { type: 'string' }, to: { type: 'string' }, connected: { type: 'boolean' },
       size: { type: 'string' }, count: { type: 'string' }, seconds: { type: 'string' }, udp: { type: 'boolean' },
       'new-connection': { type: 'boolean' }, reset: { type: 'boolean' }, 'local-port': { type: 'string' }, http: { type: 'boolean' }, targets: { type: 'string' }, 'listen-loopback': { type: 'boolean' }, concurrency: { type: 'string' },
-      'interval-ms': { type: 'string' }, 'timeout-ms': { type: 'string' },
+      'interval-ms': { type: 'string' }, 'timeout-ms': { type: 'string' }, 'pause-at-ms': { type: 'string' }, 'pause-ms': { type: 'string' },
     },
   });
   switch (cmd) {
@@ -347,7 +348,8 @@ async function main(): Promise<void> {
     case 'connect-probe':
       return connectProbe((values.targets ?? '').split(',').filter(Boolean), Boolean(values['listen-loopback']));
     case 'hold':
-      return hold(target(values.to), Number(values.count ?? 10), Number(values.seconds ?? 10), values['timeout-ms'] ? Number(values['timeout-ms']) : undefined);
+      return hold(target(values.to), Number(values.count ?? 10), Number(values.seconds ?? 10), values['timeout-ms'] ? Number(values['timeout-ms']) : undefined,
+        values['pause-ms'] ? { atMs: Number(values['pause-at-ms'] ?? 0), forMs: Number(values['pause-ms']) } : undefined);
     case 'steady':
       return steady((values.targets ?? '').split(',').filter(Boolean), Number(values['interval-ms'] ?? 20), Number(values['timeout-ms'] ?? 2000));
     case 'rr':

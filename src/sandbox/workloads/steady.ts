@@ -108,12 +108,6 @@ export async function steady(specs: string[], intervalMs: number, timeoutMs: num
 
 const SILENCE_MS = 5000;
 
-/**
- * N long-lived connections, pinged every 100 ms; a connection breaks on an error, a close or
- * a 5 s silence. A dead flow stays silent for good; a 1 s limit once counted 1 of 100 held
- * connections broken during a full `make test` on the 2 cores, never in the test alone
- * (a retransmission or scheduling stall, not a lost flow, as far as was seen).
- */
 /** A TCP connection; with `timeoutMs`, an attempt not connected by then is given up and made
  * again from a new local port, as a client with a connect timeout does. */
 async function connectOnce(to: { host: string; port: number }, timeoutMs?: number, attempts = 5): Promise<Socket> {
@@ -139,8 +133,21 @@ async function connectOnce(to: { host: string; port: number }, timeoutMs?: numbe
   }
 }
 
-export async function hold(to: { host: string; port: number }, count: number, seconds: number, connectTimeoutMs?: number): Promise<void> {
+/** A quiet spell of held connections: from `atMs` after they are all open, for `forMs`. */
+export interface HoldPause { atMs: number; forMs: number }
+
+/**
+ * N long-lived connections, pinged every 100 ms; a connection breaks on an error, a close or
+ * a 5 s silence. A dead flow stays silent for good; a 1 s limit once counted 1 of 100 held
+ * connections broken during a full `make test` on the 2 cores, never in the test alone
+ * (a retransmission or scheduling stall, not a lost flow, as far as was seen). With
+ * `pause`, every connection sends nothing for a while (and silence is not judged then),
+ * as idle connections do: their flows' state goes cold and can be evicted.
+ */
+export async function hold(to: { host: string; port: number }, count: number, seconds: number, connectTimeoutMs?: number, pause?: HoldPause): Promise<void> {
   const start = Date.now();
+  let quiet: { from: number; to: number } | undefined;
+  const paused = (now: number) => quiet !== undefined && now >= quiet.from && now < quiet.to;
   const broke: Array<number | undefined> = Array.from({ length: count }, () => undefined);
   // When (epoch ms, to be placed among a scenario's steps) and how each broke.
   const breaks: Array<{ at: number; how: string }> = [];
@@ -158,8 +165,17 @@ export async function hold(to: { host: string; port: number }, count: number, se
     s.on('data', () => (lastReply = Date.now()));
     s.on('error', (e: NodeJS.ErrnoException) => fail(e.code ?? e.message));
     s.on('close', () => fail('closed'));
+    let wasPaused = false;
     const t = setInterval(() => {
       if (broke[i] !== undefined) return clearInterval(t);
+      if (paused(Date.now())) {
+        wasPaused = true;
+        return;
+      }
+      if (wasPaused) {
+        wasPaused = false;
+        lastReply = Date.now(); // the silence is judged from the first ping after the pause
+      }
       if (Date.now() - lastReply > SILENCE_MS) {
         fail(`no answer for ${SILENCE_MS} ms (last at ${lastReply})`);
         s.destroy();
@@ -169,6 +185,7 @@ export async function hold(to: { host: string; port: number }, count: number, se
     }, 100);
     sockets.push(s);
   }
+  if (pause) quiet = { from: Date.now() + pause.atMs, to: Date.now() + pause.atMs + pause.forMs };
   process.stdout.write(`holding ${count}\n`);
   await new Promise((r) => setTimeout(r, seconds * 1000));
   const result = { count, survived: broke.filter((b) => b === undefined).length, brokeAtMs: broke.filter((b) => b !== undefined), breaks };
