@@ -165,18 +165,11 @@ export async function hold(to: { host: string; port: number }, count: number, se
     s.on('data', () => (lastReply = Date.now()));
     s.on('error', (e: NodeJS.ErrnoException) => fail(e.code ?? e.message));
     s.on('close', () => fail('closed'));
-    let wasPaused = false;
     const t = setInterval(() => {
       if (broke[i] !== undefined) return clearInterval(t);
-      if (paused(Date.now())) {
-        wasPaused = true;
-        return;
-      }
-      if (wasPaused) {
-        wasPaused = false;
-        lastReply = Date.now(); // the silence is judged from the first ping after the pause
-      }
-      if (Date.now() - lastReply > SILENCE_MS) {
+      if (paused(Date.now())) return;
+      // A silence is counted from the end of a pause at the earliest.
+      if (Date.now() - Math.max(lastReply, quiet?.to ?? 0) > SILENCE_MS) {
         fail(`no answer for ${SILENCE_MS} ms (last at ${lastReply})`);
         s.destroy();
         return clearInterval(t);
@@ -185,7 +178,10 @@ export async function hold(to: { host: string; port: number }, count: number, se
     }, 100);
     sockets.push(s);
   }
-  if (pause) quiet = { from: Date.now() + pause.atMs, to: Date.now() + pause.atMs + pause.forMs };
+  if (pause) {
+    const from = Date.now() + pause.atMs;
+    quiet = { from, to: from + pause.forMs };
+  }
   process.stdout.write(`holding ${count}\n`);
   await new Promise((r) => setTimeout(r, seconds * 1000));
   const result = { count, survived: broke.filter((b) => b === undefined).length, brokeAtMs: broke.filter((b) => b !== undefined), breaks };
