@@ -6,7 +6,7 @@ import { lb4BackendCodec, lb4KeyCodec, lb4ServiceCodec } from '../src/datapath/l
 
 const N = 550_000;
 const keys = Array.from({ length: N }, (_, i) => ({ address: `10.96.${(i >> 8) & 255}.${i & 255}`, port: 80, proto: 6, scope: 0, slot: i % 11 }));
-const values = Array.from({ length: N }, (_, i) => ({ backendId: i, revNatId: i, affinityTimeout: 0, count: 10, flags: 1, affinityId: 0 }));
+const values = Array.from({ length: N }, (_, i) => ({ backendId: i, revNatId: i, affinityTimeout: 0, count: 10, flags: 1, affinityId: 0, firstBackends: [i + 1, i + 2, i + 3, i + 4] }));
 const backends = Array.from({ length: N }, (_, i) => ({ address: `10.244.${(i >> 8) & 255}.${i & 255}`, port: 8080, proto: 6, flags: 0 }));
 const kb = Buffer.alloc(lb4KeyCodec.size * N);
 const vb = Buffer.alloc(lb4ServiceCodec.size * N);

@@ -22,7 +22,7 @@ const HEAD_DIR = resolve(import.meta.dirname, '..');
 
 const git = (...args: string[]): string => execFileSync('git', ['-C', HEAD_DIR, ...args], { encoding: 'utf8' }).trim();
 
-interface CostRow { case: string; one: Stat }
+interface CostRow { case: string; one: Stat; many?: Stat }
 type Side = 'base' | 'head';
 
 /** The base commit checked out and built beside this checkout, with this checkout's bench/. */
@@ -38,11 +38,12 @@ function build(dir: string): void {
   execFileSync(process.execPath, [join(dir, 'bin', 'ferry.js'), 'compile'], { cwd: dir, stdio: 'ignore' });
 }
 
-/** One packet-cost run in `dir`: each case's cost with 1 Service (its batches' median). */
+/** One packet-cost run in `dir`: each case's cost with 1 Service and with SERVICES more (its batches' median). */
 function runCost(dir: string, out: string): Map<string, number> {
   execFileSync('npx', ['tsx', 'bench/packet-cost.ts', '--services', String(SERVICES), '--runs', String(RUNS)], { cwd: dir, stdio: 'ignore', env: { ...process.env, FERRY_BENCH_RESULTS: out } });
   const data = JSON.parse(readFileSync(join(out, 'packet-cost.json'), 'utf8')) as { baselineNs: Record<string, Stat>; rows: CostRow[] };
   const costs = new Map(data.rows.map((r) => [r.case, r.one.median]));
+  for (const r of data.rows) if (r.many) costs.set(`${r.case}, ${SERVICES} Services`, r.many.median);
   for (const [hook, s] of Object.entries(data.baselineNs)) costs.set(`${hook}: empty program`, s.median);
   return costs;
 }
@@ -74,14 +75,14 @@ function main(): void {
     return { case: c, base: stat(base), head: stat(head), ratio: stat(head.map((h, i) => h / base[i]!)) };
   });
   const table = markdownTable(
-    ['case (1 Service)', `base ns (${PAIRS} runs)`, `head ns (${PAIRS} runs)`, 'head / base, per pair'],
+    ['case (1 Service, unless it says more)', `base ns (${PAIRS} runs)`, `head ns (${PAIRS} runs)`, 'head / base, per pair'],
     rows.map((r) => [r.case, fmtStat(r.base, 0), fmtStat(r.head, 0), fmtStat(r.ratio, 2)]),
   );
   publish({
     name: 'compare-builds',
     title: `Per-packet cost, ${headSha.slice(0, 12)}${dirty ? ' (with uncommitted changes)' : ''} against ${baseSha.slice(0, 12)} (alternating runs)`,
     command: `npx tsx bench/compare-builds.ts --base ${values.base!} --pairs ${PAIRS} --services ${SERVICES} --runs ${RUNS}`,
-    method: `bench/packet-cost.ts (${SERVICES} Services, ${RUNS} single PROG_TEST_RUN runs per batch) run ${PAIRS} times in each build, alternating in ABBA order; the base built from its own checkout with this checkout's bench/ so both time the same cases the same way. A cell is the median (min–max) over the runs of each run's 1-Service median; the ratio is taken within each pair (runs seconds apart), then its median and spread. Below 1: the head is faster.`,
+    method: `bench/packet-cost.ts (${SERVICES} Services, ${RUNS} single PROG_TEST_RUN runs per batch) run ${PAIRS} times in each build, alternating in ABBA order; the base built from its own checkout with this checkout's bench/ so both time the same cases the same way. A cell is the median (min–max) over the runs of each run's median for the case (its node with 1 Service, or with ${SERVICES} more); the ratio is taken within each pair (runs seconds apart), then its median and spread. Below 1: the head is faster.`,
     tables: [table],
     ratios: rows.filter((r) => !r.case.includes('empty')).map((r) => `${r.case}: ${r.ratio.median.toFixed(2)}× the base (pairs ${r.ratio.min.toFixed(2)}–${r.ratio.max.toFixed(2)})`),
     data: { base: baseSha, head: headSha, dirty, pairs: PAIRS, services: SERVICES, runs: RUNS, rows },

@@ -105,7 +105,8 @@ static __always_inline int lb4_lookup_loopback_nodeport(__be16 port, __u8 proto,
 	return found == LB_UNKNOWN_PORT ? LB_NOT_SERVICE : found;
 }
 
-/* The backend for a flow hash: slot (hash % count) + 1. */
+/* The backend for a flow hash: slot (hash % count) + 1, from the master entry when it
+ * carries that slot. */
 static __always_inline __u32 lb4_select_slot(__be32 addr, __be16 port, __u8 proto, __u8 scope,
 					     const struct lb4_service *svc, __u32 hash)
 {
@@ -116,10 +117,14 @@ static __always_inline __u32 lb4_select_slot(__be32 addr, __be16 port, __u8 prot
 		.scope = scope,
 	};
 	struct lb4_service *slot;
+	__u32 index;
 
 	if (svc->count == 0)
 		return 0;
-	key.slot = (hash % svc->count) + 1;
+	index = hash % svc->count;
+	if (index < LB4_FIRST_SLOTS && svc->first_backends[index])
+		return svc->first_backends[index];
+	key.slot = index + 1;
 	slot = bpf_map_lookup_elem(&lb4_services, &key);
 	return slot ? slot->backend_id : 0;
 }

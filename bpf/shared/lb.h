@@ -61,6 +61,13 @@ struct lb4_key {
 	__u8 pad[2];
 };
 
+/* How many of a frontend's first slots its master entry carries too: a flow hashed to one
+ * of them takes its backend from the entry already looked up, without a second lookup
+ * (a Service with up to this many endpoints never needs one). */
+enum lb4_first_slots {
+	LB4_FIRST_SLOTS = 4,
+};
+
 struct lb4_service {
 	__u32 backend_id;       /* slot > 0: the backend in this slot; slot 0: the Maglev table id (0: none) */
 	__u32 rev_nat_id;       /* slot 0: how replies are rewritten back to this frontend */
@@ -69,6 +76,9 @@ struct lb4_service {
 	__u16 flags;            /* slot 0: enum lb_flags */
 	__u16 affinity_id;      /* slot 0: the Service port's affinity id, shared by its frontends */
 	__u8 pad[2];
+	/* slot 0: the backends of slots 1..LB4_FIRST_SLOTS, as their own entries hold them
+	 * (0: not carried, the slot's entry is looked up) */
+	__u32 first_backends[LB4_FIRST_SLOTS];
 };
 
 /* sessionAffinity: ClientIP. A client is its address on the tc path, its network

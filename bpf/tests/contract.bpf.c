@@ -10,6 +10,7 @@
 struct ferry_enum_witness {
 	enum lb_scope scope;
 	enum lb4_filter_slot filter_slot;
+	enum lb4_first_slots first_slots;
 	enum lb_flags lb_flags;
 	enum fwd_mode fwd_mode;
 	enum dsr_option dsr_option;

@@ -184,7 +184,7 @@ function explainPacket(r: ExplainRequest, live: DatapathReader, pinned: readonly
       }
       const maglevSize = rodataNumber(twin, rodata, 'maglev_table_size');
       if (!ct && svc.backendId && maglevSize) lines.push(`selection: Maglev table ${svc.backendId}, position ${hash % maglevSize} of ${maglevSize} (flow hash ${hash})`);
-      else if (!ct && svc.count) lines.push(`selection: flow hash ${hash} → slot ${(hash % svc.count) + 1} of ${svc.count}`);
+      else if (!ct && svc.count) lines.push(`selection: flow hash ${hash} → slot ${(hash % svc.count) + 1} of ${svc.count}${svc.firstBackends[hash % svc.count] ? ' (carried by the master entry: no second lookup)' : ''}`);
     }
 
     const run = () => {

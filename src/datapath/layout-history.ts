@@ -3,7 +3,7 @@
 // one it finds in a layout it does not know, it refuses. When bpf/shared changes a struct
 // a pinned map holds: bump FERRY_LAYOUT_VERSION, and add the old codec and its converter.
 import { structCodec, type Codec } from '../ebpf/codec.js';
-import { ct4KeyCodec, type Ct4Entry, type MapName, type Nat4Entry } from './layouts.js';
+import { ct4KeyCodec, lb4KeyCodec, type Ct4Entry, type Lb4Service, type MapName, type Nat4Entry } from './layouts.js';
 
 export interface PastLayout {
   /** The last layout version with this shape. */
@@ -76,6 +76,17 @@ const nat4EntryV3Codec = structCodec('nat4_entry', {
   bytes: { type: 'u64' },
 });
 
+/** Layouts 1 to 4: before the master entry's first slots. */
+const lb4ServiceV4Codec = structCodec('lb4_service', {
+  backendId: { type: 'u32' },
+  revNatId: { type: 'u32' },
+  affinityTimeout: { type: 'u32' },
+  count: { type: 'u16' },
+  flags: { type: 'u16' },
+  affinityId: { type: 'u16' },
+  pad: { type: 'pad', length: 2 },
+});
+
 /** A kept next hop of none: the next packet looks its route up. */
 const noHop = { hopIfindex: 0, hopMacs: Buffer.alloc(12) };
 
@@ -107,6 +118,16 @@ export const layoutHistory: Partial<Record<MapName, PastLayout[]>> = {
       key: ct4KeyCodec as Codec<unknown>,
       value: nat4EntryV3Codec as Codec<unknown>,
       upgrade: (key, value) => ({ key, value: { ...(value as ReturnType<typeof nat4EntryV3Codec.decode>), ...noHop } satisfies Nat4Entry }),
+    },
+  ],
+  lb4_services: [
+    {
+      version: 4,
+      key: lb4KeyCodec as Codec<unknown>,
+      value: lb4ServiceV4Codec as Codec<unknown>,
+      // Carrying no first slot: the programs look every slot up, as before, until the
+      // agent's first sync writes the master entries again (FrontendState.firstBackendsStale).
+      upgrade: (key, value) => ({ key, value: { ...(value as ReturnType<typeof lb4ServiceV4Codec.decode>), firstBackends: [] } satisfies Lb4Service }),
     },
   ],
 };

@@ -89,16 +89,19 @@ export const HostPortsSlot = { HOST_PORTS_WORDS: 1024, HOST_PORTS_AGENT: 1024, H
 export const MonitorFlags = { MONITOR_DROPS: 1 << 0, MONITOR_TRACES: 1 << 1 } as const;
 export const Hook = { HOOK_TC_INGRESS: 0, HOOK_TC_EGRESS: 1, HOOK_XDP: 2 } as const;
 /** The pinned maps' layout (bpf/shared/types.h); older ones are in layout-history.ts. */
-export const Layout = { FERRY_LAYOUT_VERSION: 4 } as const;
+export const Layout = { FERRY_LAYOUT_VERSION: 5 } as const;
 export const LAYOUT_VERSION = Layout.FERRY_LAYOUT_VERSION;
 
 /** lb4_addr_filter's slots (src/datapath/address-filter.ts). */
 export const FilterSlot = { LB4_FILTER_ADDRESSES: 0, LB4_FILTER_WILDCARDS: 1, LB4_FILTER_PORTS: 2, LB4_FILTER_SLOTS: 3 } as const;
+/** How many first slots a master entry carries (struct lb4_service.first_backends). */
+export const FirstSlots = { LB4_FIRST_SLOTS: 4 } as const;
 
 /** Every mirrored enum, by its C name. */
 export const sharedEnums: Record<string, Record<string, number>> = {
   lb_scope: LbScope,
   lb4_filter_slot: FilterSlot,
+  lb4_first_slots: FirstSlots,
   lb_flags: LbFlags,
   fwd_mode: FwdMode,
   dsr_option: DsrOption,
@@ -135,6 +138,7 @@ export const lb4ServiceCodec = structCodec('lb4_service', {
   flags: { type: 'u16' },
   affinityId: { type: 'u16' },
   pad: { type: 'pad', length: 2 },
+  firstBackends: { type: 'u32s', count: FirstSlots.LB4_FIRST_SLOTS },
 });
 export type Lb4Service = ReturnType<typeof lb4ServiceCodec.decode>;
 

@@ -7,7 +7,7 @@
 import { ErrorCode } from '../errors.js';
 import { NONE, frontendId, orNone, type BackendSpec, type FrontendKind, type FrontendSpec, type ProtoName } from '../model/frontend.js';
 import type { IdAllocator } from './ids.js';
-import { BackendFlags, LbFlags, LbScope, Proto, type Lb4Backend, type Lb4Key, type Lb4Service } from './layouts.js';
+import { BackendFlags, FirstSlots, LbFlags, LbScope, Proto, type Lb4Backend, type Lb4Key, type Lb4Service } from './layouts.js';
 import type { MaglevBuild, MaglevTables } from './maglev-tables.js';
 import { SourceRangeSet } from './source-ranges.js';
 import { backendKeys, canonical, wantsWildcard, type ScopedFrontend } from './scoped-frontend.js';
@@ -28,6 +28,10 @@ export interface FrontendState {
   wildcard: boolean;
   /** The name lb4_names holds for it (`namespace/name:port`), as written or read back. */
   name: string | undefined;
+  /** Read back with a master entry whose first_backends are not its first slots' backends
+   * (a map migrated from an older layout, or a writer stopped between the two writes): the
+   * next sync writes the master entry again. */
+  firstBackendsStale?: boolean;
 }
 
 /** A Service the maps could not take this sync, and why. */
@@ -91,7 +95,23 @@ const kindFlag: Record<FrontendKind, number> = {
   ExternalIP: LbFlags.LB_F_EXTERNAL_IP,
 };
 
-export const emptyService: Lb4Service = { backendId: 0, count: 0, revNatId: 0, flags: 0, affinityId: 0, affinityTimeout: 0 };
+export const emptyService: Lb4Service = { backendId: 0, count: 0, revNatId: 0, flags: 0, affinityId: 0, affinityTimeout: 0, firstBackends: [] };
+
+/** The backends a master entry carries: those of its first slots (struct lb4_service). */
+export function firstBackendsOf(ids: readonly number[]): number[] {
+  return ids.slice(0, FirstSlots.LB4_FIRST_SLOTS);
+}
+
+/** Do two frontends' first slots hold the same backends? */
+function sameFirstBackends(a: readonly number[], b: readonly number[]): boolean {
+  for (let i = 0; i < FirstSlots.LB4_FIRST_SLOTS; i++) if ((a[i] ?? 0) !== (b[i] ?? 0)) return false;
+  return true;
+}
+
+/** Does a master entry read back carry its first slots' backends, and nothing beyond them? */
+export function firstBackendsMatch(master: Lb4Service, backendIds: readonly number[]): boolean {
+  return sameFirstBackends(master.firstBackends, backendIds);
+}
 
 /** The Service a frontend belongs to: "ns/name" of "ns/name:port". */
 const serviceOf = (f: FrontendSpec) => (f.service ? f.service.slice(0, f.service.lastIndexOf(':')) : frontendId(f));
@@ -283,9 +303,10 @@ class Planner {
         return `${b.address}:${b.port}/${b.proto}`;
       }), this.plan.maglevBuilds)
       : 0;
-    const changed = !have || have.wildcard !== wildcard || have.backendIds.length !== ids.length || have.flags !== flags || have.affinityTimeout !== affinityTimeout || have.affinityId !== affinityId || have.revNatId !== revNatId || have.tableId !== tableId;
+    const changed = !have || have.wildcard !== wildcard || have.backendIds.length !== ids.length || have.flags !== flags || have.affinityTimeout !== affinityTimeout || have.affinityId !== affinityId || have.revNatId !== revNatId || have.tableId !== tableId ||
+      have.firstBackendsStale === true || !sameFirstBackends(have.backendIds, ids);
     const state: FrontendState = { key, revNatId, flags, affinityId, affinityTimeout, tableId, backendIds: ids, drainingIds, wildcard, name: f.service ?? have?.name };
-    if (changed) this.plan.masterWrites.push([key, { backendId: tableId, count: ids.length, revNatId, flags, affinityId, affinityTimeout }, fid, state]);
+    if (changed) this.plan.masterWrites.push([key, { backendId: tableId, count: ids.length, revNatId, flags, affinityId, affinityTimeout, firstBackends: firstBackendsOf(ids) }, fid, state]);
     else this.plan.states.push([fid, state]);
   }
 

@@ -16,7 +16,7 @@ import { MaglevTables } from './maglev-tables.js';
 import { readServiceTable } from './service-table.js';
 import { SourceRangeSet } from './source-ranges.js';
 import { backendIndexKey, isLocal } from './backend-index.js';
-import { emptyService, planChangedWrites, planWrites, type FrontendState, type WriteFailure, type WritePlan, type WriterState } from './write-plan.js';
+import { emptyService, firstBackendsMatch, planChangedWrites, planWrites, type FrontendState, type WriteFailure, type WritePlan, type WriterState } from './write-plan.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { NONE, frontendId, type FrontendSpec } from '../model/frontend.js';
 import { flat } from '../model/flat-string.js';
@@ -112,6 +112,7 @@ export class ServiceWriter implements WriterState {
     for (const { key, master: v, backendIds, name } of table.frontends) {
       const fid = scopedFid({ address: key.address, port: key.port, proto: protoName(key.proto) }, key.scope);
       const state: FrontendState = { key, revNatId: v.revNatId, flags: v.flags, affinityId: v.affinityId, affinityTimeout: v.affinityTimeout, tableId: v.backendId, backendIds, drainingIds: NONE, wildcard: key.scope === LbScope.LB_SCOPE_EXTERNAL && this.wildcards.has(key.address), name };
+      if (!firstBackendsMatch(v, backendIds)) state.firstBackendsStale = true;
       this.frontends.set(fid, state);
       this.account(undefined, state);
       this.revNatIds.restore(fid, v.revNatId);

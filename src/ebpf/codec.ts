@@ -3,12 +3,16 @@
 // size or byte order is refused with a list of every difference.
 import { Btf, BtfKind } from './btf.js';
 import { ErrorCode, FerryError } from '../errors.js';
+import { ipv4FromString, ipv4ToString } from './ipv4.js';
+
+export { ipv4FromString, ipv4ToString };
 
 /** Scalar field types. `be*` are network byte order in memory, host numbers in TypeScript. */
 export type ScalarType = 'u8' | 'u16' | 'u32' | 'i32' | 'u64' | 'be16' | 'be32' | 'ipv4';
 export type FieldSpec =
   | { type: ScalarType }
   | { type: 'bytes'; length: number }
+  | { type: 'u32s'; count: number }
   | { type: 'pad'; length: number };
 
 type ValueOf<F extends FieldSpec> = F extends { type: 'u64' }
@@ -17,7 +21,9 @@ type ValueOf<F extends FieldSpec> = F extends { type: 'u64' }
     ? string
     : F extends { type: 'bytes' }
       ? Buffer
-      : F extends { type: 'pad' }
+      : F extends { type: 'u32s' }
+        ? number[]
+        : F extends { type: 'pad' }
         ? never
         : number;
 
@@ -38,7 +44,7 @@ export interface Codec<T> {
   /**
    * A reader of one numeric field of a struct at `at` (an ipv4 field as its 32-bit number):
    * walks over raw map batches read the fields they need without decoding whole entries.
-   * Undefined for no such field, a u64, bytes or padding.
+   * Undefined for no such field, a u64, bytes, an array or padding.
    */
   numberReader?(field: string): ((buf: Buffer, at: number) => number) | undefined;
   /** Differences from the BTF type `typeId` (empty when they agree). */
@@ -56,9 +62,11 @@ interface LaidField {
 const scalarSize: Record<ScalarType, number> = { u8: 1, u16: 2, u32: 4, i32: 4, u64: 8, be16: 2, be32: 4, ipv4: 4 };
 
 function fieldSize(spec: FieldSpec): number {
+  if (spec.type === 'u32s') return spec.count * 4;
   return spec.type === 'bytes' || spec.type === 'pad' ? spec.length : scalarSize[spec.type];
 }
 function fieldAlign(spec: FieldSpec): number {
+  if (spec.type === 'u32s') return 4;
   return spec.type === 'bytes' || spec.type === 'pad' ? 1 : scalarSize[spec.type];
 }
 
@@ -68,33 +76,6 @@ export function snakeCase(name: string): string {
 
 function codecError(op: string, cause: string): FerryError {
   return new FerryError({ code: ErrorCode.Codec, op, cause });
-}
-
-export function ipv4ToString(n: number): string {
-  return `${n >>> 24}.${(n >>> 16) & 255}.${(n >>> 8) & 255}.${n & 255}`;
-}
-export function ipv4FromString(s: string): number {
-  // By hand, character by character: the writer encodes hundreds of thousands of these.
-  let n = 0;
-  let part = 0;
-  let digits = 0;
-  let dots = 0;
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    if (c >= 48 && c <= 57) {
-      part = part * 10 + (c - 48);
-      if (++digits > 3 || part > 255) throw codecError('encode ipv4', `"${s}" is not an IPv4 address`);
-    } else if (c === 46 && digits > 0 && dots < 3) {
-      n = n * 256 + part;
-      part = 0;
-      digits = 0;
-      dots++;
-    } else {
-      throw codecError('encode ipv4', `"${s}" is not an IPv4 address`);
-    }
-  }
-  if (dots !== 3 || digits === 0) throw codecError('encode ipv4', `"${s}" is not an IPv4 address`);
-  return n * 256 + part;
 }
 
 /** What a BTF scalar must look like to match a codec field. */
@@ -118,6 +99,11 @@ function expectScalar(btf: Btf, typeId: number, spec: FieldSpec): string | undef
       if (t.kind !== BtfKind.Array) return `expected a byte array, BTF has ${described}`;
       const elem = btf.resolve(t.elemType);
       if (elem.kind !== BtfKind.Int || elem.size !== 1) return `expected a byte array, BTF has ${described}`;
+      return undefined;
+    }
+    case 'u32s': {
+      const elem = t.kind === BtfKind.Array ? btf.resolve(t.elemType) : undefined;
+      if (!elem || elem.kind !== BtfKind.Int || elem.size !== 4 || elem.signed) return `expected a __u32 array, BTF has ${described}`;
       return undefined;
     }
     case 'be16':
@@ -189,6 +175,9 @@ export function structCodec<S extends Record<string, FieldSpec>>(cStruct: string
             break;
           case 'bytes':
             out[f.name] = Buffer.from(buf.subarray(o, o + f.size));
+            break;
+          case 'u32s':
+            out[f.name] = Array.from({ length: f.size / 4 }, (_, i) => buf.readUInt32LE(o + 4 * i));
             break;
           case 'u64':
             out[f.name] = buf.readBigUInt64LE(o);
@@ -269,6 +258,14 @@ function fieldWriter(f: LaidField, what: string): FieldWriter {
           b.copy(buf, at + offset);
         }
       };
+    case 'u32s': {
+      const write = checkedScalarWriter('u32', what);
+      return (buf, at, v) => {
+        const xs = (v[name] as readonly number[] | undefined) ?? [];
+        if (xs.length > size / 4) throw codecError(`encode ${what}`, `${xs.length} numbers do not fit in ${size / 4}`);
+        for (let i = 0; i < size / 4; i++) write(buf, xs[i] ?? 0, at + offset + 4 * i);
+      };
+    }
     case 'u64':
       return (buf, at, v) => void buf.writeBigUInt64LE(BigInt((v[name] as bigint | number | undefined) ?? 0n), at + offset);
     case 'ipv4':

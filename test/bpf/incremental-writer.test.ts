@@ -9,6 +9,7 @@ import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { LbScope } from '../../src/datapath/layouts.js';
 import { readServiceTable } from '../../src/datapath/service-table.js';
+import { firstBackendsMatch } from '../../src/datapath/write-plan.js';
 import { nodeView, serviceOutcome } from '../../src/model/desired.js';
 import { FrontendTable } from '../../src/model/frontend-table.js';
 import { NODE_IP, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
@@ -39,7 +40,9 @@ function meaning(n: DatapathNode) {
   const frontends = t.frontends.map((f) => {
     const k = `${f.key.address}:${f.key.port}/${f.key.proto}#${f.key.scope}`;
     frontendOfRevNat.set(f.master.revNatId, k);
-    return `${k} flags=${f.master.flags} aff=${f.master.affinityTimeout}/${f.master.affinityId ? 'y' : 'n'} maglev=${f.master.backendId ? 'y' : 'n'} → ${f.backendIds.map(backend).join(',')} ${f.name ?? ''}`;
+    // first=stale: the master entry's first_backends are not its first slots' backends.
+    const first = firstBackendsMatch(f.master, f.backendIds) ? 'ok' : 'stale';
+    return `${k} flags=${f.master.flags} aff=${f.master.affinityTimeout}/${f.master.affinityId ? 'y' : 'n'} maglev=${f.master.backendId ? 'y' : 'n'} first=${first} → ${f.backendIds.map(backend).join(',')} ${f.name ?? ''}`;
   }).sort();
   const ranges = [...n.dp.maps.lb4_src_ranges.keys()].map((k) => `${frontendOfRevNat.get(k.revNatId) ?? `orphan#${k.revNatId}`} ${k.source}/${k.prefixlen - 32}`).sort();
   return { frontends, wildcards: [...t.wildcards].sort(), ranges, backends: [...t.backends.values()].map((b) => `${b.address}:${b.port}/${b.proto}(${b.flags})`).sort() };
@@ -121,17 +124,23 @@ describeWith(['root', 'bpffs', 'netns'], 'incremental service writer', () => {
     // Written from the specs alone first (backend flags merged from earlier syncs settle).
     inc.writer.apply(desired, { reread: true });
     const before = meaning(inc);
-    const master = inc.dp.maps.lb4_services.entries().find(([k, v]) => k.slot === 0 && k.scope === LbScope.LB_SCOPE_EXTERNAL && v.count > 0)!;
-    // A backend slot pointed elsewhere, a master entry's count cut, and a stray frontend.
+    const masters = inc.dp.maps.lb4_services.entries().filter(([k, v]) => k.slot === 0 && k.scope === LbScope.LB_SCOPE_EXTERNAL && v.count > 0);
+    const master = masters[0]!;
+    const other = masters[1]!;
+    expect(before.frontends.every((f) => f.includes(' first=ok '))).toBe(true);
+    // A master entry carrying none of its first slots' backends (as a map migrated from
+    // layout 4 has them), a backend slot pointed elsewhere, a master entry's count cut,
+    // and a stray frontend.
+    inc.dp.maps.lb4_services.update(other[0], { ...other[1], firstBackends: [] });
     inc.dp.maps.lb4_services.update({ ...master[0], slot: 1 }, { ...master[1], backendId: 65_000, count: 0, revNatId: 0, flags: 0, affinityId: 0, affinityTimeout: 0 });
     inc.dp.maps.lb4_services.update(master[0], { ...master[1], count: 0 });
-    inc.dp.maps.lb4_services.update({ address: '10.96.99.99', port: 1, proto: 6, scope: 0, slot: 0 }, { backendId: 0, count: 0, revNatId: 0, flags: 0, affinityId: 0, affinityTimeout: 0 });
+    inc.dp.maps.lb4_services.update({ address: '10.96.99.99', port: 1, proto: 6, scope: 0, slot: 0 }, { backendId: 0, count: 0, revNatId: 0, flags: 0, affinityId: 0, affinityTimeout: 0, firstBackends: [] });
     expect(meaning(inc)).not.toEqual(before);
     // An incremental sync with nothing changed does not look at the maps.
     inc.writer.applyChanged(new Map());
     expect(meaning(inc)).not.toEqual(before);
     const stats = inc.writer.apply(desired, { reread: true });
-    expect(stats.entriesWritten + stats.entriesDeleted).toBeGreaterThanOrEqual(3);
+    expect(stats.entriesWritten + stats.entriesDeleted).toBeGreaterThanOrEqual(4);
     expect(meaning(inc)).toEqual(before);
   });
 });

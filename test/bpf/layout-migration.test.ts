@@ -10,6 +10,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { ct4EntryCodec, ct4KeyCodec, DropReason, LAYOUT_VERSION, mapSpecs, type MapName } from '../../src/datapath/layouts.js';
 import { layoutHistory } from '../../src/datapath/layout-history.js';
+import { readServiceTable } from '../../src/datapath/service-table.js';
+import { firstBackendsMatch } from '../../src/datapath/write-plan.js';
 import { FLOW_IDENTITY_FIELDS } from '../../src/datapath/layout-migration.js';
 import { openPinnedMap } from '../../src/ebpf/pinned.js';
 import { monotonicNs } from '../../src/datapath/ct-gc.js';
@@ -91,16 +93,24 @@ describeWith(['root', 'bpffs', 'netns'], 'upgrading the pinned maps across layou
     expect(release.commit).toMatch(/^[0-9a-f]{7,40}$/);
     const ct = node.dp.migrated.find((m) => m.map === 'ct4');
     expect(ct).toMatchObject({ fromLayout: 1, copied: 1, caughtUp: 1, dropped: 0 });
-    // Conntrack (layouts 2 and 4) and the reply bindings (layouts 3 and 4) changed shape; the counters
-    // grew a slot (a resize, layout unchanged); the backends became an array (another type, the
-    // same entries); every other map was adopted as it was.
-    expect(node.dp.migrated.map((m) => m.map).sort()).toEqual(['ct4', 'ferry_stats', 'lb4_backends', 'nat4']);
+    // Conntrack (layouts 2 and 4) and the reply bindings (layouts 3 and 4) changed shape, and
+    // the master entries (layout 5: their first slots); the counters grew a slot (a resize,
+    // layout unchanged); the backends became an array (another type, the same entries);
+    // every other map was adopted as it was.
+    expect(node.dp.migrated.map((m) => m.map).sort()).toEqual(['ct4', 'ferry_stats', 'lb4_backends', 'lb4_services', 'nat4']);
+    const services = node.dp.migrated.find((m) => m.map === 'lb4_services');
+    expect(services).toMatchObject({ fromLayout: 4, dropped: 0 }); // the shape of layouts 1 to 4
+    expect(services?.copied).toBeGreaterThan(TC_SERVICES.length);
+    // Converted carrying no first slots, then written again by the agent's first sync.
+    const masters = readServiceTable(node.dp.maps).frontends.filter((f) => f.backendIds.length > 0);
+    expect(masters.length).toBeGreaterThan(0);
+    expect(masters.filter((f) => !firstBackendsMatch(f.master, f.backendIds))).toEqual([]);
     const backends = node.dp.maps.lb4_backends.entries().length;
     expect(backends).toBeGreaterThan(1);
     expect(node.dp.migrated.find((m) => m.map === 'lb4_backends')).toMatchObject({ fromLayout: LAYOUT_VERSION, copied: backends, dropped: 0 });
     expect(node.dp.migrated.find((m) => m.map === 'nat4')).toMatchObject({ fromLayout: 2, copied: 1, caughtUp: 1, dropped: 0 });
     expect(node.dp.migrated.find((m) => m.map === 'ferry_stats')).toMatchObject({ fromLayout: LAYOUT_VERSION, dropped: 0 });
-    expect(node.dp.tc.pinReport.adopted).toContain('lb4_services');
+    expect(node.dp.tc.pinReport.adopted).toContain('lb4_reverse_nat');
     expect(readdirSync(node.pinDir).filter((f) => f.endsWith('_next'))).toEqual([]);
 
     const flows = node.dp.maps.ct4.entries();
