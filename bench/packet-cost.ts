@@ -5,7 +5,8 @@
 // so after the first repeat a translating program would see its own output (the node's
 // address, the backend's port: a flow it does not know), and a repeated timing measures
 // that miss instead. The packets are the tests' own fixtures (src/sandbox/fixtures/tc.ts),
-// each checked before it is timed.
+// each checked before it is timed, and a new flow to a Service of 16 endpoints whose slot
+// its master entry does not carry (checked to be redirected and to land past the 4th slot).
 // Run as root: npx tsx bench/packet-cost.ts [--services 100000] [--runs 2000]
 import { parseArgs } from 'node:util';
 import { join } from 'node:path';
@@ -16,8 +17,8 @@ import { BpfObject } from '../src/ebpf/object.js';
 import { testRun } from '../src/ebpf/test-run.js';
 import { inNetns } from '../src/sys/netns.js';
 import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../src/sandbox/datapath-node.js';
-import { CLIENT_PORT, TC_SERVICES, fixture } from '../src/sandbox/fixtures/tc.js';
-import { runFixture, type PacketFixture } from '../src/sandbox/packet-fixture.js';
+import { CLIENT_PORT, TC_SERVICES, fixture, syn } from '../src/sandbox/fixtures/tc.js';
+import { TcVerdict, runFixture, type PacketFixture } from '../src/sandbox/packet-fixture.js';
 import { skbContext, xdpContext } from '../src/ebpf/skb-context.js';
 import { serviceMapSizes } from './map-sizes.js';
 import { CHUNK, interleaved } from './interleave.js';
@@ -34,6 +35,34 @@ const RUNS = Math.max(CHUNK, Math.round(Number(values.runs ?? 2000) / CHUNK) * C
 const filler = (n: number): FrontendSpec[] =>
   Array.from({ length: n }, (_, i) => ({ address: `10.${100 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}`, port: 80, proto: 'TCP' as const, kind: 'ExternalIP' as const, backends: [{ address: `10.244.2.${(i % 200) + 10}`, port: 8080, local: false }] }));
 
+/** A NodePort Service of 16 remote endpoints: a master entry carries the backends of its
+ * first 4 slots (map layout 5), so this case's flow is one that hashes past them and
+ * looks its slot up, as every new flow did before. */
+const WIDE_PORT = 30083;
+const WIDE_SLOTS = 16;
+const WIDE: FrontendSpec = {
+  address: NODE_IP, port: WIDE_PORT, proto: 'TCP', kind: 'NodePort', service: 'default/wide:http',
+  backends: Array.from({ length: WIDE_SLOTS }, (_, i) => ({ address: `10.244.2.${100 + i}`, port: 8080, local: false })),
+};
+
+/** A client port whose new flow to WIDE lands in a slot past the fourth, and that flow's SYN. */
+function wideFlow(node: DatapathNode): { sport: number; input: Buffer } {
+  const services = node.dp.maps.lb4_services;
+  const slotOf = new Map<number, number>();
+  for (let slot = 1; slot <= WIDE_SLOTS; slot++) {
+    const v = services.lookup({ address: NODE_IP, port: WIDE_PORT, proto: 6, scope: layouts.LbScope.LB_SCOPE_EXTERNAL, slot });
+    if (v) slotOf.set(v.backendId, slot);
+  }
+  for (let sport = CLIENT_PORT; sport < CLIENT_PORT + 256; sport++) {
+    node.flushState();
+    const input = syn(NODE_IP, WIDE_PORT, { sport });
+    if (node.run('tc_ingress', input).retval !== TcVerdict.REDIRECT) throw new Error(`wide: the SYN from port ${sport} was not redirected`);
+    const ct = node.dp.maps.ct4.lookup({ saddr: CLIENT_IP, daddr: NODE_IP, sport, dport: WIDE_PORT, proto: 6 });
+    if ((slotOf.get(ct?.backendId ?? 0) ?? 0) > 4) return { sport, input };
+  }
+  throw new Error('wide: no client port of 256 hashed past the fourth slot');
+}
+
 /** The fixture, checked once on a clean state (setup included, through XDP then tc). */
 function checked(node: DatapathNode, id: string): PacketFixture {
   const f = fixture(id);
@@ -44,12 +73,13 @@ function checked(node: DatapathNode, id: string): PacketFixture {
 }
 
 type Hook = 'tc' | 'xdp';
-const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[]; askHost?: boolean }> = [
+const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[]; askHost?: boolean; wide?: boolean }> = [
   { name: 'new flow, local backend', id: 'nodeport-local', fresh: { dport: 30080 }, hooks: ['tc'] },
   { name: 'new flow, remote backend (SNAT)', id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'] },
   // The same with host_ports untrusted, as before the socket hooks marked the host's binds:
   // the host's sockets asked about the port (what the map saves).
   { name: "new flow, remote backend (SNAT), the host's sockets asked", id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'], askHost: true },
+  { name: 'new flow, remote backend (SNAT), a Service of 16 endpoints, slot past the 4th', id: 'wide', fresh: { dport: WIDE_PORT }, hooks: ['tc', 'xdp'], wide: true },
   { name: 'established flow, local backend', id: 'nodeport-local-established', hooks: ['tc', 'xdp'] },
   { name: 'established flow, remote backend (SNAT)', id: 'nodeport-remote-established', hooks: ['tc', 'xdp'] },
   { name: 'reply to an SNATed flow', id: 'snat-reply', hooks: ['tc', 'xdp'] },
@@ -69,10 +99,10 @@ function runner(node: DatapathNode, c: (typeof CASES)[number], hook: Hook): () =
   // A build from before host_ports (compare-builds' base) has no such case.
   const hostPorts = (node.dp.maps as Partial<typeof node.dp.maps>).host_ports;
   if (hostPorts) hostPorts.update(layouts.HostPortsSlot.HOST_PORTS_TRUSTED, c.askHost ? 0n : 1n);
-  const f = checked(node, c.id);
+  const f = c.wide ? wideFlow(node) : { sport: CLIENT_PORT, input: checked(node, c.id).input };
   if (!c.fresh) return () => run(f.input);
   // The key the runs delete must be the flow's, or every run after the first times an established flow.
-  const key = { saddr: CLIENT_IP, daddr: NODE_IP, sport: CLIENT_PORT, dport: c.fresh.dport, proto: 6 };
+  const key = { saddr: CLIENT_IP, daddr: NODE_IP, sport: f.sport, dport: c.fresh.dport, proto: 6 };
   run(f.input);
   if (!node.dp.maps.ct4.lookup(key)) throw new Error(`${c.id}: no conntrack entry at ${JSON.stringify(key)}`);
   // A new flow each time: its conntrack entry and its reply entries go (bench/new-flow.ts).
@@ -102,9 +132,9 @@ async function main(): Promise<void> {
       tc: () => inNetns(probe.host.netns, () => testRun(empty.tc.program('pass'), { data: packet, ctx: skbContext({ ifindex: probe.ifindex }) }).durationNs),
       xdp: () => inNetns(probe.host.netns, () => testRun(empty.xdp.program('xdp_pass'), { data: packet, ctx: xdpContext(probe.ifindex, packet.length) }).durationNs),
     };
-    nodes.one.writer.apply(TC_SERVICES);
+    nodes.one.writer.apply([...TC_SERVICES, WIDE]);
     const t0 = Date.now();
-    nodes.many.writer.apply([...filler(MANY), ...TC_SERVICES]);
+    nodes.many.writer.apply([...filler(MANY), ...TC_SERVICES, WIDE]);
     const loadMs = Date.now() - t0;
     const rows: Array<{ case: string; hook: Hook } & Cell> = [];
     for (const c of CASES) {
