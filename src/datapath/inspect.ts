@@ -7,6 +7,7 @@ import { PinnedDatapath } from './pinned-view.js';
 import { interfaceName } from '../sys/interfaces.js';
 import { macText } from '../packet/addr.js';
 import { readServiceTable } from './service-table.js';
+import { firstBackendsMatch } from './write-plan.js';
 import { hopEpochParts } from './hop-epoch.js';
 import { summarizeHostPorts, type HostPortsSummary } from './host-ports.js';
 
@@ -97,6 +98,7 @@ function flatten(name: MapName, k: Record<string, unknown> | number, v: Record<s
     else if (typeof x === 'bigint') row[f] = Number(x);
     else if (f === 'hopMacs' && Buffer.isBuffer(x)) row[f] = `${macText(x)} (from ${macText(x.subarray(6))})`;
     else if (f === 'bits' && Buffer.isBuffer(x)) row[f] = `${setBits(x)} of ${x.length * 8} set`; // lb4_addr_filter
+    else if (f === 'firstBackends' && Array.isArray(x)) row[f] = x.filter((id) => id !== 0).join(',') || '-'; // lb4_services: the slots a master carries
     else if (Buffer.isBuffer(x)) row[f] = x.toString('utf8').replace(/\0.*$/s, '');
     else row[f] = x as string | number;
   }
@@ -180,6 +182,9 @@ export function listFrontends(pinDir: string): FrontendRow[] {
       if (v.flags & LbFlags.LB_F_FWD_DSR) flags.push('dsr');
       if (v.flags & LbFlags.LB_F_FWD_SNAT) flags.push('snat');
       if (v.backendId) flags.push(`maglev=${v.backendId}`);
+      // Its first slots' backends not carried as its slots say (a map migrated from layout 4,
+      // until the agent's next sync): still balanced right, by a second lookup.
+      if (!firstBackendsMatch(v, backendIds)) flags.push('first-slots-stale');
       return {
         id: v.revNatId,
         service: name ?? '-',

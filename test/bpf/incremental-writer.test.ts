@@ -7,7 +7,8 @@
 // back puts right an entry changed behind the writer's back.
 import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { LbScope } from '../../src/datapath/layouts.js';
+import { LbScope, protoName } from '../../src/datapath/layouts.js';
+import { dumpMap, listFrontends } from '../../src/datapath/inspect.js';
 import { readServiceTable } from '../../src/datapath/service-table.js';
 import { firstBackendsMatch } from '../../src/datapath/write-plan.js';
 import { nodeView, serviceOutcome } from '../../src/model/desired.js';
@@ -132,6 +133,12 @@ describeWith(['root', 'bpffs', 'netns'], 'incremental service writer', () => {
     // layout 4 has them), a backend slot pointed elsewhere, a master entry's count cut,
     // and a stray frontend.
     inc.dp.maps.lb4_services.update(other[0], { ...other[1], firstBackends: [] });
+    // `ferry service list` flags it, `ferry map dump lb4_services` shows what each master carries.
+    const stale = listFrontends(inc.pinDir).filter((r) => r.flags.includes('first-slots-stale')).map((r) => r.frontend);
+    expect(stale).toEqual([`${other[0].address}:${other[0].port}/${protoName(other[0].proto)}`]);
+    const dumped = dumpMap(inc.pinDir, 'lb4_services').filter((r) => r.slot === 0 && r.count !== 0);
+    expect(dumped.filter((r) => r.firstBackends === '-')).toHaveLength(1);
+    expect(dumped.filter((r) => typeof r.firstBackends === 'string' && /^\d+(,\d+)*$/.test(r.firstBackends)).length).toBe(dumped.length - 1);
     inc.dp.maps.lb4_services.update({ ...master[0], slot: 1 }, { ...master[1], backendId: 65_000, count: 0, revNatId: 0, flags: 0, affinityId: 0, affinityTimeout: 0 });
     inc.dp.maps.lb4_services.update(master[0], { ...master[1], count: 0 });
     inc.dp.maps.lb4_services.update({ address: '10.96.99.99', port: 1, proto: 6, scope: 0, slot: 0 }, { backendId: 0, count: 0, revNatId: 0, flags: 0, affinityId: 0, affinityTimeout: 0, firstBackends: [] });
