@@ -40,6 +40,19 @@ describe('struct codecs', () => {
     const b = c.encode({ mac: Buffer.from([1, 2, 3, 4, 5, 6]), n: 2n ** 63n });
     expect(c.decode(b)).toEqual({ mac: Buffer.from([1, 2, 3, 4, 5, 6]), n: 2n ** 63n });
   });
+
+  it('handles __u32 arrays: 4-byte aligned, short lists filled with zeros, too long or out of range refused', () => {
+    const c = structCodec('m', { n: { type: 'u16' }, pad: { type: 'pad', length: 2 }, ids: { type: 'u32s', count: 3 } });
+    expect(c.size).toBe(16);
+    expect(c.offsetOf!('ids')).toBe(4);
+    const b = c.encode({ n: 1, ids: [7, 2 ** 32 - 1] });
+    expect([...b.subarray(4)]).toEqual([7, 0, 0, 0, 255, 255, 255, 255, 0, 0, 0, 0]);
+    expect(c.decode(b)).toEqual({ n: 1, ids: [7, 2 ** 32 - 1, 0] });
+    expect(() => c.encode({ n: 1, ids: [1, 2, 3, 4] })).toThrow(/4 numbers do not fit in 3/);
+    expect(() => c.encode({ n: 1, ids: [-1] })).toThrow(/out of range/);
+    expect(c.numberReader!('ids')).toBeUndefined();
+    expect(() => structCodec('odd', { b: { type: 'u8' }, ids: { type: 'u32s', count: 1 } })).toThrow(/not 4-byte aligned/);
+  });
 });
 
 describe('field readers', () => {
