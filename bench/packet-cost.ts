@@ -40,6 +40,8 @@ const filler = (n: number): FrontendSpec[] =>
  * looks its slot up, as every new flow did before. */
 const WIDE_PORT = 30083;
 const WIDE_SLOTS = 16;
+// How many first slots a master carries (4; compare-builds' base may predate them).
+const CARRIED = (layouts as Partial<typeof layouts>).FirstSlots?.LB4_FIRST_SLOTS ?? 4;
 const WIDE: FrontendSpec = {
   address: NODE_IP, port: WIDE_PORT, proto: 'TCP', kind: 'NodePort', service: 'default/wide:http',
   backends: Array.from({ length: WIDE_SLOTS }, (_, i) => ({ address: `10.244.2.${100 + i}`, port: 8080, local: false })),
@@ -58,7 +60,7 @@ function wideFlow(node: DatapathNode): { sport: number; input: Buffer } {
     const input = syn(NODE_IP, WIDE_PORT, { sport });
     if (node.run('tc_ingress', input).retval !== TcVerdict.REDIRECT) throw new Error(`wide: the SYN from port ${sport} was not redirected`);
     const ct = node.dp.maps.ct4.lookup({ saddr: CLIENT_IP, daddr: NODE_IP, sport, dport: WIDE_PORT, proto: 6 });
-    if ((slotOf.get(ct?.backendId ?? 0) ?? 0) > 4) return { sport, input };
+    if ((slotOf.get(ct?.backendId ?? 0) ?? 0) > CARRIED) return { sport, input };
   }
   throw new Error('wide: no client port of 256 hashed past the fourth slot');
 }
