@@ -64,13 +64,13 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 	/* A reply to a flow this node SNATed toward a remote backend. */
 	{
 		__u64 now;
-		int unbound = 0;
+		__u64 unbound = 0; /* in a switch: its word, as the reply was judged by */
 		struct nat4_entry *nat = snat4_reply_of(ctx, &p, &now, &unbound);
 
 		if (nat)
 			return nodeport_reply_remote(ctx, &p, nat, now);
 		if (unlikely(unbound))
-			return handover_unplaced(p.len);
+			return handover_unplaced(p.len, unbound);
 	}
 	STAGE_END(3);
 	return nodeport_ingress(ctx, &p);
@@ -93,8 +93,10 @@ static __always_inline int tc_egress_packet(struct __sk_buff *ctx)
 	ct4_key_of(&p, &k);
 	nat = bpf_map_lookup_elem(&nat4, &k);
 	if (!nat) {
-		if (unlikely(local_reply_unbound_in_handover(&p)))
-			return handover_unplaced(p.len);
+		__u64 unbound = local_reply_unbound_in_handover(&p);
+
+		if (unlikely(unbound))
+			return handover_unplaced(p.len, unbound);
 		return CTX_ACT_UNSPEC;
 	}
 	if (!(nat->flags & CT_F_LOCAL))

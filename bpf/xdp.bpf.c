@@ -68,13 +68,13 @@ static __always_inline int xdp_packet(struct xdp_md *ctx)
 	/* A reply to a flow this node SNATed toward a remote backend. */
 	{
 		__u64 now;
-		int unbound = 0;
+		__u64 unbound = 0; /* in a switch: its word, as the reply was judged by */
 		struct nat4_entry *nat = snat4_reply_of(ctx, &p, &now, &unbound);
 
 		if (nat)
 			return nodeport_reply_remote(ctx, &p, nat, now);
 		if (unbound)
-			return handover_unplaced(p.len);
+			return handover_unplaced(p.len, unbound);
 	}
 	return nodeport_ingress(ctx, &p);
 }

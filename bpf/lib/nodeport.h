@@ -270,12 +270,13 @@ static __always_inline int nodeport_forward(struct __ctx_buff *ctx, const struct
 					    const struct ct4_key *key, struct ct4_entry *ct, __u64 now)
 {
 	int rebalanced = ct != NULL;
+	__u64 unbound;
 	int rc;
 
 	if (ct && (ct_expired(ct->expires_ns, now) || ct_tcp_reopen(p, ct->flags)))
 		snat4_release(ct, p); /* a new flow on an old tuple: the old binding goes */
-	else if (!ct && ct4_unknown_in_handover(p))
-		return handover_unplaced(p->len);
+	else if (!ct && (unbound = ct4_unknown_in_handover(p)))
+		return handover_unplaced(p->len, unbound);
 	/* The new entry is built and sent on in a per-CPU slot, and inserted last: written
 	 * into ct4 first, it would have to be looked up again for its map value. */
 	ct = ct4_fresh_slot();

@@ -221,21 +221,15 @@ static __always_inline __u64 handover_current(void)
 	return until && bpf_ktime_get_ns() < until ? until : 0;
 }
 
-static __always_inline int handover_active(void)
-{
-	return handover_current() != 0;
-}
-
 /* A packet of the three kinds below, which this build cannot place in a switch: passed to
  * the previous programs chained behind (FERRY_HANDOVER_CHAINED), which place it from their
  * own maps; else dropped (a TCP segment comes again once the entry is copied, a UDP
- * datagram is lost). */
-static __always_inline int handover_unplaced(__u32 len)
+ * datagram is lost). `handover` is the switch's word the packet was judged by, not read
+ * again: the agent ends a chained switch by clearing the word, and a second read taken
+ * after that would drop, unchained, a packet judged in the chained switch. */
+static __always_inline int handover_unplaced(__u32 len, __u64 handover)
 {
-	__u32 zero = 0;
-	struct ferry_handover *h = bpf_map_lookup_elem(&ferry_handover, &zero);
-
-	if (h && (h->until_ns & FERRY_HANDOVER_CHAINED))
+	if (handover & FERRY_HANDOVER_CHAINED)
 		return CTX_ACT_UNSPEC;
 	return count_drop(DROP_HANDOVER_UNBOUND, len);
 }
@@ -244,18 +238,22 @@ static __always_inline int handover_unplaced(__u32 len)
  * has not copied yet: handed to the host, it would reset the backend's end of the
  * connection; it is left to handover_unplaced. A host socket on the tuple keeps it the
  * host's. */
-static __always_inline int snat4_unbound_in_handover(struct __ctx_buff *ctx, const struct ct4_key *k)
+static __always_inline __u64 snat4_unbound_in_handover(struct __ctx_buff *ctx, const struct ct4_key *k)
 {
-	return handover_active() && !snat4_port_in_use(ctx, k);
+	__u64 handover = handover_current();
+
+	return handover && !snat4_port_in_use(ctx, k) ? handover : 0;
 }
 
 /* In a switch, a client's TCP segment other than a SYN with no conntrack entry may be of a
  * flow the previous programs opened and the agent has not copied yet: balanced afresh it
  * could take another SNAT port (or backend) than its own, which the backend would answer
  * with a reset: left to handover_unplaced. */
-static __always_inline int ct4_unknown_in_handover(const struct pkt4 *p)
+static __always_inline __u64 ct4_unknown_in_handover(const struct pkt4 *p)
 {
-	return p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_SYN | TCP_ACK)) != TCP_SYN && handover_active();
+	if (p->proto != IPPROTO_TCP || (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN)
+		return 0;
+	return handover_current();
 }
 
 /* In a switch, a segment leaving from a local backend's endpoint with no binding may be a
@@ -267,7 +265,7 @@ static __always_inline int ct4_unknown_in_handover(const struct pkt4 *p)
  * the socket hooks balanced), after their retransmission timeout. Unchained, UDP is not
  * judged: such a datagram would be lost, and an east-west answer needs no binding.
  * Packets from other endpoints (the pods' own connections, the host's) go on. */
-static __always_inline int local_reply_unbound_in_handover(const struct pkt4 *p)
+static __always_inline __u64 local_reply_unbound_in_handover(const struct pkt4 *p)
 {
 	struct lb4_backend_key bk = { .address = p->saddr, .port = p->sport, .proto = p->proto };
 	struct lb4_backend *b;
@@ -279,16 +277,17 @@ static __always_inline int local_reply_unbound_in_handover(const struct pkt4 *p)
 		return 0;
 	id = bpf_map_lookup_elem(&lb4_backend_ids, &bk);
 	b = id ? lb4_backend(*id) : NULL;
-	return b && (b->flags & LB_BACKEND_F_LOCAL);
+	return b && (b->flags & LB_BACKEND_F_LOCAL) ? handover : 0;
 }
 
 /* The SNAT binding a packet is a reply to, if any, and in `now` the time it was judged
  * live by (the reply's accounting uses it too). Only a packet to the SNAT address on a
  * port of the SNAT range can be one: anything else (every client packet to a NodePort or a
  * LoadBalancer IP) is told so without a lookup or a clock read. `unbound` is set for one
- * that finds no binding in an upgrade's switch: the caller leaves it to handover_unplaced. */
+ * that finds no binding in an upgrade's switch, to the switch's word (handover_current) it was
+ * judged by: the caller leaves it to handover_unplaced with that word. */
 static __always_inline struct nat4_entry *snat4_reply_of(struct __ctx_buff *ctx, const struct pkt4 *p, __u64 *now,
-							 int *unbound)
+							 __u64 *unbound)
 {
 	__u32 port = bpf_ntohs(p->dport);
 	/* Decided on a value the verifier cannot tie back to the packet's fields: else the paths
