@@ -49,7 +49,7 @@ demo: build
 	@bash scripts/demo.sh
 
 ## bench: the benchmarks with quick settings, < 10 min (bench/results/quick/); see bench/README.md
-BENCH_REPORTS := forwarding rules-scaling connect-gap connect-trace pps agent-sync packet-cost packet-stages snat-capacity ipam l2 bgp
+BENCH_REPORTS := forwarding rules-scaling connect-gap connect-trace pps pps-node agent-sync packet-cost packet-stages snat-capacity ipam l2 bgp
 bench: build
 	@rm -rf bench/results/quick
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/forwarding.ts --seconds 3 --rr-seconds 1 --repeat 3
@@ -57,6 +57,7 @@ bench: build
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/connect-gap.ts --count 1000 --repeat 3
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/connect-trace.ts --count 200 --repeat 2
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/pps.ts --services 1,10000 --seconds 2 --repeat 2
+	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/pps-node.ts --services 1,10000 --frames 300000 --rounds 3
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/agent-sync.ts --services 1000,10000 --changes 50
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/packet-cost.ts --services 100000 --runs 500
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/packet-stages.ts --runs 500
@@ -81,6 +82,7 @@ bench-full: build
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/connect-gap.ts --count 2000 --repeat 5
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/connect-trace.ts --count 300 --repeat 3
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/pps.ts --services 1,10000 --seconds 5 --repeat 3
+	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/pps-node.ts --services 1,10000 --frames 1000000 --rounds 7
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/agent-sync.ts --services 1000,10000,50000,100000 --changes 100
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/packet-cost.ts --services 100000 --runs 2000
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/packet-stages.ts --runs 2000

@@ -12,6 +12,7 @@
 const volatile __u8 src_mac[ETH_ALEN] = {};
 const volatile __u8 dst_mac[ETH_ALEN] = {};
 const volatile __be32 dst_addr = 0;
+const volatile __be32 src_addr = 0; /* 0: the source left as it is */
 const volatile __be16 dst_port = 0;
 
 SEC("xdp")
@@ -40,6 +41,17 @@ int xdp_bounce(struct xdp_md *ctx)
 		sum = (sum & 0xffff) + (sum >> 16);
 		ip->check = (__u16)~sum;
 		ip->daddr = dst_addr;
+	}
+	if (src_addr) {
+		/* The source too (bench/pps-node.ts: a forwarder that translates both ends). */
+		__u32 sum = (__u16)~ip->check;
+
+		sum += (__u16)~(ip->saddr & 0xffff) + (__u16)~(ip->saddr >> 16);
+		sum += (src_addr & 0xffff) + (src_addr >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		ip->check = (__u16)~sum;
+		ip->saddr = src_addr;
 	}
 	ports[1] = dst_port;
 	return XDP_TX;

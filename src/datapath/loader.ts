@@ -4,7 +4,7 @@ import { renameSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BpfMap } from '../ebpf/map.js';
-import { BpfObject } from '../ebpf/object.js';
+import { BpfObject, type Program } from '../ebpf/object.js';
 import { attachCgroup, type CgroupTarget } from '../ebpf/link-cgroup.js';
 import { HostPorts } from './host-ports.js';
 import { attachTc } from '../ebpf/link-tc.js';
@@ -303,6 +303,9 @@ export class Datapath {
     links.push(link);
     this.links.push(link);
   }
+
+  /** The XDP program on a device this process attached (bench/pps-node.ts runs it directly). */
+  xdpProgram(ifname: string): Program | undefined { return this.xdp.get(ifname)?.obj.program('xdp_ingress'); }
 
   /** Devices the tc programs were attached to (by this process). */
   attachedDevices(): string[] {

@@ -2,6 +2,7 @@
 import { ErrorCode, FerryError, errnoError } from '../errors.js';
 import { libbpf } from './libbpf.js';
 import type { Program } from './object.js';
+import { xdpContext } from './skb-context.js';
 
 export interface TestRunInput {
   data: Buffer;
@@ -28,7 +29,11 @@ export interface TestRunResult {
 export const TEST_RUN_OPTS = {
   size: 80, sz: 0, data_in: 8, data_out: 16, data_size_in: 24, data_size_out: 28,
   ctx_in: 32, ctx_out: 40, ctx_size_in: 48, ctx_size_out: 52, retval: 56, repeat: 60, duration: 64,
+  flags: 68, cpu: 72, batch_size: 76,
 } as const;
+
+/** BPF_F_TEST_XDP_LIVE_FRAMES (linux/bpf.h): XDP verdicts act, as in a driver. */
+const TEST_XDP_LIVE_FRAMES = 1 << 1;
 
 export function testRun(program: Program, input: TestRunInput): TestRunResult {
   const T = TEST_RUN_OPTS;
@@ -63,4 +68,46 @@ export function testRun(program: Program, input: TestRunInput): TestRunResult {
     ctx: ctxOut ? Buffer.from(ctxOut.subarray(0, opts.readUInt32LE(T.ctx_size_out))) : undefined,
     durationNs: opts.readUInt32LE(T.duration),
   };
+}
+
+export interface LiveFramesInput {
+  /** The frame every run starts from (the kernel writes it into each page once). */
+  data: Buffer;
+  /** The device the frames arrive on, by index in the calling thread's netns. */
+  ifindex: number;
+  frames: number;
+  /** Frames per batch (the kernel's default: 64). */
+  batchSize?: number;
+}
+
+/**
+ * XDP's live-frames mode: `frames` runs of an XDP program whose verdicts act as in a
+ * driver receiving on `ifindex` (XDP_TX and XDP_REDIRECT transmit, XDP_PASS hands the frame
+ * to the stack), in the calling thread, which the whole run occupies. A packet source in
+ * the kernel for the benchmarks. Returns the run's wall time.
+ */
+export function runLiveFrames(program: Program, input: LiveFramesInput): { wallNs: number } {
+  const T = TEST_RUN_OPTS;
+  const lb = libbpf();
+  const op = `live frames ${program.name}`;
+  if (!Number.isInteger(input.frames) || input.frames < 1 || input.frames > 0x7fffffff) {
+    throw new FerryError({ code: ErrorCode.TestRun, op, cause: `frames ${input.frames} is not in 1..2^31-1` });
+  }
+  const dataIn = Buffer.from(input.data);
+  const ctxIn = xdpContext(input.ifindex, dataIn.length);
+  const opts = Buffer.alloc(T.size);
+  opts.writeBigUInt64LE(BigInt(T.size), T.sz);
+  opts.writeBigUInt64LE(lb.addressOf(dataIn), T.data_in);
+  opts.writeUInt32LE(dataIn.length, T.data_size_in);
+  opts.writeBigUInt64LE(lb.addressOf(ctxIn), T.ctx_in);
+  opts.writeUInt32LE(ctxIn.length, T.ctx_size_in);
+  opts.writeInt32LE(input.frames, T.repeat);
+  opts.writeUInt32LE(TEST_XDP_LIVE_FRAMES, T.flags);
+  opts.writeUInt32LE(input.batchSize ?? 0, T.batch_size);
+  const t0 = process.hrtime.bigint();
+  const rc = lb.progTestRun(program.fd, opts);
+  const wallNs = Number(process.hrtime.bigint() - t0);
+  void [dataIn, ctxIn];
+  if (rc < 0) throw errnoError(op, rc, ErrorCode.TestRun);
+  return { wallNs };
 }

@@ -21,6 +21,7 @@ int main(void) {
   F(bpf_test_run_opts, ctx_in); F(bpf_test_run_opts, ctx_out);
   F(bpf_test_run_opts, ctx_size_in); F(bpf_test_run_opts, ctx_size_out);
   F(bpf_test_run_opts, retval); F(bpf_test_run_opts, repeat); F(bpf_test_run_opts, duration);
+  F(bpf_test_run_opts, flags); F(bpf_test_run_opts, cpu); F(bpf_test_run_opts, batch_size);
   S(bpf_map_batch_opts); F(bpf_map_batch_opts, sz); F(bpf_map_batch_opts, elem_flags); F(bpf_map_batch_opts, flags);
   S(bpf_tc_hook); S(bpf_tc_opts);
   S(bpf_map_create_opts); F(bpf_map_create_opts, sz); F(bpf_map_create_opts, map_flags);

@@ -1,0 +1,246 @@
+// Packets per second one CPU forwards through a node's NodePort to a backend on another node,
+// with the testbed's own work taken out of the way: the kernel itself is the source and the
+// sink sits at the forwarding node's first hop. bench/pps.ts measures the whole testbed
+// (trafgen, a switch, a receiving node), whose shared CPUs hold every dataplane near the
+// same rate on a small machine; this one measures what the forwarding node's dataplane costs.
+//
+// Source: BPF_PROG_TEST_RUN in XDP live-frames mode, in node-2's netns, on node-2's device:
+// bpf/tests/xdp_inject.bpf.c writes each frame (UDP datagrams or TCP SYNs from the client's
+// address to node-2's NodePort, over 1024 source ports) and hands it to the dataplane under
+// test as if the frame had arrived there: ferry's xdp_ingress by a tail call, or the stack
+// (XDP_PASS: ferry's tc programs, or kube-proxy-shaped iptables / nftables rules). Sink:
+// bpf/tests/xdp_sink.bpf.c on the switch port node-2 sends into counts and drops what arrives
+// translated (to the pod on node-1, from node-2's address). The whole path runs in the
+// injecting thread (one syscall per run; veth's receive work runs as the batch's softirq).
+// Run as root: npx tsx bench/pps-node.ts [--services 1,10000] [--frames 1000000] [--rounds 5]
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { MiniCluster, type TestService } from '../src/sandbox/mini-cluster.js';
+import { CLIENT_NET, type PodInfo } from '../src/sandbox/network.js';
+import { TARGET_IP, clusterIP, iptablesRules, nftRules } from './kube-proxy-rules.js';
+import { serviceMapSizes } from './map-sizes.js';
+import { barChart } from './plot.js';
+import { inNetns } from '../src/sys/netns.js';
+import { execOk } from '../src/sys/exec.js';
+import { BpfObject } from '../src/ebpf/object.js';
+import { attachXdpDevice } from '../src/ebpf/link-xdp.js';
+import { ifindexOf } from '../src/ebpf/link-tc.js';
+import { u32Codec, u64Codec } from '../src/ebpf/codec.js';
+import { runLiveFrames } from '../src/ebpf/test-run.js';
+import { defaultObjectsDir } from '../src/datapath/loader.js';
+import { busyCpuNs, fmtStat, markdownTable, median, progress, publish, stat, type Stat } from './report.js';
+import { injectorSettings, type InjectedFlow } from './inject-frame.js';
+
+const { values } = parseArgs({ options: { services: { type: 'string' }, frames: { type: 'string' }, rounds: { type: 'string' } } });
+const COUNTS = (values.services ?? '1,10000').split(',').map(Number);
+const FRAMES = Number(values.frames ?? 1_000_000);
+const ROUNDS = Number(values.rounds ?? 5);
+const COMMAND = `npx tsx bench/pps-node.ts --services ${COUNTS.join(',')} --frames ${FRAMES} --rounds ${ROUNDS}`;
+
+const SINK_PORT = 9000;
+const NODE_PORT = { udp: 30900, tcp: 30901 } as const;
+type Proto = keyof typeof NODE_PORT;
+/** 'xdp bounce': the floor, a forwarder that only readdresses both ends and bounces (bpf/tests/xdp_bounce.bpf.c). */
+const DATAPLANES = ['xdp bounce', 'ferry xdp', 'ferry tc', 'iptables', 'nftables'] as const;
+type Dataplane = (typeof DATAPLANES)[number];
+
+interface Run { pps: number; cpuNsPerPacket: number; lost: number }
+interface Row { dataplane: Dataplane; services: number; proto: Proto; pps: Stat; cpuNsPerPacket: Stat; lost: number; perRoundVsIptables: Stat; programNs?: Record<string, number> }
+
+/** run_time_ns and run_cnt of every loaded program, summed by name (bpftool). */
+async function programStats(): Promise<Map<string, { ns: number; runs: number }>> {
+  const all = JSON.parse(await execOk('bpftool', ['-j', 'prog', 'show'])) as Array<{ name?: string; run_time_ns?: number; run_cnt?: number }>;
+  const out = new Map<string, { ns: number; runs: number }>();
+  for (const p of all) {
+    if (!p.name) continue;
+    const have = out.get(p.name) ?? { ns: 0, runs: 0 };
+    out.set(p.name, { ns: have.ns + (p.run_time_ns ?? 0), runs: have.runs + (p.run_cnt ?? 0) });
+  }
+  return out;
+}
+
+const macOf = async (host: { execOk(a: string[]): Promise<string> }, dev: string): Promise<string> =>
+  (JSON.parse(await host.execOk(['ip', '-j', 'link', 'show', dev])) as Array<{ address: string }>)[0]!.address;
+const macBytes = (m: string): Buffer => Buffer.from(m.split(':').map((h) => parseInt(h, 16)));
+/** A __be32 / __be16 constant as the little-endian number whose bytes are network order. */
+const be32 = (ip: string): number => Buffer.from(ip.split('.').map(Number)).readUInt32LE(0);
+const be16 = (n: number): number => Buffer.from([n >> 8, n & 255]).readUInt16LE(0);
+
+async function main(): Promise<void> {
+  if (!Number.isInteger(FRAMES) || FRAMES < 10_000) throw new Error('--frames: at least 10000');
+  const max = Math.max(...COUNTS);
+  progress('pps-node: 2-node testbed ');
+  const c = await MiniCluster.create({ nodes: 2, mapSizes: serviceMapSizes(4 * max, 2 * max), xdp: true });
+  const opened: Array<{ close(): void }> = [];
+  try {
+    const sw = c.net.nodeSwitch;
+    if (sw.kind !== 'bridge') throw new Error(`pps-node needs the bridge switch (the sink runs on node-2's switch port); this machine gave a ${sw.kind}`);
+    const sink = await c.pod('sink', 1);
+    const lb = c.nodes[1]!;
+    const lbMac = await macOf(lb.host, lb.device);
+    const port = sw.portsByHost()[lb.host.name]!;
+
+    const sinkObj = BpfObject.open(join(defaultObjectsDir(), 'tests', 'xdp_sink.bpf.o'));
+    opened.push(sinkObj);
+    sinkObj.setConstant('sink_addr', be32(sink.ip));
+    sinkObj.setConstant('sink_port', be16(SINK_PORT));
+    sinkObj.setConstant('from_addr', be32(lb.ip));
+    sinkObj.load();
+    // Replaces the switch port's pass-all program (which lets veth take XDP_TX frames: so does this one).
+    opened.push(inNetns(sw.host.netns, () => attachXdpDevice(sinkObj.program('xdp_sink'), port, 'native')));
+    const sunkMap = sinkObj.map('sunk', u32Codec, u64Codec);
+    const sunk = (): number => (sunkMap.lookupPerCpu(0) ?? []).reduce((a, b) => a + Number(b), 0);
+
+    const bounce = BpfObject.open(join(defaultObjectsDir(), 'tests', 'xdp_bounce.bpf.o'));
+    opened.push(bounce);
+    bounce.setConstant('src_mac', macBytes(lbMac));
+    bounce.setConstant('dst_mac', macBytes(await macOf(c.nodes[0]!.host, c.nodes[0]!.device)));
+    bounce.setConstant('dst_addr', be32(sink.ip));
+    bounce.setConstant('dst_port', be16(SINK_PORT));
+    bounce.setConstant('src_addr', be32(lb.ip));
+    bounce.load();
+
+    const injectors = new Map<Proto, BpfObject>();
+    for (const proto of ['udp', 'tcp'] as Proto[]) {
+      const flow: InjectedFlow = { proto, srcMac: '02:00:00:00:00:01', dstMac: lbMac, saddr: CLIENT_NET.client, daddr: lb.ip, dport: NODE_PORT[proto] };
+      const inj = BpfObject.open(join(defaultObjectsDir(), 'tests', 'xdp_inject.bpf.o'));
+      opened.push(inj);
+      for (const [name, v] of Object.entries(injectorSettings(flow))) inj.setConstant(name, v);
+      inj.load();
+      injectors.set(proto, inj);
+    }
+    const ifindex = inNetns(lb.host.netns, () => ifindexOf(lb.device));
+    const run = (proto: Proto, frames: number): Run => {
+      const inj = injectors.get(proto)!;
+      const s0 = sunk();
+      const cpu0 = busyCpuNs();
+      const { wallNs } = inNetns(lb.host.netns, () => runLiveFrames(inj.program('xdp_inject'), { data: Buffer.alloc(60), ifindex, frames }));
+      const cpu = busyCpuNs() - cpu0;
+      const forwarded = sunk() - s0;
+      return { pps: forwarded / (wallNs / 1e9), cpuNsPerPacket: forwarded ? cpu / forwarded : NaN, lost: frames - forwarded };
+    };
+
+    const services = (n: number): TestService[] => [
+      ...Array.from({ length: n - 1 }, (_, i) => ({ clusterIP: clusterIP(i), ports: [{ port: 80, proto: 'TCP' as const, targetPort: 8080 }], endpoints: [sink] })),
+      { clusterIP: TARGET_IP, ports: [{ port: NODE_PORT.udp, proto: 'UDP', targetPort: SINK_PORT, nodePort: NODE_PORT.udp }, { port: NODE_PORT.tcp, proto: 'TCP', targetPort: SINK_PORT, nodePort: NODE_PORT.tcp }], endpoints: [sink] },
+    ];
+    const rules = (dp: 'iptables' | 'nftables', n: number, proto: Proto, pod: PodInfo) => (dp === 'iptables' ? iptablesRules : nftRules)(n - 1, pod.ip, NODE_PORT[proto], { proto, podPort: SINK_PORT });
+    let ferryAttached = true;
+    /** Node-2 set up for one dataplane and protocol; the injector's tail call set. */
+    const setUp = async (dp: Dataplane, n: number, proto: Proto): Promise<void> => {
+      await lb.host.execOk(['iptables', '-t', 'nat', '-F']);
+      await lb.host.execOk(['nft', 'flush', 'ruleset']);
+      const ferry = dp === 'ferry xdp' || dp === 'ferry tc';
+      c.apply(ferry ? services(n) : []);
+      // The netfilter rows run with none of ferry's programs on node-2's device: even passing
+      // everything on, its tc_egress would look up each forwarded packet (~0.1 µs here).
+      if (ferry && !ferryAttached) inNetns(lb.host.netns, () => lb.dp.attachDevice(lb.device));
+      if (!ferry && ferryAttached) {
+        inNetns(lb.host.netns, () => (lb.dp.setXdp(lb.device, 'off'), lb.dp.forgetDevice(lb.device)));
+        await lb.host.execOk(['tc', 'qdisc', 'del', 'dev', lb.device, 'clsact']);
+      }
+      ferryAttached = ferry;
+      if (ferry) inNetns(lb.host.netns, () => lb.dp.setXdp(lb.device, dp === 'ferry xdp' ? 'native' : 'off'));
+      if (dp === 'iptables') await lb.host.execOk(['iptables-restore'], { input: rules(dp, n, proto, sink), timeoutMs: 600_000 });
+      if (dp === 'nftables') await lb.host.execOk(['nft', '-f', '-'], { input: rules(dp, n, proto, sink), timeoutMs: 600_000 });
+      const next = injectors.get(proto)!.map('next', u32Codec, u32Codec);
+      const target = dp === 'ferry xdp' ? lb.dp.xdpProgram(lb.device) : dp === 'xdp bounce' ? bounce.program('xdp_bounce') : undefined;
+      if (target) next.update(0, target.fd);
+      else next.delete(0);
+    };
+
+    const runs = new Map<string, Run[]>();
+    const key = (dp: Dataplane, n: number, proto: Proto) => `${dp}|${n}|${proto}`;
+    // The programs' own time per frame: one more run per cell with the kernel's BPF
+    // statistics on (they cost a little, so not in the counted runs). xdp_inject's includes
+    // the program it tail-calls (ferry's xdp_ingress, or the bounce).
+    const programNs = new Map<string, Record<string, number>>();
+    const measurePrograms = async (k: string, proto: Proto): Promise<void> => {
+      const was = (await execOk('sysctl', ['-n', 'kernel.bpf_stats_enabled'])).trim();
+      await execOk('sysctl', ['-qw', 'kernel.bpf_stats_enabled=1']);
+      try {
+        const before = await programStats();
+        run(proto, 200_000);
+        const after = await programStats();
+        programNs.set(k, Object.fromEntries(['xdp_inject', 'tc_ingress', 'tc_egress'].flatMap((name) => {
+          const a = after.get(name) ?? { ns: 0, runs: 0 };
+          const b = before.get(name) ?? { ns: 0, runs: 0 };
+          return a.runs - b.runs > 100_000 ? [[name, (a.ns - b.ns) / (a.runs - b.runs)]] : [];
+        })));
+      } finally {
+        await execOk('sysctl', ['-qw', `kernel.bpf_stats_enabled=${was || '0'}`]);
+      }
+    };
+    for (const n of COUNTS) {
+      for (let r = 0; r < ROUNDS; r++) {
+        progress(`\n${n} Services, round ${r + 1}: `);
+        // Each round in another order, so that a slow spell of the machine falls on different dataplanes.
+        const order = DATAPLANES.map((_, i) => DATAPLANES[(i + r) % DATAPLANES.length]!);
+        for (const dp of order) {
+          for (const proto of ['udp', 'tcp'] as Proto[]) {
+            await setUp(dp, n, proto);
+            run(proto, 4096); // warm-up: flows, conntrack entries, neighbours
+            const k = key(dp, n, proto);
+            runs.set(k, [...(runs.get(k) ?? []), run(proto, FRAMES)]);
+            if (r === 0) await measurePrograms(k, proto);
+            progress('.');
+          }
+        }
+      }
+    }
+    await setUp('ferry tc', 1, 'udp'); // rules flushed, ferry attached as the testbed made it
+    c.apply([]);
+    progress('\n');
+
+    const rows: Row[] = [];
+    for (const n of COUNTS) {
+      for (const proto of ['udp', 'tcp'] as Proto[]) {
+        const base = runs.get(key('iptables', n, proto))!;
+        for (const dp of DATAPLANES) {
+          const rs = runs.get(key(dp, n, proto))!;
+          rows.push({ dataplane: dp, services: n, proto, pps: stat(rs.map((x) => x.pps)), cpuNsPerPacket: stat(rs.map((x) => x.cpuNsPerPacket)), lost: rs.reduce((a, x) => a + x.lost, 0), perRoundVsIptables: stat(rs.map((x, i) => x.pps / base[i]!.pps)), ...(programNs.has(key(dp, n, proto)) ? { programNs: programNs.get(key(dp, n, proto))! } : {}) });
+        }
+      }
+    }
+    const kpps = (s: Stat) => fmtStat({ median: s.median / 1000, min: s.min / 1000, max: s.max / 1000 }, 0);
+    const table = markdownTable(
+      ['dataplane', 'Services', 'packets', 'forwarded kpps (one CPU)', 'forwarded / iptables, per round', 'machine CPU ns per packet', 'frames not forwarded', 'program ns per frame (BPF statistics)'],
+      rows.map((r) => [r.dataplane, r.services, r.proto === 'udp' ? 'UDP 60 B' : 'TCP SYN 60 B', kpps(r.pps), fmtStat(r.perRoundVsIptables, 2), fmtStat(r.cpuNsPerPacket, 0), r.lost,
+        Object.entries(r.programNs ?? {}).map(([name, ns]) => `${name} ${ns.toFixed(0)}`).join(', ') || '-']),
+    );
+    const find = (dp: Dataplane, n: number, proto: Proto) => rows.find((r) => r.dataplane === dp && r.services === n && r.proto === proto)!;
+    const ratios = COUNTS.flatMap((n) => (['udp', 'tcp'] as Proto[]).map((proto) => {
+      const m = (dp: Dataplane) => find(dp, n, proto).perRoundVsIptables.median.toFixed(2);
+      const nft = median(runs.get(key('ferry tc', n, proto))!.map((x, i) => x.pps / runs.get(key('nftables', n, proto))![i]!.pps)).toFixed(2);
+      return `${n} Services, ${proto === 'udp' ? 'UDP' : 'TCP SYN'}: ferry xdp / iptables ${m('ferry xdp')}, ferry tc / iptables ${m('ferry tc')}, nftables / iptables ${m('nftables')}, ferry tc / nftables ${nft}; the floor (xdp bounce) / iptables ${m('xdp bounce')} (medians of per-round ratios)`;
+    }));
+    publish({
+      name: 'pps-node',
+      title: "Packets per second one CPU forwards through a node's NodePort to a remote backend: ferry XDP and tc against kube-proxy-shaped iptables and nftables rules",
+      command: COMMAND,
+      method: `a 2-node testbed (MiniCluster, its switch a bridge). The source is the kernel: BPF_PROG_TEST_RUN in XDP live-frames mode (BPF_F_TEST_XDP_LIVE_FRAMES, batches of 64) of bpf/tests/xdp_inject.bpf.c, in node-2's netns on node-2's device, so each frame enters node-2 as if received there: 60-byte UDP datagrams or TCP SYNs from the client's address to node-2's NodePort, cycling over 1024 source ports (the flows known to conntrack after the warm-up, as in steady traffic). ferry xdp: the injector tail-calls ferry's xdp_ingress (the program the agent attaches natively, with its device settings), whose XDP_TX goes out of node-2's device; xdp bounce: it tail-calls a forwarder that only readdresses both ends and bounces (no lookup, no state: the floor, what the testbed itself costs); the others: XDP_PASS, the frame becomes an skb received on node-2's device, through ferry's tc programs (ferry tc) or kube-proxy-shaped rules (bench/kube-proxy-rules.ts, with N−1 ClusterIP fillers; ferry's programs taken off node-2's device for those rows), routed and sent out. The sink is bpf/tests/xdp_sink.bpf.c on the switch's port for node-2 (node-2's veth peer): it counts and drops the frames that arrive translated (to the pod on node-1, from node-2's address), so no further hop is paid. Everything runs in the injecting thread: the run's wall time over the frames the sink counted is the forwarded rate of one CPU. Machine CPU: both CPUs' busy time (/proc/stat) over the run per forwarded packet (about the injecting CPU's alone when nothing else runs). Program ns per frame: one more run of 200000 frames per cell in the first round with kernel.bpf_stats_enabled=1, run time over run count of xdp_inject (which includes the program it tail-calls), tc_ingress and tc_egress (a program that ran for fewer than half the frames is left out). ${FRAMES} frames per run after a 4096-frame warm-up, ${ROUNDS} rounds, each round every dataplane in turn (in a rotated order) and the ratios taken within the round: median [min–max].`,
+      tables: [table],
+      ratios,
+      plots: [{
+        file: 'pps-node.svg', caption: 'forwarded packets per second, one CPU',
+        svg: barChart({
+          title: 'NodePort → remote backend, one CPU: forwarded kpps (median, min–max)', yLabel: 'kpps',
+          groups: COUNTS.flatMap((n) => (['udp', 'tcp'] as Proto[]).map((p) => `${n} Services, ${p === 'udp' ? 'UDP' : 'SYN'}`)),
+          series: DATAPLANES.map((dp) => {
+            const cells = COUNTS.flatMap((n) => (['udp', 'tcp'] as Proto[]).map((p) => find(dp, n, p).pps));
+            return { name: dp, values: cells.map((s) => s.median / 1000), spread: cells.map((s) => ({ lo: s.min / 1000, hi: s.max / 1000 })) };
+          }),
+        }),
+      }],
+      data: { frames: FRAMES, rounds: ROUNDS, rows },
+    });
+  } finally {
+    for (const o of opened.reverse()) o.close();
+    await c.close();
+  }
+}
+
+main().catch((e: Error) => {
+  process.stderr.write(`${e.stack}\n`);
+  process.exit(1);
+});

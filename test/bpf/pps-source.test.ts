@@ -1,0 +1,123 @@
+// bench/pps-node.ts's packet source and sink: the injector writes valid frames (checksums a
+// netfilter conntrack would accept, source ports in order), live-frames mode sends them out
+// through a tail-called forwarder, and the sink counts only what arrives translated.
+import { join } from 'node:path';
+import { afterEach, beforeEach, expect, it } from 'vitest';
+import { injectorSettings, type InjectedFlow } from '../../bench/inject-frame.js';
+import { defaultObjectsDir } from '../../src/datapath/loader.js';
+import { u32Codec, u64Codec } from '../../src/ebpf/codec.js';
+import { attachXdpDevice } from '../../src/ebpf/link-xdp.js';
+import { ifindexOf } from '../../src/ebpf/link-tc.js';
+import { BpfObject } from '../../src/ebpf/object.js';
+import { runLiveFrames, testRun } from '../../src/ebpf/test-run.js';
+import { Testbed, type Host } from '../../src/sandbox/netns/testbed.js';
+import { inNetns } from '../../src/sys/netns.js';
+import { describeWith } from '../harness/requirements.js';
+
+const XDP_PASS = 2;
+const obj = (name: string) => BpfObject.open(join(defaultObjectsDir(), 'tests', `${name}.bpf.o`));
+const flow = (proto: 'udp' | 'tcp'): InjectedFlow => ({ proto, srcMac: '02:00:00:00:00:01', dstMac: '02:00:00:00:00:02', saddr: '192.0.2.10', daddr: '10.0.40.2', dport: 30900 });
+
+/** The Internet checksum of `parts`, written out here rather than taken from bench/inject-frame.ts. */
+function internetChecksumOk(...parts: Buffer[]): boolean {
+  const all = Buffer.concat(parts);
+  let sum = 0;
+  for (let i = 0; i < all.length; i += 2) sum += (all[i]! << 8) | (all[i + 1] ?? 0);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return sum === 0xffff;
+}
+
+let open: Array<{ close(): void }> = [];
+afterEach(() => {
+  for (const o of open.reverse()) o.close();
+  open = [];
+});
+
+const loadInjector = (f: InjectedFlow) => {
+  const inj = obj('xdp_inject');
+  open.push(inj);
+  for (const [name, v] of Object.entries(injectorSettings(f))) inj.setConstant(name, v);
+  inj.load();
+  return inj;
+};
+
+describeWith(['root', 'bpffs'], 'the pps source: frames', () => {
+  for (const proto of ['udp', 'tcp'] as const) {
+    it(`writes ${proto} frames with valid checksums over successive source ports, into a dirty page`, () => {
+      const inj = loadInjector(flow(proto));
+      const ports: number[] = [];
+      for (let i = 0; i < 3; i++) {
+        // A page the previous run's dataplane wrote into: the injector must rewrite all of it.
+        const r = testRun(inj.program('xdp_inject'), { data: Buffer.alloc(60, 0xa5) });
+        expect(r.retval).toBe(XDP_PASS); // no forwarder in the tail-call slot
+        const f = r.data;
+        expect(f.subarray(0, 12).toString('hex')).toBe('020000000002020000000001');
+        expect(f.readUInt16BE(12)).toBe(0x0800);
+        const ip = f.subarray(14, 34);
+        expect([ip[0], ip[9], ip.readUInt16BE(2), ip.readUInt16BE(6)]).toEqual([0x45, proto === 'udp' ? 17 : 6, 46, 0]);
+        expect([...ip.subarray(12, 16)].join('.')).toBe('192.0.2.10');
+        expect([...ip.subarray(16, 20)].join('.')).toBe('10.0.40.2');
+        expect(internetChecksumOk(ip)).toBe(true);
+        const l4 = f.subarray(34, 60);
+        expect(l4.readUInt16BE(2)).toBe(30900);
+        if (proto === 'tcp') expect([l4[12], l4[13]]).toEqual([0x50, 0x02]);
+        else expect(l4.readUInt16BE(4)).toBe(26);
+        const pseudo = Buffer.concat([ip.subarray(12, 20), Buffer.from([0, ip[9]!, 0, 26])]);
+        expect(internetChecksumOk(pseudo, l4)).toBe(true);
+        ports.push(l4.readUInt16BE(0));
+      }
+      expect(ports).toEqual([1024, 1025, 1026]);
+    });
+  }
+});
+
+describeWith(['root', 'bpffs', 'netns'], 'the pps source: live frames through a forwarder to the sink', () => {
+  let tb: Testbed;
+  let a: Host;
+  let b: Host;
+  beforeEach(async () => {
+    tb = await Testbed.create();
+    a = await tb.addHost('a');
+    b = await tb.addHost('b');
+    await tb.link({ host: a, ifname: 'eth0', address: '10.0.40.2/24' }, { host: b, ifname: 'eth0', address: '10.0.40.3/24' });
+  });
+  afterEach(async () => {
+    for (const o of open.reverse()) o.close();
+    open = [];
+    await tb?.destroy();
+  });
+
+  /** Frames sent from a's device through xdp_bounce (translating the source or not); what b's sink counted. */
+  const sendThroughBounce = (translateSource: boolean, frames: number): number => {
+    const sink = obj('xdp_sink');
+    open.push(sink);
+    sink.setConstant('sink_addr', Buffer.from([10, 0, 40, 3]).readUInt32LE(0));
+    sink.setConstant('sink_port', Buffer.from([0x23, 0x28]).readUInt16LE(0)); // 9000
+    sink.setConstant('from_addr', Buffer.from([10, 0, 40, 2]).readUInt32LE(0));
+    sink.load();
+    open.push(inNetns(b.netns, () => attachXdpDevice(sink.program('xdp_sink'), 'eth0', 'native')));
+    const bounce = obj('xdp_bounce');
+    open.push(bounce);
+    bounce.setConstant('dst_addr', Buffer.from([10, 0, 40, 3]).readUInt32LE(0));
+    bounce.setConstant('dst_port', Buffer.from([0x23, 0x28]).readUInt16LE(0));
+    if (translateSource) bounce.setConstant('src_addr', Buffer.from([10, 0, 40, 2]).readUInt32LE(0));
+    bounce.load();
+    const inj = loadInjector(flow('udp'));
+    inj.map('next', u32Codec, u32Codec).update(0, bounce.program('xdp_bounce').fd);
+    inNetns(a.netns, () => runLiveFrames(inj.program('xdp_inject'), { data: Buffer.alloc(60), ifindex: ifindexOf('eth0'), frames }));
+    return (sink.map('sunk', u32Codec, u64Codec).lookupPerCpu(0) ?? []).reduce((s, x) => s + Number(x), 0);
+  };
+
+  it('every frame is forwarded and counted once', () => {
+    expect(sendThroughBounce(true, 5000)).toBe(5000);
+  });
+
+  it('the sink does not count frames that still carry the client as their source', () => {
+    expect(sendThroughBounce(false, 5000)).toBe(0);
+  });
+
+  it('refuses a frame count out of range', () => {
+    const inj = loadInjector(flow('udp'));
+    expect(() => runLiveFrames(inj.program('xdp_inject'), { data: Buffer.alloc(60), ifindex: 1, frames: 0 })).toThrow(/frames 0/);
+  });
+});
