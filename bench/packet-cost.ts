@@ -1,6 +1,7 @@
 // The cost of a packet in the tc and XDP programs, from PROG_TEST_RUN's kernel timing: a
 // new flow, an established flow, a reply to an SNATed flow and a DSR packet (the option
-// added), with 1 and with N Services loaded, against an empty program of the same hook.
+// added), packets passed on, and at tc egress a local backend's reply and a packet that is
+// none, with 1 and with N Services loaded, against an empty program of the same hook.
 // Every case is timed as single runs: PROG_TEST_RUN repeats a program on the same buffer,
 // so after the first repeat a translating program would see its own output (the node's
 // address, the backend's port: a flow it does not know), and a repeated timing measures
@@ -18,6 +19,7 @@ import { testRun } from '../src/ebpf/test-run.js';
 import { inNetns } from '../src/sys/netns.js';
 import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../src/sandbox/datapath-node.js';
 import { CLIENT_PORT, TC_SERVICES, fixture, syn } from '../src/sandbox/fixtures/tc.js';
+import { buildPacket, eth, ipv4, tcp } from '../src/packet/build.js';
 import { TcVerdict, runFixture, type PacketFixture } from '../src/sandbox/packet-fixture.js';
 import { skbContext, xdpContext } from '../src/ebpf/skb-context.js';
 import { serviceMapSizes } from './map-sizes.js';
@@ -74,8 +76,12 @@ function checked(node: DatapathNode, id: string): PacketFixture {
   return f;
 }
 
+/** A packet leaving by tc egress that is no local backend's reply: a pod on this node that
+ * backs no Service, to a server outside (built here: compare-builds' base has no such fixture). */
+const leavingPacket = (): Buffer => buildPacket([eth(), ipv4({ src: '10.244.1.77', dst: '10.0.30.99' }), tcp({ sport: 43210, dport: 443, flags: 'A' })]);
+
 type Hook = 'tc' | 'xdp';
-const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[]; askHost?: boolean; wide?: boolean }> = [
+const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[]; askHost?: boolean; wide?: boolean; egress?: () => Buffer }> = [
   { name: 'new flow, local backend', id: 'nodeport-local', fresh: { dport: 30080 }, hooks: ['tc'] },
   { name: 'new flow, remote backend (SNAT)', id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'] },
   // The same with host_ports untrusted, as before the socket hooks marked the host's binds:
@@ -89,19 +95,23 @@ const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks:
   // What every other packet pays: pod-to-pod across nodes, and the host's own traffic to its address (which carries NodePorts).
   { name: 'not for a Service (passed on)', id: 'not-a-service', hooks: ['tc', 'xdp'] },
   { name: 'to a node address, not a NodePort (passed on)', id: 'host-to-node-address', hooks: ['tc', 'xdp'] },
+  // tc egress: a local backend's reply, and what every other packet leaving the node pays.
+  { name: 'egress: reply from a local backend', id: 'local-reply', hooks: ['tc'] },
+  { name: "egress: leaving, no local backend's reply (passed on)", id: 'leaving', hooks: ['tc'], egress: leavingPacket },
 ];
 
 /** One run of a case on a node, ready to be timed: the fixture checked, and for a new
  * flow the flow forgotten before each run. */
 function runner(node: DatapathNode, c: (typeof CASES)[number], hook: Hook): () => number {
   const skb = skbContext({ ifindex: node.ifindex });
+  const tcProgram = c.egress || (!c.wide && fixture(c.id).program === 'tc_egress') ? 'tc_egress' : 'tc_ingress';
   const run = (data: Buffer) => inNetns(node.host.netns, () => (hook === 'tc'
-    ? testRun(node.program('tc_ingress'), { data, ctx: skb })
+    ? testRun(node.program(tcProgram), { data, ctx: skb })
     : testRun(node.program(XDP_PROGRAM), { data, ctx: xdpContext(node.ifindex, data.length) })).durationNs);
   // A build from before host_ports (compare-builds' base) has no such case.
   const hostPorts = (node.dp.maps as Partial<typeof node.dp.maps>).host_ports;
   if (hostPorts) hostPorts.update(layouts.HostPortsSlot.HOST_PORTS_TRUSTED, c.askHost ? 0n : 1n);
-  const f = c.wide ? wideFlow(node) : { sport: CLIENT_PORT, input: checked(node, c.id).input };
+  const f = c.wide ? wideFlow(node) : c.egress ? { sport: 0, input: c.egress() } : { sport: CLIENT_PORT, input: checked(node, c.id).input };
   if (!c.fresh) return () => run(f.input);
   // The key the runs delete must be the flow's, or every run after the first times an established flow.
   const key = { saddr: CLIENT_IP, daddr: NODE_IP, sport: f.sport, dport: c.fresh.dport, proto: 6 };
