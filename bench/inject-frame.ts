@@ -1,6 +1,7 @@
 // The settings of bpf/tests/xdp_inject.bpf.c (bench/pps-node.ts's packet source): the
 // frame's constant parts, with the checksums precomputed so that the program only adds
 // each frame's source port.
+import { ipv4Bytes, macBytes } from '../src/packet/addr.js';
 
 export interface InjectedFlow {
   proto: 'udp' | 'tcp';
@@ -24,9 +25,9 @@ export function onesSum(buf: Buffer, start = 0): number {
   return s;
 }
 
-const addr = (ip: string): Buffer => Buffer.from(ip.split('.').map(Number));
-/** A big-endian 16-bit value as the number whose little-endian bytes are network order (a __be16 constant). */
-const asBe16 = (n: number): number => Buffer.from([n >> 8, n & 255]).readUInt16LE(0);
+/** A __be32 / __be16 .rodata constant: the number whose little-endian bytes are the network order ones. */
+export const be32Constant = (ip: string): number => ipv4Bytes(ip).readUInt32LE(0);
+export const be16Constant = (n: number): number => Buffer.from([n >> 8, n & 255]).readUInt16LE(0);
 
 /** The IPv4 header and the L4 header (source port 0, checksum 0) every frame shares. */
 export function frameTemplate(f: InjectedFlow): { ip: Buffer; l4: Buffer } {
@@ -35,8 +36,8 @@ export function frameTemplate(f: InjectedFlow): { ip: Buffer; l4: Buffer } {
   ip.writeUInt16BE(20 + L4_LEN, 2);
   ip[8] = 64;
   ip[9] = f.proto === 'udp' ? 17 : 6;
-  addr(f.saddr).copy(ip, 12);
-  addr(f.daddr).copy(ip, 16);
+  ipv4Bytes(f.saddr).copy(ip, 12);
+  ipv4Bytes(f.daddr).copy(ip, 16);
   ip.writeUInt16BE(~onesSum(ip) & 0xffff, 10);
   const l4 = Buffer.alloc(L4_LEN);
   l4.writeUInt16BE(f.dport, 2);
@@ -57,15 +58,14 @@ export function injectorSettings(f: InjectedFlow): Record<string, number | Buffe
   ip.copy(pseudo, 0, 12, 20);
   pseudo[9] = ip[9]!;
   pseudo.writeUInt16BE(L4_LEN, 10);
-  const mac = (m: string) => Buffer.from(m.split(':').map((h) => parseInt(h, 16)));
   return {
-    dst_mac: mac(f.dstMac),
-    src_mac: mac(f.srcMac),
-    saddr: addr(f.saddr).readUInt32LE(0),
-    daddr: addr(f.daddr).readUInt32LE(0),
-    dport: asBe16(f.dport),
+    dst_mac: macBytes(f.dstMac),
+    src_mac: macBytes(f.srcMac),
+    saddr: be32Constant(f.saddr),
+    daddr: be32Constant(f.daddr),
+    dport: be16Constant(f.dport),
     proto: ip[9]!,
-    ip_check: asBe16(ip.readUInt16BE(10)),
-    l4_sum_base: asBe16(onesSum(l4, onesSum(pseudo))),
+    ip_check: be16Constant(ip.readUInt16BE(10)),
+    l4_sum_base: be16Constant(onesSum(l4, onesSum(pseudo))),
   };
 }

@@ -15,6 +15,19 @@ const volatile __be32 dst_addr = 0;
 const volatile __be32 src_addr = 0; /* 0: the source left as it is */
 const volatile __be16 dst_port = 0;
 
+/* An address of the header rewritten, its checksum kept right (RFC 1624). */
+static __always_inline void set_addr(struct iphdr *ip, __be32 *field, __be32 to)
+{
+	__u32 sum = (__u16)~ip->check;
+
+	sum += (__u16)~(*field & 0xffff) + (__u16)~(*field >> 16);
+	sum += (to & 0xffff) + (to >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	ip->check = (__u16)~sum;
+	*field = to;
+}
+
 SEC("xdp")
 int xdp_bounce(struct xdp_md *ctx)
 {
@@ -31,28 +44,9 @@ int xdp_bounce(struct xdp_md *ctx)
 		eth->h_source[i] = src_mac[i];
 		eth->h_dest[i] = dst_mac[i];
 	}
-	{
-		/* RFC 1624: the header checksum after the destination changed. */
-		__u32 sum = (__u16)~ip->check;
-
-		sum += (__u16)~(ip->daddr & 0xffff) + (__u16)~(ip->daddr >> 16);
-		sum += (dst_addr & 0xffff) + (dst_addr >> 16);
-		sum = (sum & 0xffff) + (sum >> 16);
-		sum = (sum & 0xffff) + (sum >> 16);
-		ip->check = (__u16)~sum;
-		ip->daddr = dst_addr;
-	}
-	if (src_addr) {
-		/* The source too (bench/pps-node.ts: a forwarder that translates both ends). */
-		__u32 sum = (__u16)~ip->check;
-
-		sum += (__u16)~(ip->saddr & 0xffff) + (__u16)~(ip->saddr >> 16);
-		sum += (src_addr & 0xffff) + (src_addr >> 16);
-		sum = (sum & 0xffff) + (sum >> 16);
-		sum = (sum & 0xffff) + (sum >> 16);
-		ip->check = (__u16)~sum;
-		ip->saddr = src_addr;
-	}
+	set_addr(ip, &ip->daddr, dst_addr);
+	if (src_addr) /* bench/pps-node.ts: a forwarder that translates both ends */
+		set_addr(ip, &ip->saddr, src_addr);
 	ports[1] = dst_port;
 	return XDP_TX;
 }

@@ -3,7 +3,7 @@
 // through a tail-called forwarder, and the sink counts only what arrives translated.
 import { join } from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
-import { injectorSettings, type InjectedFlow } from '../../bench/inject-frame.js';
+import { be16Constant, be32Constant, injectorSettings, type InjectedFlow } from '../../bench/inject-frame.js';
 import { defaultObjectsDir } from '../../src/datapath/loader.js';
 import { u32Codec, u64Codec } from '../../src/ebpf/codec.js';
 import { attachXdpDevice } from '../../src/ebpf/link-xdp.js';
@@ -71,6 +71,24 @@ describeWith(['root', 'bpffs'], 'the pps source: frames', () => {
   }
 });
 
+describeWith(['root', 'bpffs'], 'the floor forwarder (xdp_bounce)', () => {
+  it('readdresses both ends and keeps the IPv4 header checksum right', () => {
+    const inj = loadInjector(flow('udp'));
+    const frame = testRun(inj.program('xdp_inject'), { data: Buffer.alloc(60) }).data;
+    const bounce = obj('xdp_bounce');
+    open.push(bounce);
+    bounce.setConstant('dst_addr', be32Constant('10.0.40.3'));
+    bounce.setConstant('dst_port', be16Constant(9000));
+    bounce.setConstant('src_addr', be32Constant('10.0.40.2'));
+    bounce.load();
+    const out = testRun(bounce.program('xdp_bounce'), { data: frame });
+    expect(out.retval).toBe(3); // XDP_TX
+    const ip = out.data.subarray(14, 34);
+    expect([[...ip.subarray(12, 16)].join('.'), [...ip.subarray(16, 20)].join('.'), out.data.readUInt16BE(36)]).toEqual(['10.0.40.2', '10.0.40.3', 9000]);
+    expect(internetChecksumOk(ip)).toBe(true);
+  });
+});
+
 describeWith(['root', 'bpffs', 'netns'], 'the pps source: live frames through a forwarder to the sink', () => {
   let tb: Testbed;
   let a: Host;
@@ -91,16 +109,16 @@ describeWith(['root', 'bpffs', 'netns'], 'the pps source: live frames through a 
   const sendThroughBounce = (translateSource: boolean, frames: number): number => {
     const sink = obj('xdp_sink');
     open.push(sink);
-    sink.setConstant('sink_addr', Buffer.from([10, 0, 40, 3]).readUInt32LE(0));
-    sink.setConstant('sink_port', Buffer.from([0x23, 0x28]).readUInt16LE(0)); // 9000
-    sink.setConstant('from_addr', Buffer.from([10, 0, 40, 2]).readUInt32LE(0));
+    sink.setConstant('sink_addr', be32Constant('10.0.40.3'));
+    sink.setConstant('sink_port', be16Constant(9000));
+    sink.setConstant('from_addr', be32Constant('10.0.40.2'));
     sink.load();
     open.push(inNetns(b.netns, () => attachXdpDevice(sink.program('xdp_sink'), 'eth0', 'native')));
     const bounce = obj('xdp_bounce');
     open.push(bounce);
-    bounce.setConstant('dst_addr', Buffer.from([10, 0, 40, 3]).readUInt32LE(0));
-    bounce.setConstant('dst_port', Buffer.from([0x23, 0x28]).readUInt16LE(0));
-    if (translateSource) bounce.setConstant('src_addr', Buffer.from([10, 0, 40, 2]).readUInt32LE(0));
+    bounce.setConstant('dst_addr', be32Constant('10.0.40.3'));
+    bounce.setConstant('dst_port', be16Constant(9000));
+    if (translateSource) bounce.setConstant('src_addr', be32Constant('10.0.40.2'));
     bounce.load();
     const inj = loadInjector(flow('udp'));
     inj.map('next', u32Codec, u32Codec).update(0, bounce.program('xdp_bounce').fd);
