@@ -41,6 +41,17 @@ const loadInjector = (f: InjectedFlow) => {
   return inj;
 };
 
+/** The floor forwarder, readdressing to 10.0.40.3:9000 (and from 10.0.40.2 when `translateSource`). */
+const loadBounce = (translateSource: boolean) => {
+  const bounce = obj('xdp_bounce');
+  open.push(bounce);
+  bounce.setConstant('dst_addr', be32Constant('10.0.40.3'));
+  bounce.setConstant('dst_port', be16Constant(9000));
+  if (translateSource) bounce.setConstant('src_addr', be32Constant('10.0.40.2'));
+  bounce.load();
+  return bounce;
+};
+
 describeWith(['root', 'bpffs'], 'the pps source: frames', () => {
   for (const proto of ['udp', 'tcp'] as const) {
     it(`writes ${proto} frames with valid checksums over successive source ports, into a dirty page`, () => {
@@ -75,12 +86,7 @@ describeWith(['root', 'bpffs'], 'the floor forwarder (xdp_bounce)', () => {
   it('readdresses both ends and keeps the IPv4 header checksum right', () => {
     const inj = loadInjector(flow('udp'));
     const frame = testRun(inj.program('xdp_inject'), { data: Buffer.alloc(60) }).data;
-    const bounce = obj('xdp_bounce');
-    open.push(bounce);
-    bounce.setConstant('dst_addr', be32Constant('10.0.40.3'));
-    bounce.setConstant('dst_port', be16Constant(9000));
-    bounce.setConstant('src_addr', be32Constant('10.0.40.2'));
-    bounce.load();
+    const bounce = loadBounce(true);
     const out = testRun(bounce.program('xdp_bounce'), { data: frame });
     expect(out.retval).toBe(3); // XDP_TX
     const ip = out.data.subarray(14, 34);
@@ -114,12 +120,7 @@ describeWith(['root', 'bpffs', 'netns'], 'the pps source: live frames through a 
     sink.setConstant('from_addr', be32Constant('10.0.40.2'));
     sink.load();
     open.push(inNetns(b.netns, () => attachXdpDevice(sink.program('xdp_sink'), 'eth0', 'native')));
-    const bounce = obj('xdp_bounce');
-    open.push(bounce);
-    bounce.setConstant('dst_addr', be32Constant('10.0.40.3'));
-    bounce.setConstant('dst_port', be16Constant(9000));
-    if (translateSource) bounce.setConstant('src_addr', be32Constant('10.0.40.2'));
-    bounce.load();
+    const bounce = loadBounce(translateSource);
     const inj = loadInjector(flow('udp'));
     inj.map('next', u32Codec, u32Codec).update(0, bounce.program('xdp_bounce').fd);
     inNetns(a.netns, () => runLiveFrames(inj.program('xdp_inject'), { data: Buffer.alloc(60), ifindex: ifindexOf('eth0'), frames }));
