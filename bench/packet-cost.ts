@@ -80,6 +80,13 @@ function checked(node: DatapathNode, id: string): PacketFixture {
  * backs no Service, to a server outside (built here: compare-builds' base has no such fixture). */
 const leavingPacket = (): Buffer => buildPacket([eth(), ipv4({ src: '10.244.1.77', dst: '10.0.30.99' }), tcp({ sport: 43210, dport: 443, flags: 'A' })]);
 
+/** A leaving packet, checked as the fixtures are: tc egress passes it on untouched. */
+function leaving(node: DatapathNode, input: Buffer): { sport: number; input: Buffer } {
+  const out = node.run('tc_egress', input);
+  if (out.retval !== TcVerdict.UNSPEC || !out.data.equals(input)) throw new Error('leaving: tc egress did not pass the packet on untouched');
+  return { sport: 0, input };
+}
+
 type Hook = 'tc' | 'xdp';
 const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[]; askHost?: boolean; wide?: boolean; egress?: () => Buffer }> = [
   { name: 'new flow, local backend', id: 'nodeport-local', fresh: { dport: 30080 }, hooks: ['tc'] },
@@ -111,7 +118,7 @@ function runner(node: DatapathNode, c: (typeof CASES)[number], hook: Hook): () =
   // A build from before host_ports (compare-builds' base) has no such case.
   const hostPorts = (node.dp.maps as Partial<typeof node.dp.maps>).host_ports;
   if (hostPorts) hostPorts.update(layouts.HostPortsSlot.HOST_PORTS_TRUSTED, c.askHost ? 0n : 1n);
-  const f = c.wide ? wideFlow(node) : c.egress ? { sport: 0, input: c.egress() } : { sport: CLIENT_PORT, input: checked(node, c.id).input };
+  const f = c.wide ? wideFlow(node) : c.egress ? leaving(node, c.egress()) : { sport: CLIENT_PORT, input: checked(node, c.id).input };
   if (!c.fresh) return () => run(f.input);
   // The key the runs delete must be the flow's, or every run after the first times an established flow.
   const key = { saddr: CLIENT_IP, daddr: NODE_IP, sport: f.sport, dport: c.fresh.dport, proto: 6 };

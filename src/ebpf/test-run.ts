@@ -35,6 +35,32 @@ export const TEST_RUN_OPTS = {
 /** BPF_F_TEST_XDP_LIVE_FRAMES (linux/bpf.h): XDP verdicts act, as in a driver. */
 const TEST_XDP_LIVE_FRAMES = 1 << 1;
 
+/** A struct bpf_test_run_opts pointing at the buffers (the caller keeps them alive until the syscall returned). */
+function testRunOpts(o: { dataIn: Buffer; dataOut?: Buffer; ctxIn?: Buffer; ctxOut?: Buffer; repeat: number; flags?: number; batchSize?: number }): Buffer {
+  const T = TEST_RUN_OPTS;
+  const lb = libbpf();
+  const opts = Buffer.alloc(T.size);
+  opts.writeBigUInt64LE(BigInt(T.size), T.sz);
+  opts.writeBigUInt64LE(lb.addressOf(o.dataIn), T.data_in);
+  opts.writeUInt32LE(o.dataIn.length, T.data_size_in);
+  if (o.dataOut) {
+    opts.writeBigUInt64LE(lb.addressOf(o.dataOut), T.data_out);
+    opts.writeUInt32LE(o.dataOut.length, T.data_size_out);
+  }
+  if (o.ctxIn) {
+    opts.writeBigUInt64LE(lb.addressOf(o.ctxIn), T.ctx_in);
+    opts.writeUInt32LE(o.ctxIn.length, T.ctx_size_in);
+  }
+  if (o.ctxOut) {
+    opts.writeBigUInt64LE(lb.addressOf(o.ctxOut), T.ctx_out);
+    opts.writeUInt32LE(o.ctxOut.length, T.ctx_size_out);
+  }
+  opts.writeInt32LE(o.repeat, T.repeat);
+  opts.writeUInt32LE(o.flags ?? 0, T.flags);
+  opts.writeUInt32LE(o.batchSize ?? 0, T.batch_size);
+  return opts;
+}
+
 export function testRun(program: Program, input: TestRunInput): TestRunResult {
   const T = TEST_RUN_OPTS;
   const lb = libbpf();
@@ -44,19 +70,7 @@ export function testRun(program: Program, input: TestRunInput): TestRunResult {
   const dataOut = Buffer.alloc(dataIn.length + (input.headroom ?? 256));
   const ctxIn = input.ctx ? Buffer.from(input.ctx) : undefined;
   const ctxOut = ctxIn ? Buffer.alloc(ctxIn.length) : undefined;
-  const opts = Buffer.alloc(T.size);
-  opts.writeBigUInt64LE(BigInt(T.size), T.sz);
-  opts.writeBigUInt64LE(lb.addressOf(dataIn), T.data_in);
-  opts.writeBigUInt64LE(lb.addressOf(dataOut), T.data_out);
-  opts.writeUInt32LE(dataIn.length, T.data_size_in);
-  opts.writeUInt32LE(dataOut.length, T.data_size_out);
-  if (ctxIn && ctxOut) {
-    opts.writeBigUInt64LE(lb.addressOf(ctxIn), T.ctx_in);
-    opts.writeBigUInt64LE(lb.addressOf(ctxOut), T.ctx_out);
-    opts.writeUInt32LE(ctxIn.length, T.ctx_size_in);
-    opts.writeUInt32LE(ctxOut.length, T.ctx_size_out);
-  }
-  opts.writeInt32LE(input.repeat ?? 1, T.repeat);
+  const opts = testRunOpts({ dataIn, dataOut, ...(ctxIn && ctxOut ? { ctxIn, ctxOut } : {}), repeat: input.repeat ?? 1 });
   const rc = lb.progTestRun(program.fd, opts);
   // Keep the buffers alive until the syscall returned: the opts hold raw addresses.
   void [dataIn, dataOut, ctxIn, ctxOut];
@@ -87,7 +101,6 @@ export interface LiveFramesInput {
  * the kernel for the benchmarks. Returns the run's wall time.
  */
 export function runLiveFrames(program: Program, input: LiveFramesInput): { wallNs: number } {
-  const T = TEST_RUN_OPTS;
   const lb = libbpf();
   const op = `live frames ${program.name}`;
   if (!Number.isInteger(input.frames) || input.frames < 1 || input.frames > 0x7fffffff) {
@@ -95,15 +108,7 @@ export function runLiveFrames(program: Program, input: LiveFramesInput): { wallN
   }
   const dataIn = Buffer.from(input.data);
   const ctxIn = xdpContext(input.ifindex, dataIn.length);
-  const opts = Buffer.alloc(T.size);
-  opts.writeBigUInt64LE(BigInt(T.size), T.sz);
-  opts.writeBigUInt64LE(lb.addressOf(dataIn), T.data_in);
-  opts.writeUInt32LE(dataIn.length, T.data_size_in);
-  opts.writeBigUInt64LE(lb.addressOf(ctxIn), T.ctx_in);
-  opts.writeUInt32LE(ctxIn.length, T.ctx_size_in);
-  opts.writeInt32LE(input.frames, T.repeat);
-  opts.writeUInt32LE(TEST_XDP_LIVE_FRAMES, T.flags);
-  opts.writeUInt32LE(input.batchSize ?? 0, T.batch_size);
+  const opts = testRunOpts({ dataIn, ctxIn, repeat: input.frames, flags: TEST_XDP_LIVE_FRAMES, batchSize: input.batchSize ?? 0 });
   const t0 = process.hrtime.bigint();
   const rc = lb.progTestRun(program.fd, opts);
   const wallNs = Number(process.hrtime.bigint() - t0);
