@@ -105,7 +105,7 @@ static __always_inline int nodeport_dsr(struct __ctx_buff *ctx, const struct pkt
 
 		return icmp4_send_unreach(ctx, p, ICMP_FRAG_NEEDED, mtu - DSR_OPT_LEN);
 	}
-	if (!fib4_usable(route))
+	if (!fib4_usable(ctx, route, &fib))
 		return fib4_unusable(p->len);
 	if (nat4_rewrite_endpoint(ctx, p, NAT_DST, b->address, b->port, CTX_STORE_DIRECT) < 0 ||
 	    ipv4_dec_ttl(ctx, p) < 0)

@@ -116,12 +116,28 @@ static __always_inline long fib4_route_new_flow(struct __ctx_buff *ctx, const st
 	return rc;
 }
 
-/* Can a packet take this route? tc: when the next hop's MAC is known, or when only the
- * neighbour is (the kernel resolves it). XDP: only with the MAC. Asked before a packet is
- * rewritten, which XDP could not undo. */
-static __always_inline int fib4_usable(long rc)
+/* Can XDP send a frame out of this device? Out of the one it arrived on (XDP_TX) always;
+ * out of another only if the agent listed it (xdp_tx_devices): the kernel would drop it. */
+static __always_inline int xdp_can_send(struct __ctx_buff *ctx, __u32 ifindex)
 {
-	return rc == BPF_FIB_LKUP_RET_SUCCESS || (!CTX_IS_XDP && rc == BPF_FIB_LKUP_RET_NO_NEIGH);
+	return ifindex == ctx_ifindex(ctx) || bpf_map_lookup_elem(&xdp_tx_devices, &ifindex) != NULL;
+}
+
+/* Can a packet take this route? tc: when the next hop's MAC is known, or when only the
+ * neighbour is (the kernel resolves it). XDP: only with the MAC, and out of a device it can
+ * send by. Asked before a packet is rewritten, which XDP could not undo. */
+static __always_inline int fib4_usable(struct __ctx_buff *ctx, long rc, const struct bpf_fib_lookup *fib)
+{
+	if (CTX_IS_XDP)
+		return rc == BPF_FIB_LKUP_RET_SUCCESS && xdp_can_send(ctx, fib->ifindex);
+	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH;
+}
+
+/* XDP: does a flow's kept hop (0: none) leave by a device XDP cannot send by? Then the
+ * flow is tc's, left to it before its state is touched. */
+static __always_inline int xdp_hop_elsewhere(struct __ctx_buff *ctx, __u32 hop_ifindex)
+{
+	return CTX_IS_XDP && hop_ifindex && !xdp_can_send(ctx, hop_ifindex);
 }
 
 /* A packet whose route is not usable: tc drops it (counted); XDP passes it untouched to
@@ -173,7 +189,7 @@ static __always_inline int fib_redirect4(struct __ctx_buff *ctx, __be32 saddr, _
 	struct bpf_fib_lookup fib;
 	long rc = fib4_lookup(ctx, &f, 0, &fib);
 
-	if (!fib4_usable(rc))
+	if (!fib4_usable(ctx, rc, &fib))
 		return count_drop(DROP_FIB_FAILED, ctx_len(ctx));
 	return fib4_send(ctx, &fib, rc);
 }

@@ -170,6 +170,18 @@ static __always_inline __u64 hops_valid_since(void)
 	return hop_epoch() & ~(__u64)FERRY_HOPS_PER_FLOW;
 }
 
+/* Devices XDP may send a frame out of besides the one it arrived on, by ifindex (value 1):
+ * the agent lists those running ferry's XDP natively whose driver takes redirected frames
+ * (NETDEV_XDP_ACT_NDO_XMIT). The kernel drops a frame redirected to any other device (a
+ * VXLAN overlay, a VLAN, a NIC without XDP): XDP leaves those to tc (lib/fib.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, __u8);
+} xdp_tx_devices SEC(".maps");
+
 /* Ports the host has bound sockets to (enum host_ports_slot). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -52,7 +52,7 @@ static __always_inline int nat4_forward(struct __ctx_buff *ctx, const struct pkt
 		route = fib4_route_new_flow(ctx, &f, kept_ifindex, kept_macs, shared, now, &fib);
 	else
 		route = fib4_route_flow(ctx, &f, 0, kept_ifindex, kept_macs, refresh, &fib);
-	if (unlikely(!fib4_usable(route)))
+	if (unlikely(!fib4_usable(ctx, route, &fib)))
 		return fib4_unusable(p->len);
 	STAGE_END(11);
 	/* The MACs go in with the IPv4 header: one store less. */
@@ -74,6 +74,8 @@ __ferry_global int nodeport_reply_remote(struct __ctx_buff *ctx, const struct pk
 
 	if (!p || !nat)
 		return CTX_ACT_SHOT;
+	if (xdp_hop_elsewhere(ctx, nat->hop_ifindex))
+		return CTX_ACT_UNSPEC;
 	refresh = ct4_track_reply(p, nat, now);
 
 	return nat4_forward(ctx, p, nat->client_addr, nat->client_port, nat->frontend_addr, nat->frontend_port,
@@ -255,11 +257,12 @@ static __always_inline int ct4_flow_live(const struct pkt4 *p, const struct ct4_
 }
 
 /* A client's packet on its live flow. XDP leaves a flow to a local backend to tc, whose
- * packets the stack then takes to the pod; it does so before touching the flow's state,
- * so that tc finds the flow as if XDP were not there. */
+ * packets the stack then takes to the pod, and one whose kept hop leaves by a device XDP
+ * cannot send by; it does so before touching the flow's state, so that tc finds the flow
+ * as if XDP were not there. */
 static __always_inline int nodeport_on_flow(struct __ctx_buff *ctx, const struct pkt4 *p, struct ct4_entry *ct, __u64 now)
 {
-	if (CTX_IS_XDP && (ct->flags & CT_F_LOCAL))
+	if (CTX_IS_XDP && ((ct->flags & CT_F_LOCAL) || xdp_hop_elsewhere(ctx, ct->hop_ifindex)))
 		return CTX_ACT_UNSPEC;
 	return nodeport_send(ctx, p, ct, now, 0);
 }

@@ -3,7 +3,8 @@
 // that is gone is forgotten. A device no longer chosen but still there keeps its filters
 // (traffic may still arrive on it). A device deleted and made again under the same name
 // between two scans (a new ifindex) lost its filters: it is attached again. Each change is
-// reported, so the L2 announcer answers ARP on the devices the tc programs run on.
+// reported, so the L2 announcer answers ARP on the devices the tc programs run on. Each scan
+// also asks again which devices XDP may redirect frames to (xdp-devices.ts).
 import type { Logger } from 'pino';
 import type { Datapath } from '../datapath/loader.js';
 import { defaultRouteDevices, readLinks } from '../sys/links.js';
@@ -15,7 +16,7 @@ export class DeviceScanner {
   private readonly ifindexes = new Map<string, number>();
 
   constructor(
-    private readonly datapath: Pick<Datapath, 'attachDevice' | 'attachedDevices' | 'forgetDevice'>,
+    private readonly datapath: Pick<Datapath, 'attachDevice' | 'attachedDevices' | 'forgetDevice' | 'refreshXdpTargets'>,
     /** The configured names and patterns (empty: automatic). */
     private readonly wanted: string[],
     /** The node's addresses: what automatic devices are chosen by. */
@@ -70,8 +71,18 @@ export class DeviceScanner {
         }
       }
       if (changed) this.onChange(this.datapath.attachedDevices());
+      this.refreshXdpTargets();
     } catch (e) {
       this.log.warn({ err: (e as Error).message }, 'cannot list devices');
+    }
+  }
+
+  /** The devices XDP may redirect to follow their drivers (a veth's, its peer's XDP). */
+  private refreshXdpTargets(): void {
+    try {
+      this.datapath.refreshXdpTargets();
+    } catch (e) {
+      this.log.warn({ err: (e as Error).message }, 'cannot refresh the devices XDP may send by');
     }
   }
 }

@@ -1,7 +1,7 @@
 // `ferry map`, `ferry ct`, `ferry nat`, `ferry explain`, `ferry monitor`, `ferry status`:
 // the datapath as its pinned maps hold it. The reading is datapath/'s; this file formats.
 import { Command } from 'commander';
-import { MAP_NAMES, isMapName, dumpKeysHex, dumpMap, flushConntrack, listFlows, listFrontends, listMaps, readCounters, readHostPorts } from '../datapath/inspect.js';
+import { MAP_NAMES, isMapName, dumpKeysHex, dumpMap, flushConntrack, listFlows, listFrontends, listMaps, readCounters, readHostPorts, readXdpTargets } from '../datapath/inspect.js';
 import { explain } from '../datapath/explain.js';
 import { watchEvents, type DatapathEvent, type EventKind } from '../datapath/monitor.js';
 import { attachedPrograms } from '../datapath/attachments.js';
@@ -170,7 +170,9 @@ export function registerInspect(program: Command): void {
       const maps = listMaps(o.pinDir);
       const frontends = listFrontends(o.pinDir);
       const { forwarded: stats, drops } = readCounters(o.pinDir);
-      const links = attachedPrograms(o.netns);
+      // An XDP device other devices' XDP may redirect frames to (xdp-devices.ts) says so.
+      const targets = new Set(readXdpTargets(o.pinDir));
+      const links = attachedPrograms(o.netns).map((l) => (l.ifindex !== undefined && targets.has(l.ifindex) ? { ...l, where: `${l.where} (redirect target)` } : l));
       const hostPorts = readHostPorts(o.pinDir);
       const status = {
         agent, mode, pinDir: o.pinDir,

@@ -8,6 +8,8 @@ export interface Attachment {
   program: string;
   id: number;
   loaded: string;
+  /** XDP: the device's index. */
+  ifindex?: number;
 }
 
 function bpftool(args: string[], netns?: string): unknown {
@@ -27,10 +29,10 @@ export function attachedPrograms(netns?: string): Attachment[] {
       return t ? new Date(t * 1000).toISOString() : '?';
     };
     const out: Attachment[] = [];
-    for (const dev of bpftool(['net', 'show'], netns) as Array<{ xdp?: Array<{ devname: string; mode: string; id: number }>; tc?: Array<{ devname: string; kind: string; name?: string; id: number }> }>) {
+    for (const dev of bpftool(['net', 'show'], netns) as Array<{ xdp?: Array<{ devname: string; ifindex: number; mode: string; id: number }>; tc?: Array<{ devname: string; kind: string; name?: string; id: number }> }>) {
       for (const x of dev.xdp ?? []) {
         const name = progs.get(x.id)?.name ?? '';
-        if (name.startsWith('xdp_')) out.push({ where: `xdp/${XDP_MODE[x.mode] ?? x.mode} ${x.devname}`, program: name, id: x.id, loaded: loaded(x.id) });
+        if (name.startsWith('xdp_')) out.push({ where: `xdp/${XDP_MODE[x.mode] ?? x.mode} ${x.devname}`, program: name, id: x.id, loaded: loaded(x.id), ifindex: x.ifindex });
       }
       for (const t of dev.tc ?? []) if (t.name?.startsWith('tc_')) out.push({ where: `tc ${t.kind.replace('clsact/', '')} ${t.devname}`, program: t.name.replace(/:\[\d+\]$/, ''), id: t.id, loaded: loaded(t.id) });
     }

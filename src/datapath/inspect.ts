@@ -214,6 +214,11 @@ export function readHostPorts(pinDir: string): HostPortsSummary | undefined {
   return PinnedDatapath.with(pinDir, (dp) => (dp.pinned().includes('host_ports') ? summarizeHostPorts(dp.map('host_ports')) : undefined));
 }
 
+/** The ifindexes XDP may redirect frames to besides their own device (xdp_tx_devices). */
+export function readXdpTargets(pinDir: string): number[] {
+  return PinnedDatapath.with(pinDir, (dp) => (dp.pinned().includes('xdp_tx_devices') ? [...dp.map('xdp_tx_devices').keys()] : []));
+}
+
 /** Forwarded traffic by path and drops by reason (non-zero only). */
 export function readCounters(pinDir: string): { forwarded: CounterRow[]; drops: CounterRow[] } {
   const rows = (name: 'ferry_stats' | 'ferry_drops', prefix: string) => dumpMap(pinDir, name)

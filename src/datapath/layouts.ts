@@ -349,6 +349,8 @@ export const mapSpecs = {
   // A new flow's conntrack entry while its first packet is sent on (per CPU).
   ct4_fresh: { key: u32Codec, value: ct4EntryCodec, sizeSetting: undefined, scratch: true },
   host_ports: { key: u32Codec, value: u64Codec, sizeSetting: undefined },
+  // Devices XDP may redirect frames to, by ifindex (lib/maps.h).
+  xdp_tx_devices: { key: u32Codec, value: u8Codec, sizeSetting: undefined },
 } as const;
 export type MapName = keyof typeof mapSpecs;
 

@@ -8,12 +8,12 @@ import { BpfObject, type Program } from '../ebpf/object.js';
 import { attachCgroup, type CgroupTarget } from '../ebpf/link-cgroup.js';
 import { HostPorts } from './host-ports.js';
 import { attachTc } from '../ebpf/link-tc.js';
-import { attachXdpDevice, detachXdpDevice, programNameById, xdpAttached, type XdpMode } from '../ebpf/link-xdp.js';
-import { interfaceInfo } from '../sys/interfaces.js';
+import type { XdpMode } from '../ebpf/link-xdp.js';
 import type { Link } from '../ebpf/link.js';
 import { assertBpffs } from '../ebpf/pinned.js';
 import { ipv4FromString } from '../ebpf/codec.js';
 import { ErrorCode, FerryError } from '../errors.js';
+import { XDP_PROGRAM, XdpDevices, type XdpDeviceState } from './xdp-devices.js';
 import { mapOptions, mapSpecs, type DatapathMaps, type MapName } from './layouts.js';
 import { configureObject, loadXdpObject, setForwardingConstants } from './object-settings.js';
 import { rebuildBackendIndex } from './backend-index.js';
@@ -107,8 +107,7 @@ export interface DatapathConfig {
 export const ACCELERATIONS = ['none', 'native', 'best-effort'] as const;
 export type Acceleration = (typeof ACCELERATIONS)[number];
 
-/** The program name of ferry's XDP entry (bpf/xdp.bpf.c). */
-export const XDP_PROGRAM = 'xdp_ingress';
+export { XDP_PROGRAM } from './xdp-devices.js';
 
 
 
@@ -142,8 +141,8 @@ export class Datapath {
   private readonly deviceLinks = new Map<string, Link[]>();
   /** The ports the host has bound (host_ports), once the socket hooks are attached. */
   hostPorts?: HostPorts;
-  /** Per device: its XDP object (one copy each, with the device's MAC) and mode. */
-  private readonly xdp = new Map<string, { obj: BpfObject; mode: XdpMode; link: Link }>();
+  /** Per device: its XDP object and mode; the devices XDP may send by. */
+  private readonly xdp: XdpDevices;
 
   private constructor(tc: BpfObject, sock: BpfObject, sizes: MapSizes, private readonly cfg: DatapathConfig, migration: LayoutMigration) {
     this.pinDir = cfg.pinDir;
@@ -154,6 +153,7 @@ export class Datapath {
     const maps = {} as Record<string, BpfMap<unknown, unknown>>;
     for (const [name, spec] of Object.entries(mapSpecs)) maps[name] = tc.map(name, spec.key as Codec<unknown>, spec.value as Codec<unknown>, mapOptions(name as MapName));
     this.maps = maps as unknown as DatapathMaps;
+    this.xdp = new XdpDevices((mac) => loadXdpObject(this.cfg, this.sizes, mac), this.maps.xdp_tx_devices);
   }
 
   static load(cfg: DatapathConfig): Datapath {
@@ -244,7 +244,7 @@ export class Datapath {
     if (!this.chain.length) removeChain(ifname); // left by an agent that died in its switch
     const links = [attachTc(this.tc.program('tc_ingress'), { ifname, direction: 'ingress' }), attachTc(this.tc.program('tc_egress'), { ifname, direction: 'egress' })];
     try {
-      const x = this.attachXdp(ifname);
+      const x = this.xdp.attach(ifname, this.cfg.acceleration ?? 'none');
       if (x) links.push(x);
     } catch (e) {
       for (const l of links.reverse()) l.close();
@@ -254,35 +254,6 @@ export class Datapath {
     this.deviceLinks.set(ifname, links);
   }
 
-  private attachXdp(ifname: string): Link | undefined {
-    const acceleration = this.cfg.acceleration ?? 'none';
-    if (acceleration === 'none') {
-      // A previous agent's, from when acceleration was on: it goes.
-      const have = xdpAttached(ifname);
-      if (have && programNameById(have.id) === XDP_PROGRAM) detachXdpDevice(ifname);
-      return undefined;
-    }
-    try {
-      return this.loadAndAttachXdp(ifname, 'native');
-    } catch (e) {
-      if (acceleration !== 'best-effort' || (e as FerryError).code !== ErrorCode.XdpUnsupported) throw e;
-      return this.loadAndAttachXdp(ifname, 'generic');
-    }
-  }
-
-  private loadAndAttachXdp(ifname: string, mode: XdpMode): Link {
-    const obj = loadXdpObject(this.cfg, this.sizes, interfaceInfo(ifname).mac);
-    try {
-      const link = attachXdpDevice(obj.program(XDP_PROGRAM), ifname, mode);
-      this.xdp.get(ifname)?.obj.close();
-      this.xdp.set(ifname, { obj, mode, link });
-      return link;
-    } catch (e) {
-      obj.close();
-      throw e;
-    }
-  }
-
   /**
    * XDP on an attached device, whatever the acceleration setting: in `mode`, or off (the
    * benchmarks compare one node with and without). In the calling thread's netns.
@@ -290,22 +261,19 @@ export class Datapath {
   setXdp(ifname: string, mode: XdpMode | 'off'): void {
     const links = this.deviceLinks.get(ifname);
     if (!links) throw new FerryError({ code: ErrorCode.NotFound, op: `set xdp on ${ifname}`, cause: 'ferry is not attached to that device' });
-    const have = this.xdp.get(ifname);
-    if (have) {
-      have.link.close();
-      have.obj.close();
-      this.xdp.delete(ifname);
-      links.splice(links.indexOf(have.link), 1);
-      this.links.splice(this.links.indexOf(have.link), 1);
+    const gone = this.xdp.remove(ifname);
+    if (gone) {
+      links.splice(links.indexOf(gone), 1);
+      this.links.splice(this.links.indexOf(gone), 1);
     }
     if (mode === 'off') return;
-    const link = this.loadAndAttachXdp(ifname, mode);
+    const link = this.xdp.set(ifname, mode);
     links.push(link);
     this.links.push(link);
   }
 
   /** The XDP program on a device this process attached (bench/pps-node.ts runs it directly). */
-  xdpProgram(ifname: string): Program | undefined { return this.xdp.get(ifname)?.obj.program('xdp_ingress'); }
+  xdpProgram(ifname: string): Program | undefined { return this.xdp.program(ifname); }
 
   /** Devices the tc programs were attached to (by this process). */
   attachedDevices(): string[] {
@@ -319,7 +287,17 @@ export class Datapath {
 
   /** Where XDP runs, per device this process attached: native or generic; absent: tc only. */
   xdpModes(): Record<string, XdpMode> {
-    return Object.fromEntries([...this.xdp].map(([d, x]) => [d, x.mode]));
+    return this.xdp.modes();
+  }
+
+  /** Per device with XDP: its mode and whether XDP may redirect frames out of it (xdp-devices.ts). */
+  xdpDevices(): Record<string, XdpDeviceState> {
+    return this.xdp.states();
+  }
+
+  /** The devices XDP may send by, asked of the kernel again (a veth's follow its peer). */
+  refreshXdpTargets(): void {
+    this.xdp.refreshTargets();
   }
 
   /** A device that is gone (its filters went with it): its links are dropped, not detached. */
@@ -330,8 +308,7 @@ export class Datapath {
       l.disown();
       this.links.splice(this.links.indexOf(l), 1);
     }
-    this.xdp.get(ifname)?.obj.close();
-    this.xdp.delete(ifname);
+    this.xdp.forget(ifname);
   }
 
   /**
@@ -372,7 +349,7 @@ export class Datapath {
     this.abandonChain();
     this.migration.close();
     for (const l of this.links.splice(0).reverse()) l.close();
-    this.closeXdpObjects();
+    this.xdp.closeAll();
     this.sock.close();
     this.tc.close();
   }
@@ -386,13 +363,8 @@ export class Datapath {
     this.abandonChain();
     this.migration.close();
     for (const l of this.links.splice(0).reverse()) l.disown();
-    this.closeXdpObjects();
+    this.xdp.closeAll();
     this.sock.close();
     this.tc.close();
-  }
-
-  private closeXdpObjects(): void {
-    for (const x of this.xdp.values()) x.obj.close();
-    this.xdp.clear();
   }
 }

@@ -38,6 +38,7 @@ export function libc(): Libc {
 export interface SocketCalls {
   socket(domain: number, type: number, proto: number): number;
   sendto(fd: number, buf: Buffer, len: number, flags: number, addr: Buffer, alen: number): number;
+  recv(fd: number, buf: Buffer, len: number, flags: number): number;
   setsockopt(fd: number, level: number, name: number, value: Buffer, len: number): number;
   getsockopt(fd: number, level: number, name: number, value: Buffer, len: Buffer): number;
   bind(fd: number, addr: Buffer, len: number): number;
@@ -55,6 +56,7 @@ export function sockets(): SocketCalls {
   socketCalls = {
     socket: lib.func('int socket(int domain, int type, int protocol)'),
     sendto: lib.func('intptr_t sendto(int fd, const void *buf, size_t len, int flags, const void *addr, uint32_t alen)'),
+    recv: lib.func('intptr_t recv(int fd, _Out_ uint8_t *buf, size_t len, int flags)'),
     setsockopt: lib.func('int setsockopt(int fd, int level, int name, const void *value, uint32_t len)'),
     getsockopt: lib.func('int getsockopt(int fd, int level, int name, void *value, void *len)'),
     bind: lib.func('int bind(int fd, const void *addr, uint32_t len)'),

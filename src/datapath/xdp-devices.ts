@@ -1,0 +1,119 @@
+// ferry's XDP, per device: one program copy each (with the device's MAC), native or generic,
+// and the devices XDP may send a frame out of besides the one it arrived on
+// (xdp_tx_devices). A frame XDP redirects to a device that cannot take it (a VXLAN overlay,
+// a VLAN, a NIC without XDP, a veth whose peer runs no XDP) is dropped by the kernel, so
+// only devices running ferry's XDP natively whose driver says it takes redirected frames
+// (NETDEV_XDP_ACT_NDO_XMIT) are listed; a flow routed out of any other is tc's.
+import type { BpfMap } from '../ebpf/map.js';
+import type { BpfObject, Program } from '../ebpf/object.js';
+import type { Link } from '../ebpf/link.js';
+import { attachXdpDevice, detachXdpDevice, programNameById, xdpAttached, type XdpMode } from '../ebpf/link-xdp.js';
+import { ErrorCode, type FerryError } from '../errors.js';
+import { interfaceInfo } from '../sys/interfaces.js';
+import { NETDEV_XDP_ACT_NDO_XMIT, xdpFeatures } from '../sys/netdev-features.js';
+
+/** The program name of ferry's XDP entry (bpf/xdp.bpf.c). */
+export const XDP_PROGRAM = 'xdp_ingress';
+
+/** Where XDP runs on a device, and whether XDP elsewhere may send frames out of it (and if not, why). */
+export interface XdpDeviceState {
+  mode: XdpMode;
+  redirectTarget: boolean;
+  reason?: string;
+}
+
+export class XdpDevices {
+  private readonly byDevice = new Map<string, { obj: BpfObject; mode: XdpMode; link: Link; ifindex: number; target: boolean; reason?: string }>();
+
+  constructor(
+    /** The XDP object for a device with this MAC, loaded. */
+    private readonly load: (mac: string) => BpfObject,
+    private readonly targets: BpfMap<number, number>,
+    private readonly features: typeof xdpFeatures = xdpFeatures,
+  ) {}
+
+  /**
+   * XDP on a device as the acceleration setting says (in the calling thread's netns): native,
+   * or for best-effort generic where the driver has none; none takes a previous agent's
+   * program off.
+   */
+  attach(ifname: string, acceleration: 'none' | 'native' | 'best-effort'): Link | undefined {
+    if (acceleration === 'none') {
+      const have = xdpAttached(ifname);
+      if (have && programNameById(have.id) === XDP_PROGRAM) detachXdpDevice(ifname);
+      return undefined;
+    }
+    try {
+      return this.set(ifname, 'native');
+    } catch (e) {
+      if (acceleration !== 'best-effort' || (e as FerryError).code !== ErrorCode.XdpUnsupported) throw e;
+      return this.set(ifname, 'generic');
+    }
+  }
+
+  /** ferry's XDP on `ifname` in `mode`, in place of this process's program there (if any). */
+  set(ifname: string, mode: XdpMode): Link {
+    const info = interfaceInfo(ifname);
+    const obj = this.load(info.mac);
+    try {
+      const link = attachXdpDevice(obj.program(XDP_PROGRAM), ifname, mode);
+      this.byDevice.get(ifname)?.obj.close();
+      this.byDevice.set(ifname, { obj, mode, link, ifindex: info.ifindex, target: false });
+      this.refreshTargets();
+      return link;
+    } catch (e) {
+      obj.close();
+      throw e;
+    }
+  }
+
+  /** This process's XDP on `ifname` taken off; its link (closed) for the caller's lists. */
+  remove(ifname: string): Link | undefined {
+    const have = this.byDevice.get(ifname);
+    if (!have) return undefined;
+    have.link.close();
+    have.obj.close();
+    this.byDevice.delete(ifname);
+    this.refreshTargets();
+    return have.link;
+  }
+
+  /** A device that is gone (its program went with it): the object closed, nothing detached. */
+  forget(ifname: string): void {
+    this.byDevice.get(ifname)?.obj.close();
+    if (this.byDevice.delete(ifname)) this.refreshTargets();
+  }
+
+  program(ifname: string): Program | undefined {
+    return this.byDevice.get(ifname)?.obj.program(XDP_PROGRAM);
+  }
+
+  modes(): Record<string, XdpMode> {
+    return Object.fromEntries([...this.byDevice].map(([d, x]) => [d, x.mode]));
+  }
+
+  states(): Record<string, XdpDeviceState> {
+    return Object.fromEntries([...this.byDevice].map(([d, x]) => [d, { mode: x.mode, redirectTarget: x.target, ...(x.reason ? { reason: x.reason } : {}) }]));
+  }
+
+  /**
+   * xdp_tx_devices rewritten from the devices' current features (in the netns of the
+   * devices): on every XDP change, and on each device scan, as a veth's follow its peer.
+   */
+  refreshTargets(): void {
+    const want = new Set<number>();
+    for (const x of this.byDevice.values()) {
+      const f = x.mode === 'native' ? this.features(x.ifindex) : undefined;
+      x.target = f !== undefined && 'features' in f && (f.features & NETDEV_XDP_ACT_NDO_XMIT) !== 0n;
+      x.reason = x.target ? undefined : !f ? 'generic XDP' : 'unknown' in f ? f.unknown : 'the driver does not take redirected frames (no ndo_xdp_xmit)';
+      if (x.target) want.add(x.ifindex);
+    }
+    for (const k of [...this.targets.keys()]) if (!want.has(k)) this.targets.delete(k);
+    for (const k of want) this.targets.update(k, 1);
+  }
+
+  closeAll(): void {
+    for (const x of this.byDevice.values()) x.obj.close();
+    this.byDevice.clear();
+  }
+}

@@ -1,0 +1,129 @@
+// XDP and a route out of another device than the frame came in on (a second NIC, an
+// overlay, a VLAN): the kernel drops a frame XDP redirects to a device that cannot take
+// frames from XDP, so XDP sends only by its own device (XDP_TX) and the devices the agent
+// listed in xdp_tx_devices (ferry's XDP native on them, the driver taking redirected frames),
+// and leaves every other route to tc, untouched. Here node-1 has a second device, eth1, a
+// veth towards a backend host, and the remote pods are routed out of it.
+import { join } from 'node:path';
+import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
+import { BpfObject } from '../../src/ebpf/object.js';
+import { attachXdpDevice } from '../../src/ebpf/link-xdp.js';
+import type { Link } from '../../src/ebpf/link.js';
+import { ifindexOf } from '../../src/ebpf/link-tc.js';
+import { runLiveFrames } from '../../src/ebpf/test-run.js';
+import { XDP_PROGRAM, defaultObjectsDir } from '../../src/datapath/loader.js';
+import { REMOTE_POD_CIDR, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { TC_SERVICES, fixture } from '../../src/sandbox/fixtures/tc.js';
+import { TcVerdict, XdpVerdict } from '../../src/sandbox/packet-fixture.js';
+import type { Host } from '../../src/sandbox/netns/testbed.js';
+import { NETDEV_XDP_ACT_NDO_XMIT, xdpFeatures } from '../../src/sys/netdev-features.js';
+import { inNetns } from '../../src/sys/netns.js';
+import { describeWith } from '../harness/requirements.js';
+
+const BACKEND_HOP = '10.0.40.2';
+const BATCH = 64;
+const RUNS = 4;
+const FRAMES = BATCH * RUNS;
+
+describeWith(['root', 'bpffs', 'netns'], 'XDP and a route out of another device', () => {
+  let node: DatapathNode;
+  let backend: Host;
+  let backendMac: Buffer;
+  let eth1: number;
+  const syn = fixture('nodeport-remote').input;
+  const ack = fixture('nodeport-remote-established').input;
+  const rxPackets = async (): Promise<number> =>
+    (JSON.parse(await backend.execOk(['ip', '-j', '-s', 'link', 'show', 'eth0'])) as Array<{ stats64: { rx: { packets: number } } }>)[0]!.stats64.rx.packets;
+  const inNode = <T>(f: () => T): T => inNetns(node.host.netns, f);
+
+  beforeAll(async () => {
+    node = await datapathNode({ acceleration: 'native' });
+    node.writer.apply(TC_SERVICES);
+    backend = await node.tb.addHost('backend');
+    await node.tb.link({ host: node.host, ifname: 'eth1', address: '10.0.40.1/24' }, { host: backend, ifname: 'eth0', address: `${BACKEND_HOP}/24` });
+    const mac = (JSON.parse(await backend.execOk(['ip', '-j', 'link', 'show', 'eth0'])) as Array<{ address: string }>)[0]!.address;
+    backendMac = Buffer.from(mac.split(':').map((h) => parseInt(h, 16)));
+    await node.host.ip('neigh', 'replace', BACKEND_HOP, 'lladdr', mac, 'dev', 'eth1', 'nud', 'permanent');
+    await node.host.ip('route', 'replace', REMOTE_POD_CIDR, 'via', BACKEND_HOP, 'dev', 'eth1');
+    eth1 = inNode(() => ifindexOf('eth1'));
+    // As the agent attaches (the live test's frames pass through tc): eth1 with ferry's XDP
+    // too, its peer without (so eth1 is no redirect target).
+    inNode(() => (node.dp.attachDevice('eth0'), node.dp.attachDevice('eth1')));
+  });
+  afterAll(async () => {
+    await node?.close();
+  });
+  beforeEach(() => {
+    node.flushState();
+    for (const k of [...node.dp.maps.xdp_tx_devices.keys()]) node.dp.maps.xdp_tx_devices.delete(k);
+  });
+
+  it('a device the agent did not list: XDP passes the frame untouched and tc sends it out of that device', () => {
+    const r = node.run('tc_ingress', syn);
+    expect(node.lastXdpVerdict(), 'what xdp_ingress did').toBe(XdpVerdict.PASS);
+    expect(r.retval).toBe(TcVerdict.REDIRECT);
+    expect(r.data.subarray(0, 6).equals(backendMac), 'addressed to the hop on eth1').toBe(true);
+    expect(node.counter('STAT_FWD_REMOTE'), 'counted once: XDP balanced the flow, tc sent it').toBe(1n);
+  });
+
+  it('a listed device: XDP redirects the frame itself', () => {
+    node.dp.maps.xdp_tx_devices.update(eth1, 1);
+    const r = node.run('tc_ingress', syn);
+    expect(node.lastXdpVerdict()).toBe(XdpVerdict.REDIRECT);
+    expect(r.data.subarray(0, 6).equals(backendMac)).toBe(true);
+  });
+
+  it("a flow whose kept hop's device is no longer listed is tc's before XDP touches its state", () => {
+    node.dp.maps.xdp_tx_devices.update(eth1, 1);
+    node.run('tc_ingress', syn);
+    expect(node.lastXdpVerdict()).toBe(XdpVerdict.REDIRECT);
+    node.dp.maps.xdp_tx_devices.delete(eth1);
+    const before = node.counter('STAT_FWD_REMOTE');
+    const r = node.run('tc_ingress', ack);
+    expect(node.lastXdpVerdict()).toBe(XdpVerdict.PASS);
+    expect(r.retval).toBe(TcVerdict.REDIRECT);
+    expect(node.counter('STAT_FWD_REMOTE') - before, 'counted once: by tc').toBe(1n);
+  });
+
+  it('live frames: a redirect to a device that cannot take it is lost; left to tc, or to a device that can, it arrives', async () => {
+    // The backend's device counts what arrives, with whatever else the links send (IPv6
+    // neighbour discovery): hence bounds, not exact counts.
+    // Runs of one batch each: live frames are written from the input once per page, and a
+    // page used again carries what the last frame left there (here, translated).
+    const send = async (): Promise<number> => {
+      const before = await rxPackets();
+      for (let i = 0; i < RUNS; i++) inNode(() => runLiveFrames(node.program(XDP_PROGRAM), { data: syn, ifindex: node.ifindex, frames: BATCH, batchSize: BATCH }));
+      await new Promise((r) => setTimeout(r, 200));
+      return (await rxPackets()) - before;
+    };
+    // What the list guards against: eth1 listed by hand while the backend's end runs no XDP.
+    node.dp.maps.xdp_tx_devices.update(eth1, 1);
+    expect(await send(), 'redirected frames the veth could not take').toBeLessThan(10);
+    // Not listed: through tc.
+    node.flushState();
+    node.dp.maps.xdp_tx_devices.delete(eth1);
+    expect(await send()).toBeGreaterThanOrEqual(FRAMES);
+    // The agent's own listing: eth1 runs ferry's XDP, but becomes a target only once its
+    // peer takes XDP frames.
+    expect(node.dp.xdpDevices().eth1).toMatchObject({ mode: 'native', redirectTarget: false });
+    expect([...node.dp.maps.xdp_tx_devices.keys()]).not.toContain(eth1);
+    const pass = BpfObject.open(join(defaultObjectsDir(), 'tests', 'xdp_pass.bpf.o'));
+    let link: Link | undefined;
+    try {
+      pass.load();
+      link = inNetns(backend.netns, () => attachXdpDevice(pass.program('xdp_pass'), 'eth0', 'native'));
+      const f = inNode(() => xdpFeatures(eth1));
+      expect('features' in f && (f.features & NETDEV_XDP_ACT_NDO_XMIT) !== 0n, `eth1's XDP features ${JSON.stringify(f, (_, v) => (typeof v === 'bigint' ? String(v) : v))}`).toBe(true);
+      inNode(() => node.dp.refreshXdpTargets());
+      expect([...node.dp.maps.xdp_tx_devices.keys()]).toContain(eth1);
+      expect(node.dp.xdpDevices().eth1!.redirectTarget).toBe(true);
+      node.flushState();
+      expect(await send()).toBeGreaterThanOrEqual(FRAMES);
+    } finally {
+      link?.close();
+      pass.close();
+    }
+    inNode(() => node.dp.refreshXdpTargets());
+    expect([...node.dp.maps.xdp_tx_devices.keys()], 'the peer without XDP again').not.toContain(eth1);
+  });
+});
