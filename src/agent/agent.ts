@@ -343,7 +343,7 @@ export class Agent {
     refreshDatapathGauges(this.metrics, this.datapath.maps, { ...this.writer.entryCounts(), ...this.sampledFill });
   }
 
-  /** What /status answers: the last sync, what could not be programmed, announcements, sockets, routes. */
+  /** What /status answers: the last sync, what could not be programmed, announcements, sockets, routes, XDP. */
   status() {
     return {
       node: this.cfg.nodeName,
@@ -356,6 +356,7 @@ export class Agent {
       routes: this.routeMonitor?.status(),
       hostPorts: this.datapath.hostPorts?.status(),
       netnsSources: this.netnsSources.status(),
+      xdp: this.datapath.xdpDevices(),
     };
   }
 

@@ -8,6 +8,8 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { Hook } from '../../src/datapath/layouts.js';
+import type { XdpDeviceState } from '../../src/datapath/xdp-devices.js';
+import { xdpLine } from '../../src/cli/inspect-commands.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import type { NodeInfo } from '../../src/sandbox/network.js';
 import { kubectlFor } from '../harness/kubectl.js';
@@ -82,6 +84,10 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'XDP acceleration in a sandb
       // Native on a veth whose peer (the switch port) runs XDP: frames may be redirected to it.
       const where = `xdp/${mode} eth0${mode === 'native' ? ' (redirect target)' : ''}`;
       expect(s.links.filter((l) => l.where.startsWith('xdp'))).toEqual([{ where, program: 'xdp_ingress', id: expect.any(Number), loaded: expect.any(String), ifindex: expect.any(Number) }]);
+      // The agent's /status says the same, and why a device is no target.
+      const { xdp } = JSON.parse(await n.host.execOk(['curl', '-sS', 'http://127.0.0.1:10249/status'])) as { xdp: Record<string, XdpDeviceState> };
+      expect(xdp).toEqual({ eth0: mode === 'native' ? { mode, redirectTarget: true } : { mode, redirectTarget: false, reason: 'generic XDP' } });
+      expect(xdpLine(xdp)).toBe(mode === 'native' ? 'eth0 native, a redirect target' : 'eth0 generic, not a redirect target (generic XDP): flows routed out of it from another device go through tc');
     }
   });
 
