@@ -94,6 +94,7 @@ static __always_inline int nodeport_dsr(struct __ctx_buff *ctx, const struct pkt
 	struct fib4_flow f = { .saddr = p->saddr, .daddr = b->address, .sport = p->sport, .dport = b->port, .proto = p->proto, .tos = p->tos };
 	struct bpf_fib_lookup fib;
 	long route;
+	__u32 mtu;
 
 	if (p->ttl <= 1)
 		return icmp4_time_exceeded(ctx, p);
@@ -107,6 +108,8 @@ static __always_inline int nodeport_dsr(struct __ctx_buff *ctx, const struct pkt
 	}
 	if (!fib4_usable(ctx, route, &fib))
 		return fib4_unusable(p->len);
+	if (!with_opt && fib4_mtu_exceeded(ctx, fib.ifindex, &mtu))
+		return icmp4_too_big(ctx, p, mtu);
 	if (nat4_rewrite_endpoint(ctx, p, NAT_DST, b->address, b->port, CTX_STORE_DIRECT) < 0 ||
 	    ipv4_dec_ttl(ctx, p) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);

@@ -133,6 +133,15 @@ static __always_inline int fib4_usable(struct __ctx_buff *ctx, long rc, const st
 	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH;
 }
 
+/* Is a packet too big for the device its route leaves by (`*mtu` then holds that MTU)? Only
+ * another device than the one it came in on can be: that one carried it, and forwarding
+ * keeps its size. A GSO packet passes, as the kernel segments it when it leaves. */
+static __always_inline int fib4_mtu_exceeded(struct __ctx_buff *ctx, __u32 ifindex, __u32 *mtu)
+{
+	*mtu = 0;
+	return ifindex != ctx_ifindex(ctx) && bpf_check_mtu(ctx, ifindex, mtu, 0, 0) == BPF_MTU_CHK_RET_FRAG_NEEDED;
+}
+
 /* XDP: does a flow's kept hop (0: none) leave by a device XDP cannot send by? Then the
  * flow is tc's, left to it before its state is touched. */
 static __always_inline int xdp_hop_elsewhere(struct __ctx_buff *ctx, __u32 hop_ifindex)

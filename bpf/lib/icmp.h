@@ -114,6 +114,16 @@ __ferry_global int icmp4_send_unreach(struct __ctx_buff *ctx, const struct pkt4 
 				code == ICMP_FRAG_NEEDED ? STAT_ICMP_FRAG_NEEDED : STAT_ICMP_REJECT);
 }
 
+/* A packet too big for the next hop's `mtu`, as a router answers it: fragmentation needed
+ * when DF is set (the sender lowers its path MTU), else dropped and counted, where the
+ * kernel's forwarding would fragment it. */
+static __always_inline int icmp4_too_big(struct __ctx_buff *ctx, const struct pkt4 *p, __u32 mtu)
+{
+	if (p->df)
+		return icmp4_send_unreach(ctx, p, ICMP_FRAG_NEEDED, mtu);
+	return count_drop(DROP_TOO_BIG, p->len);
+}
+
 /* kube-proxy's REJECT: port unreachable, so a TCP client sees ECONNREFUSED. */
 static __always_inline int icmp4_reject(struct __ctx_buff *ctx, const struct pkt4 *p)
 {

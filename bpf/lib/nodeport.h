@@ -45,6 +45,7 @@ static __always_inline int nat4_forward(struct __ctx_buff *ctx, const struct pkt
 	struct fib4_flow f = { .saddr = saddr, .daddr = daddr, .sport = sport, .dport = dport, .proto = p->proto, .tos = p->tos };
 	struct bpf_fib_lookup fib;
 	long route;
+	__u32 mtu;
 
 	if (unlikely(p->ttl <= 1))
 		return icmp4_time_exceeded(ctx, p);
@@ -54,6 +55,8 @@ static __always_inline int nat4_forward(struct __ctx_buff *ctx, const struct pkt
 		route = fib4_route_flow(ctx, &f, 0, kept_ifindex, kept_macs, refresh, &fib);
 	if (unlikely(!fib4_usable(ctx, route, &fib)))
 		return fib4_unusable(p->len);
+	if (unlikely(fib4_mtu_exceeded(ctx, fib.ifindex, &mtu)))
+		return icmp4_too_big(ctx, p, mtu);
 	STAGE_END(11);
 	/* The MACs go in with the IPv4 header: one store less. */
 	if (unlikely(nat4_rewrite_forwarded(ctx, p, saddr, sport, daddr, dport,

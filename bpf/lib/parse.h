@@ -35,7 +35,7 @@ struct pkt4 {
 	__be32 dsr_addr;
 	__be16 frag_id;    /* the IP id, which ties fragments together */
 	__u8 frag_more;    /* MF set: more fragments follow (with offset 0: the first) */
-	__u8 pad3;
+	__u8 df;           /* DF set: a router may not fragment it (fragmentation-needed instead) */
 	__u32 tcp_seq;     /* TCP: host order */
 	__u32 tcp_seq_len; /* TCP: how far the segment moves the sender's sequence (data, SYN, FIN) */
 };
@@ -110,6 +110,7 @@ static __always_inline int parse_ipv4(struct __ctx_buff *ctx, struct pkt4 *p)
 	frag = bpf_ntohs(ip->frag_off);
 	p->fragment = (frag & 0x1fff) != 0;
 	p->frag_more = (frag & 0x2000) != 0;
+	p->df = (frag & 0x4000) != 0;
 	if (p->fragment)
 		return PARSE_OK;
 

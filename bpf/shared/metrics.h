@@ -53,6 +53,8 @@ enum ferry_drop_reason {
 				     * sender retransmits (TCP) once it is there */
 	DROP_SOURCE_UNKNOWN = 17,  /* a connect()/sendmsg() to a frontend with loadBalancerSourceRanges
 				    * from a network namespace whose address the agent has not recorded */
+	DROP_TOO_BIG = 18,         /* larger than the MTU of the other device its route leaves by, DF
+				    * not set: the kernel would fragment it, ferry does not */
 	DROP_REASON_MAX = 32,
 };
 

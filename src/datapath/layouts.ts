@@ -76,6 +76,7 @@ export const DropReason = {
   DROP_ICMP_RATELIMIT: 15,
   DROP_HANDOVER_UNBOUND: 16,
   DROP_SOURCE_UNKNOWN: 17,
+  DROP_TOO_BIG: 18,
   DROP_REASON_MAX: 32,
 } as const;
 

@@ -3,7 +3,9 @@
 // frames from XDP, so XDP sends only by its own device (XDP_TX) and the devices the agent
 // listed in xdp_tx_devices (ferry's XDP native on them, the driver taking redirected frames),
 // and leaves every other route to tc, untouched. Here node-1 has a second device, eth1, a
-// veth towards a backend host, and the remote pods are routed out of it.
+// veth towards a backend host with a smaller MTU (1400), and the remote pods are routed out
+// of it: a packet too big for it is answered as a router would (fragmentation needed, or
+// dropped without DF), not sent on to be lost.
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { BpfObject } from '../../src/ebpf/object.js';
@@ -13,7 +15,9 @@ import { ifindexOf } from '../../src/ebpf/link-tc.js';
 import { runLiveFrames } from '../../src/ebpf/test-run.js';
 import { XDP_PROGRAM, defaultObjectsDir } from '../../src/datapath/loader.js';
 import { REMOTE_POD_CIDR, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
-import { TC_SERVICES, fixture } from '../../src/sandbox/fixtures/tc.js';
+import { CLIENT_PORT, TC_SERVICES, fixture, fromRouter } from '../../src/sandbox/fixtures/tc.js';
+import { CLIENT_IP, NODE_IP } from '../../src/sandbox/datapath-node.js';
+import { buildPacket, ipv4, payload, tcp } from '../../src/packet/build.js';
 import { TcVerdict, XdpVerdict } from '../../src/sandbox/packet-fixture.js';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
 import { NETDEV_XDP_ACT_NDO_XMIT, xdpFeatures } from '../../src/sys/netdev-features.js';
@@ -24,6 +28,9 @@ const BACKEND_HOP = '10.0.40.2';
 const BATCH = 64;
 const RUNS = 4;
 const FRAMES = BATCH * RUNS;
+const ETH1_MTU = 1400;
+/** A client's SYN with 1400 bytes of data: 1440 bytes of IPv4, more than eth1 carries. */
+const bigSyn = (df: boolean): Buffer => buildPacket([fromRouter, ipv4({ src: CLIENT_IP, dst: NODE_IP, ttl: 63, id: 0x1234, df }), tcp({ sport: CLIENT_PORT, dport: 30081, flags: 'S', seq: 1000 }), payload(Buffer.alloc(1400, 0x61))]);
 
 describeWith(['root', 'bpffs', 'netns'], 'XDP and a route out of another device', () => {
   let node: DatapathNode;
@@ -45,6 +52,8 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP and a route out of another device'
     backendMac = Buffer.from(mac.split(':').map((h) => parseInt(h, 16)));
     await node.host.ip('neigh', 'replace', BACKEND_HOP, 'lladdr', mac, 'dev', 'eth1', 'nud', 'permanent');
     await node.host.ip('route', 'replace', REMOTE_POD_CIDR, 'via', BACKEND_HOP, 'dev', 'eth1');
+    await node.host.ip('link', 'set', 'eth1', 'mtu', String(ETH1_MTU));
+    await backend.ip('link', 'set', 'eth0', 'mtu', String(ETH1_MTU));
     eth1 = inNode(() => ifindexOf('eth1'));
     // As the agent attaches (the live test's frames pass through tc): eth1 with ferry's XDP
     // too, its peer without (so eth1 is no redirect target).
@@ -83,6 +92,30 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP and a route out of another device'
     expect(node.lastXdpVerdict()).toBe(XdpVerdict.PASS);
     expect(r.retval).toBe(TcVerdict.REDIRECT);
     expect(node.counter('STAT_FWD_REMOTE') - before, 'counted once: by tc').toBe(1n);
+  });
+
+  for (const listed of [false, true]) {
+    it(`a DF packet too big for eth1 (${listed ? 'listed: XDP answers' : 'unlisted: tc answers'}): fragmentation needed from the frontend, with eth1's MTU`, () => {
+      if (listed) node.dp.maps.xdp_tx_devices.update(eth1, 1);
+      const r = node.run('tc_ingress', bigSyn(true));
+      expect(node.lastXdpVerdict()).toBe(listed ? XdpVerdict.TX : XdpVerdict.PASS);
+      expect(r.retval, 'sent back out').toBe(TcVerdict.REDIRECT);
+      const icmp = 14 + (r.data[14]! & 0xf) * 4;
+      expect(r.data[23], 'IPv4 protocol').toBe(1);
+      expect([r.data[icmp], r.data[icmp + 1]], 'destination unreachable, fragmentation needed').toEqual([3, 4]);
+      expect(r.data.readUInt16BE(icmp + 6), 'next-hop MTU').toBe(ETH1_MTU);
+      expect([...r.data.subarray(26, 30)].join('.'), 'from the frontend').toBe(NODE_IP);
+      expect([...r.data.subarray(30, 34)].join('.'), 'to the client').toBe(CLIENT_IP);
+      expect(node.counter('STAT_ICMP_FRAG_NEEDED')).toBe(1n);
+      expect(node.counter('STAT_FWD_REMOTE')).toBe(0n);
+    });
+  }
+
+  it('without DF, a packet too big for eth1 is dropped and counted (the kernel would fragment it; ferry does not)', () => {
+    const r = node.run('tc_ingress', bigSyn(false));
+    expect(r.retval).toBe(TcVerdict.SHOT);
+    expect(node.counter('DROP_TOO_BIG')).toBe(1n);
+    expect(node.counter('STAT_FWD_REMOTE')).toBe(0n);
   });
 
   it('live frames: a redirect to a device that cannot take it is lost; left to tc, or to a device that can, it arrives', async () => {
