@@ -34,6 +34,12 @@ export function libc(): Libc {
   return bound;
 }
 
+/** socket(2) types and flags (linux/net.h), for the sockets these calls make. */
+export const SOCK_STREAM = 1;
+export const SOCK_DGRAM = 2;
+export const SOCK_RAW = 3;
+export const SOCK_CLOEXEC = 0o2000000;
+
 /** The socket calls Node has no API for (raw IPv4, AF_PACKET, socket options), bound once. */
 export interface SocketCalls {
   socket(domain: number, type: number, proto: number): number;

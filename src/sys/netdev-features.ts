@@ -4,11 +4,9 @@
 // (NETDEV_XDP_ACT_NDO_XMIT): else the kernel drops the redirected frame. For a veth the bit
 // follows its peer (which must run XDP or GRO for the frames to be received).
 import { errnoMessage } from '../errors.js';
-import { sockets } from './libc.js';
+import { SOCK_CLOEXEC, SOCK_RAW, sockets } from './libc.js';
 
 const AF_NETLINK = 16;
-const SOCK_RAW = 3;
-const SOCK_CLOEXEC = 0o2000000;
 const NETLINK_GENERIC = 16;
 const NLM_F_REQUEST = 1;
 const NLMSG_ERROR = 2;

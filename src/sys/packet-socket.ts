@@ -2,11 +2,9 @@
 // namespace: the agent's gratuitous ARPs. The socket is opened with protocol 0, so it
 // receives nothing.
 import { ErrorCode, FerryError, errnoMessage } from '../errors.js';
-import { sockets } from './libc.js';
+import { SOCK_CLOEXEC, SOCK_RAW, sockets } from './libc.js';
 
 const AF_PACKET = 17;
-const SOCK_RAW = 3;
-const SOCK_CLOEXEC = 0o2000000;
 
 /** struct sockaddr_ll for sending on `ifindex` to the frame's own destination. */
 function linkAddress(ifindex: number, frame: Buffer): Buffer {

@@ -1,12 +1,10 @@
 // Sending hand-built IPv4 packets (the header included) from a network namespace, for tests
 // that play a hostile or unusual client: spoofed sources, IP options, fragments, low TTLs.
 import { ErrorCode, FerryError, errnoMessage } from '../errors.js';
-import { sockets } from './libc.js';
+import { SOCK_CLOEXEC, SOCK_RAW, sockets } from './libc.js';
 import { inNetns } from './netns.js';
 
 const AF_INET = 2;
-const SOCK_RAW = 3;
-const SOCK_CLOEXEC = 0o2000000;
 const IPPROTO_RAW = 255; // implies IP_HDRINCL: the packet carries its own header
 
 /**

@@ -3,15 +3,12 @@
 // server.listen({ fd }) adopts it), and a network namespace's cookie.
 import { isIPv4 } from 'node:net';
 import { ErrorCode, FerryError, errnoMessage } from '../errors.js';
-import { sockets as libcSockets } from './libc.js';
+import { SOCK_CLOEXEC, SOCK_DGRAM, SOCK_STREAM, sockets as libcSockets } from './libc.js';
 import { inNetns } from './netns.js';
 
 const AF_INET = 2;
-const SOCK_STREAM = 1;
-const SOCK_CLOEXEC = 0o2000000;
 const SOL_SOCKET = 1;
 const SO_REUSEADDR = 2;
-const SOCK_DGRAM = 2;
 const SO_NETNS_COOKIE = 71;
 
 /** A bound, listening IPv4 TCP socket in `netns`; hand it to server.listen({ fd }). */
