@@ -135,11 +135,18 @@ static __always_inline int fib4_usable(struct __ctx_buff *ctx, long rc, const st
 
 /* Is a packet too big for the device its route leaves by (`*mtu` then holds that MTU)? Only
  * another device than the one it came in on can be: that one carried it, and forwarding
- * keeps its size. A GSO packet passes, as the kernel segments it when it leaves. */
+ * keeps its size. A GSO packet (a NIC's segments merged by GRO, or a local sender's over a
+ * veth) is judged by its segments, as the kernel's forwarding judges it: each leaves as large
+ * as its sender made it. XDP frames are never GSO (and XDP's check takes no flags). */
 static __always_inline int fib4_mtu_exceeded(struct __ctx_buff *ctx, __u32 ifindex, __u32 *mtu)
 {
-	*mtu = 0;
-	return ifindex != ctx_ifindex(ctx) && bpf_check_mtu(ctx, ifindex, mtu, 0, 0) == BPF_MTU_CHK_RET_FRAG_NEEDED;
+	long rc;
+
+	*mtu = 0; /* an input length of 0: the packet's own (BPF_MTU_CHK_SEGS requires it) */
+	if (ifindex == ctx_ifindex(ctx))
+		return 0;
+	rc = bpf_check_mtu(ctx, ifindex, mtu, 0, CTX_IS_XDP ? 0 : BPF_MTU_CHK_SEGS);
+	return rc == BPF_MTU_CHK_RET_FRAG_NEEDED || rc == BPF_MTU_CHK_RET_SEGS_TOOBIG;
 }
 
 /* XDP: does a flow's kept hop (0: none) leave by a device XDP cannot send by? Then the

@@ -53,7 +53,7 @@ const STAT_TEXT: Record<string, string> = {
   STAT_FWD_DSR: 'forwarded to a backend on another node by DSR (the frontend rides in an IPv4 option)',
   STAT_REPLY_REMOTE: 'a reply to an SNATed flow, restored and sent back to its client',
   STAT_ICMP_REJECT: 'no backend: answered ICMP port unreachable (the client sees ECONNREFUSED)',
-  STAT_ICMP_FRAG_NEEDED: 'the DSR option would exceed the path MTU: answered fragmentation-needed',
+  STAT_ICMP_FRAG_NEEDED: 'too big for the path (the DSR option would push it past the MTU, or the device its route leaves by has a smaller one), DF set: answered fragmentation-needed',
   STAT_DSR_RECEIVED: 'a DSR packet for a local backend: frontend recorded, option removed',
   STAT_DSR_CONTESTED: 'a DSR SYN naming another frontend than the live binding of its tuple: passed, the pod\'s answer decides',
   STAT_ICMP_RELATED: 'an ICMP error of a translated flow, translated',
