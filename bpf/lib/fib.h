@@ -96,7 +96,7 @@ static __always_inline long fib4_route_new_flow(struct __ctx_buff *ctx, const st
 	if (epoch & FERRY_HOPS_PER_FLOW)
 		shared = NULL;
 	if (shared && shared->daddr == f->daddr && shared->saddr == f->saddr && shared->from_ifindex == from &&
-	    now - shared->looked_up_ns < BACKEND_HOP_MAX_AGE_NS && shared->looked_up_ns >= epoch &&
+	    now - shared->looked_up_ns < BACKEND_HOP_MAX_AGE_NS && shared->looked_up_ns >= (epoch & ~(__u64)FERRY_HOP_EPOCH_FLAGS) &&
 	    shared->hop_ifindex) {
 		/* Taken as the flow's kept hop, which then routes it. Another CPU may be writing
 		 * the slot: a torn read mixes two lookups of this route. */

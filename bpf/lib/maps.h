@@ -154,8 +154,8 @@ struct {
 	__type(value, struct ferry_hop_epoch);
 } ferry_hop_epoch SEC(".maps");
 
-/* The agent's slot as written: the time of the last route change, FERRY_HOPS_PER_FLOW in
- * its lowest bit. */
+/* The agent's slot as written: the time of the last route change, the flags
+ * (FERRY_HOPS_PER_FLOW, FERRY_SNAT_BY_DEVICE) in its lowest bits. */
 static __always_inline __u64 hop_epoch(void)
 {
 	__u32 zero = 0;
@@ -167,8 +167,20 @@ static __always_inline __u64 hop_epoch(void)
 /* Kept next hops looked up before this time are not to be used (0: any may be). */
 static __always_inline __u64 hops_valid_since(void)
 {
-	return hop_epoch() & ~(__u64)FERRY_HOPS_PER_FLOW;
+	return hop_epoch() & ~(__u64)FERRY_HOP_EPOCH_FLAGS;
 }
+
+/* Devices whose own address a new SNAT flow routed out of them leaves from, by ifindex (as
+ * MASQUERADE takes the outgoing device's): the agent lists the devices the tc programs run
+ * on, other than the one holding snat_ipv4, with an IPv4 address (an overlay's tunnel
+ * device, a second NIC), and sets FERRY_SNAT_BY_DEVICE while any is listed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, __be32);
+} snat4_devices SEC(".maps");
 
 /* Devices XDP may send a frame out of besides the one it arrived on, by ifindex (value 1):
  * the agent lists those running ferry's XDP natively whose driver takes redirected frames

@@ -188,8 +188,8 @@ __ferry_global int nodeport_balance(struct __ctx_buff *ctx, const struct pkt4 *p
 	if (svc->flags & LB_F_SOURCE_RANGES)
 		f->flags |= CT_F_RANGED;
 	if (f->flags & CT_F_SNAT) {
-		f->nat_addr = snat_ipv4;
-		f->nat_port = snat4_reserve(ctx, p, b, &fe, svc->rev_nat_id, hash, now);
+		f->nat_addr = snat4_source(ctx, p, id, now);
+		f->nat_port = snat4_reserve(ctx, p, b, f->nat_addr, &fe, svc->rev_nat_id, hash, now);
 		if (!f->nat_port)
 			return DROP_NAT_EXHAUSTED;
 	}

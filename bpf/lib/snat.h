@@ -7,6 +7,7 @@
 #include "maps.h"
 #include "ct.h"
 #include "lb.h"
+#include "fib.h"
 
 /* A binding is being taken over: the old flow's conntrack entry must not keep sending
  * through the port (unless the client reopened that tuple and it now uses another). */
@@ -128,12 +129,71 @@ static __always_inline __be16 snat4_retrace(struct ct4_key *reply, const struct 
 	return 0;
 }
 
+/* The device a new flow to backend `id` leaves by: its backend's shared hop while that is
+ * fresh (the flow's own route then takes it), else the route looked up from the node's
+ * address. 0: none usable (the flow's own lookup fails the same way). A global function:
+ * the lookup's frame is not its caller's. */
+__ferry_global __u32 snat4_route_device(struct __ctx_buff *ctx, const struct pkt4 *p, __u32 id, __u64 now)
+{
+	struct lb4_backend_hop *hop = backend_hop_of(id);
+	struct lb4_backend *b = lb4_backend(id);
+	__u64 epoch = hop_epoch();
+	struct bpf_fib_lookup fib;
+	struct fib4_flow f = {};
+	long rc;
+
+	ctx_keep(ctx);
+	if (!p || !b)
+		return 0;
+	if (hop && !(epoch & FERRY_HOPS_PER_FLOW) && hop->daddr == b->address && hop->from_ifindex == ctx_fib_ifindex(ctx) &&
+	    now - hop->looked_up_ns < BACKEND_HOP_MAX_AGE_NS && hop->looked_up_ns >= (epoch & ~(__u64)FERRY_HOP_EPOCH_FLAGS) &&
+	    hop->hop_ifindex)
+		return hop->hop_ifindex;
+	f.saddr = snat_ipv4;
+	f.daddr = b->address;
+	f.sport = p->sport;
+	f.dport = b->port;
+	f.proto = p->proto;
+	f.tos = p->tos;
+	rc = fib4_lookup(ctx, &f, 0, &fib);
+	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH ? fib.ifindex : 0;
+}
+
+/* The address a new SNAT flow to backend `id` leaves from: the node's (snat_ipv4), or the
+ * own address of the device its route leaves by when the agent listed that device
+ * (snat4_devices), as MASQUERADE takes the outgoing device's: an overlay's replies then
+ * come back through its tunnel. Nothing is looked up while no device is listed. */
+static __always_inline __be32 snat4_source(struct __ctx_buff *ctx, const struct pkt4 *p, __u32 id, __u64 now)
+{
+	__u32 ifindex;
+	__be32 *addr;
+
+	if (likely(!(hop_epoch() & FERRY_SNAT_BY_DEVICE)))
+		return snat_ipv4;
+	ifindex = snat4_route_device(ctx, p, id, now);
+	addr = ifindex ? bpf_map_lookup_elem(&snat4_devices, &ifindex) : NULL;
+	return addr ? *addr : snat_ipv4;
+}
+
+/* Is `daddr` the SNAT address of the device the packet came in on (snat4_devices)? A
+ * reply to a flow that left by a listed device comes back through it. */
+static __always_inline int snat4_device_address(struct __ctx_buff *ctx, __be32 daddr)
+{
+	__u32 ifindex = ctx_ifindex(ctx);
+	__be32 *addr;
+
+	if (likely(!(hop_epoch() & FERRY_SNAT_BY_DEVICE)))
+		return 0;
+	addr = bpf_map_lookup_elem(&snat4_devices, &ifindex);
+	return addr && *addr == daddr;
+}
+
 /* Reserve the reply tuple (backend → node:port) for a new SNAT binding: the client's own
  * port if free, then the ports of the flow's probe sequence (from `hash`, the flow's
- * flow_hash4); with none free, a never-established flow's port. Returns the port (network
- * order) or 0. */
+ * flow_hash4); with none free, a never-established flow's port. `nat_addr` is the address
+ * the flow leaves from (snat4_source). Returns the port (network order) or 0. */
 static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct pkt4 *p, const struct lb4_backend *b,
-					    const struct lb4_key *fe, __u32 rev_nat_id, __u32 hash, __u64 now)
+					    __be32 nat_addr, const struct lb4_key *fe, __u32 rev_nat_id, __u32 hash, __u64 now)
 {
 	struct nat4_entry nat = {
 		.expires_ns = now + ct_lifetime_ns(p->proto, CT_F_SNAT),
@@ -146,7 +206,7 @@ static __always_inline __be16 snat4_reserve(struct __ctx_buff *ctx, const struct
 	};
 	struct ct4_key reply = {
 		.saddr = b->address,
-		.daddr = snat_ipv4,
+		.daddr = nat_addr,
 		.sport = b->port,
 		.proto = p->proto,
 	};
@@ -281,9 +341,10 @@ static __always_inline __u64 local_reply_unbound_in_handover(const struct pkt4 *
 }
 
 /* The SNAT binding a packet is a reply to, if any, and in `now` the time it was judged
- * live by (the reply's accounting uses it too). Only a packet to the SNAT address on a
- * port of the SNAT range can be one: anything else (every client packet to a NodePort or a
- * LoadBalancer IP) is told so without a lookup or a clock read. `unbound` is set for one
+ * live by (the reply's accounting uses it too). Only a packet to the SNAT address (or to
+ * the one of the device it came in on, snat4_devices) on a port of the SNAT range can be
+ * one: anything else (every client packet to a NodePort, or to a LoadBalancer IP on a port
+ * outside the range) is told so without a lookup or a clock read. `unbound` is set for one
  * that finds no binding in an upgrade's switch, to the switch's word (handover_current) it was
  * judged by: the caller leaves it to handover_unplaced with that word. */
 static __always_inline struct nat4_entry *snat4_reply_of(struct __ctx_buff *ctx, const struct pkt4 *p, __u64 *now,
@@ -292,12 +353,13 @@ static __always_inline struct nat4_entry *snat4_reply_of(struct __ctx_buff *ctx,
 	__u32 port = bpf_ntohs(p->dport);
 	/* Decided on a value the verifier cannot tie back to the packet's fields: else the paths
 	 * after it would know the address and port, and be explored apart (past its limit). */
-	__u32 other = (p->daddr ^ snat_ipv4) | (port - snat_port_min > (__u32)snat_port_max - snat_port_min);
+	__u32 outside = port - snat_port_min > (__u32)snat_port_max - snat_port_min;
+	__u32 other = (p->daddr ^ snat_ipv4) | outside;
 	struct nat4_entry *nat;
 	struct ct4_key k;
 
-	asm volatile("" : "+r"(other));
-	if (other)
+	asm volatile("" : "+r"(other), "+r"(outside));
+	if (other && (outside || !snat4_device_address(ctx, p->daddr)))
 		return NULL;
 	ct4_key_of(p, &k);
 	nat = bpf_map_lookup_elem(&nat4, &k);

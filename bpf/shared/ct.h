@@ -136,9 +136,12 @@ struct ferry_hop_epoch {
 
 /* Bits of since_ns. PER_FLOW: a route may depend on a flow's protocol and ports (policy
  * rules that select by them, or multipath hashing by ports), so new flows do not share
- * their backend's hop: each is looked up with its own. */
+ * their backend's hop: each is looked up with its own. SNAT_BY_DEVICE: snat4_devices lists
+ * a device, so a new SNAT flow's address depends on the device its route leaves by. */
 enum ferry_hop_epoch_flags {
 	FERRY_HOPS_PER_FLOW = 1,
+	FERRY_SNAT_BY_DEVICE = 2,
+	FERRY_HOP_EPOCH_FLAGS = 3,
 };
 
 /* host_ports: ports some socket in the host's network namespace was bound to, as two

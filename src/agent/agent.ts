@@ -138,6 +138,7 @@ export class Agent {
       const switchStart = performance.now();
       handover = datapath.catchUpMigration(devices);
       for (const dev of devices) datapath.attachDevice(dev);
+      datapath.refreshSnatDevices(); // before any flow: a tunnel's flows leave from its address
       datapath.completeMigration();
       // From the first catch-up to the last: flows the old programs made in it reach the
       // new ones before their entries do (upgrades only; a restart copies nothing).
@@ -311,7 +312,7 @@ export class Agent {
         announcer?.kick();
       });
       agent.deviceScanner.start(cfg.deviceScanSeconds * 1000);
-      agent.routeMonitor = watchRouteChanges(datapath.maps, log.child({ part: 'routes' }), { metrics });
+      agent.routeMonitor = watchRouteChanges(datapath.hopEpoch, log.child({ part: 'routes' }), { metrics });
       announcer.start();
       bgp.start();
     } catch (e) {
@@ -357,6 +358,7 @@ export class Agent {
       hostPorts: this.datapath.hostPorts?.status(),
       netnsSources: this.netnsSources.status(),
       xdp: this.datapath.xdpDevices(),
+      snatDevices: this.datapath.snatDeviceList(),
     };
   }
 

@@ -4,10 +4,12 @@
 // (traffic may still arrive on it). A device deleted and made again under the same name
 // between two scans (a new ifindex) lost its filters: it is attached again. Each change is
 // reported, so the L2 announcer answers ARP on the devices the tc programs run on. Each scan
-// also asks again which devices XDP may redirect frames to (xdp-devices.ts).
+// also asks again which devices XDP may redirect frames to (xdp-devices.ts), and which lend
+// their address to the SNAT flows routed out of them (snat-devices.ts: an overlay's tunnel
+// device gets its address after the device appears).
 import type { Logger } from 'pino';
 import type { Datapath } from '../datapath/loader.js';
-import { defaultRouteDevices, readLinks } from '../sys/links.js';
+import { defaultRouteDevices, readLinks, type LinkInfo } from '../sys/links.js';
 import { chooseDevices } from './devices.js';
 
 export class DeviceScanner {
@@ -16,7 +18,7 @@ export class DeviceScanner {
   private readonly ifindexes = new Map<string, number>();
 
   constructor(
-    private readonly datapath: Pick<Datapath, 'attachDevice' | 'attachedDevices' | 'forgetDevice' | 'refreshXdpTargets'>,
+    private readonly datapath: Pick<Datapath, 'attachDevice' | 'attachedDevices' | 'forgetDevice' | 'refreshXdpTargets' | 'refreshSnatDevices' | 'snatDeviceList'>,
     /** The configured names and patterns (empty: automatic). */
     private readonly wanted: string[],
     /** The node's addresses: what automatic devices are chosen by. */
@@ -72,8 +74,18 @@ export class DeviceScanner {
       }
       if (changed) this.onChange(this.datapath.attachedDevices());
       this.refreshXdpTargets();
+      this.refreshSnatDevices(links);
     } catch (e) {
       this.log.warn({ err: (e as Error).message }, 'cannot list devices');
+    }
+  }
+
+  /** The SNAT devices follow the attached devices' addresses. */
+  private refreshSnatDevices(links: LinkInfo[]): void {
+    try {
+      if (this.datapath.refreshSnatDevices(links)) this.log.info({ snatDevices: this.datapath.snatDeviceList() }, 'devices whose own address SNAT flows routed out of them take');
+    } catch (e) {
+      this.log.warn({ err: (e as Error).message }, 'cannot list the devices SNAT flows take their address from');
     }
   }
 

@@ -2,8 +2,7 @@
 // makes every kept next hop stale (HopEpoch), so flows route again by their next packet.
 import type { Logger } from 'pino';
 import { systemClock, type Clock, type Timer } from '../clock.js';
-import { HopEpoch } from '../datapath/hop-epoch.js';
-import type { DatapathMaps } from '../datapath/layouts.js';
+import type { HopEpoch } from '../datapath/hop-epoch.js';
 import { MONITOR_STARTED, RULE_CHANGED, RouteMonitor, type RouteMonitorStatus } from '../sys/route-monitor.js';
 import { readRoutingPolicy, type RoutingPolicy } from '../sys/routing-policy.js';
 import type { AgentMetrics } from './metrics.js';
@@ -66,11 +65,10 @@ export interface RouteChangesWatch {
  * monitor and any write still due.
  */
 export function watchRouteChanges(
-  maps: Pick<DatapathMaps, 'ferry_hop_epoch'>,
+  epoch: HopEpoch,
   log: Logger,
   opts: { metrics?: Pick<AgentMetrics, 'routeChanges' | 'routeMonitorUp'>; netns?: string; minGapMs?: number; policyRecheckMs?: number } = {},
 ): RouteChangesWatch {
-  const epoch = new HopEpoch(maps.ferry_hop_epoch);
   let written = 0;
   let lastWritten: string | undefined;
   let writeError: string | undefined;

@@ -145,6 +145,8 @@ function explainPacket(r: ExplainRequest, live: DatapathReader, pinned: readonly
     for (const n of ['lb4_services', 'lb4_backends', 'lb4_reverse_nat', 'lb4_src_ranges'] as const) copyAll(live[n], copy(n));
     // Which ports a new SNAT binding asks the host about (an older agent has no such map).
     if (pinned.includes('host_ports')) copyAll(live.host_ports, copy('host_ports'));
+    // The devices SNAT flows take their address from, and the slot whose flag says any is.
+    if (pinned.includes('snat4_devices') && copyAll(live.snat4_devices, copy('snat4_devices'))) copy('ferry_hop_epoch').update(0, live.ferry_hop_epoch.lookup(0) ?? { sinceNs: 0n });
     // Maglev tables: the twin points at the live inner maps (read only).
     for (const [id, innerId] of live.lb4_maglev.entries()) {
       const fd = lb.mapGetFdById(innerId);

@@ -1,21 +1,27 @@
 // Routes changed: the next hops flows keep (ct4/nat4) and new flows share (lb4_backend_hops)
 // that were looked up before now are not used again (ferry_hop_epoch). Each flow is then
 // routed again by its next packet, instead of within the second a hop is otherwise kept.
-// Where routes may depend on a flow's protocol and ports, new flows share no hop at all
-// (FERRY_HOPS_PER_FLOW, the slot's lowest bit).
+// The slot's lowest bits are flags: where routes may depend on a flow's protocol and ports,
+// new flows share no hop at all (FERRY_HOPS_PER_FLOW); while a device lends its address to
+// the SNAT flows routed out of it (snat-devices.ts), a new SNAT flow's address follows its
+// route (FERRY_SNAT_BY_DEVICE). One writer for the slot: each flag is kept by the one
+// instance the datapath holds.
 import { monotonicNs } from './ct-gc.js';
 import { HopEpochFlags, type DatapathMaps } from './layouts.js';
 
 const PER_FLOW = BigInt(HopEpochFlags.FERRY_HOPS_PER_FLOW);
+const SNAT_BY_DEVICE = BigInt(HopEpochFlags.FERRY_SNAT_BY_DEVICE);
+const FLAGS = BigInt(HopEpochFlags.FERRY_HOP_EPOCH_FLAGS);
 
-/** The slot as written: the time of the last change, and the flag in its lowest bit. */
-export function hopEpochParts(raw: bigint): { sinceNs: bigint; perFlow: boolean } {
-  return { sinceNs: raw & ~PER_FLOW, perFlow: (raw & PER_FLOW) !== 0n };
+/** The slot as written: the time of the last change, and the flags in its lowest bits. */
+export function hopEpochParts(raw: bigint): { sinceNs: bigint; perFlow: boolean; snatByDevice: boolean } {
+  return { sinceNs: raw & ~FLAGS, perFlow: (raw & PER_FLOW) !== 0n, snatByDevice: (raw & SNAT_BY_DEVICE) !== 0n };
 }
 
 export class HopEpoch {
-  /** As this writer last set it: a slot an older build wrote (any time, odd or even) is not read back as a flag. */
+  /** As this writer last set them: a slot an older build wrote (any time, odd or even) is not read back as flags. */
   private writtenPerFlow = false;
+  private writtenSnatByDevice = false;
 
   constructor(
     private readonly map: DatapathMaps['ferry_hop_epoch'],
@@ -33,10 +39,16 @@ export class HopEpoch {
     return this.write();
   }
 
+  /** Whether a new SNAT flow's address depends on the device its route leaves by (snat4_devices lists one). */
+  setSnatByDevice(on: boolean): bigint {
+    this.writtenSnatByDevice = on;
+    return this.write();
+  }
+
   private write(): bigint {
-    const sinceNs = (this.now() & ~PER_FLOW) | (this.writtenPerFlow ? PER_FLOW : 0n);
+    const sinceNs = (this.now() & ~FLAGS) | (this.writtenPerFlow ? PER_FLOW : 0n) | (this.writtenSnatByDevice ? SNAT_BY_DEVICE : 0n);
     this.map.update(0, { sinceNs });
-    return sinceNs & ~PER_FLOW;
+    return sinceNs & ~FLAGS;
   }
 
   /** The last moment written (0: never). */

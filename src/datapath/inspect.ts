@@ -90,10 +90,12 @@ function flatten(name: MapName, k: Record<string, unknown> | number, v: Record<s
     else if (f === 'expiresNs') row.expires = ageText(x as bigint);
     else if (f === 'lookedUpNs') row.lookedUp = agoText(x as bigint);
     else if (f === 'sinceNs') {
-      // ferry_hop_epoch: the time, and in its lowest bit whether new flows share hops.
-      const { sinceNs, perFlow } = hopEpochParts(x as bigint);
+      // ferry_hop_epoch: the time, and in its lowest bits whether new flows share hops and
+      // whether their SNAT address follows the device their route leaves by.
+      const { sinceNs, perFlow, snatByDevice } = hopEpochParts(x as bigint);
       row.routesChanged = sinceNs === 0n ? 'never' : agoText(sinceNs);
       row.newFlowHops = perFlow ? 'per flow' : 'shared';
+      row.snatAddress = snatByDevice ? 'by device (snat4_devices)' : 'the node\'s';
     }
     else if (typeof x === 'bigint') row[f] = Number(x);
     else if (f === 'hopMacs' && Buffer.isBuffer(x)) row[f] = `${macText(x)} (from ${macText(x.subarray(6))})`;

@@ -84,7 +84,7 @@ export const EventType = { EVENT_DROP: 1, EVENT_TRACE: 2 } as const;
 /** Bits of ferry_handover.until_ns (bpf/shared/ct.h). */
 export const HandoverFlags = { FERRY_HANDOVER_CHAINED: 1 } as const;
 /** Bits of ferry_hop_epoch.since_ns (bpf/shared/ct.h). */
-export const HopEpochFlags = { FERRY_HOPS_PER_FLOW: 1 } as const;
+export const HopEpochFlags = { FERRY_HOPS_PER_FLOW: 1, FERRY_SNAT_BY_DEVICE: 2, FERRY_HOP_EPOCH_FLAGS: 3 } as const;
 /** host_ports' slots (bpf/shared/ct.h, src/datapath/host-ports.ts). */
 export const HostPortsSlot = { HOST_PORTS_WORDS: 1024, HOST_PORTS_AGENT: 1024, HOST_PORTS_TRUSTED: 2048, HOST_PORTS_SLOTS: 2049 } as const;
 export const MonitorFlags = { MONITOR_DROPS: 1 << 0, MONITOR_TRACES: 1 << 1 } as const;
@@ -352,6 +352,8 @@ export const mapSpecs = {
   host_ports: { key: u32Codec, value: u64Codec, sizeSetting: undefined },
   // Devices XDP may redirect frames to, by ifindex (lib/maps.h).
   xdp_tx_devices: { key: u32Codec, value: u8Codec, sizeSetting: undefined },
+  // The address new SNAT flows routed out of a device leave from, by ifindex (snat-devices.ts).
+  snat4_devices: { key: u32Codec, value: ipv4Codec, sizeSetting: undefined },
 } as const;
 export type MapName = keyof typeof mapSpecs;
 

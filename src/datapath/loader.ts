@@ -14,6 +14,9 @@ import { assertBpffs } from '../ebpf/pinned.js';
 import { ipv4FromString } from '../ebpf/codec.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { XDP_PROGRAM, XdpDevices, type XdpDeviceState } from './xdp-devices.js';
+import { HopEpoch } from './hop-epoch.js';
+import { SnatDevices, chooseSnatDevices, type DeviceAddresses, type SnatDevice } from './snat-devices.js';
+import { readLinks } from '../sys/links.js';
 import { mapOptions, mapSpecs, type DatapathMaps, type MapName } from './layouts.js';
 import { configureObject, loadXdpObject, setForwardingConstants } from './object-settings.js';
 import { rebuildBackendIndex } from './backend-index.js';
@@ -143,6 +146,10 @@ export class Datapath {
   hostPorts?: HostPorts;
   /** Per device: its XDP object and mode; the devices XDP may send by. */
   private readonly xdp: XdpDevices;
+  /** The one writer of ferry_hop_epoch: route changes and the SNAT devices set its flags. */
+  readonly hopEpoch: HopEpoch;
+  /** The devices whose own address the SNAT flows routed out of them take. */
+  private readonly snatDevices: SnatDevices;
 
   private constructor(tc: BpfObject, sock: BpfObject, sizes: MapSizes, private readonly cfg: DatapathConfig, migration: LayoutMigration) {
     this.pinDir = cfg.pinDir;
@@ -154,6 +161,8 @@ export class Datapath {
     for (const [name, spec] of Object.entries(mapSpecs)) maps[name] = tc.map(name, spec.key as Codec<unknown>, spec.value as Codec<unknown>, mapOptions(name as MapName));
     this.maps = maps as unknown as DatapathMaps;
     this.xdp = new XdpDevices((mac) => loadXdpObject(this.cfg, this.sizes, mac), this.maps.xdp_tx_devices);
+    this.hopEpoch = new HopEpoch(this.maps.ferry_hop_epoch);
+    this.snatDevices = new SnatDevices(this.maps.snat4_devices, this.hopEpoch);
   }
 
   static load(cfg: DatapathConfig): Datapath {
@@ -298,6 +307,19 @@ export class Datapath {
   /** The devices XDP may send by, asked of the kernel again (a veth's follow its peer). */
   refreshXdpTargets(): void {
     this.xdp.refreshTargets();
+  }
+
+  /**
+   * The attached devices that lend their address to the SNAT flows routed out of them, made
+   * to match `links` (their addresses now, in the calling thread's netns). True if changed.
+   */
+  refreshSnatDevices(links: readonly DeviceAddresses[] = readLinks()): boolean {
+    return this.snatDevices.apply(chooseSnatDevices(links, this.attachedDevices(), this.cfg.snatIPv4));
+  }
+
+  /** The devices listed now, with the address their SNAT flows leave from. */
+  snatDeviceList(): SnatDevice[] {
+    return this.snatDevices.list();
   }
 
   /** A device that is gone (its filters went with it): its links are dropped, not detached. */

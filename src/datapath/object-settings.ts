@@ -38,6 +38,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   ct4_fresh: undefined,
   host_ports: undefined,
   xdp_tx_devices: undefined,
+  snat4_devices: undefined,
 };
 
 /** What every entry object shares: map sizes, the hash seed, the host's netns and address, the pins. */

@@ -218,7 +218,7 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
       const r = node.run('tc_ingress', buildPacket(clientTcp(NODE_IP, 30081, { sport: CLIENT_PORT + 9, flags: 'S' })));
       expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
       expect(node.dp.maps.lb4_backend_hops.lookup(slot)!.lookedUpNs).toBeGreaterThanOrEqual(epoch.sinceNs);
-      expect(dumpMap(node.pinDir, 'ferry_hop_epoch')).toEqual([{ id: 0, routesChanged: '0s ago', newFlowHops: 'shared' }]);
+      expect(dumpMap(node.pinDir, 'ferry_hop_epoch')).toEqual([{ id: 0, routesChanged: '0s ago', newFlowHops: 'shared', snatAddress: "the node's" }]);
     } finally {
       node.dp.maps.ferry_hop_epoch.update(0, { sinceNs: 0n });
     }
@@ -242,7 +242,7 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
       expect(fromPort(CLIENT_PORT + 1)).toBe(OTHER_NODE_MAC);
       expect(node.dp.maps.ct4.lookup(flowKey(30081))!.hopIfindex).toBe(node.ifindex);
       expect(macOf(node.dp.maps.ct4.lookup(flowKey(30081))!.hopMacs)).toBe(ROUTER_MAC);
-      expect(dumpMap(node.pinDir, 'ferry_hop_epoch')).toEqual([{ id: 0, routesChanged: '0s ago', newFlowHops: 'per flow' }]);
+      expect(dumpMap(node.pinDir, 'ferry_hop_epoch')).toEqual([{ id: 0, routesChanged: '0s ago', newFlowHops: 'per flow', snatAddress: "the node's" }]);
       // Shared, as where routes depend on addresses only: the second new flow takes the
       // first one's hop, which this rule makes wrong for it.
       node.flushState();

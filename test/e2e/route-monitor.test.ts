@@ -91,7 +91,7 @@ describeWith(['root', 'netns'], 'route changes reach the datapath', () => {
     const map = createMap({ type: MapType.Array, name: 'hop_epoch', key: u32Codec, value: hopEpochCodec, maxEntries: 1 });
     const epoch = new HopEpoch(map);
     const ip = (...args: string[]) => hosts.server.execOk(['ip', ...args]);
-    const watchWith = (policyRecheckMs: number) => watchRouteChanges({ ferry_hop_epoch: map }, pino({ level: 'silent' }), { netns: hosts.server.netns, minGapMs: 10, policyRecheckMs });
+    const watchWith = (policyRecheckMs: number) => watchRouteChanges(new HopEpoch(map), pino({ level: 'silent' }), { netns: hosts.server.netns, minGapMs: 10, policyRecheckMs });
     const perFlow = async (watch: ReturnType<typeof watchWith>, expected: boolean) => {
       await until(() => watch.status().routing?.perFlow === expected && epoch.perFlow === expected);
       return watch.status().routing!.why;

@@ -197,7 +197,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'Service traffic through the
     const node2 = c.nodes[1]!;
     const nft = (...args: string[]) => c.net.router.execOk(['nft', ...args]);
     const routedVia = async () => Number(/packets (\d+)/.exec(await nft('list', 'chain', 'ip', 'ferry_route_test', 'forwarded'))?.[1] ?? NaN);
-    const monitor = watchRouteChanges(node2.dp.maps, pino({ level: 'silent' }), { netns: node2.host.netns });
+    const monitor = watchRouteChanges(node2.dp.hopEpoch, pino({ level: 'silent' }), { netns: node2.host.netns });
     const epoch = new HopEpoch(node2.dp.maps.ferry_hop_epoch);
     await nft('add', 'table', 'ip', 'ferry_route_test');
     await nft('add', 'chain', 'ip', 'ferry_route_test', 'forwarded', '{ type filter hook forward priority 0; }');
