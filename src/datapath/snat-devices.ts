@@ -6,7 +6,9 @@
 // `devices` so gets its flows' replies back through the tunnel: from the node's address,
 // they would arrive at the backend's node on the tunnel from an address it routes
 // elsewhere, which a strict rp_filter drops. A device with no IPv4 address lends none
-// (the node's address applies). FERRY_SNAT_BY_DEVICE in ferry_hop_epoch tells the
+// (the node's address applies), and none does while no attached device holds the SNAT
+// address (one configured apart from the devices, say a VIP, is meant for every flow).
+// FERRY_SNAT_BY_DEVICE in ferry_hop_epoch tells the
 // programs whether any is listed, so that without one a new flow looks nothing up.
 import { ErrorCode, FerryError } from '../errors.js';
 import type { BpfMap } from '../ebpf/map.js';
@@ -31,8 +33,10 @@ export const SNAT_DEVICES_MAX = 256;
 
 /** Which of the attached devices lend their address: those with one, other than the node's SNAT address's device. */
 export function chooseSnatDevices(devices: readonly DeviceAddresses[], attached: readonly string[], snatIPv4: string): SnatDevice[] {
-  return devices
-    .filter((d) => attached.includes(d.name) && d.ifindex > 0 && d.addresses.length > 0 && !d.addresses.includes(snatIPv4))
+  const ours = devices.filter((d) => attached.includes(d.name) && d.ifindex > 0);
+  if (!ours.some((d) => d.addresses.includes(snatIPv4))) return [];
+  return ours
+    .filter((d) => d.addresses.length > 0 && !d.addresses.includes(snatIPv4))
     .map((d) => ({ name: d.name, ifindex: d.ifindex, address: d.addresses[0]! }));
 }
 
