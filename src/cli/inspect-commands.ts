@@ -244,7 +244,7 @@ export function xdpLine(xdp: Record<string, XdpDeviceState>): string {
 /** Where SNAT flows leave from: the node's address, or the own address of the device their route leaves by. */
 export function snatLine(devices: readonly SnatDevice[]): string {
   const own = devices.map((d) => `out of ${d.name} from ${d.address}`).join(', ');
-  return own ? `flows routed ${own}; out of any other device from the node's address` : "from the node's address (no other device with an address has ferry's programs)";
+  return own ? `flows routed ${own}; out of any other device from the node's address` : "from the node's address (no device lends its own)";
 }
 
 export function netnsSourcesLine(n: NetnsSourcesStatus): string {

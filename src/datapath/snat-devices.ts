@@ -8,8 +8,8 @@
 // elsewhere, which a strict rp_filter drops. A device with no IPv4 address lends none
 // (the node's address applies), and none does while no attached device holds the SNAT
 // address (one configured apart from the devices, say a VIP, is meant for every flow).
-// FERRY_SNAT_BY_DEVICE in ferry_hop_epoch tells the
-// programs whether any is listed, so that without one a new flow looks nothing up.
+// FERRY_SNAT_BY_DEVICE in ferry_hop_epoch tells the programs whether any is listed, so
+// that without one a new flow looks nothing up.
 import { ErrorCode, FerryError } from '../errors.js';
 import type { BpfMap } from '../ebpf/map.js';
 import type { HopEpoch } from './hop-epoch.js';
@@ -27,9 +27,6 @@ export interface DeviceAddresses {
   ifindex: number;
   addresses: string[];
 }
-
-/** The map's capacity (bpf/lib/maps.h): the agent lists at most this many devices. */
-export const SNAT_DEVICES_MAX = 256;
 
 /** Which of the attached devices lend their address: those with one, other than the node's SNAT address's device. */
 export function chooseSnatDevices(devices: readonly DeviceAddresses[], attached: readonly string[], snatIPv4: string): SnatDevice[] {
@@ -52,8 +49,8 @@ export class SnatDevices {
 
   /** The map made to hold exactly these devices; the flag follows (set after the first entry, cleared before the last goes). */
   apply(devices: readonly SnatDevice[]): boolean {
-    if (devices.length > SNAT_DEVICES_MAX) {
-      throw new FerryError({ code: ErrorCode.MapFull, op: 'list the devices SNAT flows take their address from', cause: `${devices.length} devices, room for ${SNAT_DEVICES_MAX}`, hint: 'name fewer devices' });
+    if (devices.length > this.map.maxEntries) {
+      throw new FerryError({ code: ErrorCode.MapFull, op: 'list the devices SNAT flows take their address from', cause: `${devices.length} devices, room for ${this.map.maxEntries}`, hint: 'name fewer devices' });
     }
     const want = new Map(devices.map((d) => [d.ifindex, d]));
     const same = want.size === this.listed.length && this.listed.every((d) => want.get(d.ifindex)?.address === d.address);

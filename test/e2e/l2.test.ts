@@ -192,9 +192,10 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'L2 announcements', () => {
     expect((await eventually(() => sb.net.client.exec(['curl', '-sS', '--max-time', '2', `http://${ip}/`]), (x) => x.code === 0)).code).toBe(0);
   });
 
-  it('a device hotplugged on a node is one ARP is answered on: its heartbeat carries it, and drops it when it goes', async () => {
+  it('a device hotplugged on a node is one ARP is answered on: its heartbeat carries it, and drops it when it goes; given an address, it lends it to SNAT flows routed out of it', async () => {
     const node = nodeInfo('node-3');
     const devices = () => (sb.store.get('leases', 'kube-system', heartbeatName('node-3')) as { metadata?: { annotations?: Record<string, string> } } | undefined)?.metadata?.annotations?.[ANNOTATION_DEVICES];
+    const snatDevices = async () => JSON.stringify((JSON.parse(await node.host.execOk(['curl', '-sS', 'http://127.0.0.1:10249/status'])) as { snatDevices: unknown }).snatDevices);
     await sb.stopAgent(node);
     await sb.startAgent(node, 60_000, { devices: 'eth0|hot[0-9]+', env: { FERRY_DEVICE_SCAN_SECONDS: '1' } });
     expect(await eventually(async () => devices(), (d) => d === 'eth0', 10_000)).toBe('eth0');
@@ -202,10 +203,14 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'L2 announcements', () => {
     try {
       await node.host.ip('link', 'set', 'hot0', 'up');
       expect(await eventually(async () => devices(), (d) => d === 'eth0,hot0', 10_000), sb.agents.get('node-3')?.output().slice(-3000)).toBe('eth0,hot0');
+      expect(await snatDevices(), 'no address: it lends none').toBe('[]');
+      await node.host.ip('addr', 'add', '10.99.0.1/24', 'dev', 'hot0');
+      expect(await eventually(snatDevices, (s) => s.includes('10.99.0.1'), 10_000)).toMatch(/^\[\{"name":"hot0","ifindex":\d+,"address":"10\.99\.0\.1"\}\]$/);
     } finally {
       await node.host.exec(['ip', 'link', 'del', 'hot0']);
     }
     expect(await eventually(async () => devices(), (d) => d === 'eth0', 10_000)).toBe('eth0');
+    expect(await eventually(snatDevices, (s) => s === '[]', 10_000), 'gone with it').toBe('[]');
   });
 
   it('every L2 request the agents made is one their RBAC (deploy/kubernetes/base/agent.yaml) allows', () => {

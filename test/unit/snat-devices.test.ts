@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { SNAT_DEVICES_MAX, SnatDevices, chooseSnatDevices, type DeviceAddresses } from '../../src/datapath/snat-devices.js';
+import { SnatDevices, chooseSnatDevices, type DeviceAddresses } from '../../src/datapath/snat-devices.js';
 import type { BpfMap } from '../../src/ebpf/map.js';
+import { snatLine } from '../../src/cli/inspect-commands.js';
 
 const NODE = '192.0.2.10';
 const links: DeviceAddresses[] = [
@@ -16,6 +17,7 @@ function fakeMap(): { map: BpfMap<number, string>; data: Map<number, string>; wr
   const data = new Map<number, string>();
   const writes: string[] = [];
   const map = {
+    maxEntries: 4,
     keys: () => data.keys(),
     update: (k: number, v: string) => (writes.push(`update ${k}`), data.set(k, v)),
     delete: (k: number) => (writes.push(`delete ${k}`), data.delete(k)),
@@ -58,11 +60,16 @@ describe('SNAT address per device', () => {
     expect(flags.at(-1)).toBe(false);
   });
 
+  it('ferry status says where SNAT flows leave from', () => {
+    expect(snatLine([])).toBe("from the node's address (no device lends its own)");
+    expect(snatLine([{ name: 'flannel.1', ifindex: 7, address: '10.244.1.0' }])).toBe("flows routed out of flannel.1 from 10.244.1.0; out of any other device from the node's address");
+  });
+
   it('refuses more devices than the map holds, changing nothing', () => {
     const { map, data } = fakeMap();
     const s = new SnatDevices(map, { setSnatByDevice: () => 0n });
-    const many = Array.from({ length: SNAT_DEVICES_MAX + 1 }, (_, i) => ({ name: `d${i}`, ifindex: i + 10, address: `10.1.${i >> 8}.${i & 255}` }));
-    expect(() => s.apply(many)).toThrow(/room for 256/);
+    const many = Array.from({ length: 5 }, (_, i) => ({ name: `d${i}`, ifindex: i + 10, address: `10.1.0.${i}` }));
+    expect(() => s.apply(many)).toThrow(/5 devices, room for 4/);
     expect(data.size).toBe(0);
   });
 });
