@@ -19,14 +19,25 @@ export function hopEpochParts(raw: bigint): { sinceNs: bigint; perFlow: boolean;
 }
 
 export class HopEpoch {
-  /** As this writer last set them: a slot an older build wrote (any time, odd or even) is not read back as flags. */
-  private writtenPerFlow = false;
-  private writtenSnatByDevice = false;
+  /**
+   * As this writer last set them, from the flags the slot held when it began (a previous
+   * agent's), so that an early write of one flag (the SNAT devices', at start) does not
+   * clear the other before its owner has looked (routes that depend on ports would share
+   * hops meanwhile). A slot an older build wrote as a bare time may read as flags: that
+   * costs lookups (per-flow routes, a device lookup) until the flag is next written, never
+   * a wrong hop or address.
+   */
+  private writtenPerFlow: boolean;
+  private writtenSnatByDevice: boolean;
 
   constructor(
     private readonly map: DatapathMaps['ferry_hop_epoch'],
     private readonly now: () => bigint = monotonicNs,
-  ) {}
+  ) {
+    const held = hopEpochParts(map.lookup(0)?.sinceNs ?? 0n);
+    this.writtenPerFlow = held.perFlow;
+    this.writtenSnatByDevice = held.snatByDevice;
+  }
 
   /** Hops looked up before this moment are stale. Returns the moment written. */
   invalidate(): bigint {
