@@ -78,6 +78,17 @@ static __always_inline struct lb4_backend_hop *backend_hop_of(__u32 backend_id)
 	return bpf_map_lookup_elem(&lb4_backend_hops, &backend_id);
 }
 
+/* Is a backend's shared hop (NULL: none) one a new flow from device `from` may take: for
+ * its backend's address, looked up less than a second ago and after the last reported
+ * route change (`epoch`, the slot as read), and none is shared where routes depend on a
+ * flow's ports (FERRY_HOPS_PER_FLOW)? */
+static __always_inline int backend_hop_fresh(const struct lb4_backend_hop *h, __be32 daddr, __u32 from, __u64 now,
+					     __u64 epoch)
+{
+	return h && !(epoch & FERRY_HOPS_PER_FLOW) && h->daddr == daddr && h->from_ifindex == from &&
+	       now - h->looked_up_ns < BACKEND_HOP_MAX_AGE_NS && h->looked_up_ns >= hop_epoch_since(epoch) && h->hop_ifindex;
+}
+
 /* The route for a new flow's first packet: the hop a new flow to the same backend found
  * less than a second ago (from the same address, on the same device), else a lookup whose
  * complete result is shared. The flow keeps the hop either way. bpf_fib_lookup was the
@@ -95,9 +106,9 @@ static __always_inline long fib4_route_new_flow(struct __ctx_buff *ctx, const st
 
 	if (epoch & FERRY_HOPS_PER_FLOW)
 		shared = NULL;
-	if (shared && shared->daddr == f->daddr && shared->saddr == f->saddr && shared->from_ifindex == from &&
-	    now - shared->looked_up_ns < BACKEND_HOP_MAX_AGE_NS && shared->looked_up_ns >= (epoch & ~(__u64)FERRY_HOP_EPOCH_FLAGS) &&
-	    shared->hop_ifindex) {
+	/* The source first: in the other order clang's frame for nodeport_reply_remote grew 16
+	 * bytes and the XDP build's three-call stack passed the verifier's 512. */
+	if (shared && shared->saddr == f->saddr && backend_hop_fresh(shared, f->daddr, from, now, epoch)) {
 		/* Taken as the flow's kept hop, which then routes it. Another CPU may be writing
 		 * the slot: a torn read mixes two lookups of this route. */
 		*kept_ifindex = shared->hop_ifindex;

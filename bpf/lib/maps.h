@@ -164,10 +164,22 @@ static __always_inline __u64 hop_epoch(void)
 	return e ? e->since_ns : 0;
 }
 
-/* Kept next hops looked up before this time are not to be used (0: any may be). */
+/* The time in a slot as read (its flags taken off): kept next hops looked up before it are
+ * not to be used (0: any may be). */
+static __always_inline __u64 hop_epoch_since(__u64 epoch)
+{
+	return epoch & ~(__u64)FERRY_HOP_EPOCH_FLAGS;
+}
+
 static __always_inline __u64 hops_valid_since(void)
 {
-	return hop_epoch() & ~(__u64)FERRY_HOP_EPOCH_FLAGS;
+	return hop_epoch_since(hop_epoch());
+}
+
+/* Does snat4_devices list a device (a new SNAT flow's address then follows its route)? */
+static __always_inline int snat_by_device(void)
+{
+	return (hop_epoch() & FERRY_SNAT_BY_DEVICE) != 0;
 }
 
 /* Devices whose own address a new SNAT flow routed out of them leaves from, by ifindex (as

@@ -137,7 +137,6 @@ __ferry_global __u32 snat4_route_device(struct __ctx_buff *ctx, const struct pkt
 {
 	struct lb4_backend_hop *hop = backend_hop_of(id);
 	struct lb4_backend *b = lb4_backend(id);
-	__u64 epoch = hop_epoch();
 	struct bpf_fib_lookup fib;
 	struct fib4_flow f = {};
 	long rc;
@@ -145,9 +144,7 @@ __ferry_global __u32 snat4_route_device(struct __ctx_buff *ctx, const struct pkt
 	ctx_keep(ctx);
 	if (!p || !b)
 		return 0;
-	if (hop && !(epoch & FERRY_HOPS_PER_FLOW) && hop->daddr == b->address && hop->from_ifindex == ctx_fib_ifindex(ctx) &&
-	    now - hop->looked_up_ns < BACKEND_HOP_MAX_AGE_NS && hop->looked_up_ns >= (epoch & ~(__u64)FERRY_HOP_EPOCH_FLAGS) &&
-	    hop->hop_ifindex)
+	if (backend_hop_fresh(hop, b->address, ctx_fib_ifindex(ctx), now, hop_epoch()))
 		return hop->hop_ifindex;
 	f.saddr = snat_ipv4;
 	f.daddr = b->address;
@@ -168,7 +165,7 @@ static __always_inline __be32 snat4_source(struct __ctx_buff *ctx, const struct 
 	__u32 ifindex;
 	__be32 *addr;
 
-	if (likely(!(hop_epoch() & FERRY_SNAT_BY_DEVICE)))
+	if (likely(!snat_by_device()))
 		return snat_ipv4;
 	ifindex = snat4_route_device(ctx, p, id, now);
 	addr = ifindex ? bpf_map_lookup_elem(&snat4_devices, &ifindex) : NULL;
@@ -182,7 +179,7 @@ static __always_inline int snat4_device_address(struct __ctx_buff *ctx, __be32 d
 	__u32 ifindex = ctx_ifindex(ctx);
 	__be32 *addr;
 
-	if (likely(!(hop_epoch() & FERRY_SNAT_BY_DEVICE)))
+	if (likely(!snat_by_device()))
 		return 0;
 	addr = bpf_map_lookup_elem(&snat4_devices, &ifindex);
 	return addr && *addr == daddr;

@@ -13,6 +13,7 @@
 import { ErrorCode, FerryError } from '../errors.js';
 import type { BpfMap } from '../ebpf/map.js';
 import type { HopEpoch } from './hop-epoch.js';
+import type { LinkInfo } from '../sys/links.js';
 
 export interface SnatDevice {
   name: string;
@@ -21,12 +22,8 @@ export interface SnatDevice {
   address: string;
 }
 
-/** A device as the kernel reports it: its index and IPv4 addresses, the primary first. */
-export interface DeviceAddresses {
-  name: string;
-  ifindex: number;
-  addresses: string[];
-}
+/** A device as `ip` reports it: its index and IPv4 addresses, the primary first. */
+export type DeviceAddresses = Pick<LinkInfo, 'name' | 'ifindex' | 'addresses'>;
 
 /** Which of the attached devices lend their address: those with one, other than the node's SNAT address's device. */
 export function chooseSnatDevices(devices: readonly DeviceAddresses[], attached: readonly string[], snatIPv4: string): SnatDevice[] {

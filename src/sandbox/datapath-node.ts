@@ -119,6 +119,19 @@ export async function datapathNode(cfg: Partial<DatapathConfig> = {}, prepare?: 
   }
 }
 
+/**
+ * The node's eth0 peer made the router the node's neighbour entry names (ROUTER_MAC,
+ * ROUTER_IP), with CLIENT_IP behind it on its loopback: a real client for live traffic
+ * through the node (its sockets bind CLIENT_IP). Returns that host.
+ */
+export async function clientBehindRouter(node: DatapathNode): Promise<Host> {
+  const peer = node.tb.host('peer');
+  await peer.ip('link', 'set', 'eth0', 'address', ROUTER_MAC);
+  await peer.ip('addr', 'add', `${ROUTER_IP}/24`, 'dev', 'eth0');
+  await peer.ip('addr', 'add', `${CLIENT_IP}/32`, 'dev', 'lo');
+  return peer;
+}
+
 /** Sum a per-CPU counter. */
 export function total(dp: Datapath, map: 'ferry_stats' | 'ferry_drops', index: number): bigint {
   return (dp.maps[map].lookupPerCpu(index) ?? []).reduce((a, v) => a + v.packets, 0n);

@@ -10,18 +10,21 @@
 // client, 1500 bytes wide, sends 1500-byte segments until told the path's MTU.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeWith } from '../harness/requirements.js';
-import { CLIENT_IP, NODE_IP, REMOTE_POD_CIDR, ROUTER_IP, ROUTER_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { CLIENT_IP, NODE_IP, REMOTE_POD_CIDR, clientBehindRouter, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { REMOTE_POD, TC_SERVICES } from '../../src/sandbox/fixtures/tc.js';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
+import { startWorkloads } from '../../src/sandbox/workloads/spawn.js';
 import { inNetns } from '../../src/sys/netns.js';
 
 const BACKEND_HOP = '10.0.40.2';
 const HOP_MTU = 1400;
 const BYTES = 4 << 20;
 
-const server = `require('net').createServer((s) => { let n = 0; s.on('data', (d) => (n += d.length)); s.on('end', () => s.end(String(n))); }).listen(8080, '${REMOTE_POD}', () => console.log('listening'))`;
-const client = `const s = require('net').connect({ host: '${NODE_IP}', port: 30081, localAddress: '${CLIENT_IP}' }, () => s.end(Buffer.alloc(${BYTES}, 97)));
-let got = ''; s.on('data', (d) => (got += d)); s.on('end', () => console.log('received ' + got)); s.on('error', (e) => console.log('error ' + e.message));`;
+/** The body the client sends (the whoami workload counts what it receives). */
+const BODY = join(tmpdir(), `ferry-gso-mtu-${process.pid}.bin`);
 
 /** What a host's eth0 dropped as it arrived: a veth drops a frame larger than its MTU. */
 const rxDropped = async (h: Host): Promise<number> =>
@@ -43,32 +46,27 @@ describeWith(['root', 'bpffs', 'netns'], 'a GSO packet too big for the device it
     await backend.ip('link', 'set', 'eth0', 'mtu', String(HOP_MTU));
     await backend.ip('addr', 'add', `${REMOTE_POD}/32`, 'dev', 'lo');
     await backend.ip('route', 'replace', 'default', 'via', '10.0.40.1', 'advmss', '1460');
-    // The node's eth0 peer plays the router (the node's neighbour entry names its MAC) and
-    // the client behind it.
-    clientHost = node.tb.host('peer');
-    await clientHost.ip('link', 'set', 'eth0', 'address', ROUTER_MAC);
-    await clientHost.ip('addr', 'add', `${ROUTER_IP}/24`, 'dev', 'eth0');
-    await clientHost.ip('addr', 'add', `${CLIENT_IP}/32`, 'dev', 'lo');
+    clientHost = await clientBehindRouter(node);
+    writeFileSync(BODY, Buffer.alloc(BYTES, 0x61));
     inNetns(node.host.netns, () => (node.dp.attachDevice('eth0'), node.dp.attachDevice('eth1')));
   });
   afterAll(async () => {
+    rmSync(BODY, { force: true });
     await node?.close();
   });
 
   it('a transfer whose segments do not fit: fragmentation needed with the hop MTU, and the client, told, gets every byte through', async () => {
     node.flushState();
     const lostBefore = await rxDropped(backend);
-    const srv = backend.spawn([process.execPath, '-e', server]);
-    for (let i = 0; i < 100 && !srv.output().includes('listening'); i++) await new Promise((r) => setTimeout(r, 50));
-    expect(srv.output()).toContain('listening');
-    const r = await clientHost.exec([process.execPath, '-e', client], { timeoutMs: 20_000 });
-    expect(r.stdout.trim(), `the client's view (stderr: ${r.stderr})`).toBe(`received ${BYTES}`);
+    const [srv] = await startWorkloads(backend, [{ kind: 'whoami', port: 8080, name: 'backend' }]);
+    const r = await clientHost.exec(['curl', '-sS', '--max-time', '15', '--interface', CLIENT_IP, '--data-binary', `@${BODY}`, `http://${NODE_IP}:30081/`], { timeoutMs: 20_000 });
+    expect(r.stdout, `the backend's count (curl exit ${r.code}: ${r.stderr})`).toContain(`Received: ${BYTES}\n`);
     expect(node.counter('STAT_ICMP_FRAG_NEEDED'), 'fragmentation-needed sent').toBeGreaterThan(0n);
     // Without the check the first GSO packet's segments are lost at the hop, and the client
     // hears of the MTU only when it retransmits one segment alone, a timeout later.
     expect((await rxDropped(backend)) - lostBefore, 'segments lost at the narrow hop').toBe(0);
     const route = await clientHost.ip('route', 'get', NODE_IP, 'from', CLIENT_IP);
     expect(route, 'the client learnt the path MTU').toContain(`mtu ${HOP_MTU}`);
-    await srv.stop();
+    await srv!.stop();
   });
 });

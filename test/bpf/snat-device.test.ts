@@ -7,7 +7,7 @@
 // eth1's own address, its replies come back through eth1 and are restored there.
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { describeWith } from '../harness/requirements.js';
-import { CLIENT_IP, NODE_IP, REMOTE_POD_CIDR, ROUTER_IP, ROUTER_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { CLIENT_IP, NODE_IP, REMOTE_POD_CIDR, clientBehindRouter, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { REMOTE_POD, TC_SERVICES, fixture } from '../../src/sandbox/fixtures/tc.js';
 import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
@@ -17,17 +17,13 @@ import { ifindexOf } from '../../src/ebpf/link-tc.js';
 import { hopEpochParts } from '../../src/datapath/hop-epoch.js';
 import type { DeviceAddresses } from '../../src/datapath/snat-devices.js';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
+import { startWorkloads } from '../../src/sandbox/workloads/spawn.js';
 import { readLinks } from '../../src/sys/links.js';
 import { inNetns } from '../../src/sys/netns.js';
 
 const TUNNEL_IP = '10.0.40.1';
 const BACKEND_HOP = '10.0.40.2';
 
-const server = `require('net').createServer((s) => s.end(s.remoteAddress)).listen(8080, '${REMOTE_POD}', () => console.log('listening'))`;
-/** Connects to the NodePort and prints what the backend saw as its peer, or "timeout". */
-const client = `const s = require('net').connect({ host: '${NODE_IP}', port: 30081, localAddress: '${CLIENT_IP}' });
-let got = ''; s.on('data', (d) => (got += d)); s.on('end', () => { console.log('peer ' + got); process.exit(0); });
-s.on('error', (e) => { console.log('error ' + e.message); process.exit(0); }); setTimeout(() => { console.log('timeout'); process.exit(0); }, 3000);`;
 
 describeWith(['root', 'bpffs', 'netns'], 'the SNAT address of the device a flow leaves by', () => {
   let node: DatapathNode;
@@ -59,10 +55,7 @@ describeWith(['root', 'bpffs', 'netns'], 'the SNAT address of the device a flow 
     await backend.ip('route', 'replace', '10.0.30.0/24', 'via', '10.0.50.1', 'dev', 'eth1');
     await backend.ip('route', 'replace', '10.0.10.0/24', 'via', '10.0.50.1', 'dev', 'eth1');
     for (const k of ['all', 'eth0']) await backend.execOk(['sysctl', '-qw', `net.ipv4.conf.${k}.rp_filter=1`]);
-    clientHost = node.tb.host('peer');
-    await clientHost.ip('link', 'set', 'eth0', 'address', ROUTER_MAC);
-    await clientHost.ip('addr', 'add', `${ROUTER_IP}/24`, 'dev', 'eth0');
-    await clientHost.ip('addr', 'add', `${CLIENT_IP}/32`, 'dev', 'lo');
+    clientHost = await clientBehindRouter(node);
     eth1 = inNode(() => ifindexOf('eth1'));
     inNode(() => (node.dp.attachDevice('eth0'), node.dp.attachDevice('eth1')));
   });
@@ -106,14 +99,15 @@ describeWith(['root', 'bpffs', 'netns'], 'the SNAT address of the device a flow 
   });
 
   it('live: from the node\'s address the backend host\'s strict rp_filter drops the flow; from the device\'s, it is served', async () => {
-    const srv = backend.spawn([process.execPath, '-e', server]);
-    for (let i = 0; i < 100 && !srv.output().includes('listening'); i++) await new Promise((r) => setTimeout(r, 50));
-    expect(srv.output()).toContain('listening');
+    const [srv] = await startWorkloads(backend, [{ kind: 'whoami', port: 8080, name: 'backend' }]);
+    /** What the backend saw as the client's address (whoami's RemoteAddr), or curl's timeout (exit 28). */
+    const ask = () => clientHost.exec(['curl', '-sS', '--max-time', '3', '--interface', CLIENT_IP, `http://${NODE_IP}:30081/`], { timeoutMs: 10_000 });
     inNode(() => node.dp.refreshSnatDevices(links(false)));
-    expect((await clientHost.execOk([process.execPath, '-e', client], { timeoutMs: 10_000 })).trim(), 'from the node\'s address').toBe('timeout');
+    expect((await ask()).code, 'from the node\'s address: a timeout').toBe(28);
     node.flushState();
     inNode(() => node.dp.refreshSnatDevices(links(true)));
-    expect((await clientHost.execOk([process.execPath, '-e', client], { timeoutMs: 10_000 })).trim(), 'from eth1\'s address').toBe(`peer ${TUNNEL_IP}`);
-    await srv.stop();
+    const served = await ask();
+    expect(served.stdout, `from eth1's address (curl exit ${served.code}: ${served.stderr})`).toContain(`RemoteAddr: ${TUNNEL_IP}:`);
+    await srv!.stop();
   });
 });

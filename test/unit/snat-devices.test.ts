@@ -2,8 +2,6 @@ import { describe, expect, it } from 'vitest';
 import { SnatDevices, chooseSnatDevices, type DeviceAddresses } from '../../src/datapath/snat-devices.js';
 import type { BpfMap } from '../../src/ebpf/map.js';
 import { snatLine } from '../../src/cli/inspect-commands.js';
-import { HopEpoch, hopEpochParts } from '../../src/datapath/hop-epoch.js';
-import type { DatapathMaps } from '../../src/datapath/layouts.js';
 
 const NODE = '192.0.2.10';
 const links: DeviceAddresses[] = [
@@ -73,23 +71,5 @@ describe('SNAT address per device', () => {
     const many = Array.from({ length: 5 }, (_, i) => ({ name: `d${i}`, ifindex: i + 10, address: `10.1.0.${i}` }));
     expect(() => s.apply(many)).toThrow(/5 devices, room for 4/);
     expect(data.size).toBe(0);
-  });
-});
-
-describe('the hop epoch slot', () => {
-  /** The slot as a one-entry map. */
-  const slot = (sinceNs: bigint) => {
-    let v: { sinceNs: bigint } | undefined = { sinceNs };
-    return { lookup: () => v, update: (_k: number, nv: { sinceNs: bigint }) => (v = nv) } as unknown as DatapathMaps['ferry_hop_epoch'];
-  };
-
-  it('keeps the flags the slot held: a write of one flag leaves the other as the previous agent set it', () => {
-    const map = slot(1000n | 1n); // per-flow routes, set by the previous agent's route watch
-    const epoch = new HopEpoch(map, () => 5000n);
-    epoch.setSnatByDevice(false);
-    expect(hopEpochParts(map.lookup(0)!.sinceNs)).toEqual({ sinceNs: 5000n, perFlow: true, snatByDevice: false });
-    epoch.setSnatByDevice(true);
-    epoch.setPerFlow(false);
-    expect(hopEpochParts(map.lookup(0)!.sinceNs)).toEqual({ sinceNs: 5000n, perFlow: false, snatByDevice: true });
   });
 });
