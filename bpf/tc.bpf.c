@@ -104,7 +104,7 @@ static __always_inline int tc_egress_packet(struct __sk_buff *ctx)
 	now = ferry_now();
 	expired = ct_expired(nat->expires_ns, now);
 	if (!expired)
-		dsr_reply_settle(&p, nat);
+		binding_settle(&p, nat);
 	if (expired || ct_tcp_reply_reopen(&p, nat->flags)) {
 		/* Left over from a finished flow: this packet belongs to another connection
 		 * (say, straight to the pod) that reuses the client's port. */

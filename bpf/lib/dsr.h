@@ -10,6 +10,7 @@
 #include "nat.h"
 #include "icmp.h"
 #include "ct.h"
+#include "contest.h"
 #include "fib.h"
 #include "lb.h"
 #include "frag.h"
@@ -152,37 +153,10 @@ static __always_inline int dsr4_option_genuine(const struct pkt4 *p)
 	return lb4_has_local_backend(addr, p->dsr_port, p->proto, LB_SCOPE_EXTERNAL, svc, p->daddr, p->dport);
 }
 
-/* May a SYN contest a live local binding of its tuple? A TCP SYN (no ACK) only: the pod's
- * answer to it tells whether the old connection is gone. UDP has no such answer. */
-static __always_inline int dsr_may_contest(const struct pkt4 *p, __u8 flags)
-{
-	return p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN && (flags & CT_F_LOCAL);
-}
-
-/* The pod's first reply after a contested SYN settles it: a SYN-ACK means the pod took a
- * new connection on the tuple (its old one is gone), so the binding moves to the new
- * frontend as a fresh flow; anything else (say, the challenge ACK a live connection
- * answers a SYN with) means the old flow lives on. */
-static __always_inline void dsr_reply_settle(const struct pkt4 *p, struct nat4_entry *nat)
-{
-	if (!nat->pending_port)
-		return;
-	if (p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_SYN | TCP_ACK)) == (TCP_SYN | TCP_ACK)) {
-		nat->frontend_addr = nat->pending_addr;
-		nat->frontend_port = nat->pending_port;
-		nat->rev_nat_id = 0;
-		nat->flags = CT_F_LOCAL | CT_F_DSR;
-		nat->packets = 0;
-		nat->bytes = 0;
-	}
-	nat->pending_addr = 0;
-	nat->pending_port = 0;
-}
-
 /* A DSR packet for a backend on this node: remember its frontend for the replies (tc
  * egress rewrites their source), remove the option, and hand it to the stack. A binding
  * of another live flow on the same tuple is never overwritten: a TCP SYN naming another
- * frontend only leaves it pending, for the pod to decide (dsr_reply_settle). This node
+ * frontend only leaves it pending, for the pod to decide (contest.h). This node
  * does not see the client end a DSR flow with a reset (only the pod's side), so a client
  * reusing its port towards another frontend meets a binding that still looks live. */
 __ferry_global int dsr_receive(struct __ctx_buff *ctx, const struct pkt4 *p)
@@ -215,7 +189,7 @@ __ferry_global int dsr_receive(struct __ctx_buff *ctx, const struct pkt4 *p)
 		if (!dsr4_option_genuine(p))
 			return count_drop(DROP_DSR_INVALID, p->len);
 		if (have && !ct_expired(have->expires_ns, now) && !ct_tcp_reopen(p, have->flags)) {
-			if (!dsr_may_contest(p, have->flags))
+			if (!binding_may_contest(p, have->flags))
 				return count_drop(DROP_DSR_INVALID, p->len);
 			have->pending_addr = n.frontend_addr;
 			have->pending_port = n.frontend_port;

@@ -117,9 +117,8 @@ __ferry_global int nat4_keep(const struct pkt4 *p, const struct ct4_key *reply, 
 		.flags = flags,
 	};
 
-	/* The same reply tuple may still hold an older flow's binding: a client reusing its
-	 * port towards another frontend of the same backend. The newest flow owns it, or its
-	 * replies would leave with the old frontend's address and be reset. */
+	/* The same reply tuple may hold another flow's binding: a client reusing its port
+	 * towards another frontend of the same backend. An ended one is taken over. */
 	if (nat && nat->client_addr == n.client_addr && nat->client_port == n.client_port &&
 	    nat->frontend_addr == n.frontend_addr && nat->frontend_port == n.frontend_port) {
 		/* The flow's flags, not an accumulation: a client reopening its port towards
@@ -131,6 +130,16 @@ __ferry_global int nat4_keep(const struct pkt4 *p, const struct ct4_key *reply, 
 		 * binding's lifetime moves a second, and this write moved it (else a flow whose
 		 * client always writes first would keep its replies' hop for ever). */
 		nat->hop_ifindex = 0;
+		return 0;
+	}
+	/* Another TCP flow holds the pod's tuple live: a SYN contests it, anything else
+	 * leaves it be (contest.h). UDP has no answer to decide by: the newest flow owns. */
+	if (nat && (flags & CT_F_LOCAL) && p->proto == IPPROTO_TCP && binding_held(nat, ferry_now())) {
+		if (binding_may_contest(p, nat->flags)) {
+			nat->pending_addr = n.frontend_addr;
+			nat->pending_port = n.frontend_port;
+			count_stat(STAT_LOCAL_CONTESTED, p->len);
+		}
 		return 0;
 	}
 	return bpf_map_update_elem(&nat4, reply, &n, BPF_ANY) < 0 ? -1 : 0;
@@ -226,7 +235,10 @@ __ferry_global int nodeport_send(struct __ctx_buff *ctx, const struct pkt4 *p, s
 		return nodeport_dsr(ctx, p, b, ct, due);
 	/* A new SNAT flow whose first packet left its state as created needs no second write
 	 * of its binding: the port reservation wrote it with the same flags and lifetime. */
-	if (unlikely(due) && !(created_flags == CT_F_SNAT && (flags & ~CT_F_RANGED) == CT_F_SNAT)) {
+	/* A local flow's SYN always asserts its binding: one sent again after a contest
+	 * (contest.h) must find whether the flow holding the tuple has ended meanwhile. */
+	if ((unlikely(due) && !(created_flags == CT_F_SNAT && (flags & ~CT_F_RANGED) == CT_F_SNAT)) ||
+	    unlikely(binding_may_contest(p, flags))) {
 		/* Where replies arrive: backend → client (local: tc egress restores the
 		 * frontend) or backend → node:nat_port (remote: tc ingress does). */
 		struct ct4_key reply = {

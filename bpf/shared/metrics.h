@@ -27,7 +27,9 @@ enum ferry_stat {
 	STAT_CT_MIDSTREAM = 17,   /* a client's TCP segment other than a SYN that no flow held, balanced
 				   * as a new flow: its state was lost (an overfull conntrack map
 				   * evicting, a flush) or it is a stray segment */
-	STAT_MAX = 18,
+	STAT_LOCAL_CONTESTED = 18, /* a SYN naming another frontend than the live flow holding its local
+				    * pod's tuple: left to the pod (bpf/lib/contest.h) */
+	STAT_MAX = 19,
 };
 
 enum ferry_drop_reason {

@@ -54,7 +54,8 @@ export const Stat = {
   STAT_ARP_REPLY: 15,
   STAT_DSR_CONTESTED: 16,
   STAT_CT_MIDSTREAM: 17,
-  STAT_MAX: 18,
+  STAT_LOCAL_CONTESTED: 18,
+  STAT_MAX: 19,
 } as const;
 
 export const DropReason = {

@@ -3,10 +3,10 @@
 // flows.
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { collectConntrack, collectOrphans, deleteStillExpired, deleteStillOrphaned, expiredKeys, monotonicNs, orphanKeys } from '../../src/datapath/ct-gc.js';
-import { CtFlags, type Ct4Key, type Nat4Entry } from '../../src/datapath/layouts.js';
+import { CtFlags, Stat, type Ct4Key, type Nat4Entry } from '../../src/datapath/layouts.js';
 import type { FrontendSpec } from '../../src/model/frontend.js';
 import { buildPacket, eth, ipv4, tcp, udp } from '../../src/packet/build.js';
-import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { CLIENT_IP, NODE_IP, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { describeWith } from '../harness/requirements.js';
 
 let node: DatapathNode;
@@ -184,6 +184,49 @@ describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
     const r = node.run('tc_egress', synAck);
     expect(r.data.equals(synAck)).toBe(true);
     expect(node.dp.maps.nat4.entries()).toEqual([]);
+  });
+
+  it('a client port reused at once towards another frontend of the same pod: the live connection keeps its replies, the pod\'s answer decides', () => {
+    const toOther = (flags: string) => buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), tcp({ sport: 62007, dport: 30081, flags })]);
+    const replySource = (flags: string) => node.run('tc_egress', replyFromPod(62007, flags)).data.readUInt16BE(14 + 20);
+    node.run('tc_ingress', toNodePort(62007, 'S'));
+    node.run('tc_egress', replyFromPod(62007, 'SA'));
+    node.run('tc_ingress', toNodePort(62007, 'A'));
+    // The other frontend's SYN reaches the pod (its tuple: the pod decides), but takes nothing.
+    const syn = node.run('tc_ingress', toOther('S'));
+    expect(syn.data.readUInt16BE(14 + 22)).toBe(8080);
+    expect(total(node.dp, 'ferry_stats', Stat.STAT_LOCAL_CONTESTED)).toBe(1n);
+    // The pod's challenge ACK (its connection lives) goes to that connection's client.
+    // Before, it left as 30081, whose client socket answered with a reset that ended the
+    // live connection at the pod; the live connection's next segment met a reset too.
+    expect(replySource('A')).toBe(30080);
+    // The live flow's own segments go on; a segment of the contender (not a SYN) takes nothing.
+    node.run('tc_ingress', toNodePort(62007, 'PA'));
+    node.run('tc_ingress', toOther('A'));
+    expect(replySource('PA')).toBe(30080);
+    // It ends; the contender's SYN sent again (its own flow is live: no state changed) takes the tuple.
+    node.run('tc_ingress', toNodePort(62007, 'FA'));
+    node.run('tc_ingress', toOther('S'));
+    expect(replySource('SA')).toBe(30081);
+    expect(node.dp.maps.nat4.entries().map(([, v]) => [v.frontendPort, v.flags])).toEqual([[30081, CtFlags.CT_F_LOCAL | CtFlags.CT_F_SEEN_REPLY]]);
+  });
+
+  it('a contested tuple the pod answers with a SYN-ACK (its old connection gone) moves to the new frontend, which the old flow cannot take back', () => {
+    const toOther = (flags: string) => buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), tcp({ sport: 62008, dport: 30081, flags })]);
+    const replySource = (flags: string) => node.run('tc_egress', replyFromPod(62008, flags)).data.readUInt16BE(14 + 20);
+    node.run('tc_ingress', toNodePort(62008, 'S'));
+    node.run('tc_egress', replyFromPod(62008, 'SA'));
+    node.run('tc_ingress', toNodePort(62008, 'A'));
+    node.run('tc_ingress', toOther('S'));
+    expect(replySource('SA')).toBe(30081);
+    // The binding is the new flow's: its flags and reverse NAT, counted afresh.
+    const [, moved] = node.dp.maps.nat4.entries()[0]!;
+    expect(moved).toMatchObject({ frontendPort: 30081, pendingPort: 0, flags: CtFlags.CT_F_LOCAL | CtFlags.CT_F_SEEN_REPLY, packets: 1n });
+    const ct = node.dp.maps.ct4.entries().find(([k]) => k.dport === 30081)![1];
+    expect(moved.revNatId).toBe(ct.revNatId);
+    // A stray segment of the old flow (its state changes: written) leaves the binding be.
+    node.run('tc_ingress', toNodePort(62008, 'FA'));
+    expect(replySource('A')).toBe(30081);
   });
 
   it('a client port reused towards another frontend of the same backend gets that frontend in replies', () => {

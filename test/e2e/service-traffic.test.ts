@@ -11,6 +11,9 @@ import { HopEpoch } from '../../src/datapath/hop-epoch.js';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
 import type { PodInfo } from '../../src/sandbox/network.js';
 import { startWorkloads } from '../../src/sandbox/workloads/spawn.js';
+import type { PortShareResult } from '../../src/sandbox/workloads/port-share.js';
+import { Stat } from '../../src/datapath/layouts.js';
+import { total } from '../../src/sandbox/datapath-node.js';
 import { MiniCluster, WORKLOADS, type TestService } from '../../src/sandbox/mini-cluster.js';
 import { describeWith } from '../harness/requirements.js';
 import { eventually } from '../harness/wait.js';
@@ -156,6 +159,23 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'Service traffic through the
     c.apply([solo, { ...pair, endpoints: [web1] }, empty]);
     try {
       for (let i = 0; i < 20; i++) expect((await curl(client1.host, 'http://10.96.0.12/')).hostname).toBe('web-1');
+    } finally {
+      c.apply([solo, pair, empty]);
+    }
+  });
+
+  it('one client port towards two NodePorts of the same local pod at once: the live connection goes on, the other connects once it ends', async () => {
+    // The pod sees one tuple for both. Before, the second's SYN took the tuple's replies:
+    // the pod's challenge ACK went out as 30081, the client's reset for it ended the live
+    // connection at the pod, and that connection's next request went unanswered.
+    const twin: TestService = { clusterIP: '10.96.0.14', ports: [{ port: 80, proto: 'TCP', targetPort: 8080, nodePort: 30081 }], endpoints: [web1] };
+    c.apply([solo, pair, empty, twin]);
+    const node1 = c.nodes[0]!;
+    const contested = total(node1.dp, 'ferry_stats', Stat.STAT_LOCAL_CONTESTED);
+    try {
+      const r = JSON.parse(await c.client.execOk([process.execPath, WORKLOADS, 'port-share', '--to', `${node1.ip}:30080`, '--second', `${node1.ip}:30081`, '--local-port', '47001'], { timeoutMs: 20_000 })) as PortShareResult;
+      expect(r).toMatchObject({ first: ['HTTP/1.1 200 OK', 'HTTP/1.1 200 OK'], second: 'HTTP/1.1 200 OK' });
+      expect(total(node1.dp, 'ferry_stats', Stat.STAT_LOCAL_CONTESTED)).toBeGreaterThan(contested);
     } finally {
       c.apply([solo, pair, empty]);
     }
