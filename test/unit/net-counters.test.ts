@@ -3,7 +3,7 @@
 import { expect, it } from 'vitest';
 import { movedCounters, parseNetCounters } from '../../src/sandbox/reliability/net-counters.js';
 
-const snmp = (noRoutes: number, unreach: number) => `Ip: Forwarding DefaultTTL InReceives InAddrErrors OutNoRoutes
+const snmp = (noRoutes: number, unreach: number, resets = 0) => `Ip: Forwarding DefaultTTL InReceives InAddrErrors OutNoRoutes
 Ip: 1 64 1000 0 0
 Icmp: InMsgs OutDestUnreachs OutTimeExcds
 Icmp: 3 ${unreach} 0
@@ -11,6 +11,8 @@ IcmpMsg: OutType3
 IcmpMsg: ${unreach}
 IpExt: InNoRoutes InOctets
 IpExt: ${noRoutes} 123456789012
+Tcp: RtoAlgorithm OutRsts
+Tcp: 1 ${resets}
 `;
 
 it('reads header and value lines in pairs, and skips what does not pair up', () => {
@@ -23,6 +25,8 @@ it('reads header and value lines in pairs, and skips what does not pair up', () 
 
 it('names per host only the watched counters that moved', () => {
   const before = new Map([['router', parseNetCounters(snmp(0, 0))], ['node-1', parseNetCounters(snmp(0, 0))]]);
-  const after = new Map([['router', parseNetCounters(snmp(3, 3))], ['node-1', parseNetCounters(snmp(0, 0).replace('1000', '5000'))]]);
-  expect(movedCounters(before, after)).toEqual(['router: Icmp.OutDestUnreachs +3, IpExt.InNoRoutes +3']);
+  before.set('web-1', parseNetCounters(snmp(0, 0, 7)));
+  const after = new Map([['router', parseNetCounters(snmp(3, 3))], ['node-1', parseNetCounters(snmp(0, 0).replace('1000', '5000'))], ['web-1', parseNetCounters(snmp(0, 0, 8))]]);
+  // A pod that reset a connection is named by its TCP resets sent.
+  expect(movedCounters(before, after)).toEqual(['router: Icmp.OutDestUnreachs +3, IpExt.InNoRoutes +3', 'web-1: Tcp.OutRsts +1']);
 });

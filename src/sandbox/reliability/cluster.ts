@@ -10,6 +10,7 @@ import type { NodeInfo } from '../network.js';
 import type { Host, Proc } from '../netns/testbed.js';
 import { Sandbox } from '../sandbox.js';
 import { WORKLOADS_BIN } from '../workloads/spawn.js';
+import { diagnoseFailures } from './diagnose.js';
 import { movedCounters, readNetCounters } from './net-counters.js';
 
 export const HTTP_NODEPORT = 30180;
@@ -102,8 +103,10 @@ export interface LoadReport {
   failures: Array<{ at: number; target: string; error: string }>;
   /** Per second of the run: requests that worked and failed. */
   perSecond: Array<{ at: number; ok: number; failed: number }>;
-  /** The router's and nodes' kernel counters that moved during the load (ICMP errors sent, packets without a route). */
+  /** The kernel counters of the router, the nodes and the web pods that moved during the load (ICMP errors and resets sent, packets without a route). */
   netCounters: string[];
+  /** With failures: what the nodes' maps held for them (diagnose.ts). */
+  diagnosis: string[];
 }
 
 export interface SteadyLoad {
@@ -116,14 +119,16 @@ export interface SteadyLoad {
 export function startSteadyLoad(c: ReliabilityCluster, intervalMs = 20): SteadyLoad {
   const outside = [`tcp:${c.node1.ip}:${HTTP_NODEPORT}`, `udp:${c.node1.ip}:${DNS_NODEPORT}`, `tcp:${c.lbIP}:80`, `udp:${c.lbIP}:53`];
   const inside = [`tcp:${c.clusterIP}:80`, `udp:${c.clusterIP}:53`];
-  const hosts = [c.sb.net.router, ...c.sb.net.nodes.map((n) => n.host)];
+  // The web pods too: a pod's resets name it as the end that broke a connection.
+  const pods = ['web-1', 'web-2'].map((name) => c.sb.kubelet.podInfo('default', name)?.host).filter((h): h is Host => h !== undefined);
+  const hosts = [c.sb.net.router, ...c.sb.net.nodes.map((n) => n.host), ...pods];
   const before = readNetCounters(hosts).catch(() => undefined);
   const procs: Proc[] = [
     c.sb.net.client.spawn([process.execPath, WORKLOADS_BIN, 'steady', '--targets', outside.join(','), '--interval-ms', String(intervalMs)]),
     c.tool.spawn([process.execPath, WORKLOADS_BIN, 'steady', '--targets', inside.join(','), '--interval-ms', String(intervalMs)]),
   ];
   const parse = (): LoadReport => {
-    const r: LoadReport = { requests: 0, failed: 0, byTarget: {}, failures: [], perSecond: [], netCounters: [] };
+    const r: LoadReport = { requests: 0, failed: 0, byTarget: {}, failures: [], perSecond: [], netCounters: [], diagnosis: [] };
     const seconds = new Map<number, { ok: number; failed: number }>();
     for (const p of procs) {
       for (const line of p.output().split('\n')) {
@@ -154,6 +159,7 @@ export function startSteadyLoad(c: ReliabilityCluster, intervalMs = 20): SteadyL
       const r = parse();
       const [was, now] = [await before, await readNetCounters(hosts).catch(() => undefined)];
       r.netCounters = was && now ? movedCounters(was, now) : ['the kernel counters could not be read'];
+      if (r.failures.length) r.diagnosis = diagnoseFailures(c, r.failures);
       return r;
     },
   };

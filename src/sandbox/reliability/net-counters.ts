@@ -1,13 +1,14 @@
-// The kernel's own IP and ICMP counters of the hosts a request passes (the router and the
-// nodes), read before and after a load: which host sent an ICMP error or met a packet it
-// had no route for while the load ran. What a failed run is read by: a connect refused with
-// ENETUNREACH was answered by an ICMP net unreachable, and the host whose counters moved
-// is the one that sent it (ferry's own ICMP errors are built in BPF and counted by ferry,
-// not here).
+// The kernel's own IP, ICMP and TCP counters of the hosts a request passes or ends at (the
+// router, the nodes, the pods), read before and after a load: which host sent an ICMP
+// error or a TCP reset, or met a packet it had no route for, while the load ran (a node's
+// and the router's resets may be their own sessions': the agent's, BGP's). What a failed
+// run is read by: a connect refused with ENETUNREACH was answered by an ICMP net
+// unreachable, and the host whose counters moved is the one that sent it (ferry's own ICMP
+// errors are built in BPF and counted by ferry, not here).
 import type { Host } from '../netns/testbed.js';
 
 /** Counters that name a host dropping or refusing what it should have forwarded. */
-const WATCHED = ['Icmp.OutDestUnreachs', 'Icmp.OutTimeExcds', 'IpExt.InNoRoutes', 'Ip.OutNoRoutes', 'Ip.InAddrErrors', 'Ip.InDiscards'];
+const WATCHED = ['Icmp.OutDestUnreachs', 'Icmp.OutTimeExcds', 'IpExt.InNoRoutes', 'Ip.OutNoRoutes', 'Ip.InAddrErrors', 'Ip.InDiscards', 'Tcp.OutRsts'];
 
 export type NetCounters = Map<string, Record<string, number>>;
 

@@ -3,7 +3,7 @@
 // Long-lived connections through node-1's NodePort (to both backends: one local, one
 // remote through SNAT) must survive, and no new request may fail but a few under way in a
 // node's switch (failuresInSwitches).
-import { dumpMap, listFlows, readCounters } from '../../datapath/inspect.js';
+import { readCounters } from '../../datapath/inspect.js';
 import { FERRY_BIN } from '../sandbox.js';
 import { WORKLOADS_BIN } from '../workloads/spawn.js';
 import { ECHO_NODEPORT, failuresInSteps, placeAmongSteps, startSteadyLoad, waitFor, type LoadReport, type ReliabilityCluster, type Steps, sleep } from './cluster.js';
@@ -26,25 +26,6 @@ export interface UpgradeResult {
   switches: Array<{ node: string; from: number; to: number }>;
   /** After a failure: each node's drops, and its flows and bindings of the failed clients' ports. */
   diagnosis: string[];
-}
-
-/** What a failed request left in the nodes' maps: read before the cluster goes. */
-function diagnose(c: ReliabilityCluster, failures: LoadReport['failures']): string[] {
-  const ports = failures.map((f) => /from port (\d+)/.exec(f.error)?.[1]).filter((p): p is string => Boolean(p));
-  const out: string[] = [];
-  for (const node of [c.node1, c.node2]) {
-    const pins = c.sb.pinDir(node);
-    try {
-      out.push(`${node.name} drops: ${readCounters(pins).drops.map((d) => `${d.name} ${d.packets}`).join(', ') || 'none'}`);
-      for (const port of ports) {
-        for (const f of listFlows(pins)) if (f.flow.includes(`:${port} `)) out.push(`${node.name} ct4: ${JSON.stringify(f)}`);
-        for (const r of dumpMap(pins, 'nat4')) if (String(r.clientPort) === port) out.push(`${node.name} nat4: ${JSON.stringify(r)}`);
-      }
-    } catch (e) {
-      out.push(`${node.name}: cannot read its maps: ${(e as Error).message}`);
-    }
-  }
-  return out;
 }
 
 /**
@@ -124,7 +105,7 @@ export async function upgradeScenario(c: ReliabilityCluster, opts: { fromCommit:
     const node = n.node === c.node1.name ? c.node1 : c.node2;
     n.handoverDrops = readCounters(c.sb.pinDir(node)).drops.find((d) => d.name === 'handover_unbound')?.packets ?? 0;
   }
-  const diagnosis = report.failures.length ? [...diagnose(c, report.failures), ...nodes.map((n) => `${n.node} migrated: ${JSON.stringify(n.migrated)}`), ...warnings.slice(0, 10)] : [];
+  const diagnosis = report.failures.length ? [...report.diagnosis, ...nodes.map((n) => `${n.node} migrated: ${JSON.stringify(n.migrated)}`), ...warnings.slice(0, 10)] : [];
   await sleep(Math.max(0, holdSeconds * 1000 - (Date.now() - started)));
   const result = await waitFor('the held connections report', () => hold.output().split('\n').find((l) => l.startsWith('{"count"')), Boolean, 20_000);
   return { fromCommit: opts.fromCommit, nodes, held: JSON.parse(result!) as UpgradeResult['held'], load: report, steps: [...steps, ...c.sb.routeChanges()], switches, diagnosis };
