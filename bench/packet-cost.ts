@@ -7,7 +7,8 @@
 // address, the backend's port: a flow it does not know), and a repeated timing measures
 // that miss instead. The packets are the tests' own fixtures (src/sandbox/fixtures/tc.ts),
 // each checked before it is timed, and a new flow to a Service of 16 endpoints whose slot
-// its master entry does not carry (checked to be redirected and to land past the 4th slot).
+// its master entry does not carry (checked to be redirected and to land past the 4th slot),
+// and new SNAT flows with a SNAT device listed (README: SNAT address per device).
 // Run as root: npx tsx bench/packet-cost.ts [--services 100000] [--runs 2000]
 import { parseArgs } from 'node:util';
 import { join } from 'node:path';
@@ -87,14 +88,45 @@ function leaving(node: DatapathNode, input: Buffer): { sport: number; input: Buf
   return { sport: 0, input };
 }
 
+/** SNAT address per device (snat4_devices): a listed device's address, and an ifindex no
+ * device of the node has (a tunnel the flow's route does not leave by). */
+const SNAT_DEVICE_ADDRESS = '10.0.40.1';
+const OTHER_IFINDEX = 4242;
+type SnatDevice = 'other' | 'route';
+
+/** List a device for SNAT, as the agent would (`on`), or list none again. A build from
+ * before the map (compare-builds' base) has no such case. */
+function listSnatDevice(node: DatapathNode, which: SnatDevice, on: boolean): void {
+  const ifindex = which === 'route' ? node.ifindex : OTHER_IFINDEX;
+  const dp = node.dp as Partial<typeof node.dp>;
+  if (on) dp.maps!.snat4_devices!.update(ifindex, SNAT_DEVICE_ADDRESS);
+  else dp.maps!.snat4_devices!.delete(ifindex);
+  dp.hopEpoch!.setSnatByDevice(on);
+}
+
+/** A new SNAT flow's SYN with a device listed: redirected, from the address its route's device gives. */
+function snatDeviceFlow(node: DatapathNode, which: SnatDevice): { sport: number; input: Buffer } {
+  const input = fixture('nodeport-remote').input;
+  node.flushState();
+  const out = node.run('tc_ingress', input);
+  const source = [...out.data.subarray(14 + 12, 14 + 16)].join('.');
+  const want = which === 'route' ? SNAT_DEVICE_ADDRESS : NODE_IP;
+  if (out.retval !== TcVerdict.REDIRECT || source !== want) throw new Error(`snat device (${which}): verdict ${out.retval}, source ${source}, not ${want}`);
+  return { sport: CLIENT_PORT, input };
+}
+
 type Hook = 'tc' | 'xdp';
-const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[]; askHost?: boolean; wide?: boolean; egress?: () => Buffer }> = [
+const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[]; askHost?: boolean; wide?: boolean; egress?: () => Buffer; snatDevice?: SnatDevice }> = [
   { name: 'new flow, local backend', id: 'nodeport-local', fresh: { dport: 30080 }, hooks: ['tc'] },
   { name: 'new flow, remote backend (SNAT)', id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'] },
   // The same with host_ports untrusted, as before the socket hooks marked the host's binds:
   // the host's sockets asked about the port (what the map saves).
   { name: "new flow, remote backend (SNAT), the host's sockets asked", id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'], askHost: true },
   { name: 'new flow, remote backend (SNAT), a Service of 16 endpoints, slot past the 4th', id: 'wide', fresh: { dport: WIDE_PORT }, hooks: ['tc', 'xdp'], wide: true },
+  // SNAT address per device: a device listed (a tunnel), the flow's route by another (the
+  // NIC: one lookup more, a miss), and the flow's route by the listed device (its address).
+  { name: 'new flow, remote backend (SNAT), a SNAT device listed, the route by another', id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'], snatDevice: 'other' },
+  { name: 'new flow, remote backend (SNAT), the route by a listed SNAT device', id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'], snatDevice: 'route' },
   { name: 'established flow, local backend', id: 'nodeport-local-established', hooks: ['tc', 'xdp'] },
   { name: 'established flow, remote backend (SNAT)', id: 'nodeport-remote-established', hooks: ['tc', 'xdp'] },
   { name: 'reply to an SNATed flow', id: 'snat-reply', hooks: ['tc', 'xdp'] },
@@ -118,7 +150,7 @@ function runner(node: DatapathNode, c: (typeof CASES)[number], hook: Hook): () =
   // A build from before host_ports (compare-builds' base) has no such case.
   const hostPorts = (node.dp.maps as Partial<typeof node.dp.maps>).host_ports;
   if (hostPorts) hostPorts.update(layouts.HostPortsSlot.HOST_PORTS_TRUSTED, c.askHost ? 0n : 1n);
-  const f = c.wide ? wideFlow(node) : c.egress ? leaving(node, c.egress()) : { sport: CLIENT_PORT, input: checked(node, c.id).input };
+  const f = c.wide ? wideFlow(node) : c.egress ? leaving(node, c.egress()) : c.snatDevice ? snatDeviceFlow(node, c.snatDevice) : { sport: CLIENT_PORT, input: checked(node, c.id).input };
   if (!c.fresh) return () => run(f.input);
   // The key the runs delete must be the flow's, or every run after the first times an established flow.
   const key = { saddr: CLIENT_IP, daddr: NODE_IP, sport: f.sport, dport: c.fresh.dport, proto: 6 };
@@ -159,7 +191,10 @@ async function main(): Promise<void> {
     for (const c of CASES) {
       for (const hook of c.hooks) {
         if (c.askHost && !(nodes.one.dp.maps as Partial<typeof nodes.one.dp.maps>).host_ports) continue;
+        if (c.snatDevice && !(nodes.one.dp.maps as Partial<typeof nodes.one.dp.maps>).snat4_devices) continue;
+        if (c.snatDevice) for (const node of Object.values(nodes)) listSnatDevice(node, c.snatDevice, true);
         const cell = interleaved({ one: runner(nodes.one, c, hook), many: runner(nodes.many, c, hook), empty: emptyRun[hook] }, ['one', 'many'], BATCHES, RUNS);
+        if (c.snatDevice) for (const node of Object.values(nodes)) listSnatDevice(node, c.snatDevice, false);
         rows.push({ case: `${hook}: ${c.name}`, hook, ...cell.columns, cpus: cell.cpus });
         progress('.');
       }
