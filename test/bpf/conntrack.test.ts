@@ -28,6 +28,19 @@ beforeEach(() => node.flushState());
 const toNodePort = (sport: number, flags: string) => buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), tcp({ sport, dport: 30080, flags })]);
 const replyFromPod = (dport: number, flags: string) => buildPacket([eth(), ipv4({ src: '10.244.1.5', dst: CLIENT_IP }), tcp({ sport: 8080, dport, flags })]);
 
+/** An established flow from `sport` to NodePort 30080 (pod 10.244.1.5:8080), and the same
+ * client port towards NodePort 30081 of the same pod: its packets, and the source port
+ * the pod's replies on the shared tuple leave with. */
+function sharedTuple(sport: number): { toOther: (flags: string) => Buffer; replySource: (flags: string) => number } {
+  node.run('tc_ingress', toNodePort(sport, 'S'));
+  node.run('tc_egress', replyFromPod(sport, 'SA'));
+  node.run('tc_ingress', toNodePort(sport, 'A'));
+  return {
+    toOther: (flags) => buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), tcp({ sport, dport: 30081, flags })]),
+    replySource: (flags) => node.run('tc_egress', replyFromPod(sport, flags)).data.readUInt16BE(14 + 20),
+  };
+}
+
 /** Seconds from now until the single ct4 entry expires. */
 function ctTtl(): { ttl: number; flags: number } {
   const [, v] = node.dp.maps.ct4.entries()[0]!;
@@ -187,11 +200,7 @@ describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
   });
 
   it('a client port reused at once towards another frontend of the same pod: the live connection keeps its replies, the pod\'s answer decides', () => {
-    const toOther = (flags: string) => buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), tcp({ sport: 62007, dport: 30081, flags })]);
-    const replySource = (flags: string) => node.run('tc_egress', replyFromPod(62007, flags)).data.readUInt16BE(14 + 20);
-    node.run('tc_ingress', toNodePort(62007, 'S'));
-    node.run('tc_egress', replyFromPod(62007, 'SA'));
-    node.run('tc_ingress', toNodePort(62007, 'A'));
+    const { toOther, replySource } = sharedTuple(62007);
     // The other frontend's SYN reaches the pod (its tuple: the pod decides), but takes nothing.
     const syn = node.run('tc_ingress', toOther('S'));
     expect(syn.data.readUInt16BE(14 + 22)).toBe(8080);
@@ -212,11 +221,7 @@ describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
   });
 
   it('a contested tuple the pod answers with a SYN-ACK (its old connection gone) moves to the new frontend, which the old flow cannot take back', () => {
-    const toOther = (flags: string) => buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), tcp({ sport: 62008, dport: 30081, flags })]);
-    const replySource = (flags: string) => node.run('tc_egress', replyFromPod(62008, flags)).data.readUInt16BE(14 + 20);
-    node.run('tc_ingress', toNodePort(62008, 'S'));
-    node.run('tc_egress', replyFromPod(62008, 'SA'));
-    node.run('tc_ingress', toNodePort(62008, 'A'));
+    const { toOther, replySource } = sharedTuple(62008);
     node.run('tc_ingress', toOther('S'));
     expect(replySource('SA')).toBe(30081);
     // The binding is the new flow's: its flags and reverse NAT, counted afresh.
