@@ -17,9 +17,12 @@ export function diagnoseFailures(c: ReliabilityCluster, failures: LoadReport['fa
       const counters = readCounters(pins);
       const telling = counters.forwarded.filter((r) => TELLING.includes(r.name));
       out.push(`${node.name} drops: ${counters.drops.map((d) => `${d.name} ${d.packets}`).join(', ') || 'none'}; ${telling.map((r) => `${r.name} ${r.packets}`).join(', ') || 'no lost or contested flow counted'}`);
+      // One walk of each map, whatever the number of failed ports.
+      const flows = listFlows(pins);
+      const bindings = dumpMap(pins, 'nat4');
       for (const port of ports) {
-        for (const f of listFlows(pins)) if (f.flow.includes(`:${port} `)) out.push(`${node.name} ct4: ${JSON.stringify(f)}`);
-        for (const r of dumpMap(pins, 'nat4')) if (String(r.clientPort) === port) out.push(`${node.name} nat4: ${JSON.stringify(r)}`);
+        for (const f of flows) if (f.flow.includes(`:${port} `)) out.push(`${node.name} ct4: ${JSON.stringify(f)}`);
+        for (const r of bindings) if (String(r.clientPort) === port) out.push(`${node.name} nat4: ${JSON.stringify(r)}`);
       }
     } catch (e) {
       out.push(`${node.name}: cannot read its maps: ${(e as Error).message}`);
