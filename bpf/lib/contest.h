@@ -3,18 +3,24 @@
  * port towards another frontend of the same pod (or two clients behind one NAT address)
  * arrives on the tuple of a flow that may still be live. Overwriting that binding would
  * send the live connection's replies out as the other frontend, where the client's socket
- * for it answers with a reset that, carried back to the pod, ends the live connection. So
- * a SYN naming another frontend only leaves the binding pending, and the pod decides: its
- * SYN-ACK means it took a new connection on the tuple (the old one is gone), so the
- * binding moves; anything else (the challenge ACK a live connection answers a SYN with)
- * means the old flow lives on, and the newcomer's SYN is answered once it has ended, as
- * netfilter's conntrack refuses a clashing tuple. */
+ * for it answers with a reset that, carried back to the pod, ends the live connection (for
+ * UDP: the live flow's answers leave as the other frontend, which its client drops).
+ *
+ * A new flow (its first packet: a TCP SYN or a UDP datagram) therefore takes another
+ * client port at the pod, as netfilter's NAT gives a clashing tuple a unique one
+ * (binding_remap): both flows go on at once. Where a flow's own binding was lost (LRU
+ * eviction) and another flow took its tuple meanwhile, a SYN of it only leaves the binding
+ * pending, and the pod decides: its SYN-ACK means it took a new connection on the tuple
+ * (the old one is gone), so the binding moves; anything else (the challenge ACK a live
+ * connection answers a SYN with) means the old flow lives on. DSR arrivals (dsr.h) contest
+ * the same way: their frontend is another node's, which chose nothing here to remap. */
 #ifndef FERRY_LIB_CONTEST_H
 #define FERRY_LIB_CONTEST_H
 
 #include "config.h"
 #include "maps.h"
 #include "ct.h"
+#include "hash.h"
 
 /* May this packet contest a live local binding of its tuple? A TCP SYN (no ACK) only: the
  * pod's answer to it tells whether the old connection is gone. UDP has no such answer. */
@@ -56,6 +62,66 @@ static __always_inline void binding_settle(const struct pkt4 *p, struct nat4_ent
 	}
 	nat->pending_addr = 0;
 	nat->pending_port = 0;
+}
+
+/* How many other client ports a new flow on a held tuple tries. */
+#define LOCAL_REMAP_TRIES 8
+
+/* The `i`th client port to try for a flow whose own tuple another flow holds: from the
+ * same class as the client's own, as netfilter picks (1-511 for a port below 512, 600-1023
+ * below 1024, else 1024-65535), in an order the flow's hash sets. */
+static __always_inline __u16 local_remap_port(__u16 client_port, __u32 hash, __u32 i)
+{
+	__u32 min = 1024, span = 65536 - 1024;
+
+	if (client_port < 512) {
+		min = 1;
+		span = 511;
+	} else if (client_port < 1024) {
+		min = 600;
+		span = 1024 - 600;
+	}
+	return min + (hash + i * ((hash >> 16) | 1)) % span;
+}
+
+/* A new local flow (packet `p`, entry `ct`) whose tuple at the pod (`reply`) another flow
+ * holds live takes another client port the pod sees: written into `reply` and into the
+ * flow's entry (nat_addr: the client, nat_port: the port) so that its packets carry it; the
+ * caller writes the binding there. The port is the flow's own binding if one of the tries
+ * holds it (a flow whose conntrack entry was lost finds the port its pod knows again),
+ * else, where `fresh` (the flow's first packet), the first try no live binding holds. 1
+ * when a port was taken; 0 when a flow that is not fresh finds its own nowhere (its packets
+ * go on unremapped); -2 when a fresh one finds no free port. A global function (lib/common.h)
+ * that holds no binding in its frame: nat4_keep's chain of calls has no room for more. */
+__ferry_global int binding_remap(const struct pkt4 *p, struct ct4_key *reply, struct ct4_entry *ct, int fresh)
+{
+	__u32 hash, i;
+	__be16 free_port = 0, own_port = 0;
+	__u64 now = ferry_now();
+
+	if (!p || !reply || !ct)
+		return -1;
+	hash = flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed);
+	for (i = 0; i < LOCAL_REMAP_TRIES && !own_port; i++) {
+		struct nat4_entry *held;
+
+		reply->dport = bpf_htons(local_remap_port(bpf_ntohs(p->sport), hash, i));
+		held = bpf_map_lookup_elem(&nat4, reply);
+		if (!held || ct_expired(held->expires_ns, now)) {
+			if (!free_port)
+				free_port = reply->dport;
+		} else if (held->client_addr == p->saddr && held->client_port == p->sport && held->frontend_addr == p->daddr &&
+			   held->frontend_port == p->dport) {
+			own_port = reply->dport;
+		}
+	}
+	reply->dport = own_port ? own_port : fresh ? free_port : 0;
+	if (!reply->dport)
+		return fresh ? -2 : 0;
+	ct->nat_addr = p->saddr;
+	ct->nat_port = reply->dport;
+	count_stat(STAT_LOCAL_REMAPPED, p->len);
+	return 1;
 }
 
 #endif

@@ -65,6 +65,10 @@ __ferry_global int icmp_related_ingress(struct __ctx_buff *ctx, const struct pkt
 		    icmp4_inner_rewrite_port(ctx, &in, NAT_SRC, in.sport, b->port) < 0 ||
 		    icmp4_outer_rewrite_addr(ctx, p, NAT_DST, p->daddr, b->address) < 0)
 			return count_drop(DROP_CSUM_FAILED, p->len);
+		/* A local flow remapped (contest.h): its pod knows the client by the other port. */
+		if ((ct->flags & CT_F_LOCAL) && ct->nat_port &&
+		    icmp4_inner_rewrite_port(ctx, &in, NAT_DST, in.dport, ct->nat_port) < 0)
+			return count_drop(DROP_CSUM_FAILED, p->len);
 		count_stat(STAT_ICMP_RELATED, p->len);
 		if (ct->flags & CT_F_LOCAL)
 			return CTX_ACT_OK;

@@ -90,16 +90,21 @@ static __always_inline int nodeport_reply_local(struct __ctx_buff *ctx, const st
 						__u64 now)
 {
 	ct4_track_reply(p, nat, now);
-	if (nat4_rewrite_endpoint(ctx, p, NAT_SRC, nat->frontend_addr, nat->frontend_port, 0) < 0)
+	/* ... and to the client's own port, where its tuple was remapped (contest.h). */
+	if (nat4_rewrite_endpoint(ctx, p, NAT_SRC, nat->frontend_addr, nat->frontend_port, 0) < 0 ||
+	    nat4_rewrite_port(ctx, p, NAT_DST, p->dport, nat->client_port, 0) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	frag4_record(p, nat->frontend_addr, p->daddr, FRAG_ACT_PASS);
 	count_stat(STAT_REPLY_LOCAL, p->len);
 	return CTX_ACT_OK;
 }
 
+/* What nat4_keep returns besides 0 (kept) and -1 (the write failed). */
+#define NAT4_KEEP_REMAP 1 /* a new local flow on a tuple another flow holds: binding_remap */
+
 /* Keep a flow's reply binding alive (whenever the flow's lifetime is written: a flow's
- * first packet, then at most once a second), or restore it after LRU eviction. */
-__ferry_global int nat4_keep(const struct pkt4 *p, const struct ct4_key *reply, const struct ct4_entry *ct, __u8 flags)
+ * first packet, `created`, then at most once a second), or restore it after LRU eviction. */
+__ferry_global int nat4_keep(const struct pkt4 *p, const struct ct4_key *reply, const struct ct4_entry *ct, int created)
 {
 	struct nat4_entry *nat;
 	struct nat4_entry n;
@@ -114,7 +119,7 @@ __ferry_global int nat4_keep(const struct pkt4 *p, const struct ct4_key *reply, 
 		.frontend_addr = p->daddr,
 		.frontend_port = p->dport,
 		.rev_nat_id = ct->rev_nat_id,
-		.flags = flags,
+		.flags = ct->flags,
 	};
 
 	/* The same reply tuple may hold another flow's binding: a client reusing its port
@@ -125,22 +130,27 @@ __ferry_global int nat4_keep(const struct pkt4 *p, const struct ct4_key *reply, 
 		 * the same frontend starts a flow that is not closing, and a binding left
 		 * closing would take the new SYN-ACK for another connection's. */
 		nat->expires_ns = ct->expires_ns;
-		nat->flags = flags;
+		nat->flags = n.flags;
 		/* Its replies' kept hop goes with this write: a reply is routed again when the
 		 * binding's lifetime moves a second, and this write moved it (else a flow whose
 		 * client always writes first would keep its replies' hop for ever). */
 		nat->hop_ifindex = 0;
 		return 0;
 	}
-	/* Another TCP flow holds the pod's tuple live: a SYN contests it, anything else
-	 * leaves it be (contest.h). UDP has no answer to decide by: the newest flow owns. */
-	if (nat && (flags & CT_F_LOCAL) && p->proto == IPPROTO_TCP && binding_held(nat, ferry_now())) {
-		if (binding_may_contest(p, nat->flags)) {
-			nat->pending_addr = n.frontend_addr;
-			nat->pending_port = n.frontend_port;
-			count_stat(STAT_LOCAL_CONTESTED, p->len);
+	/* Another flow holds the pod's tuple live (contest.h): a new flow takes another client
+	 * port (XDP leaves local flows to tc); else a SYN contests it and anything else leaves
+	 * it be (UDP, with no answer to decide by: the newest flow owns). */
+	if (nat && (n.flags & CT_F_LOCAL) && binding_held(nat, ferry_now())) {
+		if (!CTX_IS_XDP && created)
+			return NAT4_KEEP_REMAP;
+		if (p->proto == IPPROTO_TCP) {
+			if (binding_may_contest(p, nat->flags)) {
+				nat->pending_addr = n.frontend_addr;
+				nat->pending_port = n.frontend_port;
+				count_stat(STAT_LOCAL_CONTESTED, p->len);
+			}
+			return 0;
 		}
-		return 0;
 	}
 	return bpf_map_update_elem(&nat4, reply, &n, BPF_ANY) < 0 ? -1 : 0;
 }
@@ -245,16 +255,27 @@ __ferry_global int nodeport_send(struct __ctx_buff *ctx, const struct pkt4 *p, s
 			.saddr = b->address,
 			.daddr = (flags & CT_F_LOCAL) ? p->saddr : ct->nat_addr,
 			.sport = b->port,
-			.dport = (flags & CT_F_LOCAL) ? p->sport : ct->nat_port,
+			.dport = ((flags & CT_F_LOCAL) && !ct->nat_port) ? p->sport : ct->nat_port,
 			.proto = p->proto,
 		};
 
-		if (nat4_keep(p, &reply, ct, flags) < 0)
-			return count_drop(DROP_CT_MAP_FULL, p->len);
+		int kept = nat4_keep(p, &reply, ct, created);
+
+		/* Its first packet (a UDP datagram, a TCP SYN) may take a free port; any packet
+		 * takes its own binding back. */
+		if (kept == NAT4_KEEP_REMAP) {
+			kept = binding_remap(p, &reply, ct, p->proto == IPPROTO_UDP || binding_may_contest(p, flags));
+			if (kept > 0)
+				kept = nat4_keep(p, &reply, ct, 0);
+		}
+		if (kept < 0)
+			return count_drop(kept == -2 ? DROP_NAT_EXHAUSTED : DROP_CT_MAP_FULL, p->len);
 	}
 	STAGE_END(10);
 	if (flags & CT_F_LOCAL) {
-		if (nat4_rewrite_endpoint(ctx, p, NAT_DST, b->address, b->port, CTX_STORE_DIRECT) < 0)
+		/* A remapped flow (contest.h) reaches the pod from its other client port. */
+		if (nat4_rewrite_endpoint(ctx, p, NAT_DST, b->address, b->port, CTX_STORE_DIRECT) < 0 ||
+		    (ct->nat_port && nat4_rewrite_port(ctx, p, NAT_SRC, p->sport, ct->nat_port, CTX_STORE_DIRECT) < 0))
 			return count_drop(DROP_CSUM_FAILED, p->len);
 		frag4_record(p, p->saddr, b->address, FRAG_ACT_PASS);
 		count_stat(STAT_FWD_LOCAL, p->len);

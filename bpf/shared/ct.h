@@ -51,8 +51,10 @@ struct ct4_entry {
 	__u64 created_ns;
 	__u32 backend_id;
 	__u32 rev_nat_id;
-	__be32 nat_addr;  /* CT_F_SNAT: the node address the flow leaves from */
-	__be16 nat_port;  /* CT_F_SNAT: the source port it leaves from */
+	__be32 nat_addr;  /* CT_F_SNAT: the node address the flow leaves from; CT_F_LOCAL with
+			   * nat_port: the client (its tuple remapped, lib/contest.h) */
+	__be16 nat_port;  /* CT_F_SNAT: the source port it leaves from; CT_F_LOCAL: 0, or the
+			   * client port the pod sees instead of the client's own */
 	__u8 flags;       /* enum ct_flags */
 	__u8 tcp_flags;   /* union of TCP flags seen from the client */
 	__u64 packets;

@@ -29,7 +29,9 @@ enum ferry_stat {
 				   * evicting, a flush) or it is a stray segment */
 	STAT_LOCAL_CONTESTED = 18, /* a SYN naming another frontend than the live flow holding its local
 				    * pod's tuple: left to the pod (bpf/lib/contest.h) */
-	STAT_MAX = 19,
+	STAT_LOCAL_REMAPPED = 19,  /* a new flow whose local pod's tuple another live flow holds: given
+				    * another client port at the pod (bpf/lib/contest.h) */
+	STAT_MAX = 20,
 };
 
 enum ferry_drop_reason {

@@ -57,6 +57,7 @@ const STAT_TEXT: Record<string, string> = {
   STAT_DSR_RECEIVED: 'a DSR packet for a local backend: frontend recorded, option removed',
   STAT_DSR_CONTESTED: 'a DSR SYN naming another frontend than the live binding of its tuple: passed, the pod\'s answer decides',
   STAT_LOCAL_CONTESTED: 'a SYN naming another frontend than the live flow that holds its local pod\'s tuple (a client port reused at once): passed, the pod\'s answer decides',
+  STAT_LOCAL_REMAPPED: 'a new flow on the tuple a live flow of another frontend holds at its local pod (one client port towards two frontends): given another client port at the pod, as netfilter remaps a clashing tuple',
   STAT_ICMP_RELATED: 'an ICMP error of a translated flow, translated',
   STAT_CT_REBALANCED: 'the flow\'s conntrack entry was over (expired, or closed and opened again) or its backend is gone: balanced again',
   STAT_CT_MIDSTREAM: 'a TCP segment (not a SYN) of a flow conntrack does not hold: balanced as a new flow (its state was lost, or it is a stray segment)',

@@ -133,7 +133,8 @@ export function listFlows(pinDir: string, filter: { service?: string; backend?: 
           flow: `${k.saddr}:${k.sport} → ${k.daddr}:${k.dport}/${protoName(k.proto)}`,
           frontend: `${k.daddr}:${k.dport}`,
           backend: b ? `${b.address}:${b.port}` : `(gone: ${v.backendId})`,
-          nat: v.flags & CtFlags.CT_F_SNAT ? `${v.natAddr}:${v.natPort}` : '-',
+          // SNAT: where the flow leaves from; a remapped local flow: the client port its pod sees.
+          nat: v.flags & CtFlags.CT_F_SNAT || (v.flags & CtFlags.CT_F_LOCAL && v.natPort) ? `${v.natAddr}:${v.natPort}` : '-',
           device: v.ifindex ? (interfaceName(v.ifindex) ?? `if${v.ifindex}`) : '-',
           nextHop: v.hopIfindex ? `${interfaceName(v.hopIfindex) ?? `if${v.hopIfindex}`} ${macText(v.hopMacs)}` : '-',
           flags: flagNames(v.flags, CtFlags, 'CT_F_'),

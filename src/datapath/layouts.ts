@@ -55,7 +55,8 @@ export const Stat = {
   STAT_DSR_CONTESTED: 16,
   STAT_CT_MIDSTREAM: 17,
   STAT_LOCAL_CONTESTED: 18,
-  STAT_MAX: 19,
+  STAT_LOCAL_REMAPPED: 19,
+  STAT_MAX: 20,
 } as const;
 
 export const DropReason = {

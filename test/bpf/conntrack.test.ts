@@ -5,7 +5,7 @@ import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { collectConntrack, collectOrphans, deleteStillExpired, deleteStillOrphaned, expiredKeys, monotonicNs, orphanKeys } from '../../src/datapath/ct-gc.js';
 import { CtFlags, Stat, type Ct4Key, type Nat4Entry } from '../../src/datapath/layouts.js';
 import type { FrontendSpec } from '../../src/model/frontend.js';
-import { buildPacket, eth, ipv4, tcp, udp } from '../../src/packet/build.js';
+import { buildPacket, eth, icmp, ipv4, payload, tcp, udp } from '../../src/packet/build.js';
 import { CLIENT_IP, NODE_IP, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { describeWith } from '../harness/requirements.js';
 
@@ -14,6 +14,8 @@ const SERVICES: FrontendSpec[] = [
   { address: NODE_IP, port: 30080, proto: 'TCP', kind: 'NodePort', backends: [{ address: '10.244.1.5', port: 8080, local: true }] },
   { address: NODE_IP, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: '10.244.1.5', port: 8080, local: true }] },
   { address: NODE_IP, port: 30053, proto: 'UDP', kind: 'NodePort', backends: [{ address: '10.244.2.5', port: 53, local: false }] },
+  { address: NODE_IP, port: 30054, proto: 'UDP', kind: 'NodePort', backends: [{ address: '10.244.1.5', port: 5353, local: true }] },
+  { address: NODE_IP, port: 30055, proto: 'UDP', kind: 'NodePort', backends: [{ address: '10.244.1.5', port: 5353, local: true }] },
 ];
 const LIFETIMES = { tcpSyn: 30, tcpEstablished: 3000, tcpClosing: 5, nonTcp: 20 };
 beforeAll(async () => {
@@ -31,15 +33,18 @@ const replyFromPod = (dport: number, flags: string) => buildPacket([eth(), ipv4(
 /** An established flow from `sport` to NodePort 30080 (pod 10.244.1.5:8080), and the same
  * client port towards NodePort 30081 of the same pod: its packets, and the source port
  * the pod's replies on the shared tuple leave with. */
-function sharedTuple(sport: number): { toOther: (flags: string) => Buffer; replySource: (flags: string) => number } {
+function sharedTuple(sport: number): { toOther: (flags: string) => Buffer; replySource: (flags: string, toPort?: number) => number } {
   node.run('tc_ingress', toNodePort(sport, 'S'));
   node.run('tc_egress', replyFromPod(sport, 'SA'));
   node.run('tc_ingress', toNodePort(sport, 'A'));
   return {
     toOther: (flags) => buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), tcp({ sport, dport: 30081, flags })]),
-    replySource: (flags) => node.run('tc_egress', replyFromPod(sport, flags)).data.readUInt16BE(14 + 20),
+    replySource: (flags, toPort = sport) => node.run('tc_egress', replyFromPod(toPort, flags)).data.readUInt16BE(14 + 20),
   };
 }
+
+/** Source and destination ports of a packet as it left (Ethernet + 20-byte IPv4). */
+const portsOf = (b: Buffer) => [b.readUInt16BE(14 + 20), b.readUInt16BE(14 + 22)];
 
 /** Seconds from now until the single ct4 entry expires. */
 function ctTtl(): { ttl: number; flags: number } {
@@ -199,39 +204,75 @@ describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
     expect(node.dp.maps.nat4.entries()).toEqual([]);
   });
 
-  it('a client port reused at once towards another frontend of the same pod: the live connection keeps its replies, the pod\'s answer decides', () => {
+  it('a client port reused at once towards another frontend of the same pod: the new flow reaches the pod from another port, both go on', () => {
     const { toOther, replySource } = sharedTuple(62007);
-    // The other frontend's SYN reaches the pod (its tuple: the pod decides), but takes nothing.
-    const syn = node.run('tc_ingress', toOther('S'));
-    expect(syn.data.readUInt16BE(14 + 22)).toBe(8080);
-    expect(total(node.dp, 'ferry_stats', Stat.STAT_LOCAL_CONTESTED)).toBe(1n);
-    // The pod's challenge ACK (its connection lives) goes to that connection's client.
-    // Before, it left as 30081, whose client socket answered with a reset that ended the
-    // live connection at the pod; the live connection's next segment met a reset too.
-    expect(replySource('A')).toBe(30080);
-    // The live flow's own segments go on; a segment of the contender (not a SYN) takes nothing.
-    node.run('tc_ingress', toNodePort(62007, 'PA'));
-    node.run('tc_ingress', toOther('A'));
+    // The other frontend's SYN reaches the pod from another client port (netfilter would
+    // remap it too); before, it took the live connection's replies, whose client answered
+    // them with a reset that ended the live connection at the pod.
+    const [remapped, podPort] = portsOf(node.run('tc_ingress', toOther('S')).data);
+    expect(podPort).toBe(8080);
+    expect(remapped).not.toBe(62007);
+    expect(remapped).toBeGreaterThanOrEqual(1024);
+    expect(total(node.dp, 'ferry_stats', Stat.STAT_LOCAL_REMAPPED)).toBe(1n);
+    expect(total(node.dp, 'ferry_stats', Stat.STAT_LOCAL_CONTESTED)).toBe(0n);
+    // The pod answers each on its own tuple; each answer leaves as its frontend, to the client's own port.
     expect(replySource('PA')).toBe(30080);
-    // It ends; the contender's SYN sent again (its own flow is live: no state changed) takes the tuple.
-    node.run('tc_ingress', toNodePort(62007, 'FA'));
-    node.run('tc_ingress', toOther('S'));
-    expect(replySource('SA')).toBe(30081);
-    expect(node.dp.maps.nat4.entries().map(([, v]) => [v.frontendPort, v.flags])).toEqual([[30081, CtFlags.CT_F_LOCAL | CtFlags.CT_F_SEEN_REPLY]]);
+    const synAck = node.run('tc_egress', replyFromPod(remapped!, 'SA')).data;
+    expect(portsOf(synAck)).toEqual([30081, 62007]);
+    // Both flows' later segments keep their ports at the pod.
+    expect(portsOf(node.run('tc_ingress', toNodePort(62007, 'PA')).data)).toEqual([62007, 8080]);
+    expect(portsOf(node.run('tc_ingress', toOther('A')).data)).toEqual([remapped, 8080]);
+    const other = node.dp.maps.ct4.entries().find(([k]) => k.dport === 30081)![1];
+    expect(other).toMatchObject({ natAddr: CLIENT_IP, natPort: remapped });
+    // Its conntrack entry lost (an overfull map evicting it): its next segment finds the port its pod knows again.
+    node.dp.maps.ct4.delete(node.dp.maps.ct4.entries().find(([k]) => k.dport === 30081)![0]);
+    expect(portsOf(node.run('tc_ingress', toOther('PA')).data)).toEqual([remapped, 8080]);
+    expect(replySource('A')).toBe(30080);
+    expect(replySource('A', remapped)).toBe(30081);
+    // A router's fragmentation-needed about the remapped flow's reply (30081 → client:62007)
+    // reaches the pod quoting the tuple the pod knows (pod:8080 → client:remapped).
+    const quoted = buildPacket([ipv4({ src: NODE_IP, dst: CLIENT_IP, id: 7 }), tcp({ sport: 30081, dport: 62007, flags: 'A' })]).subarray(0, 28);
+    const tooBig = buildPacket([eth(), ipv4({ src: '10.0.10.1', dst: NODE_IP }), icmp({ type: 3, code: 4, rest: 1400 }), payload(quoted)]);
+    const related = node.run('tc_ingress', tooBig).data;
+    expect(related.subarray(14 + 16, 14 + 20).join('.')).toBe('10.244.1.5');
+    const inner = 14 + 20 + 8;
+    expect([related.subarray(inner + 12, inner + 16).join('.'), related.readUInt16BE(inner + 20), related.readUInt16BE(inner + 22)]).toEqual(['10.244.1.5', 8080, remapped]);
   });
 
-  it('a contested tuple the pod answers with a SYN-ACK (its old connection gone) moves to the new frontend, which the old flow cannot take back', () => {
+  it('UDP from one client port to two frontends of the same pod: each flow\'s answers leave as its own frontend', () => {
+    const udpTo = (dport: number) => buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), udp({ sport: 5000, dport }), payload('q')]);
+    const answer = (dport: number) => buildPacket([eth(), ipv4({ src: '10.244.1.5', dst: CLIENT_IP }), udp({ sport: 5353, dport }), payload('a')]);
+    expect(portsOf(node.run('tc_ingress', udpTo(30054)).data)).toEqual([5000, 5353]);
+    const [remapped] = portsOf(node.run('tc_ingress', udpTo(30055)).data);
+    expect(remapped).not.toBe(5000);
+    // Before, the newest flow owned the tuple: the first flow's answers left as 30055,
+    // which its client (a socket connected to 30054) never sees.
+    expect(portsOf(node.run('tc_egress', answer(5000)).data)).toEqual([30054, 5000]);
+    expect(portsOf(node.run('tc_egress', answer(remapped!)).data)).toEqual([30055, 5000]);
+    expect(portsOf(node.run('tc_ingress', udpTo(30054)).data)).toEqual([5000, 5353]);
+    expect(portsOf(node.run('tc_ingress', udpTo(30055)).data)).toEqual([remapped, 5353]);
+    expect(total(node.dp, 'ferry_stats', Stat.STAT_LOCAL_REMAPPED)).toBe(1n);
+  });
+
+  it('a flow whose binding was evicted and taken by another frontend\'s flow: its SYN contests the tuple, the pod\'s SYN-ACK moves it back', () => {
     const { toOther, replySource } = sharedTuple(62008);
-    node.run('tc_ingress', toOther('S'));
+    // The live flow's binding lost (LRU eviction), the other frontend's flow finds the tuple free and takes it.
+    for (const [k] of node.dp.maps.nat4.entries()) node.dp.maps.nat4.delete(k);
+    expect(portsOf(node.run('tc_ingress', toOther('S')).data)).toEqual([62008, 8080]);
     expect(replySource('SA')).toBe(30081);
-    // The binding is the new flow's: its flags and reverse NAT, counted afresh.
+    // The first flow's client opens again from its port (its conntrack entry still live): its SYN contests.
+    node.run('tc_ingress', toNodePort(62008, 'S'));
+    expect(total(node.dp, 'ferry_stats', Stat.STAT_LOCAL_CONTESTED)).toBe(1n);
+    expect(replySource('SA')).toBe(30080);
+    // The binding is the first flow's: its flags and reverse NAT, counted afresh.
     const [, moved] = node.dp.maps.nat4.entries()[0]!;
-    expect(moved).toMatchObject({ frontendPort: 30081, pendingPort: 0, flags: CtFlags.CT_F_LOCAL | CtFlags.CT_F_SEEN_REPLY, packets: 1n });
-    const ct = node.dp.maps.ct4.entries().find(([k]) => k.dport === 30081)![1];
+    expect(moved).toMatchObject({ frontendPort: 30080, pendingPort: 0, packets: 1n });
+    const ct = node.dp.maps.ct4.entries().find(([k]) => k.dport === 30080)![1];
     expect(moved.revNatId).toBe(ct.revNatId);
-    // A stray segment of the old flow (its state changes: written) leaves the binding be.
-    node.run('tc_ingress', toNodePort(62008, 'FA'));
-    expect(replySource('A')).toBe(30081);
+    expect(moved.flags & CtFlags.CT_F_LOCAL).toBeTruthy();
+    // A segment of the other flow (not a SYN) does not take it back.
+    node.run('tc_ingress', toOther('FA'));
+    expect(replySource('A')).toBe(30080);
   });
 
   it('a client port reused towards another frontend of the same backend gets that frontend in replies', () => {

@@ -48,6 +48,11 @@ function randomTable(r: () => number): FrontendSpec[] {
   // source ranges, so those paths are always exercised (seed 1060204645 drew no rejecting
   // frontend in any of its ten tables).
   out.push({ address: NODE_IP, port: 30008, proto: 'TCP', kind: 'NodePort', backends: [], service: 'default/empty:p' });
+  // And two frontends of one local backend per protocol, so that a client port meets a
+  // tuple another frontend's flow holds (remapped at the pod) in every table.
+  for (const [proto, ports, pod] of [['TCP', [30009, 30010], '10.244.1.60'], ['UDP', [30011, 30012], '10.244.1.61']] as const) {
+    for (const port of ports) out.push({ address: NODE_IP, port, proto, kind: 'NodePort', backends: [{ address: pod, port: 8080, local: true }], service: `default/shared${port}:p` });
+  }
   const n = 1 + int(4);
   out.push({ address: '10.0.100.5', port: 81, proto: 'TCP', kind: 'LoadBalancer', service: 'default/ranged:p', sourceRanges: ['10.0.10.0/30'], backends: Array.from({ length: n }, (_, i) => ({ address: `10.244.${1 + (i % 2)}.${40 + i}`, port: 8080, local: i % 2 === 0 })) });
   return out;
@@ -117,6 +122,7 @@ function agree(node: DatapathNode, maglev: number, packets: number): void {
       const want = model.decide(t);
       verdicts.set(want.verdict, (verdicts.get(want.verdict) ?? 0) + 1);
       if (want.verdict === 'drop') verdicts.set(`drop:${want.reason}`, (verdicts.get(`drop:${want.reason}`) ?? 0) + 1);
+      if (want.verdict === 'local' && want.podPortCandidates === 'other') verdicts.set('local:remapped', (verdicts.get('local:remapped') ?? 0) + 1);
       const got = node.run('tc_ingress', packetOf(t));
       const byXdp = node.lastXdpVerdict();
       if (byXdp !== undefined) verdicts.set(`xdp:${byXdp}`, (verdicts.get(`xdp:${byXdp}`) ?? 0) + 1);
@@ -132,7 +138,7 @@ function agree(node: DatapathNode, maglev: number, packets: number): void {
   expect(problems, `seed ${SEED} (rerun with FERRY_DIFF_SEED=${SEED})`).toEqual([]);
   expect(n).toBeGreaterThanOrEqual(packets);
   // The random tables must exercise every path, or the comparison proves little.
-  for (const v of ['pass', 'drop', 'reject', 'local', 'remote', 'drop:source-range', 'drop:unknown-port']) expect(verdicts.get(v) ?? 0, `packets the model sent down the ${v} path`).toBeGreaterThan(100);
+  for (const v of ['pass', 'drop', 'reject', 'local', 'local:remapped', 'remote', 'drop:source-range', 'drop:unknown-port']) expect(verdicts.get(v) ?? 0, `packets the model sent down the ${v} path`).toBeGreaterThan(100);
   // With XDP, it must have decided much itself (sent back out, dropped) and passed the rest.
   if (node.lastXdpVerdict() !== undefined) for (const v of [XdpVerdict.TX, XdpVerdict.DROP, XdpVerdict.PASS]) expect(verdicts.get(`xdp:${v}`) ?? 0, `packets xdp_ingress gave verdict ${v}`).toBeGreaterThan(100);
 }
@@ -150,12 +156,17 @@ function compare(t: Tuple, want: Decision, retval: number, out: Buffer, model: R
       const ic = layers.find((l) => l.name === 'icmp')?.fields;
       return retval === TcVerdict.REDIRECT && ic?.type === 3 && ic.code === 3 && ip?.src === t.daddr && ip.dst === t.saddr ? undefined : `expected ICMP port unreachable, got verdict ${retval} ${JSON.stringify(ic)}`;
     }
-    case 'local':
+    case 'local': {
       if (retval !== TcVerdict.OK) return `expected local DNAT (OK), got verdict ${retval}`;
-      if (ip?.dst !== want.backend.address || l4?.dport !== want.backend.port || ip.src !== t.saddr || l4.sport !== t.sport) {
+      if (ip?.dst !== want.backend.address || l4?.dport !== want.backend.port || ip.src !== t.saddr) {
         return `expected DNAT to ${want.backend.address}:${want.backend.port}, got ${ip?.src}:${l4?.sport} → ${ip?.dst}:${l4?.dport}`;
       }
+      const port = l4.sport as number;
+      if (want.podPortCandidates === 'client') return port === want.podPort ? undefined : `expected client port ${want.podPort} at the pod, got ${port}`;
+      if (!model.podPortAcceptable(t, want.backend, port)) return `remapped client port ${port} is taken, the client's own or out of its class`;
+      model.commitLocal(t, want.backendId, want.backend, port);
       return undefined;
+    }
     case 'remote': {
       if (retval !== TcVerdict.REDIRECT) return `expected remote (REDIRECT), got verdict ${retval}`;
       if (ip?.dst !== want.backend.address || l4?.dport !== want.backend.port || ip.src !== want.snatAddr) {

@@ -164,18 +164,26 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'Service traffic through the
     }
   });
 
-  it('one client port towards two NodePorts of the same local pod at once: the live connection goes on, the other connects once it ends', async () => {
-    // The pod sees one tuple for both. Before, the second's SYN took the tuple's replies:
-    // the pod's challenge ACK went out as 30081, the client's reset for it ended the live
-    // connection at the pod, and that connection's next request went unanswered.
-    const twin: TestService = { clusterIP: '10.96.0.14', ports: [{ port: 80, proto: 'TCP', targetPort: 8080, nodePort: 30081 }], endpoints: [web1] };
+  it('one client port towards two NodePorts of the same local pod at once: both connections go on (the pod sees the second from another port)', async () => {
+    // Without the remap the pod would see one tuple for both. Before the contest (2026-12-05)
+    // the second's SYN took the tuple's replies: the pod's challenge ACK went out as 30081,
+    // the client's reset for it ended the live connection at the pod; with the contest alone
+    // the second waited for the first to end. UDP: the newest flow owned the tuple, so the
+    // first frontend's answers left as the second.
+    const twin: TestService = {
+      clusterIP: '10.96.0.14',
+      ports: [{ port: 80, proto: 'TCP', targetPort: 8080, nodePort: 30081 }, { port: 53, proto: 'UDP', targetPort: 5353, nodePort: 30054 }],
+      endpoints: [web1],
+    };
     c.apply([solo, pair, empty, twin]);
     const node1 = c.nodes[0]!;
-    const contested = total(node1.dp, 'ferry_stats', Stat.STAT_LOCAL_CONTESTED);
+    const remapped = total(node1.dp, 'ferry_stats', Stat.STAT_LOCAL_REMAPPED);
     try {
       const r = JSON.parse(await c.client.execOk([process.execPath, WORKLOADS, 'port-share', '--to', `${node1.ip}:30080`, '--second', `${node1.ip}:30081`, '--local-port', '47001'], { timeoutMs: 20_000 })) as PortShareResult;
-      expect(r).toMatchObject({ first: ['HTTP/1.1 200 OK', 'HTTP/1.1 200 OK'], second: 'HTTP/1.1 200 OK' });
-      expect(total(node1.dp, 'ferry_stats', Stat.STAT_LOCAL_CONTESTED)).toBeGreaterThan(contested);
+      expect(r).toMatchObject({ first: ['HTTP/1.1 200 OK', 'HTTP/1.1 200 OK'], second: 'HTTP/1.1 200 OK', secondConnectedBeforeFirstClosed: true });
+      expect(total(node1.dp, 'ferry_stats', Stat.STAT_LOCAL_REMAPPED)).toBeGreaterThan(remapped);
+      const answers = JSON.parse(await c.client.execOk([process.execPath, WORKLOADS, 'port-share', '--udp', '--to', `${node1.ip}:30053`, '--second', `${node1.ip}:30054`, '--local-port', '47002'], { timeoutMs: 20_000 })) as string[];
+      expect(answers).toEqual([`${node1.ip}:30053`, `${node1.ip}:30054`, `${node1.ip}:30053`]);
     } finally {
       c.apply([solo, pair, empty]);
     }

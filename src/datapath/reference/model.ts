@@ -1,6 +1,7 @@
 // A small reference model of tc_ingress's per-packet decision, written from the design,
 // not from the C: service lookup, wildcard, backend choice by flow hash, conntrack reuse,
-// SNAT port choice. The differential tests run random packets through both and demand the
+// SNAT port choice, a local flow's client port at the pod (remapped where another
+// frontend's flow holds the tuple). The differential tests run random packets through both and demand the
 // same answer.
 import { BackendFlags, LbFlags, type Lb4Backend, type Lb4Service } from '../layouts.js';
 import { ipv4InCidr } from '../../packet/addr.js';
@@ -20,7 +21,7 @@ export type Decision =
   | { verdict: 'pass' }
   | { verdict: 'drop'; reason: 'unknown-port' | 'backend-missing' | 'nat-exhausted' | 'no-local-backend' | 'source-range' }
   | { verdict: 'reject' }
-  | { verdict: 'local'; backendId: number; backend: Lb4Backend }
+  | { verdict: 'local'; backendId: number; backend: Lb4Backend; podPort: number; podPortCandidates: 'client' | 'other' }
   | { verdict: 'remote'; backendId: number; backend: Lb4Backend; snatAddr: string; snatPort: number; snatPortCandidates: 'client' | 'any' }
   | { verdict: 'reply-remote'; client: { addr: string; port: number }; frontend: { addr: string; port: number } };
 
@@ -47,7 +48,13 @@ export interface ModelConfig {
 
 interface CtState {
   backendId: number;
+  /** remote: the SNAT port; local: the client port the pod sees. */
   snatPort: number;
+}
+
+/** The class a remapped client port stays in (netfilter's): 1-511, 600-1023, 1024-65535. */
+function portClass(port: number): number {
+  return port < 512 ? 0 : port < 1024 ? 1 : 2;
 }
 
 const SCOPE = 0;
@@ -57,6 +64,8 @@ export class ReferenceModel {
   private readonly maglev = new Map<string, Uint32Array>();
   /** nat4 reply keys of SNATed flows: backend|bport|natport|proto → client and frontend. */
   private readonly nat = new Map<string, { client: { addr: string; port: number }; frontend: { addr: string; port: number } }>();
+  /** Local flows' reply tuples at the pod: backend|bport|client|port|proto → the flow holding it (client port, frontend). */
+  private readonly local = new Map<string, string>();
 
   constructor(
     private readonly tables: ServiceTables,
@@ -69,6 +78,10 @@ export class ReferenceModel {
 
   private natKey(b: Lb4Backend, natPort: number, proto: number): string {
     return `${b.address}|${b.port}|${natPort}|${proto}`;
+  }
+
+  private localKey(b: Lb4Backend, client: string, port: number, proto: number): string {
+    return `${b.address}|${b.port}|${client}|${port}|${proto}`;
   }
 
   /**
@@ -95,7 +108,7 @@ export class ReferenceModel {
     const known = this.ct.get(ctKey);
     if (known && this.tables.backends.has(known.backendId)) {
       const backend = this.tables.backends.get(known.backendId)!;
-      if (backend.flags & BackendFlags.LB_BACKEND_F_LOCAL) return { verdict: 'local', backendId: known.backendId, backend };
+      if (backend.flags & BackendFlags.LB_BACKEND_F_LOCAL) return { verdict: 'local', backendId: known.backendId, backend, podPort: known.snatPort, podPortCandidates: 'client' };
       return { verdict: 'remote', backendId: known.backendId, backend, snatAddr: this.cfg.snatIPv4, snatPort: known.snatPort, snatPortCandidates: 'client' };
     }
     const hash = flowHash4(t.saddr, t.daddr, t.sport, t.dport, t.proto, this.cfg.seed);
@@ -103,8 +116,12 @@ export class ReferenceModel {
     const backend = this.tables.backends.get(id);
     if (!backend) return { verdict: 'drop', reason: 'backend-missing' };
     if (backend.flags & BackendFlags.LB_BACKEND_F_LOCAL) {
-      this.ct.set(ctKey, { backendId: id, snatPort: 0 });
-      return { verdict: 'local', backendId: id, backend };
+      // Every flow here is live and not closing: a tuple another flow holds (another
+      // frontend's, or a remapped one's) is remapped.
+      const holder = this.local.get(this.localKey(backend, t.saddr, t.sport, t.proto));
+      if (holder !== undefined && holder !== `${t.sport}|${t.daddr}|${t.dport}`) return { verdict: 'local', backendId: id, backend, podPort: 0, podPortCandidates: 'other' };
+      this.commitLocal(t, id, backend, t.sport);
+      return { verdict: 'local', backendId: id, backend, podPort: t.sport, podPortCandidates: 'client' };
     }
     const clientPortFree =
       t.sport >= this.cfg.snatPortMin && t.sport <= this.cfg.snatPortMax && !this.nat.has(this.natKey(backend, t.sport, t.proto));
@@ -137,6 +154,18 @@ export class ReferenceModel {
     return port >= this.cfg.snatPortMin && port <= this.cfg.snatPortMax && !this.nat.has(this.natKey(backend, port, proto));
   }
 
+  /** Is `port` an acceptable client port at the pod for a remapped local flow? */
+  podPortAcceptable(t: Tuple, backend: Lb4Backend, port: number): boolean {
+    return port !== t.sport && port > 0 && portClass(port) === portClass(t.sport) && !(port >= 512 && port < 600) &&
+      !this.local.has(this.localKey(backend, t.saddr, port, t.proto));
+  }
+
+  /** Record a local flow and the client port its pod sees. */
+  commitLocal(t: Tuple, backendId: number, backend: Lb4Backend, port: number): void {
+    this.ct.set(`${t.saddr}|${t.daddr}|${t.sport}|${t.dport}|${t.proto}`, { backendId, snatPort: port });
+    this.local.set(this.localKey(backend, t.saddr, port, t.proto), `${t.sport}|${t.daddr}|${t.dport}`);
+  }
+
   /** Record what the datapath did for a remote flow (the port, when the model could not know it). */
   commitRemote(t: Tuple, d: Extract<Decision, { verdict: 'remote' }>, port: number): void {
     const ctKey = `${t.saddr}|${t.daddr}|${t.sport}|${t.dport}|${t.proto}`;
@@ -149,5 +178,6 @@ export class ReferenceModel {
   reset(): void {
     this.ct.clear();
     this.nat.clear();
+    this.local.clear();
   }
 }

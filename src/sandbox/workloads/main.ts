@@ -14,9 +14,9 @@
 //                                  connect/close N times, print p50/p90/p99 in microseconds;
 //                                  --reset closes with a reset (no TIME_WAIT left behind)
 //   tcp-echo --port P              TCP echo server
-//   port-share --to IP:PORT --second IP:PORT --local-port P
+//   port-share --to IP:PORT --second IP:PORT --local-port P [--udp]
 //                                  one client port towards two frontends of a pod at once:
-//                                  print how each connection fared (port-share.ts)
+//                                  print how each connection (or datagram) fared (port-share.ts)
 //   connect-probe --targets IP:PORT/tcp|udp,... [--listen-loopback]
 //                                  (IP may be IPv4-mapped, ::ffff:a.b.c.d: an IPv6 socket)
 //                                  connect() to each target in turn and print one JSON line
@@ -48,7 +48,7 @@ import { connect, createServer as createTcpServer, type Socket } from 'node:net'
 import { hostname, networkInterfaces } from 'node:os';
 import { hold, steady } from './steady.js';
 import { connectProbe } from './connect-probe.js';
-import { portShare } from './port-share.js';
+import { portShare, udpPortShare } from './port-share.js';
 import { parseArgs } from 'node:util';
 
 function target(s: string | undefined): { host: string; port: number } {
@@ -351,8 +351,10 @@ async function main(): Promise<void> {
       return connectRate(target(values.to), Number(values.seconds ?? 10), Number(values.concurrency ?? 8));
     case 'connect-probe':
       return connectProbe((values.targets ?? '').split(',').filter(Boolean), Boolean(values['listen-loopback']));
-    case 'port-share':
-      return void process.stdout.write(`${JSON.stringify(await portShare(target(values.to), target(values.second), Number(values['local-port'])))}\n`);
+    case 'port-share': {
+      const share = values.udp ? udpPortShare : portShare;
+      return void process.stdout.write(`${JSON.stringify(await share(target(values.to), target(values.second), Number(values['local-port'])))}\n`);
+    }
     case 'hold':
       return hold(target(values.to), Number(values.count ?? 10), Number(values.seconds ?? 10), values['timeout-ms'] ? Number(values['timeout-ms']) : undefined,
         values['pause-ms'] ? { atMs: Number(values['pause-at-ms'] ?? 0), forMs: Number(values['pause-ms']) } : undefined);

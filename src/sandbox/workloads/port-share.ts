@@ -1,8 +1,10 @@
 // One client port, two frontends of the same pod at once (what a client reusing its port,
-// or two clients behind one NAT address, do): the pod sees a single tuple. A connection to
-// the first frontend is opened and used; a second connection from the same port to the
-// other frontend is begun while the first lives; the first is used again, then closed;
-// the second must connect once it has (its SYN sent again) and answer.
+// or two clients behind one NAT address, do): without a remap the pod would see a single
+// tuple. TCP: a connection to the first frontend is opened and used; a second connection
+// from the same port to the other frontend is begun while the first lives; the first is
+// used again, then closed; how and when each fared is told. UDP: one socket on the port
+// sends to the first frontend, the second, the first again; each answer's source is told.
+import { createSocket } from 'node:dgram';
 import { connect, type Socket } from 'node:net';
 
 export interface PortShareResult {
@@ -10,6 +12,8 @@ export interface PortShareResult {
   first: string[];
   /** When the second connected (ms after it began), or -1. */
   secondConnectedMs: number;
+  /** Whether the second connected while the first was still open. */
+  secondConnectedBeforeFirstClosed: boolean;
   second: string;
 }
 
@@ -48,13 +52,38 @@ export async function portShare(first: { host: string; port: number }, second: {
     b.once('error', () => resolve(false));
     setTimeout(() => resolve(false), 6000).unref();
   });
-  b.once('connect', () => (secondConnectedMs = Date.now() - began));
+  let firstClosed = false;
+  let secondConnectedBeforeFirstClosed = false;
+  b.once('connect', () => {
+    secondConnectedMs = Date.now() - began;
+    secondConnectedBeforeFirstClosed = !firstClosed;
+  });
   // The second's SYN has reached the pod by now; the first must still work.
   await new Promise((r) => setTimeout(r, 300));
   firstReplies.push(await get(a, first.host, 2000));
+  firstClosed = true;
   a.end();
   const secondReply = (await bConnected) ? await get(b, second.host, 2000) : 'not connected';
   b.destroy();
   a.destroy();
-  return { first: firstReplies, secondConnectedMs, second: secondReply };
+  return { first: firstReplies, secondConnectedMs, secondConnectedBeforeFirstClosed, second: secondReply };
+}
+
+/** For each datagram sent (to first, second, first), the answer's source as `ip:port`, or 'none'. */
+export async function udpPortShare(first: { host: string; port: number }, second: { host: string; port: number }, localPort: number): Promise<string[]> {
+  const s = createSocket('udp4');
+  await new Promise<void>((resolve) => s.bind(localPort, resolve));
+  const answers = new Map<string, string>();
+  s.on('message', (msg, from) => answers.set(msg.toString(), `${from.address}:${from.port}`));
+  const order = [first, second, first];
+  try {
+    for (const [i, to] of order.entries()) {
+      s.send(`q${i}`, to.port, to.host);
+      const deadline = Date.now() + 2000;
+      while (!answers.has(`q${i}`) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    }
+  } finally {
+    s.close();
+  }
+  return order.map((_, i) => answers.get(`q${i}`) ?? 'none');
 }
