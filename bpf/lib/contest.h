@@ -12,8 +12,9 @@
  * eviction) and another flow took its tuple meanwhile, a SYN of it only leaves the binding
  * pending, and the pod decides: its SYN-ACK means it took a new connection on the tuple
  * (the old one is gone), so the binding moves; anything else (the challenge ACK a live
- * connection answers a SYN with) means the old flow lives on. DSR arrivals (dsr.h) contest
- * the same way: their frontend is another node's, which chose nothing here to remap. */
+ * connection answers a SYN with) means the old flow lives on. DSR arrivals (dsr.h): a
+ * datagram is remapped (each carries its frontend); a TCP SYN contests, as only the SYN
+ * names the frontend and the flow's later segments could not be given the port. */
 #ifndef FERRY_LIB_CONTEST_H
 #define FERRY_LIB_CONTEST_H
 
@@ -84,24 +85,35 @@ static __always_inline __u16 local_remap_port(__u16 client_port, __u32 hash, __u
 	return min + (hash + i * ((hash >> 16) | 1)) % span;
 }
 
-/* A new local flow (packet `p`, entry `ct`) whose tuple at the pod (`reply`) another flow
- * holds live takes another client port the pod sees: written into `reply` and into the
- * flow's entry (nat_addr: the client, nat_port: the port) so that its packets carry it; the
- * caller writes the binding there. The port is the flow's own binding if one of the tries
- * holds it (a flow whose conntrack entry was lost finds the port its pod knows again),
- * else, where `fresh` (the flow's first packet), the first try no live binding holds. 1
- * when a port was taken; 0 when a flow that is not fresh finds its own nowhere (its packets
- * go on unremapped); -2 when a fresh one finds no free port. A global function (lib/common.h)
- * that holds no binding in its frame: nat4_keep's chain of calls has no room for more. */
+/* A new local flow (packet `p`) whose tuple at the pod (`reply`) another flow holds live
+ * takes another client port the pod sees: written into `reply`, and for a flow of this
+ * node's frontend into its entry `ct` (nat_addr: the client, nat_port: the port) so that
+ * its packets carry it (a DSR arrival, `ct` NULL, names its frontend in its option and
+ * carries it in every datagram). The port is the flow's own binding if one of the tries
+ * holds it (a flow whose conntrack entry was lost finds the port its pod knows again):
+ * REMAP_OWN; else, where `fresh` (the flow's first packet), the first try no live binding
+ * holds: REMAP_FREE, for the caller to write the binding there. 0 when a flow that is not
+ * fresh finds its own nowhere (its packets go on unremapped); -2 when a fresh one finds no
+ * free port. A global function (lib/common.h) that holds no binding in its frame:
+ * nat4_keep's chain of calls has no room for more. */
+enum binding_remap_result {
+	REMAP_FREE = 1,
+	REMAP_OWN = 2,
+};
+
 __ferry_global int binding_remap(const struct pkt4 *p, struct ct4_key *reply, struct ct4_entry *ct, int fresh)
 {
 	__u32 hash, i;
 	__be16 free_port = 0, own_port = 0;
+	__be32 fe_addr;
+	__be16 fe_port;
 	__u64 now = ferry_now();
 
-	if (!p || !reply || !ct)
+	if (!p || !reply)
 		return -1;
-	hash = flow_hash4(p->saddr, p->daddr, p->sport, p->dport, p->proto, hash_seed);
+	fe_addr = p->dsr_opt ? p->dsr_addr : p->daddr;
+	fe_port = p->dsr_opt ? p->dsr_port : p->dport;
+	hash = flow_hash4(p->saddr, fe_addr, p->sport, fe_port, p->proto, hash_seed);
 	for (i = 0; i < LOCAL_REMAP_TRIES && !own_port; i++) {
 		struct nat4_entry *held;
 
@@ -110,18 +122,20 @@ __ferry_global int binding_remap(const struct pkt4 *p, struct ct4_key *reply, st
 		if (!held || ct_expired(held->expires_ns, now)) {
 			if (!free_port)
 				free_port = reply->dport;
-		} else if (held->client_addr == p->saddr && held->client_port == p->sport && held->frontend_addr == p->daddr &&
-			   held->frontend_port == p->dport) {
+		} else if (held->client_addr == p->saddr && held->client_port == p->sport && held->frontend_addr == fe_addr &&
+			   held->frontend_port == fe_port) {
 			own_port = reply->dport;
 		}
 	}
 	reply->dport = own_port ? own_port : fresh ? free_port : 0;
 	if (!reply->dport)
 		return fresh ? -2 : 0;
-	ct->nat_addr = p->saddr;
-	ct->nat_port = reply->dport;
+	if (ct) {
+		ct->nat_addr = p->saddr;
+		ct->nat_port = reply->dport;
+	}
 	count_stat(STAT_LOCAL_REMAPPED, p->len);
-	return 1;
+	return own_port ? REMAP_OWN : REMAP_FREE;
 }
 
 #endif

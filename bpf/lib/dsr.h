@@ -153,12 +153,40 @@ static __always_inline int dsr4_option_genuine(const struct pkt4 *p)
 	return lb4_has_local_backend(addr, p->dsr_port, p->proto, LB_SCOPE_EXTERNAL, svc, p->daddr, p->dport);
 }
 
+/* A DSR datagram whose tuple at the pod (`reply`) another live flow holds: it reaches the
+ * pod from another client port (contest.h), under which its binding `n` is kept, the
+ * option removed. A global function (lib/common.h), so dsr_receive's frame stays small. */
+__ferry_global int dsr_receive_remapped(struct __ctx_buff *ctx, const struct pkt4 *p, struct ct4_key *reply,
+					const struct nat4_entry *n)
+{
+	struct nat4_entry *own;
+	int rc;
+
+	if (!p || !reply || !n)
+		return CTX_ACT_SHOT;
+	rc = binding_remap(p, reply, NULL, 1);
+	if (rc < 0)
+		return count_drop(rc == -2 ? DROP_NAT_EXHAUSTED : DROP_CT_MAP_FULL, p->len);
+	own = rc == REMAP_OWN ? bpf_map_lookup_elem(&nat4, reply) : NULL;
+	if (own)
+		own->expires_ns = n->expires_ns > own->expires_ns ? n->expires_ns : own->expires_ns;
+	else if (bpf_map_update_elem(&nat4, reply, n, BPF_ANY) < 0)
+		return count_drop(DROP_CT_MAP_FULL, p->len);
+	if (nat4_rewrite_port(ctx, p, NAT_SRC, p->sport, reply->dport, CTX_STORE_DIRECT) < 0)
+		return count_drop(DROP_CSUM_FAILED, p->len);
+	if (dsr4_pop(ctx, p) < 0)
+		return count_drop(DROP_DSR_OPTION, p->len);
+	count_stat(STAT_DSR_RECEIVED, p->len);
+	return CTX_ACT_OK;
+}
+
 /* A DSR packet for a backend on this node: remember its frontend for the replies (tc
  * egress rewrites their source), remove the option, and hand it to the stack. A binding
- * of another live flow on the same tuple is never overwritten: a TCP SYN naming another
- * frontend only leaves it pending, for the pod to decide (contest.h). This node
- * does not see the client end a DSR flow with a reset (only the pod's side), so a client
- * reusing its port towards another frontend meets a binding that still looks live. */
+ * of another live flow on the same tuple is never overwritten: a datagram naming another
+ * frontend reaches the pod from another client port, a TCP SYN only leaves the binding
+ * pending, for the pod to decide (contest.h). This node does not see the client end a DSR
+ * flow with a reset (only the pod's side), so a client reusing its port towards another
+ * frontend meets a binding that still looks live. */
 __ferry_global int dsr_receive(struct __ctx_buff *ctx, const struct pkt4 *p)
 {
 	struct ct4_key reply;
@@ -189,6 +217,8 @@ __ferry_global int dsr_receive(struct __ctx_buff *ctx, const struct pkt4 *p)
 		if (!dsr4_option_genuine(p))
 			return count_drop(DROP_DSR_INVALID, p->len);
 		if (have && !ct_expired(have->expires_ns, now) && !ct_tcp_reopen(p, have->flags)) {
+			if (p->proto == IPPROTO_UDP)
+				return dsr_receive_remapped(ctx, p, &reply, &n);
 			if (!binding_may_contest(p, have->flags))
 				return count_drop(DROP_DSR_INVALID, p->len);
 			have->pending_addr = n.frontend_addr;

@@ -26,6 +26,8 @@ export const OTHER_NODE_MAC = '02:00:00:00:30:22';
 /** The packet builder's default destination MAC, so that a frame built with eth() is addressed to this node. */
 export const NODE_MAC = '02:00:00:00:00:02';
 export const CLIENT_IP = '10.0.10.2';
+/** The node's flow-hash seed (fixtures that name a hashed choice compute it with this). */
+export const NODE_HASH_SEED = 0x5eed;
 export const LOCAL_POD_CIDR = '10.244.1.0/24';
 export const REMOTE_POD_CIDR = '10.244.2.0/24';
 
@@ -74,7 +76,7 @@ export async function datapathNode(cfg: Partial<DatapathConfig> = {}, prepare?: 
     await host.execOk(['sysctl', '-qw', 'net.ipv4.ip_forward=1']);
     mkdirSync(pinDir);
     await prepare?.(pinDir, host);
-    dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: NODE_IP, hashSeed: 0x5eed, hostNetnsCookie: netnsCookie(host.netns), ...cfg });
+    dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: NODE_IP, hashSeed: NODE_HASH_SEED, hostNetnsCookie: netnsCookie(host.netns), ...cfg });
     const d = dp;
     const writer = new ServiceWriter(d.maps, { maglevTableSize: d.maglevTableSize });
     const nodes = new NodeAddressWriter(d.maps.node4_addrs);

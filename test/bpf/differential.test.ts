@@ -122,7 +122,7 @@ function agree(node: DatapathNode, maglev: number, packets: number): void {
       const want = model.decide(t);
       verdicts.set(want.verdict, (verdicts.get(want.verdict) ?? 0) + 1);
       if (want.verdict === 'drop') verdicts.set(`drop:${want.reason}`, (verdicts.get(`drop:${want.reason}`) ?? 0) + 1);
-      if (want.verdict === 'local' && want.podPortCandidates === 'other') verdicts.set('local:remapped', (verdicts.get('local:remapped') ?? 0) + 1);
+      if (want.verdict === 'local' && want.podPort !== t.sport) verdicts.set('local:remapped', (verdicts.get('local:remapped') ?? 0) + 1);
       const got = node.run('tc_ingress', packetOf(t));
       const byXdp = node.lastXdpVerdict();
       if (byXdp !== undefined) verdicts.set(`xdp:${byXdp}`, (verdicts.get(`xdp:${byXdp}`) ?? 0) + 1);
@@ -161,11 +161,7 @@ function compare(t: Tuple, want: Decision, retval: number, out: Buffer, model: R
       if (ip?.dst !== want.backend.address || l4?.dport !== want.backend.port || ip.src !== t.saddr) {
         return `expected DNAT to ${want.backend.address}:${want.backend.port}, got ${ip?.src}:${l4?.sport} → ${ip?.dst}:${l4?.dport}`;
       }
-      const port = l4.sport as number;
-      if (want.podPortCandidates === 'client') return port === want.podPort ? undefined : `expected client port ${want.podPort} at the pod, got ${port}`;
-      if (!model.podPortAcceptable(t, want.backend, port)) return `remapped client port ${port} is taken, the client's own or out of its class`;
-      model.commitLocal(t, want.backendId, want.backend, port);
-      return undefined;
+      return l4.sport === want.podPort ? undefined : `expected client port ${want.podPort} at the pod, got ${l4.sport}`;
     }
     case 'remote': {
       if (retval !== TcVerdict.REDIRECT) return `expected remote (REDIRECT), got verdict ${retval}`;

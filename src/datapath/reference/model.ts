@@ -21,7 +21,8 @@ export type Decision =
   | { verdict: 'pass' }
   | { verdict: 'drop'; reason: 'unknown-port' | 'backend-missing' | 'nat-exhausted' | 'no-local-backend' | 'source-range' }
   | { verdict: 'reject' }
-  | { verdict: 'local'; backendId: number; backend: Lb4Backend; podPort: number; podPortCandidates: 'client' | 'other' }
+  /** podPort: the client port the pod sees (the client's own, or the one its tuple was remapped to). */
+  | { verdict: 'local'; backendId: number; backend: Lb4Backend; podPort: number }
   | { verdict: 'remote'; backendId: number; backend: Lb4Backend; snatAddr: string; snatPort: number; snatPortCandidates: 'client' | 'any' }
   | { verdict: 'reply-remote'; client: { addr: string; port: number }; frontend: { addr: string; port: number } };
 
@@ -52,9 +53,17 @@ interface CtState {
   snatPort: number;
 }
 
-/** The class a remapped client port stays in (netfilter's): 1-511, 600-1023, 1024-65535. */
-function portClass(port: number): number {
-  return port < 512 ? 0 : port < 1024 ? 1 : 2;
+/** How many client ports a local flow on a held tuple tries. */
+export const LOCAL_REMAP_TRIES = 8;
+
+/**
+ * The `i`th client port a local flow tries when another flow holds its tuple at the pod:
+ * in the class of the client's own port (netfilter's: 1-511, 600-1023, 1024-65535), in an
+ * order the flow's hash sets (bpf/lib/contest.h).
+ */
+export function localRemapPort(clientPort: number, hash: number, i: number): number {
+  const [min, span] = clientPort < 512 ? [1, 511] : clientPort < 1024 ? [600, 1024 - 600] : [1024, 65536 - 1024];
+  return min + (((hash + i * ((hash >>> 16) | 1)) >>> 0) % span);
 }
 
 const SCOPE = 0;
@@ -108,7 +117,7 @@ export class ReferenceModel {
     const known = this.ct.get(ctKey);
     if (known && this.tables.backends.has(known.backendId)) {
       const backend = this.tables.backends.get(known.backendId)!;
-      if (backend.flags & BackendFlags.LB_BACKEND_F_LOCAL) return { verdict: 'local', backendId: known.backendId, backend, podPort: known.snatPort, podPortCandidates: 'client' };
+      if (backend.flags & BackendFlags.LB_BACKEND_F_LOCAL) return { verdict: 'local', backendId: known.backendId, backend, podPort: known.snatPort };
       return { verdict: 'remote', backendId: known.backendId, backend, snatAddr: this.cfg.snatIPv4, snatPort: known.snatPort, snatPortCandidates: 'client' };
     }
     const hash = flowHash4(t.saddr, t.daddr, t.sport, t.dport, t.proto, this.cfg.seed);
@@ -117,11 +126,17 @@ export class ReferenceModel {
     if (!backend) return { verdict: 'drop', reason: 'backend-missing' };
     if (backend.flags & BackendFlags.LB_BACKEND_F_LOCAL) {
       // Every flow here is live and not closing: a tuple another flow holds (another
-      // frontend's, or a remapped one's) is remapped.
+      // frontend's, or a remapped one's) is remapped, to the first try no flow holds.
       const holder = this.local.get(this.localKey(backend, t.saddr, t.sport, t.proto));
-      if (holder !== undefined && holder !== `${t.sport}|${t.daddr}|${t.dport}`) return { verdict: 'local', backendId: id, backend, podPort: 0, podPortCandidates: 'other' };
-      this.commitLocal(t, id, backend, t.sport);
-      return { verdict: 'local', backendId: id, backend, podPort: t.sport, podPortCandidates: 'client' };
+      let podPort = t.sport;
+      if (holder !== undefined && holder !== `${t.sport}|${t.daddr}|${t.dport}`) {
+        const tries = Array.from({ length: LOCAL_REMAP_TRIES }, (_, i) => localRemapPort(t.sport, hash, i));
+        podPort = tries.find((port) => !this.local.has(this.localKey(backend, t.saddr, port, t.proto))) ?? 0;
+        if (!podPort) return { verdict: 'drop', reason: 'nat-exhausted' };
+      }
+      this.ct.set(ctKey, { backendId: id, snatPort: podPort });
+      this.local.set(this.localKey(backend, t.saddr, podPort, t.proto), `${t.sport}|${t.daddr}|${t.dport}`);
+      return { verdict: 'local', backendId: id, backend, podPort };
     }
     const clientPortFree =
       t.sport >= this.cfg.snatPortMin && t.sport <= this.cfg.snatPortMax && !this.nat.has(this.natKey(backend, t.sport, t.proto));
@@ -152,18 +167,6 @@ export class ReferenceModel {
   /** Is `port` an acceptable SNAT port for a new binding to this backend? */
   natPortAcceptable(backend: Lb4Backend, port: number, proto: number): boolean {
     return port >= this.cfg.snatPortMin && port <= this.cfg.snatPortMax && !this.nat.has(this.natKey(backend, port, proto));
-  }
-
-  /** Is `port` an acceptable client port at the pod for a remapped local flow? */
-  podPortAcceptable(t: Tuple, backend: Lb4Backend, port: number): boolean {
-    return port !== t.sport && port > 0 && portClass(port) === portClass(t.sport) && !(port >= 512 && port < 600) &&
-      !this.local.has(this.localKey(backend, t.saddr, port, t.proto));
-  }
-
-  /** Record a local flow and the client port its pod sees. */
-  commitLocal(t: Tuple, backendId: number, backend: Lb4Backend, port: number): void {
-    this.ct.set(`${t.saddr}|${t.daddr}|${t.sport}|${t.dport}|${t.proto}`, { backendId, snatPort: port });
-    this.local.set(this.localKey(backend, t.saddr, port, t.proto), `${t.sport}|${t.daddr}|${t.dport}`);
   }
 
   /** Record what the datapath did for a remote flow (the port, when the model could not know it). */
