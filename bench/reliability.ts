@@ -117,10 +117,11 @@ async function main(): Promise<void> {
       publish({
         name: 'soak', title: 'Reliability: soak under churn',
         command: `npx tsx bench/reliability.ts --only soak --soak ${SOAK_S}`,
-        method: `${SETUP}; ${LOAD}. For ${SOAK_S} s, one change a second to 10 more Services (created; endpoints replaced by 1–4 others; deleted), through the API server. Sampled: each agent's resident memory, node-1's ct4 and nat4 entries, requests and failures per interval.`,
+        method: `${SETUP}; ${LOAD}. For ${SOAK_S} s, one change a second to 10 more Services (created; endpoints replaced by 1–4 others; deleted), through the API server. Sampled: each agent's resident memory, node-1's ct4 and nat4 entries, requests and failures per interval; at the end, node-1's counts of flows balanced again (ct_rebalanced, ct_midstream), remapped at a local pod (local_remapped), contested (local_contested, dsr_contested) and dropped early (nat_early_drop).`,
         tables: [
           markdownTable(['changes', 'requests', 'failed', 'agent RSS node-1 first → last, MiB', 'node-2, MiB', 'ct4 entries, max', 'nat4 entries, max'], [[r.changes, r.load.requests, r.load.failed, `${first.rssMiB['node-1']!.toFixed(0)} → ${last.rssMiB['node-1']!.toFixed(0)}`, `${first.rssMiB['node-2']!.toFixed(0)} → ${last.rssMiB['node-2']!.toFixed(0)}`, Math.max(...r.samples.map((s) => s.ct4)), Math.max(...r.samples.map((s) => s.nat4))]]),
           markdownTable(loadHeader, [loadRow('soak', r.load)]),
+          markdownTable(Object.keys(r.telling).map((name) => `node-1 ${name}`), [Object.values(r.telling)]),
         ],
         plots: [
           { file: 'soak-rss.svg', caption: 'Agent resident memory over the soak', svg: lineChart({ linearX: true, title: 'Agent RSS', xLabel: 'minutes', yLabel: 'MiB', series: ['node-1', 'node-2'].map((n) => ({ name: n, points: r.samples.map((s) => ({ x: minutes(s.atS), y: s.rssMiB[n]! })) })) }) },

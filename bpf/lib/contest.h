@@ -134,8 +134,10 @@ __ferry_global int binding_remap(const struct pkt4 *p, struct ct4_key *reply, st
 		ct->nat_addr = p->saddr;
 		ct->nat_port = reply->dport;
 	}
-	count_stat(STAT_LOCAL_REMAPPED, p->len);
-	return own_port ? REMAP_OWN : REMAP_FREE;
+	if (own_port)
+		return REMAP_OWN;
+	count_stat(STAT_LOCAL_REMAPPED, p->len); /* a port newly taken: a new flow remapped */
+	return REMAP_FREE;
 }
 
 #endif

@@ -227,6 +227,7 @@ describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
     // Its conntrack entry lost (an overfull map evicting it): its next segment finds the port its pod knows again.
     node.dp.maps.ct4.delete(node.dp.maps.ct4.entries().find(([k]) => k.dport === 30081)![0]);
     expect(portsOf(node.run('tc_ingress', toOther('PA')).data)).toEqual([remapped, 8080]);
+    expect(total(node.dp, 'ferry_stats', Stat.STAT_LOCAL_REMAPPED)).toBe(1n); // found again, not remapped anew
     expect(replySource('A')).toBe(30080);
     expect(replySource('A', remapped)).toBe(30081);
     // A router's fragmentation-needed about the remapped flow's reply (30081 → client:62007)

@@ -1,8 +1,8 @@
 // A small reference model of tc_ingress's per-packet decision, written from the design,
 // not from the C: service lookup, wildcard, backend choice by flow hash, conntrack reuse,
-// SNAT port choice, a local flow's client port at the pod (remapped where another
-// frontend's flow holds the tuple). The differential tests run random packets through both and demand the
-// same answer.
+// SNAT port choice, a local flow's client port at the pod (remapped where another flow
+// holds the tuple). The differential tests run random packets through both and demand
+// the same answer.
 import { BackendFlags, LbFlags, type Lb4Backend, type Lb4Service } from '../layouts.js';
 import { ipv4InCidr } from '../../packet/addr.js';
 import { maglevTable } from '../maglev.js';

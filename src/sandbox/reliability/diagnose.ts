@@ -5,8 +5,8 @@
 import { dumpMap, listFlows, readCounters } from '../../datapath/inspect.js';
 import type { LoadReport, ReliabilityCluster } from './cluster.js';
 
-/** Counted paths that name a lost or contested flow (the others are the normal ones). */
-const TELLING = ['ct_rebalanced', 'ct_midstream', 'local_contested', 'dsr_contested', 'nat_early_drop'];
+/** Counted paths that name a lost, remapped or contested flow (the others are the normal ones). */
+export const TELLING = ['ct_rebalanced', 'ct_midstream', 'local_remapped', 'local_contested', 'dsr_contested', 'nat_early_drop'];
 
 export function diagnoseFailures(c: ReliabilityCluster, failures: LoadReport['failures']): string[] {
   const ports = [...new Set(failures.map((f) => /from port (\d+)/.exec(f.error)?.[1]).filter((p): p is string => Boolean(p)))];

@@ -1,7 +1,9 @@
 // A soak: steady load through every frontend while Services and their endpoints churn at a
 // bounded rate (one change a second), sampled over time: the agents' resident memory,
 // conntrack and NAT occupancy on node-1, and requests and failures per interval.
+import { readCounters } from '../../datapath/inspect.js';
 import { mapFill, rssMiB, startSteadyLoad, type LoadReport, type ReliabilityCluster, sleep } from './cluster.js';
+import { TELLING } from './diagnose.js';
 
 export interface SoakSample {
   atS: number;
@@ -17,6 +19,8 @@ export interface SoakResult {
   changes: number;
   samples: SoakSample[];
   load: LoadReport;
+  /** node-1's counts of lost, remapped and contested flows over the soak (diagnose.ts's TELLING paths). */
+  telling: Record<string, number>;
 }
 
 const CHURN_SERVICES = 10;
@@ -69,6 +73,8 @@ export async function soakScenario(c: ReliabilityCluster, opts: { seconds: numbe
     throw e;
   }
   const report = await load.stop();
+  const counters = readCounters(c.sb.pinDir(c.node1));
+  const telling = Object.fromEntries(TELLING.map((name) => [name, Number(counters.forwarded.find((r) => r.name === name)?.packets ?? 0)]));
   for (const i of exists) {
     sb.store.delete('services', 'default', `churn-${i}`);
     sb.store.delete('endpointslices', 'default', `churn-${i}-a`);
@@ -80,5 +86,5 @@ export async function soakScenario(c: ReliabilityCluster, opts: { seconds: numbe
     const inside = report.perSecond.filter((p) => p.at >= from - 1000 && p.at < to - 1000);
     return { ...s, requests: inside.reduce((a, p) => a + p.ok + p.failed, 0), failed: inside.reduce((a, p) => a + p.failed, 0) };
   });
-  return { seconds: opts.seconds, changes, samples: withLoad, load: report };
+  return { seconds: opts.seconds, changes, samples: withLoad, load: report, telling };
 }
