@@ -23,7 +23,7 @@ import { u32Codec, structCodec, type Codec } from '../../src/ebpf/codec.js';
 import { inNetns } from '../../src/sys/netns.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
-import { CLIENT_IP, NODE_IP, NODE_MAC, OTHER_NODE_MAC, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { CLIENT_IP, NODE_HASH_SEED, NODE_IP, NODE_MAC, OTHER_NODE_MAC, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { CLIENT_PORT, REMOTE_POD, TC_SERVICES, clientTcp, syn } from '../../src/sandbox/fixtures/tc.js';
 import { startReleaseDatapath, unpackRelease, type ReleaseDatapath, type UnpackedRelease } from '../../src/sandbox/previous-release.js';
 import { describeWith } from '../harness/requirements.js';
@@ -61,7 +61,7 @@ beforeAll(async () => {
   node = await datapathNode({}, async (pinDir, host) => {
     // The previous agent's datapath, by its own code: loaded and pinned, Services written.
     // Its process stays, holding its programs, so that they can still see packets.
-    old = await startReleaseDatapath(release, host, { pinDir, snatIPv4: NODE_IP, hashSeed: 0x5eed });
+    old = await startReleaseDatapath(release, host, { pinDir, snatIPv4: NODE_IP, hashSeed: NODE_HASH_SEED });
     await old.apply(TC_SERVICES);
     const ifindex = inNetns(host.netns, () => ifindexOf('eth0'));
     const r = await old.run('tc_ingress', syn(NODE_IP, REMOTE_NODEPORT), ifindex);

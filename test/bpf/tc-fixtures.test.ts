@@ -10,7 +10,7 @@ import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
 import { flowHash4 } from '../../src/datapath/reference/hash.js';
 import { TcVerdict, expectFixture, expectPacket } from '../../src/sandbox/packet-fixture.js';
-import { CLIENT_IP, NODE_IP, NODE_MAC, OTHER_NODE_MAC, ROUTER_MAC, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { CLIENT_IP, NODE_HASH_SEED, NODE_IP, NODE_MAC, OTHER_NODE_MAC, ROUTER_MAC, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { CLIENT_PORT, LOCAL_POD, RANGED_LB_IP, REMOTE_POD, TC_FIXTURES, TC_SERVICES, fromRouter, syn } from '../../src/sandbox/fixtures/tc.js';
 import { describeWith } from '../harness/requirements.js';
 
@@ -92,7 +92,7 @@ describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
       expect(others.size).toBeGreaterThan(1);
       // After the timeout the flow hash decides again: find a flow whose hash points elsewhere.
       await new Promise((r) => setTimeout(r, 1100));
-      const slotOf = (sport: number) => pods[flowHash4(CLIENT_IP, '10.0.100.30', sport, 80, 6, 0x5eed) % pods.length]!;
+      const slotOf = (sport: number) => pods[flowHash4(CLIENT_IP, '10.0.100.30', sport, 80, 6, NODE_HASH_SEED) % pods.length]!;
       let sport = 21000;
       while (slotOf(sport) === first) sport++;
       expect(to(CLIENT_IP, sport)).toBe(slotOf(sport));
