@@ -65,9 +65,6 @@ static __always_inline void binding_settle(const struct pkt4 *p, struct nat4_ent
 	nat->pending_port = 0;
 }
 
-/* How many other client ports a new flow on a held tuple tries. */
-#define LOCAL_REMAP_TRIES 8
-
 /* The `i`th client port to try for a flow whose own tuple another flow holds: from the
  * same class as the client's own, as netfilter picks (1-511 for a port below 512, 600-1023
  * below 1024, else 1024-65535), in an order the flow's hash sets. */

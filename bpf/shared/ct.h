@@ -160,4 +160,10 @@ enum host_ports_slot {
 	HOST_PORTS_SLOTS = 2049,
 };
 
+/* How many other client ports a new local flow tries when another live flow holds its
+ * tuple at the pod (lib/contest.h); the reference model predicts the same sequence. */
+enum local_remap {
+	LOCAL_REMAP_TRIES = 8,
+};
+
 #endif

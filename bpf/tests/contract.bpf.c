@@ -27,6 +27,7 @@ struct ferry_enum_witness {
 	enum ferry_handover_flags handover_flags;
 	enum ferry_hop_epoch_flags hop_epoch_flags;
 	enum host_ports_slot host_ports_slot;
+	enum local_remap local_remap;
 };
 
 const volatile struct ferry_enum_witness ferry_enum_witness = {};

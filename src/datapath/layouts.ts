@@ -89,6 +89,7 @@ export const HandoverFlags = { FERRY_HANDOVER_CHAINED: 1 } as const;
 export const HopEpochFlags = { FERRY_HOPS_PER_FLOW: 1, FERRY_SNAT_BY_DEVICE: 2, FERRY_HOP_EPOCH_FLAGS: 3 } as const;
 /** host_ports' slots (bpf/shared/ct.h, src/datapath/host-ports.ts). */
 export const HostPortsSlot = { HOST_PORTS_WORDS: 1024, HOST_PORTS_AGENT: 1024, HOST_PORTS_TRUSTED: 2048, HOST_PORTS_SLOTS: 2049 } as const;
+export const LocalRemap = { LOCAL_REMAP_TRIES: 8 } as const;
 export const MonitorFlags = { MONITOR_DROPS: 1 << 0, MONITOR_TRACES: 1 << 1 } as const;
 export const Hook = { HOOK_TC_INGRESS: 0, HOOK_TC_EGRESS: 1, HOOK_XDP: 2 } as const;
 /** The pinned maps' layout (bpf/shared/types.h); older ones are in layout-history.ts. */
@@ -121,6 +122,7 @@ export const sharedEnums: Record<string, Record<string, number>> = {
   ferry_handover_flags: HandoverFlags,
   ferry_hop_epoch_flags: HopEpochFlags,
   host_ports_slot: HostPortsSlot,
+  local_remap: LocalRemap,
 };
 
 export const lb4KeyCodec = structCodec('lb4_key', {

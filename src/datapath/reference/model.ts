@@ -3,7 +3,7 @@
 // SNAT port choice, a local flow's client port at the pod (remapped where another flow
 // holds the tuple). The differential tests run random packets through both and demand
 // the same answer.
-import { BackendFlags, LbFlags, type Lb4Backend, type Lb4Service } from '../layouts.js';
+import { BackendFlags, LbFlags, LocalRemap, type Lb4Backend, type Lb4Service } from '../layouts.js';
 import { ipv4InCidr } from '../../packet/addr.js';
 import { maglevTable } from '../maglev.js';
 import { flowHash4 } from './hash.js';
@@ -53,8 +53,8 @@ interface CtState {
   snatPort: number;
 }
 
-/** How many client ports a local flow on a held tuple tries. */
-export const LOCAL_REMAP_TRIES = 8;
+/** How many client ports a local flow on a held tuple tries (the C's, BTF-checked). */
+export const LOCAL_REMAP_TRIES = LocalRemap.LOCAL_REMAP_TRIES;
 
 /**
  * The `i`th client port a local flow tries when another flow holds its tuple at the pod:
