@@ -28,6 +28,17 @@
 #include "lib/monitor.h"
 #include "lib/arp.h"
 
+/* A frame of a VLAN on this device's trunk: the tag is in the skb's metadata by now (the
+ * NIC or the stack took it off), and the frame belongs to that VLAN's device, where the
+ * kernel takes it next and where ferry sees it untagged if the device is one of ferry's.
+ * Translated here, it would leave by this device still tagged for its VLAN (or by another
+ * one with the tag), and ARP would be answered on a VLAN no policy chose. VLAN 0 only
+ * carries a priority: such frames are this device's own, as the kernel treats them. */
+static __always_inline int vlan_elsewhere(const struct __sk_buff *ctx)
+{
+	return ctx->vlan_present && (ctx->vlan_tci & 0x0fff);
+}
+
 /* Traffic that is not ferry's goes on to the next tc filter (CTX_ACT_UNSPEC), so other
  * users of the device keep working; what ferry translated ends the chain (CTX_ACT_OK). */
 static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
@@ -39,6 +50,8 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 	 * promiscuous mode): the kernel would drop it, and so must ferry, or two nodes would
 	 * answer the same packet. */
 	if (ctx->pkt_type == PACKET_OTHERHOST)
+		return CTX_ACT_UNSPEC;
+	if (vlan_elsewhere(ctx))
 		return CTX_ACT_UNSPEC;
 	STAGE_END(1);
 	rc = parse_ipv4(ctx, &p);
@@ -84,6 +97,8 @@ static __always_inline int tc_egress_packet(struct __sk_buff *ctx)
 	__u64 now;
 	int expired;
 
+	if (vlan_elsewhere(ctx))
+		return CTX_ACT_UNSPEC;
 	if (parse_ipv4(ctx, &p) != PARSE_OK)
 		return CTX_ACT_UNSPEC;
 	if (p.fragment)
