@@ -10,12 +10,14 @@
 import type { Logger } from 'pino';
 import type { Datapath } from '../datapath/loader.js';
 import { defaultRouteDevices, readLinks, type LinkInfo } from '../sys/links.js';
-import { chooseDevices } from './devices.js';
+import { chooseDevices, vlansLeftOut } from './devices.js';
 
 export class DeviceScanner {
   private timer: NodeJS.Timeout | undefined;
   /** The ifindex each attached device had when last seen. */
   private readonly ifindexes = new Map<string, number>();
+  /** VLAN devices already reported as left out (each said once while it lasts). */
+  private readonly vlansReported = new Set<string>();
 
   constructor(
     private readonly datapath: Pick<Datapath, 'attachDevice' | 'attachedDevices' | 'forgetDevice' | 'refreshXdpTargets' | 'refreshSnatDevices' | 'snatDeviceList'>,
@@ -26,6 +28,8 @@ export class DeviceScanner {
     private readonly log: Logger,
     /** Called with the attached devices after any was attached or forgotten. */
     private readonly onChange: (attached: string[]) => void = () => undefined,
+    /** Where the links and the default routes' devices are read (the node's own; tests give theirs). */
+    private readonly host: { links: () => LinkInfo[]; defaultRouteDevices: () => string[] } = { links: readLinks, defaultRouteDevices },
   ) {}
 
   start(everyMs: number): void {
@@ -39,7 +43,7 @@ export class DeviceScanner {
 
   scan(): void {
     try {
-      const links = readLinks();
+      const links = this.host.links();
       const byName = new Map(links.map((l) => [l.name, l]));
       let changed = false;
       for (const d of this.datapath.attachedDevices()) {
@@ -57,7 +61,7 @@ export class DeviceScanner {
       const attached = this.datapath.attachedDevices();
       let chosen: string[] = [];
       try {
-        chosen = chooseDevices(links, defaultRouteDevices(), this.nodeAddresses, this.wanted);
+        chosen = chooseDevices(links, this.host.defaultRouteDevices(), this.nodeAddresses, this.wanted);
       } catch {
         // none chosen right now (an interface being renamed, say): keep what is attached
       }
@@ -73,11 +77,23 @@ export class DeviceScanner {
         }
       }
       if (changed) this.onChange(this.datapath.attachedDevices());
+      this.reportVlans(links);
       this.refreshXdpTargets();
       this.refreshSnatDevices(links);
     } catch (e) {
       this.log.warn({ err: (e as Error).message }, 'cannot list devices');
     }
+  }
+
+  /** Say once which VLANs of ferry's devices ferry does not serve (the trunk leaves their frames to them). */
+  private reportVlans(links: LinkInfo[]): void {
+    const left = vlansLeftOut(links, this.datapath.attachedDevices());
+    for (const l of left) {
+      if (this.vlansReported.has(l.name)) continue;
+      this.vlansReported.add(l.name);
+      this.log.warn({ device: l.name, vlan: l.vlan!.id, parent: l.vlan!.parent }, 'a VLAN of a ferry device is not one of its devices: Service traffic tagged for it is left to the kernel (name it in devices to serve it)');
+    }
+    for (const name of this.vlansReported) if (!left.some((l) => l.name === name)) this.vlansReported.delete(name);
   }
 
   /** The SNAT devices follow the attached devices' addresses. */

@@ -45,3 +45,12 @@ export function chooseDevices(links: LinkInfo[], defaultRouteDevices: string[], 
   }
   return chosen;
 }
+
+/**
+ * VLAN devices (up) of an attached device that are not attached themselves: frames tagged
+ * for them pass the parent's programs untouched (tc.bpf.c leaves them to the VLAN's
+ * device), so their Service traffic is not ferry's until they are named in `devices`.
+ */
+export function vlansLeftOut(links: readonly LinkInfo[], attached: readonly string[]): LinkInfo[] {
+  return links.filter((l) => l.vlan && l.up && attached.includes(l.vlan.parent) && !attached.includes(l.name));
+}

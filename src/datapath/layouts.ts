@@ -89,6 +89,7 @@ export const HandoverFlags = { FERRY_HANDOVER_CHAINED: 1 } as const;
 export const HopEpochFlags = { FERRY_HOPS_PER_FLOW: 1, FERRY_SNAT_BY_DEVICE: 2, FERRY_HOP_EPOCH_FLAGS: 3 } as const;
 /** host_ports' slots (bpf/shared/ct.h, src/datapath/host-ports.ts). */
 export const HostPortsSlot = { HOST_PORTS_WORDS: 1024, HOST_PORTS_AGENT: 1024, HOST_PORTS_TRUSTED: 2048, HOST_PORTS_SLOTS: 2049 } as const;
+/** local_remap (bpf/shared/ct.h): how many client ports a new local flow on a held tuple tries. */
 export const LocalRemap = { LOCAL_REMAP_TRIES: 8 } as const;
 export const MonitorFlags = { MONITOR_DROPS: 1 << 0, MONITOR_TRACES: 1 << 1 } as const;
 export const Hook = { HOOK_TC_INGRESS: 0, HOOK_TC_EGRESS: 1, HOOK_XDP: 2 } as const;

@@ -10,6 +10,18 @@ export interface LinkInfo {
   up: boolean;
   loopback: boolean;
   addresses: string[];
+  /** A VLAN device: the device it is a VLAN of, and the VLAN's id. */
+  vlan?: { parent: string; id: number };
+}
+
+/** One row of `ip -d -j addr show`, as far as ferry reads it. */
+export interface IpLinkRow {
+  ifname?: string;
+  ifindex?: number;
+  flags?: string[];
+  link?: string;
+  linkinfo?: { info_kind?: string; info_data?: { id?: number } };
+  addr_info?: Array<{ family?: string; local?: string }>;
 }
 
 function ipJson(args: string[]): unknown {
@@ -21,15 +33,24 @@ function ipJson(args: string[]): unknown {
 }
 
 export function readLinks(): LinkInfo[] {
-  // Every link (`ip -4 addr` would leave out the ones without an IPv4 address), its IPv4 addresses.
-  const rows = ipJson(['addr', 'show']) as Array<{ ifname?: string; ifindex?: number; flags?: string[]; addr_info?: Array<{ family?: string; local?: string }> }>;
-  return rows.filter((r) => typeof r.ifname === 'string').map((r) => ({
-    name: r.ifname!,
-    ifindex: r.ifindex ?? 0,
-    up: (r.flags ?? []).includes('UP'),
-    loopback: (r.flags ?? []).includes('LOOPBACK'),
-    addresses: (r.addr_info ?? []).filter((a) => a.family === 'inet').map((a) => a.local).filter((a): a is string => typeof a === 'string'),
-  }));
+  // Every link (`ip -4 addr` would leave out the ones without an IPv4 address), its IPv4
+  // addresses, and (-d) what kind of link it is.
+  return parseLinks(ipJson(['-d', 'addr', 'show']) as IpLinkRow[]);
+}
+
+export function parseLinks(rows: readonly IpLinkRow[]): LinkInfo[] {
+  return rows.filter((r) => typeof r.ifname === 'string').map((r) => {
+    const id = r.linkinfo?.info_data?.id;
+    const vlan = r.linkinfo?.info_kind === 'vlan' && typeof r.link === 'string' && typeof id === 'number' ? { parent: r.link, id } : undefined;
+    return {
+      name: r.ifname!,
+      ifindex: r.ifindex ?? 0,
+      up: (r.flags ?? []).includes('UP'),
+      loopback: (r.flags ?? []).includes('LOOPBACK'),
+      addresses: (r.addr_info ?? []).filter((a) => a.family === 'inet').map((a) => a.local).filter((a): a is string => typeof a === 'string'),
+      ...(vlan ? { vlan } : {}),
+    };
+  });
 }
 
 export function defaultRouteDevices(): string[] {

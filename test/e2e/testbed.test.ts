@@ -158,7 +158,8 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'network-namespace testbed',
     expect(report.testbeds).toContain(prefix);
     expect(await namespaces()).not.toContain(prefix);
     expect(existsSync(recordPath(prefix))).toBe(false);
-    expect(report.strayPins).toEqual([`/sys/fs/bpf/${prefix}-victim`]);
+    // Its own pins among those removed (a run that died earlier on this machine may have left more).
+    expect(report.strayPins).toContain(`/sys/fs/bpf/${prefix}-victim`);
     expect(existsSync(`/sys/fs/bpf/${prefix}-victim`)).toBe(false);
   });
 

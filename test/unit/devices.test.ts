@@ -1,9 +1,9 @@
 // Choosing the tc devices: automatic (the node addresses' and default routes' devices, up,
 // not loopback), by name, or by pattern; what cannot be chosen is an error naming what is there.
 import { describe, expect, it } from 'vitest';
-import { chooseDevices, deviceEntryProblem } from '../../src/agent/devices.js';
+import { chooseDevices, deviceEntryProblem, vlansLeftOut } from '../../src/agent/devices.js';
 import { mergeConfig, DEFAULT_CONFIG } from '../../src/agent/config.js';
-import type { LinkInfo } from '../../src/sys/links.js';
+import { parseLinks, type LinkInfo } from '../../src/sys/links.js';
 
 const link = (name: string, addresses: string[] = [], o: Partial<LinkInfo> = {}): LinkInfo => ({ name, ifindex: 0, up: true, loopback: false, addresses, ...o });
 // A Talos bare-metal node: the node address on enp3s0, the default route on enp4s0 (a
@@ -45,5 +45,24 @@ describe('tc devices', () => {
     expect(deviceEntryProblem('a-very-long-interface-name')).toMatch(/longer than 15/);
     expect(() => mergeConfig(DEFAULT_CONFIG, { devices: 'eth0,enp(' }, 'flags')).toThrow(/config devices \(from flags\): has an entry that is not a valid pattern/);
     expect(mergeConfig(DEFAULT_CONFIG, { devices: 'eth0,enp.*' }, 'flags').devices).toEqual(['eth0', 'enp.*']);
+  });
+
+  it('reads VLAN devices from `ip -d -j addr show` (the parent and the id), and only those', () => {
+    const rows = [
+      { ifindex: 2, ifname: 'enp3s0', flags: ['BROADCAST', 'UP'], linkinfo: undefined, addr_info: [{ family: 'inet', local: '192.168.1.20' }] },
+      { ifindex: 5, ifname: 'enp3s0.100', link: 'enp3s0', flags: ['BROADCAST', 'UP'], linkinfo: { info_kind: 'vlan', info_data: { protocol: '802.1Q', id: 100, flags: ['REORDER_HDR'] } }, addr_info: [{ family: 'inet', local: '10.100.0.20' }, { family: 'inet6', local: 'fe80::1' }] },
+      { ifindex: 6, ifname: 'veth1', link: 'veth2', flags: ['UP'], linkinfo: { info_kind: 'veth' }, addr_info: [] },
+    ];
+    const links = parseLinks(rows as Parameters<typeof parseLinks>[0]);
+    expect(links.map((l) => [l.name, l.vlan])).toEqual([['enp3s0', undefined], ['enp3s0.100', { parent: 'enp3s0', id: 100 }], ['veth1', undefined]]);
+    expect(links[1]!.addresses).toEqual(['10.100.0.20']);
+  });
+
+  it('names the VLANs of an attached device that are not attached themselves (their tagged traffic is left to them)', () => {
+    const vlan = (name: string, parent: string, id: number, up = true) => link(name, [], { up, vlan: { parent, id } });
+    const links = [...talos, vlan('enp3s0.100', 'enp3s0', 100), vlan('enp3s0.200', 'enp3s0', 200), vlan('enp4s0.300', 'enp4s0', 300), vlan('enp3s0.400', 'enp3s0', 400, false)];
+    expect(vlansLeftOut(links, ['enp3s0', 'enp3s0.200']).map((l) => l.name)).toEqual(['enp3s0.100']); // .200 served, .300's parent not ferry's, .400 down
+    expect(vlansLeftOut(links, ['enp3s0', 'enp3s0.100', 'enp3s0.200'])).toEqual([]);
+    expect(vlansLeftOut(talos, ['enp3s0'])).toEqual([]);
   });
 });

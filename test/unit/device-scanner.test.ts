@@ -1,0 +1,52 @@
+// The device scanner on a fake node: a VLAN of a ferry device that is not one itself is
+// reported once (its tagged traffic passes ferry's programs on the trunk untouched), again
+// after it was served or gone and comes back, and never while it is served.
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { DeviceScanner } from '../../src/agent/device-scanner.js';
+import type { LinkInfo } from '../../src/sys/links.js';
+
+const link = (name: string, o: Partial<LinkInfo> = {}): LinkInfo => ({ name, ifindex: name.length, up: true, loopback: false, addresses: [], ...o });
+
+function node(attachedAtStart: string[]) {
+  const attached = [...attachedAtStart];
+  const lines: Array<{ msg: string; device?: string; vlan?: number }> = [];
+  const sink = new Writable({ write: (chunk, _enc, done) => (lines.push(JSON.parse(String(chunk))), done()) });
+  let links: LinkInfo[] = [];
+  const datapath = {
+    attachDevice: (d: string) => void attached.push(d),
+    attachedDevices: () => [...attached],
+    forgetDevice: (d: string) => void attached.splice(attached.indexOf(d), 1),
+    refreshXdpTargets: () => false,
+    refreshSnatDevices: () => false,
+    snatDeviceList: () => [],
+  };
+  const scanner = new DeviceScanner(datapath as unknown as ConstructorParameters<typeof DeviceScanner>[0], ['eth0'], [], pino(sink), () => undefined, { links: () => links, defaultRouteDevices: () => [] });
+  const vlanWarnings = () => lines.filter((l) => l.msg.startsWith('a VLAN of a ferry device')).map((l) => `${l.device}:${l.vlan}`);
+  return { scanner, attached, setLinks: (l: LinkInfo[]) => (links = l), vlanWarnings };
+}
+
+describe('device scanner: VLANs of ferry devices', () => {
+  it('says once that a VLAN of an attached device is not served, again when it returns', () => {
+    const n = node(['eth0']);
+    const eth0 = link('eth0');
+    const v100 = link('eth0.100', { vlan: { parent: 'eth0', id: 100 } });
+    n.setLinks([eth0, v100]);
+    n.scanner.scan();
+    n.scanner.scan();
+    expect(n.vlanWarnings()).toEqual(['eth0.100:100']);
+    n.setLinks([eth0]); // the VLAN deleted, then made again
+    n.scanner.scan();
+    n.setLinks([eth0, v100]);
+    n.scanner.scan();
+    expect(n.vlanWarnings()).toEqual(['eth0.100:100', 'eth0.100:100']);
+  });
+
+  it('says nothing of a VLAN that is one of ferry devices', () => {
+    const n = node(['eth0', 'eth0.100']);
+    n.setLinks([link('eth0'), link('eth0.100', { vlan: { parent: 'eth0', id: 100 } })]);
+    n.scanner.scan();
+    expect(n.vlanWarnings()).toEqual([]);
+  });
+});
