@@ -31,15 +31,20 @@ export function chooseDevices(links: LinkInfo[], defaultRouteDevices: string[], 
   if (wanted.length > 0) {
     const out: string[] = [];
     for (const w of wanted) {
+      // A pattern leaves out the ports of a bond or bridge (`enp.*` would match a bond's
+      // NICs): their frames are the bond's, and ferry's programs there would see them first.
+      // A port named outright is taken.
       const matched = isInterfaceName(w) ? usable.filter((l) => l.name === w) : usable.filter((l) => new RegExp(`^(?:${w})$`).test(l.name));
-      if (matched.length === 0) {
-        throw new FerryError({ code: ErrorCode.Config, op: 'choose devices', cause: `no interface ${isInterfaceName(w) ? 'named' : 'matches'} "${w}" (have: ${usable.map((l) => l.name).join(', ') || 'none'})`, hint: 'set devices to the node\'s external interfaces, or leave it empty to choose them from the node\'s addresses and default routes' });
+      const ports = isInterfaceName(w) ? [] : matched.filter((l) => l.portOf);
+      if (matched.length === ports.length) {
+        const portsSaid = ports.length > 0 ? `; it matches only ports of other devices: ${ports.map((l) => `${l.name} (of ${l.portOf})`).join(', ')}` : '';
+        throw new FerryError({ code: ErrorCode.Config, op: 'choose devices', cause: `no interface ${isInterfaceName(w) ? 'named' : 'matches'} "${w}" (have: ${usable.map((l) => l.name).join(', ') || 'none'})${portsSaid}`, hint: ports.length > 0 ? 'name the bond or bridge itself' : 'set devices to the node\'s external interfaces, or leave it empty to choose them from the node\'s addresses and default routes' });
       }
-      for (const l of matched) if (!out.includes(l.name)) out.push(l.name);
+      for (const l of matched) if (!out.includes(l.name) && !ports.includes(l)) out.push(l.name);
     }
     return out;
   }
-  const chosen = usable.filter((l) => l.up && (l.addresses.some((a) => nodeAddresses.includes(a)) || defaultRouteDevices.includes(l.name))).map((l) => l.name);
+  const chosen = usable.filter((l) => l.up && !l.portOf && (l.addresses.some((a) => nodeAddresses.includes(a)) || defaultRouteDevices.includes(l.name))).map((l) => l.name);
   if (chosen.length === 0) {
     throw new FerryError({ code: ErrorCode.Config, op: 'choose devices', cause: `no up interface carries the node's addresses (${nodeAddresses.join(', ') || 'none'}) or a default route`, hint: 'set devices (names or patterns)' });
   }

@@ -12,6 +12,8 @@ export interface LinkInfo {
   addresses: string[];
   /** A VLAN device: the device it is a VLAN of, and the VLAN's id. */
   vlan?: { parent: string; id: number };
+  /** A port of a bond, bridge or team (not a VRF's member): its frames are that device's. */
+  portOf?: string;
 }
 
 /** One row of `ip -d -j addr show`, as far as ferry reads it. */
@@ -20,7 +22,8 @@ export interface IpLinkRow {
   ifindex?: number;
   flags?: string[];
   link?: string;
-  linkinfo?: { info_kind?: string; info_data?: { id?: number } };
+  master?: string;
+  linkinfo?: { info_kind?: string; info_data?: { id?: number }; info_slave_kind?: string };
   addr_info?: Array<{ family?: string; local?: string }>;
 }
 
@@ -42,6 +45,8 @@ export function parseLinks(rows: readonly IpLinkRow[]): LinkInfo[] {
   return rows.filter((r) => typeof r.ifname === 'string').map((r) => {
     const id = r.linkinfo?.info_data?.id;
     const vlan = r.linkinfo?.info_kind === 'vlan' && typeof r.link === 'string' && typeof id === 'number' ? { parent: r.link, id } : undefined;
+    // A VRF's member keeps its own frames (the VRF only picks its routing table).
+    const portOf = typeof r.master === 'string' && r.linkinfo?.info_slave_kind !== 'vrf' ? r.master : undefined;
     return {
       name: r.ifname!,
       ifindex: r.ifindex ?? 0,
@@ -49,6 +54,7 @@ export function parseLinks(rows: readonly IpLinkRow[]): LinkInfo[] {
       loopback: (r.flags ?? []).includes('LOOPBACK'),
       addresses: (r.addr_info ?? []).filter((a) => a.family === 'inet').map((a) => a.local).filter((a): a is string => typeof a === 'string'),
       ...(vlan ? { vlan } : {}),
+      ...(portOf ? { portOf } : {}),
     };
   });
 }

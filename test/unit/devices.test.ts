@@ -65,4 +65,28 @@ describe('tc devices', () => {
     expect(vlansLeftOut(links, ['enp3s0', 'enp3s0.100', 'enp3s0.200'])).toEqual([]);
     expect(vlansLeftOut(talos, ['enp3s0'])).toEqual([]);
   });
+
+  it('leaves the ports of a bond or bridge out of patterns and the automatic choice, not out of names', () => {
+    const bonded = [
+      link('lo', ['127.0.0.1'], { loopback: true }),
+      link('enp3s0', [], { portOf: 'bond0' }),
+      link('enp4s0', [], { portOf: 'bond0' }),
+      link('bond0', ['192.168.1.20']),
+      link('enp5s0', ['203.0.113.7']),
+    ];
+    expect(chooseDevices(bonded, [], ['192.168.1.20'], [])).toEqual(['bond0']);
+    expect(chooseDevices(bonded, [], [], ['enp.*|bond0'])).toEqual(['bond0', 'enp5s0']); // in the links' order
+    expect(chooseDevices(bonded, [], [], ['enp3s0'])).toEqual(['enp3s0']); // named outright: taken
+    expect(() => chooseDevices(bonded, [], [], ['enp[34]s0'])).toThrow(/matches "enp\[34\]s0" .*it matches only ports of other devices: enp3s0 \(of bond0\), enp4s0 \(of bond0\) \(name the bond or bridge itself\)/);
+  });
+
+  it('reads a port\'s bond or bridge from `ip -d -j addr show`; a VRF\'s member is no port', () => {
+    const rows = [
+      { ifindex: 3, ifname: 'enp3s0', master: 'bond0', flags: ['UP', 'SLAVE'], linkinfo: { info_slave_kind: 'bond', info_slave_data: { state: 'ACTIVE' } }, addr_info: [] },
+      { ifindex: 4, ifname: 'vpa', master: 'br0', link: 'vpb', flags: ['UP'], linkinfo: { info_kind: 'veth', info_slave_kind: 'bridge', info_slave_data: { id: '0x8001' } }, addr_info: [] },
+      { ifindex: 5, ifname: 'enp5s0', master: 'vrf-blue', flags: ['UP'], linkinfo: { info_slave_kind: 'vrf', info_slave_data: { table: 10 } }, addr_info: [{ family: 'inet', local: '203.0.113.7' }] },
+    ];
+    expect(parseLinks(rows as Parameters<typeof parseLinks>[0]).map((l) => [l.name, l.portOf, l.vlan])).toEqual([['enp3s0', 'bond0', undefined], ['vpa', 'br0', undefined], ['enp5s0', undefined, undefined]]);
+  });
 });
+
