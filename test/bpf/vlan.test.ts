@@ -26,7 +26,7 @@ describeWith(['root', 'bpffs', 'netns'], 'VLAN-tagged frames on a device ferry i
   let node: DatapathNode;
   let peer: Host;
   const taggers: BpfObject[] = [];
-  /** The taggers' links (taken away before each test), and ferry's own. */
+  /** The taggers' links (taken away after each test, or within one by untag), and ferry's own. */
   const links: Link[] = [];
   const ferryLinks: Link[] = [];
   /** A tagger for `vlanId` on `host`'s eth0 egress, ahead of any other filter there. */
