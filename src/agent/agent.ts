@@ -344,7 +344,7 @@ export class Agent {
     refreshDatapathGauges(this.metrics, this.datapath.maps, { ...this.writer.entryCounts(), ...this.sampledFill });
   }
 
-  /** What /status answers: the last sync, what could not be programmed, announcements, sockets, routes, XDP. */
+  /** What /status answers: the last sync, what could not be programmed, announcements, sockets, routes, XDP, devices. */
   status() {
     return {
       node: this.cfg.nodeName,
@@ -358,7 +358,7 @@ export class Agent {
       hostPorts: this.datapath.hostPorts?.status(),
       netnsSources: this.netnsSources.status(),
       xdp: this.datapath.xdpDevices(),
-      snatDevices: this.datapath.snatDeviceList(),
+      snatDevices: this.datapath.snatDeviceList(), vlansNotServed: this.deviceScanner?.vlansNotServed() ?? [],
     };
   }
 

@@ -12,12 +12,20 @@ import type { Datapath } from '../datapath/loader.js';
 import { defaultRouteDevices, readLinks, type LinkInfo } from '../sys/links.js';
 import { chooseDevices, vlansLeftOut } from './devices.js';
 
+/** A VLAN of one of ferry's devices that is not one itself. */
+export interface VlanNotServed {
+  device: string;
+  vlan: number;
+  parent: string;
+}
+
 export class DeviceScanner {
   private timer: NodeJS.Timeout | undefined;
   /** The ifindex each attached device had when last seen. */
   private readonly ifindexes = new Map<string, number>();
   /** VLAN devices already reported as left out (each said once while it lasts). */
   private readonly vlansReported = new Set<string>();
+  private vlansLeft: VlanNotServed[] = [];
 
   constructor(
     private readonly datapath: Pick<Datapath, 'attachDevice' | 'attachedDevices' | 'forgetDevice' | 'refreshXdpTargets' | 'refreshSnatDevices' | 'snatDeviceList'>,
@@ -88,12 +96,18 @@ export class DeviceScanner {
   /** Say once which VLANs of ferry's devices ferry does not serve (the trunk leaves their frames to them). */
   private reportVlans(links: LinkInfo[]): void {
     const left = vlansLeftOut(links, this.datapath.attachedDevices());
+    this.vlansLeft = left.map((l) => ({ device: l.name, vlan: l.vlan!.id, parent: l.vlan!.parent }));
     for (const l of left) {
       if (this.vlansReported.has(l.name)) continue;
       this.vlansReported.add(l.name);
       this.log.warn({ device: l.name, vlan: l.vlan!.id, parent: l.vlan!.parent }, 'a VLAN of a ferry device is not one of its devices: Service traffic tagged for it is left to the kernel (name it in devices to serve it)');
     }
     for (const name of this.vlansReported) if (!left.some((l) => l.name === name)) this.vlansReported.delete(name);
+  }
+
+  /** The VLANs of ferry's devices it does not serve, as the last scan found them (/status). */
+  vlansNotServed(): VlanNotServed[] {
+    return this.vlansLeft;
   }
 
   /** The SNAT devices follow the attached devices' addresses. */

@@ -14,6 +14,7 @@ import type { RouteChangesStatus } from '../agent/route-changes.js';
 import type { NetnsSourcesStatus } from '../agent/netns-sources.js';
 import type { XdpDeviceState } from '../datapath/xdp-devices.js';
 import type { SnatDevice } from '../datapath/snat-devices.js';
+import type { VlanNotServed } from '../agent/device-scanner.js';
 
 const PIN_DIR = '/sys/fs/bpf/ferry';
 const MAP_TYPES: Record<number, string> = { 1: 'hash', 2: 'array', 6: 'percpu_array', 9: 'lru_hash', 11: 'lpm_trie', 13: 'hash_of_maps', 27: 'ringbuf' };
@@ -159,8 +160,9 @@ export function registerInspect(program: Command): void {
       let netnsSources: NetnsSourcesStatus | undefined;
       let xdp: Record<string, XdpDeviceState> | undefined;
       let snatDevices: SnatDevice[] | undefined;
+      let vlansNotServed: VlanNotServed[] = [];
       try {
-        const s = (await (await fetch(`${o.metrics}/status`, { signal: AbortSignal.timeout(1000) })).json()) as { lastSync?: string; unprogrammed?: Array<{ service: string; error: string }>; udpSockets?: StaleUdpSocketsStatus; routes?: RouteChangesStatus; netnsSources?: NetnsSourcesStatus; xdp?: Record<string, XdpDeviceState>; snatDevices?: SnatDevice[] } & Announcing;
+        const s = (await (await fetch(`${o.metrics}/status`, { signal: AbortSignal.timeout(1000) })).json()) as { lastSync?: string; unprogrammed?: Array<{ service: string; error: string }>; udpSockets?: StaleUdpSocketsStatus; routes?: RouteChangesStatus; netnsSources?: NetnsSourcesStatus; xdp?: Record<string, XdpDeviceState>; snatDevices?: SnatDevice[]; vlansNotServed?: VlanNotServed[] } & Announcing;
         agent = s.lastSync ? `up, last sync ${s.lastSync}` : 'up, not synced yet';
         unprogrammed = s.unprogrammed ?? [];
         udpSockets = s.udpSockets;
@@ -168,6 +170,7 @@ export function registerInspect(program: Command): void {
         netnsSources = s.netnsSources;
         xdp = s.xdp;
         snatDevices = s.snatDevices;
+        vlansNotServed = s.vlansNotServed ?? [];
         announcing = { l2: s.l2, bgp: s.bgp };
         mode = (await (await fetch(`${o.metrics}/proxyMode`, { signal: AbortSignal.timeout(1000) })).text()).trim();
       } catch {
@@ -186,7 +189,7 @@ export function registerInspect(program: Command): void {
         backends: maps.find((m) => m.name === 'lb4_backends')?.entries ?? 0,
         flows: maps.find((m) => m.name === 'ct4')?.entries ?? 0,
         maps: maps.map((m) => ({ name: m.name, entries: m.entries, capacity: m.capacity })),
-        forwarded: stats, drops, links, unprogrammed, ...announcing, ...(udpSockets ? { udpSockets } : {}), ...(routes ? { routes } : {}), ...(hostPorts ? { hostPorts } : {}), ...(netnsSources ? { netnsSources } : {}), ...(xdp ? { xdp } : {}), ...(snatDevices ? { snatDevices } : {}),
+        forwarded: stats, drops, links, unprogrammed, ...announcing, ...(udpSockets ? { udpSockets } : {}), ...(routes ? { routes } : {}), ...(hostPorts ? { hostPorts } : {}), ...(netnsSources ? { netnsSources } : {}), ...(xdp ? { xdp } : {}), ...(snatDevices ? { snatDevices } : {}), ...(vlansNotServed.length ? { vlansNotServed } : {}),
       };
       if (o.output === 'json') {
         process.stdout.write(`${JSON.stringify(status, null, 2)}\n`);
@@ -198,6 +201,7 @@ export function registerInspect(program: Command): void {
       if (netnsSources) process.stdout.write(`netns:     ${netnsSourcesLine(netnsSources)}\n`);
       if (xdp && Object.keys(xdp).length) process.stdout.write(`xdp:       ${xdpLine(xdp)}\n`);
       if (snatDevices) process.stdout.write(`snat:      ${snatLine(snatDevices)}\n`);
+      if (vlansNotServed.length) process.stdout.write(`vlans:     ${vlansLine(vlansNotServed)}\n`);
       if (hostPorts) process.stdout.write(`host ports: ${hostPorts.trusted ? `${hostPorts.marked} marked; new SNAT bindings ask the host's sockets about these only` : "not tracked yet (no socket hooks): new SNAT bindings ask the host's sockets about every port"}\n`);
       process.stdout.write('\n');
       process.stdout.write(table(['MAP', 'ENTRIES', 'CAPACITY'], status.maps.map((m) => [m.name, m.entries, m.capacity])));
@@ -242,6 +246,11 @@ export function xdpLine(xdp: Record<string, XdpDeviceState>): string {
 }
 
 /** Where SNAT flows leave from: the node's address, or the own address of the device their route leaves by. */
+/** VLANs of ferry's devices that ferry does not serve, in one line. */
+export function vlansLine(vlans: readonly VlanNotServed[]): string {
+  return `not served (their tagged frames pass ferry's programs untouched; name them in devices): ${vlans.map((v) => `${v.device} (VLAN ${v.vlan} of ${v.parent})`).join(', ')}`;
+}
+
 export function snatLine(devices: readonly SnatDevice[]): string {
   const own = devices.map((d) => `out of ${d.name} from ${d.address}`).join(', ');
   return own ? `flows routed ${own}; out of any other device from the node's address` : "from the node's address (no device lends its own)";

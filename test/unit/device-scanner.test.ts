@@ -1,10 +1,12 @@
 // The device scanner on a fake node: a VLAN of a ferry device that is not one itself is
 // reported once (its tagged traffic passes ferry's programs on the trunk untouched), again
-// after it was served or gone and comes back, and never while it is served.
+// after it was served or gone and comes back, and never while it is served; /status and
+// `ferry status` list it while it lasts.
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { DeviceScanner } from '../../src/agent/device-scanner.js';
+import { vlansLine } from '../../src/cli/inspect-commands.js';
 import type { LinkInfo } from '../../src/sys/links.js';
 
 const link = (name: string, o: Partial<LinkInfo> = {}): LinkInfo => ({ name, ifindex: name.length, up: true, loopback: false, addresses: [], ...o });
@@ -36,8 +38,11 @@ describe('device scanner: VLANs of ferry devices', () => {
     n.scanner.scan();
     n.scanner.scan();
     expect(n.vlanWarnings()).toEqual(['eth0.100:100']);
+    expect(n.scanner.vlansNotServed()).toEqual([{ device: 'eth0.100', vlan: 100, parent: 'eth0' }]); // /status, `ferry status`
+    expect(vlansLine(n.scanner.vlansNotServed())).toBe("not served (their tagged frames pass ferry's programs untouched; name them in devices): eth0.100 (VLAN 100 of eth0)");
     n.setLinks([eth0]); // the VLAN deleted, then made again
     n.scanner.scan();
+    expect(n.scanner.vlansNotServed()).toEqual([]);
     n.setLinks([eth0, v100]);
     n.scanner.scan();
     expect(n.vlanWarnings()).toEqual(['eth0.100:100', 'eth0.100:100']);
@@ -48,5 +53,6 @@ describe('device scanner: VLANs of ferry devices', () => {
     n.setLinks([link('eth0'), link('eth0.100', { vlan: { parent: 'eth0', id: 100 } })]);
     n.scanner.scan();
     expect(n.vlanWarnings()).toEqual([]);
+    expect(n.scanner.vlansNotServed()).toEqual([]);
   });
 });
