@@ -245,12 +245,12 @@ export function xdpLine(xdp: Record<string, XdpDeviceState>): string {
   return Object.entries(xdp).map(([d, x]) => `${d} ${x.mode}, ${x.redirectTarget ? 'a redirect target' : `not a redirect target (${x.reason ?? '?'}): flows routed out of it from another device go through tc`}`).join('; ');
 }
 
-/** Where SNAT flows leave from: the node's address, or the own address of the device their route leaves by. */
 /** VLANs of ferry's devices that ferry does not serve, in one line. */
 export function vlansLine(vlans: readonly VlanNotServed[]): string {
   return `not served (their tagged frames pass ferry's programs untouched; name them in devices): ${vlans.map((v) => `${v.device} (VLAN ${v.vlan} of ${v.parent})`).join(', ')}`;
 }
 
+/** Where SNAT flows leave from: the node's address, or the own address of the device their route leaves by. */
 export function snatLine(devices: readonly SnatDevice[]): string {
   const own = devices.map((d) => `out of ${d.name} from ${d.address}`).join(', ');
   return own ? `flows routed ${own}; out of any other device from the node's address` : "from the node's address (no device lends its own)";
