@@ -23,8 +23,7 @@ export class DeviceScanner {
   private timer: NodeJS.Timeout | undefined;
   /** The ifindex each attached device had when last seen. */
   private readonly ifindexes = new Map<string, number>();
-  /** VLAN devices already reported as left out (each said once while it lasts). */
-  private readonly vlansReported = new Set<string>();
+  /** VLANs of attached devices, not attached themselves, as the last scan found them (each is warned of once while it lasts). */
   private vlansLeft: VlanNotServed[] = [];
 
   constructor(
@@ -95,14 +94,11 @@ export class DeviceScanner {
 
   /** Say once which VLANs of ferry's devices ferry does not serve (the trunk leaves their frames to them). */
   private reportVlans(links: LinkInfo[]): void {
-    const left = vlansLeftOut(links, this.datapath.attachedDevices());
-    this.vlansLeft = left.map((l) => ({ device: l.name, vlan: l.vlan!.id, parent: l.vlan!.parent }));
-    for (const l of left) {
-      if (this.vlansReported.has(l.name)) continue;
-      this.vlansReported.add(l.name);
-      this.log.warn({ device: l.name, vlan: l.vlan!.id, parent: l.vlan!.parent }, 'a VLAN of a ferry device is not one of its devices: Service traffic tagged for it is left to the kernel (name it in devices to serve it)');
+    const before = new Set(this.vlansLeft.map((v) => v.device));
+    this.vlansLeft = vlansLeftOut(links, this.datapath.attachedDevices()).map((l) => ({ device: l.name, vlan: l.vlan!.id, parent: l.vlan!.parent }));
+    for (const v of this.vlansLeft) {
+      if (!before.has(v.device)) this.log.warn(v, 'a VLAN of a ferry device is not one of its devices: Service traffic tagged for it is left to the kernel (name it in devices to serve it)');
     }
-    for (const name of this.vlansReported) if (!left.some((l) => l.name === name)) this.vlansReported.delete(name);
   }
 
   /** The VLANs of ferry's devices it does not serve, as the last scan found them (/status). */

@@ -34,11 +34,12 @@ export function chooseDevices(links: LinkInfo[], defaultRouteDevices: string[], 
       // A pattern leaves out the ports of a bond or bridge (`enp.*` would match a bond's
       // NICs): their frames are the bond's, and ferry's programs there would see them first.
       // A port named outright is taken.
-      const matched = isInterfaceName(w) ? usable.filter((l) => l.name === w) : usable.filter((l) => new RegExp(`^(?:${w})$`).test(l.name));
-      const ports = isInterfaceName(w) ? [] : matched.filter((l) => l.portOf);
+      const named = isInterfaceName(w);
+      const matched = named ? usable.filter((l) => l.name === w) : usable.filter((l) => new RegExp(`^(?:${w})$`).test(l.name));
+      const ports = named ? [] : matched.filter((l) => l.portOf);
       if (matched.length === ports.length) {
         const portsSaid = ports.length > 0 ? `; it matches only ports of other devices: ${ports.map((l) => `${l.name} (of ${l.portOf})`).join(', ')}` : '';
-        throw new FerryError({ code: ErrorCode.Config, op: 'choose devices', cause: `no interface ${isInterfaceName(w) ? 'named' : 'matches'} "${w}" (have: ${usable.map((l) => l.name).join(', ') || 'none'})${portsSaid}`, hint: ports.length > 0 ? 'name the bond or bridge itself' : 'set devices to the node\'s external interfaces, or leave it empty to choose them from the node\'s addresses and default routes' });
+        throw new FerryError({ code: ErrorCode.Config, op: 'choose devices', cause: `no interface ${named ? 'named' : 'matches'} "${w}" (have: ${usable.map((l) => l.name).join(', ') || 'none'})${portsSaid}`, hint: ports.length > 0 ? 'name the bond or bridge itself' : 'set devices to the node\'s external interfaces, or leave it empty to choose them from the node\'s addresses and default routes' });
       }
       for (const l of matched) if (!out.includes(l.name) && !ports.includes(l)) out.push(l.name);
     }
