@@ -10,7 +10,7 @@ import { pino, type Logger } from 'pino';
 import { collectGarbage, collectOrphanFlows } from './garbage.js';
 import { StaleUdpSockets } from './stale-sockets.js';
 import { NetnsSourceScanner } from './netns-sources.js';
-import { Datapath, defaultObjectsDir, type HandoverChainReport } from '../datapath/loader.js';
+import { Datapath, defaultObjectsDir, type HandoverChainReport, type StrayReport } from '../datapath/loader.js';
 import { LAYOUT_VERSION } from '../datapath/layouts.js';
 import { chooseDevices } from './devices.js';
 import { DeviceScanner } from './device-scanner.js';
@@ -114,7 +114,7 @@ export class Agent {
     const devices = chooseDevices(readLinks(), defaultRouteDevices(), view.addresses, cfg.devices);
     mkdirSync(cfg.pinDir, { recursive: true });
     let [switchAt, switchMs] = [0, 0];
-    let handover: HandoverChainReport | undefined;
+    let [handover, strays]: [HandoverChainReport | undefined, StrayReport] = [undefined, { removed: [], failed: [] }];
     const datapath = Datapath.load({
       objectsDir: cfg.objectsDir || defaultObjectsDir(),
       pinDir: cfg.pinDir,
@@ -137,7 +137,7 @@ export class Agent {
       switchAt = Date.now();
       const switchStart = performance.now();
       handover = datapath.catchUpMigration(devices);
-      for (const dev of devices) datapath.attachDevice(dev);
+      strays = datapath.attachDevices(devices); // and off the devices an earlier agent served
       datapath.refreshSnatDevices(); // before any flow: a tunnel's flows leave from its address
       datapath.completeMigration();
       // From the first catch-up to the last: flows the old programs made in it reach the
@@ -149,7 +149,7 @@ export class Agent {
       throw e;
     }
     for (const m of datapath.migrated) log.info({ ...m, toLayout: LAYOUT_VERSION }, m.fromLayout === LAYOUT_VERSION ? 'map resized, entries kept' : 'map migrated to the new layout');
-    log.info({ pinDir: cfg.pinDir, devices, devicesFrom: cfg.devices.length ? 'config' : 'node addresses and default routes', cgroup: cfg.cgroupRoot, snatIPv4, forwarding: cfg.forwardingMode, xdp: datapath.xdpModes(), ...(datapath.migrated.length ? { switchAt, switchMs } : {}), ...(handover ? { handover } : {}), adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length, hostPorts: datapath.hostPorts?.status() }, 'datapath loaded');
+    log.info({ pinDir: cfg.pinDir, devices, devicesFrom: cfg.devices.length ? 'config' : 'node addresses and default routes', cgroup: cfg.cgroupRoot, snatIPv4, forwarding: cfg.forwardingMode, xdp: datapath.xdpModes(), ...(datapath.migrated.length ? { switchAt, switchMs } : {}), ...(handover ? { handover } : {}), ...(strays.removed.length ? { detachedElsewhere: strays.removed } : {}), ...(strays.failed.length ? { detachElsewhereFailed: strays.failed } : {}), adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length, hostPorts: datapath.hostPorts?.status() }, 'datapath loaded');
 
     health.syncNode(node);
     const serviceHealth = new ServiceHealthServers(health, cfg.healthCheckBindAddress, (svc, e) => log.error({ service: svc, err: e.message }, 'cannot serve the health check node port'));

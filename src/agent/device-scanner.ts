@@ -1,7 +1,8 @@
 // Devices come and go: a NIC hotplugged, a bond or VLAN made after boot. Every few seconds
 // the devices are chosen again (devices.ts); a chosen one without filters gets them, one
 // that is gone is forgotten. A device no longer chosen but still there keeps its filters
-// (traffic may still arrive on it). A device deleted and made again under the same name
+// (traffic may still arrive on it) until the agent's next start takes them off
+// (stray-programs.ts). A device deleted and made again under the same name
 // between two scans (a new ifindex) lost its filters: it is attached again. Each change is
 // reported, so the L2 announcer answers ARP on the devices the tc programs run on. Each scan
 // also asks again which devices XDP may redirect frames to (xdp-devices.ts), and which lend

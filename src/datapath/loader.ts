@@ -17,18 +17,19 @@ import { XDP_PROGRAM, XdpDevices, type XdpDeviceState } from './xdp-devices.js';
 import { HopEpoch } from './hop-epoch.js';
 import { SnatDevices, chooseSnatDevices, type DeviceAddresses, type SnatDevice } from './snat-devices.js';
 import { readLinks } from '../sys/links.js';
+import { detachStrayPrograms, type StrayReport } from './stray-programs.js';
 import { mapOptions, mapSpecs, type DatapathMaps, type MapName } from './layouts.js';
 import { configureObject, loadXdpObject, setForwardingConstants } from './object-settings.js';
 import { rebuildBackendIndex } from './backend-index.js';
-
-export { loadXdpObject } from './object-settings.js';
-
-export type { DatapathMaps } from './layouts.js';
 import { isPrime } from './maglev.js';
 import { LayoutMigration, type MigratedMap } from './layout-migration.js';
 import { monotonicNs } from './ct-gc.js';
 import { chainPreviousPrograms, handoverUntil, removeChain } from './handover-chain.js';
 import type { Codec } from '../ebpf/codec.js';
+
+export { loadXdpObject } from './object-settings.js';
+export type { DatapathMaps } from './layouts.js';
+export type { StrayReport } from './stray-programs.js';
 
 export interface MapSizes {
   services: number;
@@ -246,8 +247,7 @@ export class Datapath {
 
   /**
    * tc ingress and egress on an external device (in the calling thread's netns), and XDP
-   * before them as the acceleration setting says. tc goes first, so that what XDP passes
-   * on finds it there.
+   * before them as the acceleration setting says. tc goes first: what XDP passes on finds it.
    */
   attachDevice(ifname: string): void {
     if (!this.chain.length) removeChain(ifname); // left by an agent that died in its switch
@@ -261,6 +261,12 @@ export class Datapath {
     }
     this.links.push(...links);
     this.deviceLinks.set(ifname, links);
+  }
+
+  /** The agent's start: tc (and XDP) on `devices`; ferry's programs an earlier agent left on other devices taken off (stray-programs.ts). */
+  attachDevices(devices: readonly string[], present: readonly string[] = readLinks().map((l) => l.name)): StrayReport {
+    for (const dev of devices) this.attachDevice(dev);
+    return detachStrayPrograms(present, new Set(devices));
   }
 
   /**

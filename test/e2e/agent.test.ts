@@ -217,6 +217,26 @@ s.connect(53, '10.96.0.30', () => setInterval(() => s.send('q', () => {}), 100))
     expect(await hostname(c.net.client, 'http://10.0.30.21:30080/')).toMatch(/^web-/);
   });
 
+  it('takes its programs off a device the previous agent served and this one does not', async () => {
+    const node1 = c.net.node(1);
+    const filters = async () => (await node1.host.exec(['tc', 'filter', 'show', 'dev', 'spare0', 'ingress'])).stdout;
+    await node1.host.ip('link', 'add', 'spare0', 'type', 'veth', 'peer', 'name', 'spare1');
+    try {
+      await node1.host.ip('link', 'set', 'spare0', 'up');
+      await c.stopAgent(node1);
+      await c.startAgent(node1, 60_000, { devices: 'eth0,spare0' });
+      expect(await filters()).toContain('tc_ingress');
+      await c.stopAgent(node1); // its filters stay, as across any restart
+      expect(await filters()).toContain('tc_ingress');
+      const agent = await c.startAgent(node1, 60_000, { devices: 'eth0' });
+      expect(await filters()).not.toContain('tc_ingress');
+      expect(agent.output()).toMatch(/"detachedElsewhere":\["tc ingress spare0","tc egress spare0"\]/);
+      expect(await hostname(c.net.client, 'http://10.0.30.21:30080/')).toMatch(/^web-/);
+    } finally {
+      await node1.host.exec(['ip', 'link', 'del', 'spare0']);
+    }
+  });
+
   it('runs with only the capabilities the DaemonSet grants (no privileged), and not without CAP_SYS_ADMIN', async () => {
     const node1 = c.net.node(1);
     const granted = daemonSetCapabilities();

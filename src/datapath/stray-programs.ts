@@ -1,0 +1,50 @@
+// ferry's programs on devices this agent does not serve. tc filters and XDP programs outlive
+// the agent that attached them (so traffic flows across restarts), so a device that an
+// earlier agent served and this one does not choose (taken out of `devices`, or no longer
+// carrying the node's addresses) would keep them: Service traffic arriving there would
+// still be balanced, against the operator's choice, and after an upgrade across layouts by
+// programs whose maps nobody writes any more. At its start the agent takes them off. Only
+// programs by ferry's names at ferry's places are touched (its filter, the upgrade chain's
+// behind it, and XDP): another user's filter is not ferry's to remove.
+import { detachTcFilter, tcFilterProgramId, type TcDirection } from '../ebpf/link-tc.js';
+import { detachXdpDevice, programNameById, xdpAttached } from '../ebpf/link-xdp.js';
+import { DEFAULT_TC_HANDLE, DEFAULT_TC_PRIORITY } from '../ebpf/link-tc.js';
+import { HANDOVER_TC } from './handover-chain.js';
+import { XDP_PROGRAM } from './xdp-devices.js';
+
+/** The programs bpf/tc.bpf.c attaches, by direction (the kernel's names for them). */
+const TC_PROGRAM: Record<TcDirection, string> = { ingress: 'tc_ingress', egress: 'tc_egress' };
+const PLACES = [{ handle: DEFAULT_TC_HANDLE, priority: DEFAULT_TC_PRIORITY }, HANDOVER_TC];
+
+export interface StrayReport {
+  /** What was taken off: `tc ingress eth1`, `xdp/native eth1`. */
+  removed: string[];
+  /** Devices that could not be looked at or cleaned, with why (the agent goes on). */
+  failed: string[];
+}
+
+/**
+ * Take ferry's tc filters and XDP programs off every device in `devices` (this network
+ * namespace's, in the calling thread) that is not in `served`.
+ */
+export function detachStrayPrograms(devices: readonly string[], served: ReadonlySet<string>): StrayReport {
+  const report: StrayReport = { removed: [], failed: [] };
+  for (const ifname of devices) {
+    if (served.has(ifname)) continue;
+    try {
+      for (const direction of ['ingress', 'egress'] as const) {
+        for (const place of PLACES) {
+          const id = tcFilterProgramId(ifname, direction, place);
+          if (id && programNameById(id) === TC_PROGRAM[direction] && detachTcFilter(ifname, direction, place)) {
+            report.removed.push(`tc ${direction} ${ifname}${place === HANDOVER_TC ? ' (upgrade chain)' : ''}`);
+          }
+        }
+      }
+      const xdp = xdpAttached(ifname);
+      if (xdp && programNameById(xdp.id) === XDP_PROGRAM && detachXdpDevice(ifname)) report.removed.push(`xdp/${xdp.mode} ${ifname}`);
+    } catch (e) {
+      report.failed.push(`${ifname}: ${(e as Error).message}`);
+    }
+  }
+  return report;
+}
