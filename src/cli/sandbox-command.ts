@@ -10,7 +10,7 @@ import { pidAlive } from '../sandbox/netns/registry.js';
 import { CGROUP_ANNOTATION, NETNS_ANNOTATION } from '../sandbox/controllers/workloads.js';
 import { SandboxApi } from '../sandbox/api-client.js';
 import { FERRY_BIN, Sandbox, stateDir, validateSandboxName, type AnnounceMode, type ForwardingMode, type SandboxState } from '../sandbox/sandbox.js';
-import { nodeRouteArgs } from '../sandbox/network.js';
+import { POD_NETWORKS, nodeRouteArgs, type PodNetwork } from '../sandbox/network.js';
 import { execOk } from '../sys/exec.js';
 
 const DEFAULT_NAME = 'ferry';
@@ -42,10 +42,12 @@ export function registerSandbox(program: Command): void {
     .option('--mode <mode>', 'forwarding mode: snat, dsr or hybrid', 'snat')
     .option('--announce <how>', 'how LoadBalancer addresses reach the nodes: bgp (the router learns 10.0.100.0/24 from the nodes, ECMP, BFD), l2 (a pool in the node subnet, 10.0.30.200-250, answered by ARP) or routes (static routes the sandbox keeps)', 'bgp')
     .option('--acceleration <mode>', 'the agents\' XDP: none, native (veth runs it when the switch is a bridge) or best-effort (generic XDP where native is not possible)', 'none')
-    .action(async (o: { name: string; nodes: string; mode: string; announce: string; acceleration: string }) => {
+    .option('--pod-network <kind>', 'how pods of different nodes reach each other: routed (across the node network) or vxlan (a Flannel-style overlay, flannel.1 on each node, one of the agents\' devices)', 'routed')
+    .action(async (o: { name: string; nodes: string; mode: string; announce: string; acceleration: string; podNetwork: string }) => {
       validateSandboxName(o.name);
       if (!['bgp', 'l2', 'routes'].includes(o.announce)) throw new Error(`--announce ${o.announce}: use bgp, l2 or routes`);
       if (!(ACCELERATIONS as readonly string[]).includes(o.acceleration)) throw new Error(`--acceleration ${o.acceleration}: use ${ACCELERATIONS.join(', ')}`);
+      if (!(POD_NETWORKS as readonly string[]).includes(o.podNetwork)) throw new Error(`--pod-network ${o.podNetwork}: use ${POD_NETWORKS.join(' or ')}`);
       const have = readState(o.name);
       if (have && pidAlive(have.pid) && have.ready) {
         process.stdout.write(`sandbox "${o.name}" is already up\n`);
@@ -54,7 +56,7 @@ export function registerSandbox(program: Command): void {
       }
       const log = join('/tmp', `ferry-sandbox-${o.name}.log`);
       const fd = openSync(log, 'w');
-      const child = spawn(process.execPath, [FERRY_BIN, 'sandbox', 'run', '--name', o.name, '--nodes', o.nodes, '--mode', o.mode, '--announce', o.announce, '--acceleration', o.acceleration], { detached: true, stdio: ['ignore', fd, fd] });
+      const child = spawn(process.execPath, [FERRY_BIN, 'sandbox', 'run', '--name', o.name, '--nodes', o.nodes, '--mode', o.mode, '--announce', o.announce, '--acceleration', o.acceleration, '--pod-network', o.podNetwork], { detached: true, stdio: ['ignore', fd, fd] });
       closeSync(fd);
       child.unref();
       const deadline = Date.now() + 120_000;
@@ -79,9 +81,10 @@ export function registerSandbox(program: Command): void {
     .option('--mode <mode>', 'forwarding mode', 'snat')
     .option('--announce <how>', 'bgp, l2 or routes', 'bgp')
     .option('--acceleration <mode>', 'none, native or best-effort', 'none')
-    .action(async (o: { name: string; nodes: string; mode: string; announce: string; acceleration: string }) => {
+    .option('--pod-network <kind>', 'routed or vxlan', 'routed')
+    .action(async (o: { name: string; nodes: string; mode: string; announce: string; acceleration: string; podNetwork: string }) => {
       const log = pino({ level: 'info', base: { component: 'ferry-sandbox', sandbox: o.name } });
-      const s = await Sandbox.up({ name: o.name, nodes: Number(o.nodes), mode: o.mode as ForwardingMode, log, announce: o.announce as AnnounceMode, acceleration: o.acceleration as Acceleration });
+      const s = await Sandbox.up({ name: o.name, nodes: Number(o.nodes), mode: o.mode as ForwardingMode, log, announce: o.announce as AnnounceMode, acceleration: o.acceleration as Acceleration, podNetwork: o.podNetwork as PodNetwork });
       log.info({ prefix: s.tb.prefix }, 'sandbox up');
       await new Promise<void>((resolve) => {
         process.once('SIGTERM', () => resolve());
@@ -192,7 +195,7 @@ export function registerSandbox(program: Command): void {
       else {
         await ip(node.netns, ['link', 'set', 'eth0', state]);
         // A macvlan member's own link went down and took its routes along.
-        if (state === 'up') for (const args of nodeRouteArgs(node, s.nodes)) await ip(node.netns, args);
+        if (state === 'up') for (const args of nodeRouteArgs(node, s.nodes, s.podNetwork)) await ip(node.netns, args);
       }
       process.stdout.write(`${nodeName}: link ${state}\n`);
     });
@@ -235,7 +238,7 @@ export function registerSandbox(program: Command): void {
 }
 
 function printSummary(s: SandboxState): void {
-  process.stdout.write(`sandbox "${s.name}" (prefix ${s.prefix}, mode ${s.mode}, acceleration ${s.acceleration ?? 'none'}, pid ${s.pid})\n`);
+  process.stdout.write(`sandbox "${s.name}" (prefix ${s.prefix}, mode ${s.mode}, acceleration ${s.acceleration ?? 'none'}, pods ${s.podNetwork ?? 'routed'}, pid ${s.pid})\n`);
   process.stdout.write(`  router  10.0.10.1 (clients) / 10.0.30.1 (nodes), no default route\n  client  10.0.10.2\n`);
   for (const n of s.nodes) process.stdout.write(`  ${n.name}  ${n.ip}  pods ${n.podCidr}  pins ${n.pinDir}\n`);
   const pool = s.announce === 'l2' ? '10.0.30.200-10.0.30.250 (in the node subnet, announced by ARP)' : s.announce === 'bgp' ? '10.0.100.0/24 (announced by BGP to the router, ECMP)' : '10.0.100.0/24 (routed by the router)';

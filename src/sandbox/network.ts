@@ -1,6 +1,7 @@
 // The sandbox's network, on a testbed: a router, a client network, N nodes on the node
 // network (one broadcast domain, as a switch makes it: ARP reaches every node), and pods
-// on each node routed natively (as Flannel host-gw or Calico would), with the address
+// on each node routed natively (as Flannel host-gw or Calico would) or over a VXLAN
+// overlay made as Flannel's vxlan backend makes it (Talos's default CNI), with the address
 // plan of design.md. The router has no default route; nothing here reaches the root
 // namespace.
 import { L2Switch, type SwitchKind } from './netns/switch.js';
@@ -22,9 +23,29 @@ export interface NodeInfo {
   device: string; // eth0: the external device
 }
 
+/** How pods on different nodes reach each other: routed across the node network, or over VXLAN. */
+export type PodNetwork = 'routed' | 'vxlan';
+export const POD_NETWORKS: readonly PodNetwork[] = ['routed', 'vxlan'];
+
+/**
+ * The overlay as Flannel's vxlan backend makes it: a VXLAN device `flannel.1` (VNI 1, UDP
+ * 8472) on each node with the pod network's first address (10.244.1.0/32) and a MAC of its
+ * own; another node's pods are routed `via` that node's tunnel address `onlink` by the
+ * tunnel, whose neighbour entry and forwarding entry (the other node's address) are
+ * permanent, with no learning.
+ */
+export const TUNNEL = { device: 'flannel.1', vni: 1, port: 8472 } as const;
+const TUNNEL_MTU = 1450;
+const tunnelAddress = (podCidr: string) => podCidr.replace(/\/\d+$/, '');
+const tunnelMac = (ip: string) => `0e:fe:${ip.split('.').map((x) => Number(x).toString(16).padStart(2, '0')).join(':')}`;
+
 /** `ip route` arguments for a node's routes (the CLI restores them after `sandbox link up` too). */
-export function nodeRouteArgs(self: { ip: string }, nodes: ReadonlyArray<{ ip: string; podCidr: string }>): string[][] {
-  return [['route', 'replace', 'default', 'via', NODE_NET.router], ...nodes.filter((o) => o.ip !== self.ip).map((o) => ['route', 'replace', o.podCidr, 'via', o.ip])];
+export function nodeRouteArgs(self: { ip: string }, nodes: ReadonlyArray<{ ip: string; podCidr: string }>, podNetwork: PodNetwork = 'routed'): string[][] {
+  const others = nodes.filter((o) => o.ip !== self.ip);
+  const pods = podNetwork === 'vxlan'
+    ? others.map((o) => ['route', 'replace', o.podCidr, 'via', tunnelAddress(o.podCidr), 'dev', TUNNEL.device, 'onlink'])
+    : others.map((o) => ['route', 'replace', o.podCidr, 'via', o.ip]);
+  return [['route', 'replace', 'default', 'via', NODE_NET.router], ...pods];
 }
 
 export interface PodInfo {
@@ -45,19 +66,33 @@ export class ClusterNetwork {
     readonly client: Host,
     /** The node network's switch (router and nodes on it). */
     readonly nodeSwitch: L2Switch,
+    readonly podNetwork: PodNetwork,
   ) {}
 
-  static async create(tb: Testbed, opts: { nodes: number; switch?: SwitchKind }): Promise<ClusterNetwork> {
+  static async create(tb: Testbed, opts: { nodes: number; switch?: SwitchKind; podNetwork?: PodNetwork }): Promise<ClusterNetwork> {
     const router = await tb.addHost('router', { router: true });
     const client = await tb.addHost('client');
     await tb.link({ host: client, ifname: 'eth0', address: `${CLIENT_NET.client}/24` }, { host: router, ifname: 'clients', address: `${CLIENT_NET.router}/24` });
     await tb.route(client, 'default', CLIENT_NET.router);
     const sw = await L2Switch.create(tb, 'switch', opts.switch);
     await sw.attach(router, 'nodes', { address: `${NODE_NET.router}/24` });
-    const net = new ClusterNetwork(tb, router, client, sw);
+    const net = new ClusterNetwork(tb, router, client, sw, opts.podNetwork ?? 'routed');
     for (let i = 1; i <= opts.nodes; i++) await net.addNode(i);
+    if (net.podNetwork === 'vxlan') for (const n of net.nodes) await net.addTunnel(n);
     for (const n of net.nodes) await net.nodeRoutes(n);
     return net;
+  }
+
+  /** A node's VXLAN tunnel, and its neighbour and forwarding entries for every other node's (Flannel's way). */
+  private async addTunnel(n: NodeInfo): Promise<void> {
+    const dev = TUNNEL.device;
+    await n.host.ip('link', 'add', dev, 'address', tunnelMac(n.ip), 'type', 'vxlan', 'id', String(TUNNEL.vni), 'local', n.ip, 'dev', 'eth0', 'dstport', String(TUNNEL.port), 'nolearning');
+    await n.host.ip('address', 'add', `${tunnelAddress(n.podCidr)}/32`, 'dev', dev);
+    await n.host.ip('link', 'set', dev, 'up');
+    for (const o of this.nodes.filter((x) => x !== n)) {
+      await n.host.ip('neigh', 'replace', tunnelAddress(o.podCidr), 'lladdr', tunnelMac(o.ip), 'dev', dev, 'nud', 'permanent');
+      await n.host.execOk(['bridge', 'fdb', 'append', tunnelMac(o.ip), 'dev', dev, 'dst', o.ip]);
+    }
   }
 
   private async addNode(i: number): Promise<void> {
@@ -70,9 +105,9 @@ export class ClusterNetwork {
     this.nodes.push({ index: i, name, host, ip, podCidr, device: 'eth0' });
   }
 
-  /** A node's routes: the router by default, the other nodes' pods straight across the switch. */
+  /** A node's routes: the router by default, the other nodes' pods across the switch or through the tunnel. */
   private async nodeRoutes(n: NodeInfo): Promise<void> {
-    for (const args of nodeRouteArgs(n, this.nodes)) await n.host.ip(...args);
+    for (const args of nodeRouteArgs(n, this.nodes, this.podNetwork)) await n.host.ip(...args);
   }
 
   /** Cut a node off the node network (its link goes dark), or put it back. */
@@ -99,6 +134,8 @@ export class ClusterNetwork {
     const nodeSide = `v${name}`.slice(0, 15);
     await this.tb.link({ host, ifname: 'eth0', address: `${ip}/32` }, { host: node.host, ifname: nodeSide });
     await node.host.execOk(['sysctl', '-qw', `net.ipv4.conf.${nodeSide}.proxy_arp=1`]);
+    // As Flannel gives its pods the tunnel's MTU (the node network's less the VXLAN headers).
+    if (this.podNetwork === 'vxlan') for (const [h, dev] of [[host, 'eth0'], [node.host, nodeSide]] as const) await h.ip('link', 'set', dev, 'mtu', String(TUNNEL_MTU));
     await node.host.ip('route', 'replace', `${ip}/32`, 'dev', nodeSide);
     await host.ip('route', 'replace', POD_GATEWAY, 'dev', 'eth0', 'scope', 'link');
     await host.ip('route', 'replace', 'default', 'via', POD_GATEWAY, 'dev', 'eth0');

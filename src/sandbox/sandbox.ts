@@ -21,7 +21,7 @@ import { startFrr, type FrrInstance } from './frr.js';
 import { Kubelet, reconcileDeployments } from './controllers/workloads.js';
 import { Testbed, destroyResources, type Proc } from './netns/testbed.js';
 import { readRecords, pidAlive } from './netns/registry.js';
-import { ClusterNetwork, NODE_NET, type NodeInfo } from './network.js';
+import { ClusterNetwork, NODE_NET, TUNNEL, type NodeInfo, type PodNetwork } from './network.js';
 import { ContainerImage } from './container.js';
 import { ClusterIdentity } from './cluster-identity.js';
 import { FerryPods, type AgentStart } from './ferry-pods.js';
@@ -104,6 +104,8 @@ export interface SandboxOptions {
   announce?: AnnounceMode;
   /** The agents' XDP acceleration (default none); with XDP the switch is made to carry it (switch.ts). */
   acceleration?: Acceleration;
+  /** Pods of other nodes routed across the node network (default) or over VXLAN (network.ts). */
+  podNetwork?: PodNetwork;
 }
 
 export interface SandboxState {
@@ -113,6 +115,7 @@ export interface SandboxState {
   mode: ForwardingMode;
   announce: AnnounceMode;
   acceleration: Acceleration;
+  podNetwork?: PodNetwork;
   kubeconfig: string;
   apiUrl: string;
   nodes: Array<{ name: string; ip: string; podCidr: string; netns: string; cgroup: string; pinDir: string }>;
@@ -181,7 +184,7 @@ export class Sandbox {
       rmSync(dir, { recursive: true, force: true });
       mkdirSync(dir, { recursive: true });
       tb.ownPath(dir);
-      const net = await ClusterNetwork.create(tb, { nodes: opts.nodes });
+      const net = await ClusterNetwork.create(tb, { nodes: opts.nodes, podNetwork: opts.podNetwork ?? 'routed' });
       if ((opts.acceleration ?? 'none') !== 'none') await net.nodeSwitch.prepareForXdp();
       const store = new Store();
       // Agents and operators: TLS, their ServiceAccount's token, the manifests' RBAC enforced.
@@ -238,7 +241,9 @@ export class Sandbox {
     mkdirSync(pinDir, { recursive: true });
     this.tb.ownPath(pinDir);
     // One kernel for every node: its own pins and cgroup; its FRR on this machine (or its pod's frr container).
-    const settings = { FERRY_PIN_DIR: pinDir, FERRY_CGROUP_ROOT: node.host.cgroup, FERRY_CGROUP_MUST_BE_ROOT: 'false', ...(this.frr.has(node.name) ? { FERRY_FRR_PATHSPACE: node.host.netns } : {}), ...this.opts.agentEnv };
+    // Over VXLAN the tunnel is one of ferry's devices: SNAT flows through it leave from its address, DSR options arrive on it.
+    const overlay: Record<string, string> = this.net.podNetwork === 'vxlan' ? { FERRY_DEVICES: `${node.device},${TUNNEL.device}` } : {};
+    const settings = { FERRY_PIN_DIR: pinDir, FERRY_CGROUP_ROOT: node.host.cgroup, FERRY_CGROUP_MUST_BE_ROOT: 'false', ...overlay, ...(this.frr.has(node.name) ? { FERRY_FRR_PATHSPACE: node.host.netns } : {}), ...this.opts.agentEnv };
     const bin = opts.bin ?? this.opts.agentBin;
     // A previous release chose no devices by itself: its DaemonSet named them.
     const p = await this.pods.agent(node.host, node.name, settings, { ...opts, bin, devices: opts.devices ?? (bin && bin !== FERRY_BIN ? node.device : undefined) });
@@ -366,6 +371,7 @@ export class Sandbox {
       mode: this.opts.mode,
       announce: this.announce,
       acceleration: this.opts.acceleration ?? 'none',
+      podNetwork: this.net.podNetwork,
       nodeSwitch: { kind: this.net.nodeSwitch.kind, netns: this.net.nodeSwitch.host.netns, ports: this.net.nodeSwitch.portsByHost() },
       kubeconfig: this.kubeconfig,
       apiUrl: this.api.alsoUrl!,
