@@ -6,6 +6,7 @@
 import { ErrorCode, FerryError, errnoError, errnoName } from '../errors.js';
 import { libbpf } from './libbpf.js';
 import { kernelStruct } from './skb-context.js';
+import { linkNames } from '../sys/links.js';
 import { ifindexOf } from './link-tc.js';
 import { BpfLink, NetnsLink, type Link } from './link.js';
 import type { Program } from './object.js';
@@ -62,15 +63,60 @@ const BPF_OBJ_NAME_LEN = 16;
 export function detachXdpDevice(ifname: string): boolean {
   const have = xdpAttached(ifname);
   if (!have) return false;
-  const rc = libbpf().xdpDetach(ifindexOf(ifname), modeFlag(have.mode));
-  if (rc < 0 && !['ENOENT', 'ENODEV'].includes(errnoName(rc))) throw errnoError(`detach the xdp program of ${ifname}`, rc, ErrorCode.Attach);
+  beneathStacked(ifname, programNameById(have.id), () => {
+    const rc = libbpf().xdpDetach(ifindexOf(ifname), modeFlag(have.mode));
+    if (rc < 0 && !['ENOENT', 'ENODEV'].includes(errnoName(rc))) throw errnoError(`detach the xdp program of ${ifname}`, rc, ErrorCode.Attach);
+  });
   return true;
+}
+
+/**
+ * The kernel changes no device's XDP, attach or detach, while a device stacked on it (a
+ * VLAN, a VXLAN tunnel or a macvlan over it) has XDP: EEXIST. An agent restarting finds its
+ * previous programs on both, and the order of a close is not the order of stacking. So
+ * `change` (on `ifname`) is made; on EEXIST, programs named `name` (the same program's
+ * copies, ferry's own) come off the namespace's other devices, each held open so that it
+ * lives, the change is made again, and they go back in their modes. Another program over
+ * the device stays, and the error with it.
+ */
+function beneathStacked<T>(ifname: string, name: string, change: () => T): T {
+  try {
+    return change();
+  } catch (e) {
+    if (errnoName((e as FerryError).errno ?? 0) !== 'EEXIST') throw e;
+  }
+  const lb = libbpf();
+  const lifted: Array<{ ifname: string; ifindex: number; mode: XdpMode; fd: number }> = [];
+  let changed = false;
+  try {
+    for (const other of linkNames()) {
+      const have = other === ifname ? undefined : xdpAttached(other);
+      if (!have || programNameById(have.id) !== name) continue;
+      const fd = lb.progGetFdById(have.id);
+      if (fd < 0) continue;
+      const ifindex = ifindexOf(other);
+      if (lb.xdpDetach(ifindex, modeFlag(have.mode)) < 0) lb.close(fd);
+      else lifted.push({ ifname: other, ifindex, mode: have.mode, fd });
+    }
+    const out = change();
+    changed = true;
+    return out;
+  } finally {
+    const failed = lifted.filter((l) => {
+      const rc = lb.xdpAttach(l.ifindex, l.fd, modeFlag(l.mode));
+      lb.close(l.fd);
+      return rc < 0;
+    });
+    // Thrown only where the change itself went through (else its own error says more).
+    if (changed && failed.length) throw new FerryError({ code: ErrorCode.Attach, op: `put the xdp programs of ${failed.map((l) => l.ifname).join(', ')} back`, cause: 'the kernel refused them after a change beneath', hint: 'restart the agent' });
+  }
 }
 
 class XdpDeviceLink extends NetnsLink {
   constructor(
     program: string,
     where: string,
+    private readonly ifname: string,
     private readonly ifindex: number,
     readonly mode: XdpMode,
   ) {
@@ -82,8 +128,10 @@ class XdpDeviceLink extends NetnsLink {
   }
 
   protected detach(): void {
-    const rc = libbpf().xdpDetach(this.ifindex, modeFlag(this.mode));
-    if (rc < 0 && !['ENOENT', 'ENODEV'].includes(errnoName(rc))) throw errnoError(`detach ${this.what}`, rc, ErrorCode.Attach);
+    beneathStacked(this.ifname, this.program, () => {
+      const rc = libbpf().xdpDetach(this.ifindex, modeFlag(this.mode));
+      if (rc < 0 && !['ENOENT', 'ENODEV'].includes(errnoName(rc))) throw errnoError(`detach ${this.what}`, rc, ErrorCode.Attach);
+    });
   }
 }
 
@@ -97,11 +145,17 @@ export function attachXdpDevice(program: Program, ifname: string, mode: XdpMode)
   const where = `xdp/${mode} ${ifname} (ifindex ${ifindex})`;
   const lb = libbpf();
   const other = mode === 'native' ? 'generic' : 'native';
-  if (xdpAttached(ifname)?.mode === other) {
-    const rc = lb.xdpDetach(ifindex, modeFlag(other));
-    if (rc < 0) throw errnoError(`detach the ${other} xdp program of ${ifname}`, rc, ErrorCode.Attach);
-  }
-  const rc = lb.xdpAttach(ifindex, program.fd, modeFlag(mode));
+  const rc = beneathStacked(ifname, program.name, () => {
+    if (xdpAttached(ifname)?.mode === other) {
+      const d = lb.xdpDetach(ifindex, modeFlag(other));
+      if (d < 0) throw errnoError(`detach the ${other} xdp program of ${ifname}`, d, ErrorCode.Attach);
+    }
+    const r = lb.xdpAttach(ifindex, program.fd, modeFlag(mode));
+    if (r < 0 && errnoName(r) === 'EEXIST') {
+      throw new FerryError({ code: ErrorCode.Attach, op: `attach ${program.name} to ${where}`, cause: `a device stacked on ${ifname} has another XDP program (EEXIST)`, hint: 'take it off the VLAN, tunnel or macvlan over the device', errno: -r });
+    }
+    return r;
+  });
   if (rc < 0) {
     const unsupported = errnoName(rc) === 'EOPNOTSUPP';
     throw new FerryError({
@@ -111,5 +165,5 @@ export function attachXdpDevice(program: Program, ifname: string, mode: XdpMode)
       hint: unsupported ? 'use acceleration: best-effort (generic XDP where the driver has none) or none' : 'see dmesg for the verifier or driver message',
     });
   }
-  return new XdpDeviceLink(program.name, where, ifindex, mode);
+  return new XdpDeviceLink(program.name, where, ifname, ifindex, mode);
 }

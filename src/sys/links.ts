@@ -41,6 +41,11 @@ export function readLinks(): LinkInfo[] {
   return parseLinks(ipJson(['-d', 'addr', 'show']) as IpLinkRow[]);
 }
 
+/** The names of this network namespace's links (up or not, with addresses or not). */
+export function linkNames(): string[] {
+  return (ipJson(['link', 'show']) as Array<{ ifname?: unknown }>).flatMap((r) => (typeof r.ifname === 'string' ? [r.ifname] : []));
+}
+
 export function parseLinks(rows: readonly IpLinkRow[]): LinkInfo[] {
   return rows.filter((r) => typeof r.ifname === 'string').map((r) => {
     const id = r.linkinfo?.info_data?.id;

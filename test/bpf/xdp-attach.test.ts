@@ -76,6 +76,48 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () =>
     expect(attached('nonative0')).toEqual({ mode: 'generic', program: 'xdp_ingress' });
   });
 
+  it('a restart re-attaches beneath a device stacked on another that carries XDP (a VXLAN tunnel over eth0)', async () => {
+    // The kernel refuses XDP on a device while a device over it has XDP (EEXIST): at a
+    // restart the tunnel still had the previous agent's program when eth0 got its turn.
+    await host.ip('link', 'add', 'tun0', 'type', 'vxlan', 'id', '7', 'dstport', '4789', 'local', '10.0.30.21', 'dev', 'eth0');
+    await host.ip('link', 'set', 'tun0', 'up');
+    const first = load('best-effort');
+    inNetns(host.netns, () => {
+      first.attachDevice('eth0');
+      first.attachDevice('tun0');
+    });
+    expect(first.xdpModes()).toEqual({ eth0: 'native', tun0: 'generic' });
+    const before = inNetns(host.netns, () => [xdpAttached('eth0')!.id, xdpAttached('tun0')!.id]);
+    inNetns(host.netns, () => first.release());
+    open.splice(open.indexOf(first), 1);
+    const second = load('best-effort');
+    inNetns(host.netns, () => {
+      second.attachDevice('eth0');
+      second.attachDevice('tun0');
+    });
+    expect(second.xdpModes()).toEqual({ eth0: 'native', tun0: 'generic' });
+    expect(attached('eth0')).toEqual({ mode: 'native', program: 'xdp_ingress' });
+    expect(attached('tun0')).toEqual({ mode: 'generic', program: 'xdp_ingress' });
+    const after = inNetns(host.netns, () => [xdpAttached('eth0')!.id, xdpAttached('tun0')!.id]);
+    expect(after[0]).not.toBe(before[0]);
+    expect(after[1]).not.toBe(before[1]);
+    // In the other order (the tunnel first, then eth0), the program this process just put on
+    // the tunnel comes off for eth0's attach and goes back.
+    inNetns(host.netns, () => second.release());
+    open.splice(open.indexOf(second), 1);
+    const third = load('best-effort');
+    inNetns(host.netns, () => third.attachDevice('tun0'));
+    const tunnelProgram = inNetns(host.netns, () => xdpAttached('tun0')!.id);
+    expect(tunnelProgram).not.toBe(after[1]);
+    inNetns(host.netns, () => third.attachDevice('eth0'));
+    expect(attached('eth0')).toEqual({ mode: 'native', program: 'xdp_ingress' });
+    expect(inNetns(host.netns, () => xdpAttached('tun0'))).toEqual({ mode: 'generic', id: tunnelProgram });
+    // A change of mode beneath it too (the bench's switch: off, then generic).
+    inNetns(host.netns, () => third.setXdp('eth0', 'generic'));
+    expect(attached('eth0')).toEqual({ mode: 'generic', program: 'xdp_ingress' });
+    expect(inNetns(host.netns, () => xdpAttached('tun0'))).toEqual({ mode: 'generic', id: tunnelProgram });
+  });
+
   it('a restart replaces the program in place; none takes it off; uninstall finds what is left', () => {
     const first = load('native');
     inNetns(host.netns, () => first.attachDevice('eth0'));
