@@ -8,26 +8,17 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { SandboxApi } from '../../src/sandbox/api-client.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
-import type { Host } from '../../src/sandbox/netns/testbed.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
+import { createObject, datapathPackets } from '../harness/sandbox-calls.js';
 import { eventually } from '../harness/wait.js';
 
 let sb: Sandbox;
 let api: SandboxApi;
 const UDP = join(REPO_ROOT, 'dist/sandbox/workloads/main.js');
 
-async function put(kind: string, obj: Record<string, unknown>): Promise<void> {
-  const meta = obj.metadata as { namespace?: string };
-  const r = await api.call('POST', api.url(kind, meta.namespace ?? 'default'), obj);
-  if (r.status >= 300) throw new Error(String(r.json.message));
-  await sb.settle();
-}
-
-const stat = async (node: Host, path: string) => {
-  const m = await node.execOk(['curl', '-sS', 'http://127.0.0.1:10249/metrics']);
-  return Number(new RegExp(`ferry_datapath_packets_total\\{path="${path}"\\} (\\d+)`).exec(m)?.[1] ?? 0);
-};
+const put = (kind: string, obj: Record<string, unknown>) => createObject(sb, api, kind, obj);
+const stat = datapathPackets;
 
 beforeAll(async () => {
   sb = await Sandbox.up({ name: 'dsr', nodes: 2, mode: 'dsr', log: pino({ level: 'silent' }), agentEnv: { FERRY_MIN_SYNC_PERIOD_MS: '20' } });

@@ -18,6 +18,7 @@ import { Sandbox } from '../../src/sandbox/sandbox.js';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
+import { createObject, datapathPackets } from '../harness/sandbox-calls.js';
 import { eventually } from '../harness/wait.js';
 
 let sb: Sandbox;
@@ -25,17 +26,8 @@ let api: SandboxApi;
 const WORKLOADS = join(REPO_ROOT, 'dist/sandbox/workloads/main.js');
 const DEVICES = `eth0,${TUNNEL.device}`;
 
-async function put(kind: string, obj: Record<string, unknown>): Promise<void> {
-  const meta = obj.metadata as { namespace?: string };
-  const r = await api.call('POST', api.url(kind, meta.namespace ?? 'default'), obj);
-  if (r.status >= 300) throw new Error(String(r.json.message));
-  await sb.settle();
-}
-
-const stat = async (node: Host, path: string) => {
-  const m = await node.execOk(['curl', '-sS', 'http://127.0.0.1:10249/metrics']);
-  return Number(new RegExp(`ferry_datapath_packets_total\\{path="${path}"\\} (\\d+)`).exec(m)?.[1] ?? 0);
-};
+const put = (kind: string, obj: Record<string, unknown>) => createObject(sb, api, kind, obj);
+const stat = datapathPackets;
 const get = (url: string, maxTime = 3) => sb.net.client.exec(['curl', '-sS', '--max-time', String(maxTime), url], { timeoutMs: (maxTime + 5) * 1000 });
 /** Strict reverse-path filtering on a node (every device: the kernel takes the highest of `all` and the device's); returns the undo. */
 const strictRpFilter = async (node: Host): Promise<() => Promise<void>> => {
