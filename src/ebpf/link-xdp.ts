@@ -90,11 +90,17 @@ function beneathStacked<T>(ifname: string, name: string, change: () => T): T {
   let changed = false;
   try {
     for (const other of linkNames()) {
-      const have = other === ifname ? undefined : xdpAttached(other);
+      let have: ReturnType<typeof xdpAttached>;
+      let ifindex: number;
+      try {
+        have = other === ifname ? undefined : xdpAttached(other);
+        ifindex = ifindexOf(other);
+      } catch {
+        continue; // gone since the listing
+      }
       if (!have || programNameById(have.id) !== name) continue;
       const fd = lb.progGetFdById(have.id);
       if (fd < 0) continue;
-      const ifindex = ifindexOf(other);
       if (lb.xdpDetach(ifindex, modeFlag(have.mode)) < 0) lb.close(fd);
       else lifted.push({ ifname: other, ifindex, mode: have.mode, fd });
     }
