@@ -111,7 +111,7 @@ export class Agent {
       throw new FerryError({ code: ErrorCode.Config, op: 'choose the SNAT address', cause: `node ${cfg.nodeName} has no IPv4 InternalIP`, hint: 'set snatIPv4' });
     }
 
-    const devices = chooseDevices(readLinks(), defaultRouteDevices(), view.addresses, cfg.devices);
+    const links = readLinks(), devices = chooseDevices(links, defaultRouteDevices(), view.addresses, cfg.devices);
     mkdirSync(cfg.pinDir, { recursive: true });
     let [switchAt, switchMs] = [0, 0];
     let [handover, strays]: [HandoverChainReport | undefined, StrayReport] = [undefined, { removed: [], failed: [] }];
@@ -137,8 +137,8 @@ export class Agent {
       switchAt = Date.now();
       const switchStart = performance.now();
       handover = datapath.catchUpMigration(devices);
-      strays = datapath.attachDevices(devices); // and off the devices an earlier agent served
-      datapath.refreshSnatDevices(); // before any flow: a tunnel's flows leave from its address
+      strays = datapath.attachDevices(devices, links.map((l) => l.name)); // and off the devices an earlier agent served
+      datapath.refreshSnatDevices(links); // before any flow: a tunnel's flows leave from its address
       datapath.completeMigration();
       // From the first catch-up to the last: flows the old programs made in it reach the
       // new ones before their entries do (upgrades only; a restart copies nothing).

@@ -17,7 +17,7 @@ import { XDP_PROGRAM, XdpDevices, type XdpDeviceState } from './xdp-devices.js';
 import { HopEpoch } from './hop-epoch.js';
 import { SnatDevices, chooseSnatDevices, type DeviceAddresses, type SnatDevice } from './snat-devices.js';
 import { readLinks } from '../sys/links.js';
-import { detachStrayPrograms, type StrayReport } from './stray-programs.js';
+import { TC_PROGRAM, detachStrayPrograms, type StrayReport } from './stray-programs.js';
 import { mapOptions, mapSpecs, type DatapathMaps, type MapName } from './layouts.js';
 import { configureObject, loadXdpObject, setForwardingConstants } from './object-settings.js';
 import { rebuildBackendIndex } from './backend-index.js';
@@ -251,7 +251,7 @@ export class Datapath {
    */
   attachDevice(ifname: string): void {
     if (!this.chain.length) removeChain(ifname); // left by an agent that died in its switch
-    const links = [attachTc(this.tc.program('tc_ingress'), { ifname, direction: 'ingress' }), attachTc(this.tc.program('tc_egress'), { ifname, direction: 'egress' })];
+    const links = [attachTc(this.tc.program(TC_PROGRAM.ingress), { ifname, direction: 'ingress' }), attachTc(this.tc.program(TC_PROGRAM.egress), { ifname, direction: 'egress' })];
     try {
       const x = this.xdp.attach(ifname, this.cfg.acceleration ?? 'none');
       if (x) links.push(x);

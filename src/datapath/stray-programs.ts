@@ -6,14 +6,13 @@
 // programs whose maps nobody writes any more. At its start the agent takes them off. Only
 // programs by ferry's names at ferry's places are touched (its filter, the upgrade chain's
 // behind it, and XDP): another user's filter is not ferry's to remove.
-import { detachTcFilter, tcFilterProgramId, type TcDirection } from '../ebpf/link-tc.js';
+import { DEFAULT_TC_HANDLE, DEFAULT_TC_PRIORITY, detachTcFilter, tcFilterProgramId, type TcDirection } from '../ebpf/link-tc.js';
 import { detachXdpDevice, programNameById, xdpAttached } from '../ebpf/link-xdp.js';
-import { DEFAULT_TC_HANDLE, DEFAULT_TC_PRIORITY } from '../ebpf/link-tc.js';
 import { HANDOVER_TC } from './handover-chain.js';
 import { XDP_PROGRAM } from './xdp-devices.js';
 
-/** The programs bpf/tc.bpf.c attaches, by direction (the kernel's names for them). */
-const TC_PROGRAM: Record<TcDirection, string> = { ingress: 'tc_ingress', egress: 'tc_egress' };
+/** The programs bpf/tc.bpf.c attaches, by direction (the kernel's names for them; the loader attaches them by these). */
+export const TC_PROGRAM: Record<TcDirection, string> = { ingress: 'tc_ingress', egress: 'tc_egress' };
 const PLACES = [{ handle: DEFAULT_TC_HANDLE, priority: DEFAULT_TC_PRIORITY }, HANDOVER_TC];
 
 export interface StrayReport {
