@@ -14,6 +14,7 @@ import { Datapath, defaultObjectsDir, type HandoverChainReport, type StrayReport
 import { LAYOUT_VERSION } from '../datapath/layouts.js';
 import { chooseDevices } from './devices.js';
 import { DeviceScanner } from './device-scanner.js';
+import { xdpChoice } from './xdp-choice.js';
 import { watchRouteChanges, type RouteChangesWatch } from './route-changes.js';
 import { startCpuProfile } from './cpu-profile.js';
 import { defaultRouteDevices, readLinks } from '../sys/links.js';
@@ -111,7 +112,7 @@ export class Agent {
       throw new FerryError({ code: ErrorCode.Config, op: 'choose the SNAT address', cause: `node ${cfg.nodeName} has no IPv4 InternalIP`, hint: 'set snatIPv4' });
     }
 
-    const links = readLinks(), devices = chooseDevices(links, defaultRouteDevices(), view.addresses, cfg.devices);
+    const links = readLinks(), devices = chooseDevices(links, defaultRouteDevices(), view.addresses, cfg.devices), xdpLeftOff = xdpChoice(cfg.xdpDevices, links, devices);
     mkdirSync(cfg.pinDir, { recursive: true });
     let [switchAt, switchMs] = [0, 0];
     let [handover, strays]: [HandoverChainReport | undefined, StrayReport] = [undefined, { removed: [], failed: [] }];
@@ -137,7 +138,7 @@ export class Agent {
       switchAt = Date.now();
       const switchStart = performance.now();
       handover = datapath.catchUpMigration(devices);
-      strays = datapath.attachDevices(devices, links.map((l) => l.name)); // and off the devices an earlier agent served
+      strays = datapath.attachDevices(devices, links.map((l) => l.name), xdpLeftOff); // and off the devices an earlier agent served
       datapath.refreshSnatDevices(links); // before any flow: a tunnel's flows leave from its address
       datapath.completeMigration();
       // From the first catch-up to the last: flows the old programs made in it reach the
@@ -299,15 +300,14 @@ export class Agent {
       // The start's garbage (list pages, the first plan) is most of the heap now: collect it
       // once, so the heap the agent keeps is near what it holds (AGENT_NODE_FLAGS exposes gc).
       (globalThis as { gc?: () => void }).gc?.();
-      // ms: from the start; loadMs: the datapath loaded and attached, the maps read back
-      // (restoreMs of it); listMs: the caches listed; syncMs: the first sync (model and maps).
+      // ms: from the start; loadMs: the datapath loaded and attached, the maps read back (restoreMs of it); listMs: the caches listed; syncMs: the first sync.
       log.info({ ms: done - started, loadMs: watching - started, restoreMs: writer.restoreMs, listMs: listed - watching, syncMs: done - listed, services: services.list().length, slices: slices.list().length, frontends: reconciler.frontendCount }, 'initial sync done');
       health.markReady();
       if (cfg.metricsBindAddress) agent.servers.push(await agent.startMetricsServer(cfg.metricsBindAddress));
       agent.collect(); // and so the map fill is known before the first scrape
       agent.gcTimer = setInterval(() => agent.collect(), cfg.ctGcIntervalSeconds * 1000);
       agent.gcTimer.unref();
-      agent.deviceScanner = new DeviceScanner(datapath, cfg.devices, view.addresses, log, (attached) => {
+      agent.deviceScanner = new DeviceScanner(datapath, cfg, view.addresses, log, (attached) => {
         l2Devices = l2Interfaces(attached);
         announcer?.kick();
       });

@@ -47,6 +47,8 @@ export interface AgentConfig {
   /** XDP before tc on the devices: none, native (a device whose driver has none is an
    * error), or best-effort (native where the driver has it, generic XDP elsewhere). */
   acceleration: Acceleration;
+  /** Which devices get XDP: names or patterns among `devices`; empty: all but tunnels and stacked devices (xdp-choice.ts). */
+  xdpDevices: string[];
   /** Maglev for external frontends: the table size (a prime, e.g. 16381); 0 keeps the flow hash. */
   maglevTableSize: number;
   snatPortMin: number;
@@ -89,6 +91,7 @@ export const DEFAULT_CONFIG: AgentConfig = {
   hashSeed: 0,
   forwardingMode: 'snat',
   acceleration: 'none',
+  xdpDevices: [],
   maglevTableSize: 0,
   snatPortMin: DEFAULT_SNAT_PORTS.min,
   snatPortMax: DEFAULT_SNAT_PORTS.max,
@@ -137,11 +140,12 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
         out.snatIPv4 = value;
         break;
       case 'devices':
+      case 'xdpDevices':
       case 'nodePortAddresses': {
         const list = typeof value === 'string' ? value.split(',').map((s) => s.trim()).filter(Boolean) : value;
         if (!Array.isArray(list) || list.some((x) => typeof x !== 'string')) throw bad(where, `is ${JSON.stringify(value)}`, 'a list of strings (or a comma-separated string)');
         if (key === 'nodePortAddresses' && list.some((x) => !isIPv4(x as string))) throw bad(where, `has a non-IPv4 entry`, 'IPv4 addresses');
-        const problem = key === 'devices' ? list.map((x) => deviceEntryProblem(x as string)).find(Boolean) : undefined;
+        const problem = key !== 'nodePortAddresses' ? list.map((x) => deviceEntryProblem(x as string)).find(Boolean) : undefined;
         if (problem) throw bad(where, `has an entry that ${problem}`, 'interface names (at most 15 characters) or patterns such as enp.*');
         out[key] = list as string[];
         break;

@@ -11,7 +11,9 @@
 import type { Logger } from 'pino';
 import type { Datapath } from '../datapath/loader.js';
 import { defaultRouteDevices, readLinks, type LinkInfo } from '../sys/links.js';
+import type { AgentConfig } from './config.js';
 import { chooseDevices, vlansLeftOut } from './devices.js';
+import { xdpLeftOff } from './xdp-choice.js';
 
 /** A VLAN of one of ferry's devices that is not one itself. */
 export interface VlanNotServed {
@@ -29,8 +31,8 @@ export class DeviceScanner {
 
   constructor(
     private readonly datapath: Pick<Datapath, 'attachDevice' | 'attachedDevices' | 'forgetDevice' | 'refreshXdpTargets' | 'refreshSnatDevices' | 'snatDeviceList'>,
-    /** The configured names and patterns (empty: automatic). */
-    private readonly wanted: string[],
+    /** The configured names and patterns (empty: automatic) of the devices, and of those with XDP. */
+    private readonly wanted: Pick<AgentConfig, 'devices' | 'xdpDevices'>,
     /** The node's addresses: what automatic devices are chosen by. */
     private readonly nodeAddresses: string[],
     private readonly log: Logger,
@@ -69,14 +71,14 @@ export class DeviceScanner {
       const attached = this.datapath.attachedDevices();
       let chosen: string[] = [];
       try {
-        chosen = chooseDevices(links, this.host.defaultRouteDevices(), this.nodeAddresses, this.wanted);
+        chosen = chooseDevices(links, this.host.defaultRouteDevices(), this.nodeAddresses, this.wanted.devices);
       } catch {
         // none chosen right now (an interface being renamed, say): keep what is attached
       }
       for (const d of chosen) {
         if (attached.includes(d)) continue;
         try {
-          this.datapath.attachDevice(d);
+          this.datapath.attachDevice(d, xdpLeftOff(this.wanted.xdpDevices, byName.get(d) ?? { name: d }));
           this.ifindexes.set(d, byName.get(d)?.ifindex ?? 0);
           changed = true;
           this.log.info({ device: d }, 'device attached');

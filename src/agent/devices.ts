@@ -26,6 +26,11 @@ export function deviceEntryProblem(s: string): string | undefined {
   }
 }
 
+/** Does a devices entry (a name, or a pattern matched against whole names) take `name`? */
+export function entryMatches(entry: string, name: string): boolean {
+  return isInterfaceName(entry) ? name === entry : new RegExp(`^(?:${entry})$`).test(name);
+}
+
 export function chooseDevices(links: LinkInfo[], defaultRouteDevices: string[], nodeAddresses: string[], wanted: string[]): string[] {
   const usable = links.filter((l) => !l.loopback);
   if (wanted.length > 0) {
@@ -35,7 +40,7 @@ export function chooseDevices(links: LinkInfo[], defaultRouteDevices: string[], 
       // NICs): their frames are the bond's, and ferry's programs there would see them first.
       // A port named outright is taken.
       const named = isInterfaceName(w);
-      const matched = named ? usable.filter((l) => l.name === w) : usable.filter((l) => new RegExp(`^(?:${w})$`).test(l.name));
+      const matched = usable.filter((l) => entryMatches(w, l.name));
       const ports = named ? [] : matched.filter((l) => l.portOf);
       if (matched.length === ports.length) {
         const portsSaid = ports.length > 0 ? `; it matches only ports of other devices: ${ports.map((l) => `${l.name} (of ${l.portOf})`).join(', ')}` : '';

@@ -242,7 +242,7 @@ export function udpSocketsLine(u: StaleUdpSocketsStatus): string {
 
 /** Where XDP runs, and whether XDP on another device may send frames out of each (and if not, why). */
 export function xdpLine(xdp: Record<string, XdpDeviceState>): string {
-  return Object.entries(xdp).map(([d, x]) => `${d} ${x.mode}, ${x.redirectTarget ? 'a redirect target' : `not a redirect target (${x.reason ?? '?'}): flows routed out of it from another device go through tc`}`).join('; ');
+  return Object.entries(xdp).map(([d, x]) => x.mode === 'off' ? `${d} off, tc only (${x.reason ?? '?'})` : `${d} ${x.mode}, ${x.redirectTarget ? 'a redirect target' : `not a redirect target (${x.reason ?? '?'}): flows routed out of it from another device go through tc`}`).join('; ');
 }
 
 /** VLANs of ferry's devices that ferry does not serve, in one line. */

@@ -247,13 +247,14 @@ export class Datapath {
 
   /**
    * tc ingress and egress on an external device (in the calling thread's netns), and XDP
-   * before them as the acceleration setting says. tc goes first: what XDP passes on finds it.
+   * before them as the acceleration setting says, unless `xdpLeftOff` gives a reason to
+   * leave this device to tc. tc goes first: what XDP passes on finds it.
    */
-  attachDevice(ifname: string): void {
+  attachDevice(ifname: string, xdpLeftOff?: string): void {
     if (!this.chain.length) removeChain(ifname); // left by an agent that died in its switch
     const links = [attachTc(this.tc.program(TC_PROGRAM.ingress), { ifname, direction: 'ingress' }), attachTc(this.tc.program(TC_PROGRAM.egress), { ifname, direction: 'egress' })];
     try {
-      const x = this.xdp.attach(ifname, this.cfg.acceleration ?? 'none');
+      const x = this.xdp.attach(ifname, this.cfg.acceleration ?? 'none', xdpLeftOff);
       if (x) links.push(x);
     } catch (e) {
       for (const l of links.reverse()) l.close();
@@ -264,8 +265,8 @@ export class Datapath {
   }
 
   /** The agent's start: tc (and XDP) on `devices`; ferry's programs an earlier agent left on other devices taken off (stray-programs.ts). */
-  attachDevices(devices: readonly string[], present: readonly string[] = readLinks().map((l) => l.name)): StrayReport {
-    for (const dev of devices) this.attachDevice(dev);
+  attachDevices(devices: readonly string[], present: readonly string[] = readLinks().map((l) => l.name), xdpLeftOff: (device: string) => string | undefined = () => undefined): StrayReport {
+    for (const dev of devices) this.attachDevice(dev, xdpLeftOff(dev));
     return detachStrayPrograms(present, new Set(devices));
   }
 
@@ -301,7 +302,7 @@ export class Datapath {
   }
 
   /** Where XDP runs, per device this process attached: native or generic; absent: tc only. */
-  xdpModes(): Record<string, XdpMode> {
+  xdpModes(): Record<string, XdpMode | 'off'> {
     return this.xdp.modes();
   }
 

@@ -15,15 +15,18 @@ import { NETDEV_XDP_ACT_NDO_XMIT, xdpFeatures } from '../sys/netdev-features.js'
 /** The program name of ferry's XDP entry (bpf/xdp.bpf.c). */
 export const XDP_PROGRAM = 'xdp_ingress';
 
-/** Where XDP runs on a device, and whether XDP elsewhere may send frames out of it (and if not, why). */
+/** Where XDP runs on a device ('off': left to tc by the agent's choice), and whether XDP
+ * elsewhere may send frames out of it (and if not, or if off, why). */
 export interface XdpDeviceState {
-  mode: XdpMode;
+  mode: XdpMode | 'off';
   redirectTarget: boolean;
   reason?: string;
 }
 
 export class XdpDevices {
   private readonly byDevice = new Map<string, { obj: BpfObject; mode: XdpMode; link: Link; ifindex: number; target: boolean; reason?: string }>();
+  /** Devices whose XDP the agent left off although acceleration is on, and why. */
+  private readonly leftOff = new Map<string, string>();
 
   constructor(
     /** The XDP object for a device with this MAC, loaded. */
@@ -34,13 +37,14 @@ export class XdpDevices {
 
   /**
    * XDP on a device as the acceleration setting says (in the calling thread's netns): native,
-   * or for best-effort generic where the driver has none; none takes a previous agent's
-   * program off.
+   * or for best-effort generic where the driver has none; none, or a reason to leave this
+   * device off (`leaveOff`: the agent's choice), takes a previous agent's program off.
    */
-  attach(ifname: string, acceleration: 'none' | 'native' | 'best-effort'): Link | undefined {
-    if (acceleration === 'none') {
+  attach(ifname: string, acceleration: 'none' | 'native' | 'best-effort', leaveOff?: string): Link | undefined {
+    if (acceleration === 'none' || leaveOff !== undefined) {
       const have = xdpAttached(ifname);
       if (have && programNameById(have.id) === XDP_PROGRAM) detachXdpDevice(ifname);
+      if (acceleration !== 'none') this.leftOff.set(ifname, leaveOff!);
       return undefined;
     }
     try {
@@ -59,6 +63,7 @@ export class XdpDevices {
       const link = attachXdpDevice(obj.program(XDP_PROGRAM), ifname, mode);
       this.byDevice.get(ifname)?.obj.close();
       this.byDevice.set(ifname, { obj, mode, link, ifindex: info.ifindex, target: false });
+      this.leftOff.delete(ifname);
       this.refreshTargets();
       return link;
     } catch (e) {
@@ -80,6 +85,7 @@ export class XdpDevices {
 
   /** A device that is gone (its program went with it): the object closed, nothing detached. */
   forget(ifname: string): void {
+    this.leftOff.delete(ifname);
     this.byDevice.get(ifname)?.obj.close();
     if (this.byDevice.delete(ifname)) this.refreshTargets();
   }
@@ -88,12 +94,13 @@ export class XdpDevices {
     return this.byDevice.get(ifname)?.obj.program(XDP_PROGRAM);
   }
 
-  modes(): Record<string, XdpMode> {
-    return Object.fromEntries([...this.byDevice].map(([d, x]) => [d, x.mode]));
+  modes(): Record<string, XdpMode | 'off'> {
+    return Object.fromEntries([...[...this.byDevice].map(([d, x]): [string, XdpMode | 'off'] => [d, x.mode]), ...[...this.leftOff.keys()].map((d): [string, 'off'] => [d, 'off'])]);
   }
 
   states(): Record<string, XdpDeviceState> {
-    return Object.fromEntries([...this.byDevice].map(([d, x]) => [d, { mode: x.mode, redirectTarget: x.target, ...(x.reason ? { reason: x.reason } : {}) }]));
+    const off = [...this.leftOff].map(([d, reason]): [string, XdpDeviceState] => [d, { mode: 'off', redirectTarget: false, reason }]);
+    return Object.fromEntries([...[...this.byDevice].map(([d, x]) => [d, { mode: x.mode, redirectTarget: x.target, ...(x.reason ? { reason: x.reason } : {}) }]), ...off]);
   }
 
   /**
@@ -115,5 +122,6 @@ export class XdpDevices {
   closeAll(): void {
     for (const x of this.byDevice.values()) x.obj.close();
     this.byDevice.clear();
+    this.leftOff.clear();
   }
 }

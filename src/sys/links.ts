@@ -14,6 +14,8 @@ export interface LinkInfo {
   vlan?: { parent: string; id: number };
   /** A port of a bond, bridge or team (not a VRF's member): its frames are that device's. */
   portOf?: string;
+  /** What kind of link it is (`ip -d`'s info_kind: vxlan, vlan, bond, veth…); none for a plain NIC. */
+  kind?: string;
 }
 
 /** One row of `ip -d -j addr show`, as far as ferry reads it. */
@@ -60,6 +62,7 @@ export function parseLinks(rows: readonly IpLinkRow[]): LinkInfo[] {
       addresses: (r.addr_info ?? []).filter((a) => a.family === 'inet').map((a) => a.local).filter((a): a is string => typeof a === 'string'),
       ...(vlan ? { vlan } : {}),
       ...(portOf ? { portOf } : {}),
+      ...(typeof r.linkinfo?.info_kind === 'string' ? { kind: r.linkinfo.info_kind } : {}),
     };
   });
 }

@@ -1,7 +1,8 @@
 // Where the agent attaches XDP, by the acceleration setting: native on a driver that has it
 // (veth), an error under `native` on one that has not (macvlan, or a bridge on a kernel
 // without macvlan), generic there under
-// `best-effort`; `none` takes off an XDP program an earlier agent left; uninstall too.
+// `best-effort`; `none`, or the agent leaving a device to tc (a tunnel), takes off an XDP
+// program an earlier agent left; uninstall too.
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
@@ -116,6 +117,34 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () =>
     inNetns(host.netns, () => third.setXdp('eth0', 'generic'));
     expect(attached('eth0')).toEqual({ mode: 'generic', program: 'xdp_ingress' });
     expect(inNetns(host.netns, () => xdpAttached('tun0'))).toEqual({ mode: 'generic', id: tunnelProgram });
+  });
+
+  it('a device the agent leaves to tc gets no XDP whatever the acceleration, and loses what a previous agent put there', async () => {
+    await host.ip('link', 'add', 'tun0', 'type', 'vxlan', 'id', '7', 'dstport', '4789', 'local', '10.0.30.21', 'dev', 'eth0');
+    await host.ip('link', 'set', 'tun0', 'up');
+    const first = load('best-effort');
+    inNetns(host.netns, () => {
+      first.attachDevice('eth0');
+      first.attachDevice('tun0');
+    });
+    expect(attached('tun0')).toEqual({ mode: 'generic', program: 'xdp_ingress' });
+    inNetns(host.netns, () => first.release());
+    open.splice(open.indexOf(first), 1);
+    const second = load('best-effort');
+    inNetns(host.netns, () => {
+      second.attachDevice('eth0');
+      second.attachDevice('tun0', 'a vxlan tunnel');
+    });
+    expect(attached('tun0')).toBeUndefined();
+    expect(attached('eth0')).toEqual({ mode: 'native', program: 'xdp_ingress' });
+    expect(second.xdpModes()).toEqual({ eth0: 'native', tun0: 'off' });
+    expect(second.xdpDevices().tun0).toEqual({ mode: 'off', redirectTarget: false, reason: 'a vxlan tunnel' });
+    // Its tc programs are there: what arrives on it is still ferry's.
+    expect(second.attachedDevices()).toEqual(['eth0', 'tun0']);
+    // Under none the reason is not kept: no device has XDP, none is left out of it.
+    const third = load('none');
+    inNetns(host.netns, () => third.attachDevice('tun0', 'a vxlan tunnel'));
+    expect(third.xdpModes()).toEqual({});
   });
 
   it('a restart replaces the program in place; none takes it off; uninstall finds what is left', () => {

@@ -6,9 +6,10 @@
 // is read where the tunnel hands the packet to the backend's node. Left out of `devices`,
 // the tunnel lends no address: the flow leaves from the node's, which a backend node with
 // strict reverse-path filtering drops (as the README says). The agents run XDP best-effort:
-// native on the NIC, generic on the tunnel; flows through the tunnel are tc's, and an agent's
-// restart attaches XDP beneath the tunnel, which carries the previous agent's (the kernel
-// refuses that while a device over it has XDP: src/ebpf/link-xdp.ts).
+// native on the NIC, none on the tunnel (src/agent/xdp-choice.ts: generic XDP there costs
+// every GRO'd packet a copy and saves nothing); named in xdpDevices, the tunnel runs generic
+// XDP, and an agent's restart attaches XDP beneath the tunnel, which carries the previous
+// agent's (the kernel refuses that while a device over it has XDP: src/ebpf/link-xdp.ts).
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -29,6 +30,11 @@ const DEVICES = `eth0,${TUNNEL.device}`;
 const put = (kind: string, obj: Record<string, unknown>) => createObject(sb, api, kind, obj);
 const stat = datapathPackets;
 const get = (url: string, maxTime = 3) => sb.net.client.exec(['curl', '-sS', '--max-time', String(maxTime), url], { timeoutMs: (maxTime + 5) * 1000 });
+/** A node's XDP per device as its agent's /status says: mode, redirect target, reason. */
+const xdpStates = async (node: Host): Promise<Record<string, [string, boolean, string | undefined]>> => {
+  const { xdp } = JSON.parse(await node.execOk(['curl', '-sS', 'http://127.0.0.1:10249/status'])) as { xdp: Record<string, { mode: string; redirectTarget: boolean; reason?: string }> };
+  return Object.fromEntries(Object.entries(xdp).map(([d, x]) => [d, [x.mode, x.redirectTarget, x.reason]]));
+};
 /** Strict reverse-path filtering on a node (every device: the kernel takes the highest of `all` and the device's); returns the undo. */
 const strictRpFilter = async (node: Host): Promise<() => Promise<void>> => {
   const keys = ['all', TUNNEL.device, 'eth0'].map((dev) => `net.ipv4.conf.${dev.replace('.', '/')}.rp_filter`);
@@ -52,14 +58,37 @@ afterAll(async () => {
 }, 60_000);
 
 describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'Services over a VXLAN overlay (Flannel\'s way)', () => {
-  it('the overlay is Flannel\'s: the route to another node\'s pods leaves by the tunnel, whose MTU is the node network\'s less 50; XDP on both devices', async () => {
+  it('the overlay is Flannel\'s: the route to another node\'s pods leaves by the tunnel, whose MTU is the node network\'s less 50; XDP on the NIC only', async () => {
     const node1 = sb.net.node(1).host;
     expect(await node1.execOk(['ip', 'route', 'get', '10.244.2.11'])).toMatch(new RegExp(`via 10\\.244\\.2\\.0 dev ${TUNNEL.device.replace('.', '\\.')}`));
     const [tunnel] = JSON.parse(await node1.execOk(['ip', '-j', 'link', 'show', TUNNEL.device])) as Array<{ mtu: number }>;
     expect(tunnel!.mtu).toBe(1450);
-    // best-effort: XDP native on the NIC, generic on the tunnel (no driver XDP), which takes no frames from XDP elsewhere.
-    const { xdp } = JSON.parse(await node1.execOk(['curl', '-sS', 'http://127.0.0.1:10249/status'])) as { xdp: Record<string, { mode: string; redirectTarget: boolean }> };
-    expect(Object.fromEntries(Object.entries(xdp).map(([d, x]) => [d, [x.mode, x.redirectTarget]]))).toEqual({ eth0: ['native', true], [TUNNEL.device]: ['generic', false] });
+    // best-effort: XDP native on the NIC; the tunnel (no driver XDP) is left to tc.
+    expect(await xdpStates(node1)).toEqual({ eth0: ['native', true, undefined], [TUNNEL.device]: ['off', false, expect.stringMatching(/^a vxlan tunnel: XDP cannot send frames out of it/)] });
+    expect(await node1.execOk(['ip', '-d', 'link', 'show', TUNNEL.device])).not.toMatch(/prog\/xdp/);
+  });
+
+  it('named in xdpDevices, the tunnel runs generic XDP; a restart attaches beneath it, and the default takes it off again', async () => {
+    const node1 = sb.net.node(1);
+    const restart = async (env: Record<string, string>) => {
+      await sb.stopAgent(node1);
+      return sb.startAgent(node1, 60_000, { env });
+    };
+    try {
+      await restart({ FERRY_XDP_DEVICES: DEVICES });
+      expect(await xdpStates(node1.host)).toEqual({ eth0: ['native', true, undefined], [TUNNEL.device]: ['generic', false, 'generic XDP'] });
+      // Again: the tunnel carries the previous agent's XDP while eth0 gets the new one's.
+      await restart({ FERRY_XDP_DEVICES: DEVICES });
+      expect(await xdpStates(node1.host)).toEqual({ eth0: ['native', true, undefined], [TUNNEL.device]: ['generic', false, 'generic XDP'] });
+      expect((await get('http://10.0.30.21:30500/')).stdout).toMatch(/RemoteAddr: 10\.244\.1\.0:/);
+      // An entry that takes none of the agent's devices is refused at the start.
+      await sb.stopAgent(node1);
+      await expect(sb.startAgent(node1, 10_000, { env: { FERRY_XDP_DEVICES: 'eth9' } })).rejects.toThrow(/xdpDevices entry "eth9" takes none of ferry's devices \(eth0, flannel\.1\)/);
+    } finally {
+      await restart({});
+    }
+    expect((await xdpStates(node1.host))[TUNNEL.device]![0]).toBe('off');
+    expect(await node1.host.execOk(['ip', '-d', 'link', 'show', TUNNEL.device])).not.toMatch(/prog\/xdp/);
   });
 
   it('SNAT: a NodePort flow to a pod of another node leaves through the tunnel from its address, and its replies come back through it', async () => {
@@ -117,7 +146,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'Services over a VXLAN overl
     try {
       // The previous agent's programs on the tunnel are taken off (stray-programs.ts).
       const dev = TUNNEL.device;
-      expect(agent.output()).toContain(`"detachedElsewhere":${JSON.stringify([`tc ingress ${dev}`, `tc egress ${dev}`, `xdp/generic ${dev}`])}`);
+      expect(agent.output()).toContain(`"detachedElsewhere":${JSON.stringify([`tc ingress ${dev}`, `tc egress ${dev}`])}`);
       expect((await get('http://10.0.30.21:30500/')).stdout).toMatch(/RemoteAddr: 10\.0\.30\.21:/);
       const undo = await strictRpFilter(sb.net.node(2).host);
       try {

@@ -11,22 +11,23 @@ import type { LinkInfo } from '../../src/sys/links.js';
 
 const link = (name: string, o: Partial<LinkInfo> = {}): LinkInfo => ({ name, ifindex: name.length, up: true, loopback: false, addresses: [], ...o });
 
-function node(attachedAtStart: string[]) {
+function node(attachedAtStart: string[], wanted = { devices: ['eth0'], xdpDevices: [] as string[] }) {
   const attached = [...attachedAtStart];
+  const xdpLeftOff = new Map<string, string | undefined>();
   const lines: Array<{ msg: string; device?: string; vlan?: number }> = [];
   const sink = new Writable({ write: (chunk, _enc, done) => (lines.push(JSON.parse(String(chunk))), done()) });
   let links: LinkInfo[] = [];
   const datapath = {
-    attachDevice: (d: string) => void attached.push(d),
+    attachDevice: (d: string, off?: string) => void (attached.push(d), xdpLeftOff.set(d, off)),
     attachedDevices: () => [...attached],
     forgetDevice: (d: string) => void attached.splice(attached.indexOf(d), 1),
     refreshXdpTargets: () => false,
     refreshSnatDevices: () => false,
     snatDeviceList: () => [],
   };
-  const scanner = new DeviceScanner(datapath as unknown as ConstructorParameters<typeof DeviceScanner>[0], ['eth0'], [], pino(sink), () => undefined, { links: () => links, defaultRouteDevices: () => [] });
+  const scanner = new DeviceScanner(datapath as unknown as ConstructorParameters<typeof DeviceScanner>[0], wanted, [], pino(sink), () => undefined, { links: () => links, defaultRouteDevices: () => [] });
   const vlanWarnings = () => lines.filter((l) => l.msg.startsWith('a VLAN of a ferry device')).map((l) => `${l.device}:${l.vlan}`);
-  return { scanner, attached, setLinks: (l: LinkInfo[]) => (links = l), vlanWarnings };
+  return { scanner, attached, xdpLeftOff, setLinks: (l: LinkInfo[]) => (links = l), vlanWarnings };
 }
 
 describe('device scanner: VLANs of ferry devices', () => {
@@ -54,5 +55,19 @@ describe('device scanner: VLANs of ferry devices', () => {
     n.scanner.scan();
     expect(n.vlanWarnings()).toEqual([]);
     expect(n.scanner.vlansNotServed()).toEqual([]);
+  });
+
+  it('a device that appears later gets XDP as xdpDevices says: by default a tunnel is left to tc', () => {
+    for (const [xdpDevices, expected] of [[[], /^a vxlan tunnel/], [['eth0', 'flannel.1'], undefined]] as const) {
+      const n = node(['eth0'], { devices: ['eth0', 'flannel.1'], xdpDevices: [...xdpDevices] });
+      n.setLinks([link('eth0')]); // the tunnel not made yet: nothing attached, nothing forgotten
+      n.scanner.scan();
+      expect(n.attached).toEqual(['eth0']);
+      n.setLinks([link('eth0'), link('flannel.1', { kind: 'vxlan' })]);
+      n.scanner.scan();
+      expect(n.attached).toEqual(['eth0', 'flannel.1']);
+      if (expected) expect(n.xdpLeftOff.get('flannel.1')).toMatch(expected);
+      else expect(n.xdpLeftOff.get('flannel.1')).toBeUndefined();
+    }
   });
 });
