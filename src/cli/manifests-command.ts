@@ -1,5 +1,5 @@
 // `ferry manifests`: what `kubectl kustomize deploy/kubernetes/overlays/<talos|generic>`
-// renders, with the image, API server, devices, forwarding mode and acceleration chosen on the command
+// renders, with the image, API server, devices, forwarding mode and XDP chosen on the command
 // line, as `cilium install` or `linkerd install` users expect. Pipe it to kubectl apply.
 import { Command, Option } from 'commander';
 import { deviceEntryProblem } from '../agent/devices.js';
@@ -16,12 +16,20 @@ export function registerManifests(program: Command): void {
     .option('--devices <list>', 'the agent\'s devices, comma-separated names or patterns (default: chosen on each node)')
     .addOption(new Option('--mode <mode>', 'forwarding for NodePort and LB traffic to remote backends').choices(['snat', 'dsr', 'hybrid']))
     .addOption(new Option('--acceleration <mode>', 'XDP before tc on the devices: none, native (the driver runs it), best-effort (native where it can, generic elsewhere)').choices(['none', 'native', 'best-effort']))
-    .action((o: { talos?: boolean; apiServer?: string; image?: string; devices?: string; mode?: 'snat' | 'dsr' | 'hybrid'; acceleration?: 'none' | 'native' | 'best-effort' }) => {
-      const devices = o.devices === undefined ? undefined : o.devices === '' ? [] : o.devices.split(',');
-      for (const d of devices ?? []) {
-        const problem = deviceEntryProblem(d);
-        if (problem) throw new FerryError({ code: ErrorCode.Config, op: 'ferry manifests', cause: `--devices entry ${JSON.stringify(d)} ${problem}`, hint: 'names such as enp1s0, or whole-name patterns such as enp.*' });
-      }
-      process.stdout.write(renderManifests({ talos: Boolean(o.talos), apiServer: o.apiServer, image: o.image, devices, mode: o.mode, acceleration: o.acceleration }));
+    .option('--xdp-devices <list>', 'which devices get XDP, comma-separated names or patterns (default: all but tunnels and VLANs)')
+    .action((o: { talos?: boolean; apiServer?: string; image?: string; devices?: string; mode?: 'snat' | 'dsr' | 'hybrid'; acceleration?: 'none' | 'native' | 'best-effort'; xdpDevices?: string }) => {
+      const devices = deviceList('--devices', o.devices);
+      const xdpDevices = deviceList('--xdp-devices', o.xdpDevices);
+      process.stdout.write(renderManifests({ talos: Boolean(o.talos), apiServer: o.apiServer, image: o.image, devices, mode: o.mode, acceleration: o.acceleration, xdpDevices }));
     });
+}
+
+/** A comma-separated option of device names or patterns, each checked as the agent checks them. */
+function deviceList(option: string, value: string | undefined): string[] | undefined {
+  const list = value === undefined ? undefined : value === '' ? [] : value.split(',');
+  for (const d of list ?? []) {
+    const problem = deviceEntryProblem(d);
+    if (problem) throw new FerryError({ code: ErrorCode.Config, op: 'ferry manifests', cause: `${option} entry ${JSON.stringify(d)} ${problem}`, hint: 'names such as enp1s0, or whole-name patterns such as enp.*' });
+  }
+  return list;
 }

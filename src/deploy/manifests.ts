@@ -23,6 +23,8 @@ export interface ManifestOptions {
   mode?: 'snat' | 'dsr' | 'hybrid' | undefined;
   /** XDP before tc: none, native or best-effort. */
   acceleration?: 'none' | 'native' | 'best-effort' | undefined;
+  /** Which devices get XDP (names or patterns); absent: all but tunnels and stacked devices. */
+  xdpDevices?: string[] | undefined;
 }
 
 type Container = { name: string; image?: string; env?: Array<{ name: string; value?: string }> };
@@ -52,7 +54,7 @@ export function renderObjects(o: ManifestOptions, root = KUSTOMIZE_ROOT): KObjec
     if (!/^[a-z0-9][a-z0-9._\-/:@]*$/i.test(o.image) || o.image.length > 255) throw fail(`--image ${JSON.stringify(o.image)}: not an image reference`);
     for (const w of workloads) for (const c of w.spec.template.spec.containers) c.image = o.image;
   }
-  if (o.devices !== undefined || o.mode !== undefined || o.acceleration !== undefined) {
+  if (o.devices !== undefined || o.mode !== undefined || o.acceleration !== undefined || o.xdpDevices !== undefined) {
     const cm = objects.find((x) => x.kind === 'ConfigMap' && x.metadata.name === 'ferry') as (KObject & { data: Record<string, string> }) | undefined;
     if (!cm?.data?.['ferry.yaml']) throw fail('the overlay has no ConfigMap ferry with ferry.yaml');
     // Edit the document, not a re-dump: its comments document the settings.
@@ -60,6 +62,7 @@ export function renderObjects(o: ManifestOptions, root = KUSTOMIZE_ROOT): KObjec
     if (o.devices !== undefined) doc.set('devices', doc.createNode(o.devices, { flow: true }));
     if (o.mode !== undefined) doc.set('forwardingMode', o.mode);
     if (o.acceleration !== undefined) doc.set('acceleration', o.acceleration);
+    if (o.xdpDevices !== undefined) doc.set('xdpDevices', doc.createNode(o.xdpDevices, { flow: true }));
     cm.data['ferry.yaml'] = doc.toString();
   }
   return objects;

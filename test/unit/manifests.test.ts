@@ -53,8 +53,8 @@ describe('deploy/kubernetes', () => {
     }
   });
 
-  it('--image, --devices, --mode and --acceleration reach every container and the agent\'s configuration', () => {
-    const out = spawnSync(process.execPath, [FERRY, 'manifests', '--talos', '--image', 'registry.example/ferry:1.2', '--devices', 'enp.*,bond0', '--mode', 'dsr', '--acceleration', 'best-effort'], { encoding: 'utf8' });
+  it('--image, --devices, --mode, --acceleration and --xdp-devices reach every container and the agent\'s configuration', () => {
+    const out = spawnSync(process.execPath, [FERRY, 'manifests', '--talos', '--image', 'registry.example/ferry:1.2', '--devices', 'enp.*,bond0', '--mode', 'dsr', '--acceleration', 'best-effort', '--xdp-devices', 'enp.*'], { encoding: 'utf8' });
     expect(out.status, out.stderr).toBe(0);
     const objects = parseAllDocuments(out.stdout).map((d) => d.toJSON() as KObject & { spec?: { template?: { spec: { containers: Array<{ image: string }> } } }; data?: Record<string, string> });
     const images = objects.flatMap((o) => o.spec?.template?.spec.containers.map((c) => c.image) ?? []);
@@ -65,6 +65,7 @@ describe('deploy/kubernetes', () => {
     expect(cfg.devices).toEqual(['enp.*', 'bond0']);
     expect(cfg.forwardingMode).toBe('dsr');
     expect(cfg.acceleration).toBe('best-effort');
+    expect(cfg.xdpDevices).toEqual(['enp.*']);
     expect(readFileSync(file, 'utf8')).toMatch(/# Every setting: README\.md/); // comments kept
   });
 
@@ -76,6 +77,7 @@ describe('deploy/kubernetes', () => {
     expect(run('--talos', '--devices', 'eth0,,eth1').stderr).toMatch(/--devices entry "" is empty/);
     expect(run('--talos', '--acceleration', 'fast').stderr).toMatch(/--acceleration.*none, native, best-effort/);
     expect(run('--talos', '--devices', '(').stderr).toMatch(/is not a valid pattern/);
+    expect(run('--talos', '--xdp-devices', 'eth0,(').stderr).toMatch(/--xdp-devices entry "\(" is not a valid pattern/);
     expect(run('--talos', '--mode', 'fast').stderr).toMatch(/Allowed choices are snat, dsr, hybrid/);
     expect(run('--talos', '--image', 'a b').stderr).toMatch(/not an image reference/);
     // A kustomize feature the renderer does not have is refused, not ignored.
