@@ -1,10 +1,11 @@
 // Which of ferry's devices get XDP when acceleration is on. Named in `xdpDevices`: those
 // (names or patterns, as `devices` takes them). None named: every device but tunnels and
-// devices stacked on another, which are left to tc: XDP cannot send a frame out of them
-// (no driver XDP), so it saves nothing for flows through them, and generic XDP on them makes
-// the kernel copy every GRO'd packet into one buffer before the program runs: pod-to-pod
-// traffic through a VXLAN tunnel ran at 0.60-0.65x with generic XDP on the tunnel
-// (bench/tunnel-xdp.ts). Cilium's best-effort leaves every device without driver XDP so.
+// devices stacked on another, which are left to tc, as Cilium's best-effort leaves every
+// device without driver XDP: XDP cannot send a frame out of them, so flows routed through
+// them are tc's whatever runs there, and generic XDP on them turns the device's own GRO off
+// and copies every packet short of XDP's 256 bytes of headroom. In the sandbox, pod-to-pod
+// traffic through a VXLAN tunnel ran at 0.60-0.69x with generic XDP on the tunnel where
+// the underlay had no GRO, and no slower where it had (bench/results/full/xdp-devices-*.md).
 import { ErrorCode, FerryError } from '../errors.js';
 import type { LinkInfo } from '../sys/links.js';
 import { entryMatches } from './devices.js';
@@ -18,8 +19,8 @@ const STACKED_KINDS = new Set(['vlan', 'macvlan', 'macvtap', 'ipvlan', 'ipvtap']
 export function xdpLeftOff(wanted: readonly string[], link: Pick<LinkInfo, 'name' | 'kind'>): string | undefined {
   if (wanted.length > 0) return wanted.some((w) => entryMatches(w, link.name)) ? undefined : 'not named in xdpDevices';
   const kind = link.kind ?? '';
-  if (TUNNEL_KINDS.has(kind)) return `a ${kind} tunnel: XDP cannot send frames out of it, and generic XDP there copies every GRO'd packet (name it in xdpDevices to run XDP on it)`;
-  if (STACKED_KINDS.has(kind)) return `a ${kind} device: no driver XDP, and generic XDP there copies every GRO'd packet (name it in xdpDevices to run XDP on it)`;
+  if (TUNNEL_KINDS.has(kind)) return `a ${kind} tunnel: XDP cannot send frames out of it, and generic XDP there costs a copy of each packet short of headroom (name it in xdpDevices to run XDP on it)`;
+  if (STACKED_KINDS.has(kind)) return `a ${kind} device: no driver XDP, and generic XDP there costs a copy of each packet short of headroom (name it in xdpDevices to run XDP on it)`;
   return undefined;
 }
 

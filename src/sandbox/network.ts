@@ -110,6 +110,22 @@ export class ClusterNetwork {
     for (const args of nodeRouteArgs(n, this.nodes, this.podNetwork)) await n.host.ip(...args);
   }
 
+  /**
+   * A node made a bridging host (as one that bridges its NIC for VMs): its address moves
+   * from eth0 to a bridge `br0` with eth0's MAC (the router's neighbour entry holds), whose
+   * port eth0 becomes; its routes are made again. The agent's automatic choice then takes
+   * br0 (a port's frames are its bridge's).
+   */
+  async bridgeNode(n: NodeInfo): Promise<void> {
+    const [eth0] = JSON.parse(await n.host.execOk(['ip', '-j', 'link', 'show', 'eth0'])) as Array<{ address: string }>;
+    await n.host.ip('link', 'add', 'br0', 'address', eth0!.address, 'type', 'bridge', 'forward_delay', '0');
+    await n.host.ip('address', 'flush', 'dev', 'eth0');
+    await n.host.ip('link', 'set', 'eth0', 'master', 'br0');
+    await n.host.ip('address', 'add', `${n.ip}/24`, 'dev', 'br0');
+    await n.host.ip('link', 'set', 'br0', 'up');
+    await this.nodeRoutes(n);
+  }
+
   /** Cut a node off the node network (its link goes dark), or put it back. */
   async setNodeConnected(node: NodeInfo, connected: boolean): Promise<void> {
     await this.nodeSwitch.setConnected(node.host, connected);

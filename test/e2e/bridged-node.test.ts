@@ -8,7 +8,6 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { SandboxApi } from '../../src/sandbox/api-client.js';
-import { nodeRouteArgs } from '../../src/sandbox/network.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
@@ -37,18 +36,10 @@ beforeAll(async () => {
   await put('Service', service('local', 'local', 30600, { externalTrafficPolicy: 'Local' }));
   await put('Service', service('remote', 'remote', 30610));
   await put('Service', service('remote-dsr', 'remote', 30620, {}, { 'ferry.dev/forwarding': 'dsr' }));
-  // node-1 as a bridging host: its address moves from eth0 to br0 (eth0's MAC, so the router's
-  // neighbour entry holds), eth0 becomes br0's port; then its agent starts again.
+  // node-1 as a bridging host (its address on br0 over eth0), then its agent started again.
   const node1 = sb.net.node(1);
   await sb.stopAgent(node1);
-  const h = node1.host;
-  const [eth0] = JSON.parse(await h.execOk(['ip', '-j', 'link', 'show', 'eth0'])) as Array<{ address: string }>;
-  await h.ip('link', 'add', 'br0', 'address', eth0!.address, 'type', 'bridge', 'forward_delay', '0');
-  await h.ip('address', 'flush', 'dev', 'eth0');
-  await h.ip('link', 'set', 'eth0', 'master', 'br0');
-  await h.ip('address', 'add', `${NODE1}/24`, 'dev', 'br0');
-  await h.ip('link', 'set', 'br0', 'up');
-  for (const args of nodeRouteArgs(node1, sb.net.nodes)) await h.ip(...args);
+  await sb.net.bridgeNode(node1);
   startLog = (await sb.startAgent(node1, 60_000)).output();
   await eventually(() => get(`http://${NODE1}:30610/`), (r) => r.code === 0, 30_000);
 }, 180_000);

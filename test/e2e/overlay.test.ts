@@ -6,8 +6,8 @@
 // is read where the tunnel hands the packet to the backend's node. Left out of `devices`,
 // the tunnel lends no address: the flow leaves from the node's, which a backend node with
 // strict reverse-path filtering drops (as the README says). The agents run XDP best-effort:
-// native on the NIC, none on the tunnel (src/agent/xdp-choice.ts: generic XDP there costs
-// every GRO'd packet a copy and saves nothing); named in xdpDevices, the tunnel runs generic
+// native on the NIC, none on the tunnel (src/agent/xdp-choice.ts: XDP cannot send by it,
+// and generic XDP there copies packets short of headroom); named in xdpDevices, the tunnel runs generic
 // XDP, and an agent's restart attaches XDP beneath the tunnel, which carries the previous
 // agent's (the kernel refuses that while a device over it has XDP: src/ebpf/link-xdp.ts).
 import { join } from 'node:path';

@@ -1,5 +1,5 @@
 // Which of ferry's devices get XDP: by default every one but tunnels and stacked devices
-// (generic XDP there copies every GRO'd packet and XDP cannot send by them); named in
+// (XDP cannot send by them, and generic XDP there copies packets short of headroom); named in
 // xdpDevices, exactly those; an entry that takes none of ferry's devices is refused;
 // `ferry status` says why a device is off.
 import { describe, expect, it } from 'vitest';
@@ -12,7 +12,7 @@ const link = (name: string, kind?: string): LinkInfo => ({ name, ifindex: 0, up:
 
 describe('XDP devices', () => {
   it('by default leaves tunnels and stacked devices to tc, and runs XDP on NICs, bonds, bridges and veths', () => {
-    for (const kind of ['vxlan', 'geneve', 'wireguard', 'ipip', 'gre']) expect(xdpLeftOff([], link('t0', kind))).toMatch(new RegExp(`^a ${kind} tunnel: XDP cannot send frames out of it, and generic XDP there copies every GRO'd packet`));
+    for (const kind of ['vxlan', 'geneve', 'wireguard', 'ipip', 'gre']) expect(xdpLeftOff([], link('t0', kind))).toMatch(new RegExp(`^a ${kind} tunnel: XDP cannot send frames out of it, and generic XDP there costs a copy of each packet short of headroom`));
     for (const kind of ['vlan', 'macvlan', 'ipvlan']) expect(xdpLeftOff([], link('s0', kind))).toMatch(new RegExp(`^a ${kind} device: no driver XDP`));
     for (const l of [link('enp3s0'), link('bond0', 'bond'), link('br0', 'bridge'), link('eth0', 'veth'), link('gone')]) expect(xdpLeftOff([], l)).toBeUndefined();
   });
