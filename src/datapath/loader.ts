@@ -301,7 +301,7 @@ export class Datapath {
     return this.cfg;
   }
 
-  /** Where XDP runs, per device this process attached: native or generic; absent: tc only. */
+  /** Where XDP runs, per device this process attached: native, generic, or off (left to tc by the agent's choice); absent: tc only. */
   xdpModes(): Record<string, XdpMode | 'off'> {
     return this.xdp.modes();
   }

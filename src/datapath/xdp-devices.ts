@@ -44,7 +44,7 @@ export class XdpDevices {
     if (acceleration === 'none' || leaveOff !== undefined) {
       const have = xdpAttached(ifname);
       if (have && programNameById(have.id) === XDP_PROGRAM) detachXdpDevice(ifname);
-      if (acceleration !== 'none') this.leftOff.set(ifname, leaveOff!);
+      if (acceleration !== 'none' && leaveOff !== undefined) this.leftOff.set(ifname, leaveOff);
       return undefined;
     }
     try {

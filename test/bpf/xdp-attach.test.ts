@@ -47,6 +47,18 @@ const attached = (dev: string) => inNetns(host.netns, () => {
   return x && { mode: x.mode, program: programNameById(x.id) };
 });
 
+/** A VXLAN tunnel over eth0, and a datapath (best-effort) with XDP on both: native on eth0, generic on the tunnel. */
+const xdpOnNicAndTunnel = async (): Promise<Datapath> => {
+  await host.ip('link', 'add', 'tun0', 'type', 'vxlan', 'id', '7', 'dstport', '4789', 'local', '10.0.30.21', 'dev', 'eth0');
+  await host.ip('link', 'set', 'tun0', 'up');
+  const d = load('best-effort');
+  inNetns(host.netns, () => {
+    d.attachDevice('eth0');
+    d.attachDevice('tun0');
+  });
+  return d;
+};
+
 describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () => {
   it('native: veth runs it in its driver; a device without native XDP is an error, and leaves nothing behind', () => {
     const d = load('native');
@@ -80,13 +92,7 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () =>
   it('a restart re-attaches beneath a device stacked on another that carries XDP (a VXLAN tunnel over eth0)', async () => {
     // The kernel refuses XDP on a device while a device over it has XDP (EEXIST): at a
     // restart the tunnel still had the previous agent's program when eth0 got its turn.
-    await host.ip('link', 'add', 'tun0', 'type', 'vxlan', 'id', '7', 'dstport', '4789', 'local', '10.0.30.21', 'dev', 'eth0');
-    await host.ip('link', 'set', 'tun0', 'up');
-    const first = load('best-effort');
-    inNetns(host.netns, () => {
-      first.attachDevice('eth0');
-      first.attachDevice('tun0');
-    });
+    const first = await xdpOnNicAndTunnel();
     expect(first.xdpModes()).toEqual({ eth0: 'native', tun0: 'generic' });
     const before = inNetns(host.netns, () => [xdpAttached('eth0')!.id, xdpAttached('tun0')!.id]);
     inNetns(host.netns, () => first.release());
@@ -120,13 +126,7 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () =>
   });
 
   it('a device the agent leaves to tc gets no XDP whatever the acceleration, and loses what a previous agent put there', async () => {
-    await host.ip('link', 'add', 'tun0', 'type', 'vxlan', 'id', '7', 'dstport', '4789', 'local', '10.0.30.21', 'dev', 'eth0');
-    await host.ip('link', 'set', 'tun0', 'up');
-    const first = load('best-effort');
-    inNetns(host.netns, () => {
-      first.attachDevice('eth0');
-      first.attachDevice('tun0');
-    });
+    const first = await xdpOnNicAndTunnel();
     expect(attached('tun0')).toEqual({ mode: 'generic', program: 'xdp_ingress' });
     inNetns(host.netns, () => first.release());
     open.splice(open.indexOf(first), 1);
@@ -141,6 +141,15 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () =>
     expect(second.xdpDevices().tun0).toEqual({ mode: 'off', redirectTarget: false, reason: 'a vxlan tunnel' });
     // Its tc programs are there: what arrives on it is still ferry's.
     expect(second.attachedDevices()).toEqual(['eth0', 'tun0']);
+    // Under native a device left to tc is no error (the tunnel has no driver XDP: attached, it would be).
+    inNetns(host.netns, () => second.release());
+    open.splice(open.indexOf(second), 1);
+    const native = load('native');
+    inNetns(host.netns, () => {
+      native.attachDevice('eth0');
+      native.attachDevice('tun0', 'a vxlan tunnel');
+    });
+    expect(native.xdpModes()).toEqual({ eth0: 'native', tun0: 'off' });
     // Under none the reason is not kept: no device has XDP, none is left out of it.
     const third = load('none');
     inNetns(host.netns, () => third.attachDevice('tun0', 'a vxlan tunnel'));

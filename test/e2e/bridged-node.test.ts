@@ -3,7 +3,8 @@
 // previous agent left on the port off (its frames are the bridge's), runs XDP best-effort
 // as generic XDP on the bridge (no driver XDP), and serves NodePorts through it: to a pod
 // on the node, to one on another node in SNAT (replies back through the bridge) and in DSR,
-// over TCP and UDP, and a 4 MB transfer each way.
+// over TCP and UDP, and a 4 MB transfer each way; and it answers ARP for a LoadBalancer
+// address on the bridge (an L2 policy naming br0).
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -29,13 +30,17 @@ const service = (name: string, app: string, nodePort: number, extra: Record<stri
 const pod = (name: string, node: string) => ({ metadata: { name, namespace: 'default', labels: { app: name } }, spec: { nodeName: node, containers: [{ name: 'w', image: 'whoami', ports: [{ containerPort: 8080 }, { containerPort: 5353, protocol: 'UDP' }] }] } });
 
 beforeAll(async () => {
-  sb = await Sandbox.up({ name: 'brn', nodes: 2, mode: 'snat', announce: 'routes', acceleration: 'best-effort', log: pino({ level: 'silent' }), agentEnv: { FERRY_MIN_SYNC_PERIOD_MS: '20' } });
+  sb = await Sandbox.up({ name: 'brn', nodes: 2, mode: 'snat', announce: 'l2', acceleration: 'best-effort', log: pino({ level: 'silent' }), agentEnv: { FERRY_MIN_SYNC_PERIOD_MS: '20' } });
   api = new SandboxApi(sb.api.alsoUrl!);
   await put('Pod', pod('local', 'node-1'));
   await put('Pod', pod('remote', 'node-2'));
   await put('Service', service('local', 'local', 30600, { externalTrafficPolicy: 'Local' }));
   await put('Service', service('remote', 'remote', 30610));
   await put('Service', service('remote-dsr', 'remote', 30620, {}, { 'ferry.dev/forwarding': 'dsr' }));
+  // Announced by ARP from node-1 alone (its only endpoint is there), on br0 by a policy of its own.
+  await put('Service', { ...service('local-lb', 'local', 30630, { type: 'LoadBalancer', externalTrafficPolicy: 'Local' }) });
+  const policy = await api.call('POST', api.url('L2AnnouncementPolicy', ''), { apiVersion: 'ferry.dev/v1alpha1', kind: 'L2AnnouncementPolicy', metadata: { name: 'bridge' }, spec: { interfaces: ['br0'] } });
+  if (policy.status >= 300) throw new Error(String(policy.json.message));
   // node-1 as a bridging host (its address on br0 over eth0), then its agent started again.
   const node1 = sb.net.node(1);
   await sb.stopAgent(node1);
@@ -78,10 +83,28 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a node whose address is on 
     }
   });
 
-  it('carries 4 MB each way through the bridge to another node\'s pod (generic XDP on GRO\'d packets)', async () => {
+  it('carries 4 MB each way through the bridge to another node\'s pod (generic XDP on the bridge)', async () => {
     const down = await sb.net.client.execOk(['curl', '-sS', '--max-time', '20', '-o', '/dev/null', '-w', '%{size_download}', `http://${NODE1}:30610/bytes?n=4194304`], { timeoutMs: 30_000 });
     expect(Number(down)).toBe(4194304);
     const up = await sb.net.client.execOk(['sh', '-c', `head -c 4194304 /dev/zero | curl -sS --max-time 20 --data-binary @- http://${NODE1}:30610/`], { timeoutMs: 30_000 });
     expect(up).toMatch(/Received: 4194304/);
+  });
+
+  it('L2: the bridge answers ARP for a LoadBalancer address (a policy naming br0), and the address serves', async () => {
+    const ip = await eventually(async () => {
+      const r = await api.call('GET', api.url('Service', 'default', 'local-lb'));
+      return ((r.json.status as { loadBalancer?: { ingress?: Array<{ ip?: string }> } })?.loadBalancer?.ingress ?? [])[0]?.ip ?? '';
+    }, (x) => x !== '', 30_000);
+    const h = sb.net.node(1).host;
+    const [br0] = JSON.parse(await h.execOk(['ip', '-j', 'link', 'show', 'br0'])) as Array<{ address: string }>;
+    const replies = await datapathPackets(h, 'arp_reply');
+    const answers = await eventually(async () => {
+      const r = await sb.net.router.exec(['arping', '-c', '2', '-w', '3', '-I', 'nodes', ip], { timeoutMs: 10_000 });
+      return [...new Set([...r.stdout.matchAll(/reply from \S+ \[([0-9A-F:]+)\]/gi)].map((m) => m[1]!.toLowerCase()))];
+    }, (macs) => macs.length > 0, 30_000);
+    expect(answers).toEqual([br0!.address]);
+    expect(await datapathPackets(h, 'arp_reply')).toBeGreaterThan(replies); // ferry's responder, not the kernel's (the address is on no device)
+    const r = await eventually(() => get(`http://${ip}/`), (x) => x.code === 0);
+    expect(r.stdout).toMatch(/Hostname: local[\s\S]*RemoteAddr: 10\.0\.10\.2:/);
   });
 });
