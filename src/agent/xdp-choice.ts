@@ -5,7 +5,8 @@
 // them are tc's whatever runs there, and generic XDP on them turns the device's own GRO off
 // and copies every packet short of XDP's 256 bytes of headroom. In the sandbox, pod-to-pod
 // traffic through a VXLAN tunnel ran at 0.60-0.69x with generic XDP on the tunnel where
-// the underlay had no GRO, and no slower where it had (bench/results/full/xdp-devices-*.md).
+// the underlay had no GRO (the tunnel's own GRO is what generic XDP turns off), and no
+// slower where it had (bench/results/full/xdp-devices-*.md).
 import { ErrorCode, FerryError } from '../errors.js';
 import type { LinkInfo } from '../sys/links.js';
 import { entryMatches } from './devices.js';
