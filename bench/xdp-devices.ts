@@ -1,4 +1,5 @@
 // What XDP costs the traffic of a device without driver XDP, where it runs as generic XDP
+// (only where xdpDevices names the device: best-effort alone leaves such a device to tc)
 // (after the skb is built; the kernel copies a packet short of XDP's headroom, or a GRO'd
 // one, into a new buffer first and keeps the device's own GRO off), against
 // tc alone, in a 2-node sandbox whose switch is made a wire for XDP in every mode, so that
@@ -13,7 +14,8 @@
 //   programs on both tunnels), and a NodePort on node-2 in SNAT to that pod (forwarded into
 //   the tunnel, its replies back out of it). Both agents take each mode.
 // - bridge: node-1's address is on a bridge over its NIC (`br0`, ClusterNetwork.bridgeNode),
-//   the device its agent chooses. Modes: `none` and `best-effort` (generic XDP on br0).
+//   the device its agent chooses. Modes: `none` and `best-effort+br0` (br0 named in
+//   xdpDevices: generic XDP on it).
 //   Paths: node-1's NodePort in SNAT to the server pod on node-2 (both ways through br0), its
 //   NodePort with externalTrafficPolicy: Local to a pod on node-1, and the client straight
 //   to that pod (routed through node-1, no Service). node-1's agent takes each mode.
@@ -40,7 +42,8 @@ const MODES: Record<Topology, Record<string, Record<string, string>>> = {
   },
   bridge: {
     none: { FERRY_ACCELERATION: 'none' },
-    'best-effort': { FERRY_ACCELERATION: 'best-effort' },
+    // br0 named: generic XDP on it (without the name, best-effort leaves a device without driver XDP alone).
+    'best-effort+br0': { FERRY_ACCELERATION: 'best-effort', FERRY_XDP_DEVICES: 'br0' },
   },
 };
 

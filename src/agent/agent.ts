@@ -112,7 +112,7 @@ export class Agent {
       throw new FerryError({ code: ErrorCode.Config, op: 'choose the SNAT address', cause: `node ${cfg.nodeName} has no IPv4 InternalIP`, hint: 'set snatIPv4' });
     }
 
-    const links = readLinks(), devices = chooseDevices(links, defaultRouteDevices(), view.addresses, cfg.devices), xdpLeftOff = xdpChoice(cfg.xdpDevices, links, devices);
+    const links = readLinks(), devices = chooseDevices(links, defaultRouteDevices(), view.addresses, cfg.devices), xdpPlan = xdpChoice(cfg.xdpDevices, links, devices);
     mkdirSync(cfg.pinDir, { recursive: true });
     let [switchAt, switchMs] = [0, 0];
     let [handover, strays]: [HandoverChainReport | undefined, StrayReport] = [undefined, { removed: [], failed: [] }];
@@ -138,7 +138,7 @@ export class Agent {
       switchAt = Date.now();
       const switchStart = performance.now();
       handover = datapath.catchUpMigration(devices);
-      strays = datapath.attachDevices(devices, links.map((l) => l.name), xdpLeftOff); // and off the devices an earlier agent served
+      strays = datapath.attachDevices(devices, links.map((l) => l.name), xdpPlan); // and off the devices an earlier agent served
       datapath.refreshSnatDevices(links); // before any flow: a tunnel's flows leave from its address
       datapath.completeMigration();
       // From the first catch-up to the last: flows the old programs made in it reach the

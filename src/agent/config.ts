@@ -45,9 +45,10 @@ export interface AgentConfig {
   /** Remote backends through snat, dsr, or hybrid (DSR for TCP, SNAT for UDP). */
   forwardingMode: 'snat' | 'dsr' | 'hybrid';
   /** XDP before tc on the devices: none, native (a device whose driver has none is an
-   * error), or best-effort (native where the driver has it, generic XDP elsewhere). */
+   * error), or best-effort (native where the driver has it; elsewhere none, or generic XDP
+   * on a device xdpDevices names). */
   acceleration: Acceleration;
-  /** Which devices get XDP: names or patterns among `devices`; empty: all but tunnels and stacked devices (xdp-choice.ts). */
+  /** Which devices get XDP (generic too, under best-effort): names or patterns among `devices`; empty: all but tunnels and stacked devices, native only (xdp-choice.ts). */
   xdpDevices: string[];
   /** Maglev for external frontends: the table size (a prime, e.g. 16381); 0 keeps the flow hash. */
   maglevTableSize: number;

@@ -13,7 +13,7 @@ import type { Datapath } from '../datapath/loader.js';
 import { defaultRouteDevices, readLinks, type LinkInfo } from '../sys/links.js';
 import type { AgentConfig } from './config.js';
 import { chooseDevices, vlansLeftOut } from './devices.js';
-import { xdpLeftOff } from './xdp-choice.js';
+import { xdpDeviceChoice } from './xdp-choice.js';
 
 /** A VLAN of one of ferry's devices that is not one itself. */
 export interface VlanNotServed {
@@ -78,7 +78,7 @@ export class DeviceScanner {
       for (const d of chosen) {
         if (attached.includes(d)) continue;
         try {
-          this.datapath.attachDevice(d, xdpLeftOff(this.wanted.xdpDevices, byName.get(d) ?? { name: d }));
+          this.datapath.attachDevice(d, xdpDeviceChoice(this.wanted.xdpDevices, byName.get(d) ?? { name: d }));
           this.ifindexes.set(d, byName.get(d)?.ifindex ?? 0);
           changed = true;
           this.log.info({ device: d }, 'device attached');

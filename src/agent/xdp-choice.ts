@@ -1,13 +1,14 @@
-// Which of ferry's devices get XDP when acceleration is on. Named in `xdpDevices`: those
-// (names or patterns, as `devices` takes them). None named: every device but tunnels and
-// devices stacked on another, which are left to tc, as Cilium's best-effort leaves every
-// device without driver XDP: XDP cannot send a frame out of them, so flows routed through
-// them are tc's whatever runs there, and generic XDP on them turns the device's own GRO off
-// and copies every packet short of XDP's 256 bytes of headroom. In the sandbox, pod-to-pod
-// traffic through a VXLAN tunnel ran at 0.60-0.69x with generic XDP on the tunnel where
-// the underlay had no GRO (the tunnel's own GRO is what generic XDP turns off), and no
-// slower where it had (bench/results/full/xdp-devices-*.md).
+// Which of ferry's devices get XDP when acceleration is on, and where best-effort may fall
+// back to generic XDP. Named in `xdpDevices`: those (names or patterns, as `devices` takes
+// them), generic XDP too where the driver has none. None named: every device but tunnels
+// and devices stacked on another, which are left to tc (XDP cannot send a frame out of
+// them, so flows routed through them are tc's anyway, and `native` then works with an
+// overlay), and no generic XDP anywhere, as Cilium's best-effort: a generic XDP program
+// turns its device's GRO off (the kernel's netif_elide_gro), which halved a veth's TCP
+// receive of MTU-sized frames (bench/generic-xdp-gro.ts), and on a VXLAN tunnel skips the
+// tunnel's own GRO stage (0.60-0.69x without the underlay's GRO, bench/xdp-devices.ts).
 import { ErrorCode, FerryError } from '../errors.js';
+import type { XdpDeviceChoice } from '../datapath/xdp-devices.js';
 import type { LinkInfo } from '../sys/links.js';
 import { entryMatches } from './devices.js';
 
@@ -16,13 +17,13 @@ const TUNNEL_KINDS = new Set(['vxlan', 'geneve', 'gre', 'gretap', 'ip6gre', 'ip6
 /** Link kinds made on another device, whose frames arrive through it. */
 const STACKED_KINDS = new Set(['vlan', 'macvlan', 'macvtap', 'ipvlan', 'ipvtap']);
 
-/** Why `link` (one of ferry's devices) is left to tc although acceleration is on; undefined: XDP runs on it. */
-export function xdpLeftOff(wanted: readonly string[], link: Pick<LinkInfo, 'name' | 'kind'>): string | undefined {
-  if (wanted.length > 0) return wanted.some((w) => entryMatches(w, link.name)) ? undefined : 'not named in xdpDevices';
+/** What XDP may do on `link` (one of ferry's devices) when acceleration is on. */
+export function xdpDeviceChoice(wanted: readonly string[], link: Pick<LinkInfo, 'name' | 'kind'>): XdpDeviceChoice {
+  if (wanted.length > 0) return wanted.some((w) => entryMatches(w, link.name)) ? { genericFallback: true } : { leaveOff: 'not named in xdpDevices' };
   const kind = link.kind ?? '';
-  if (TUNNEL_KINDS.has(kind)) return `a ${kind} tunnel: XDP cannot send frames out of it, and generic XDP there costs a copy of each packet short of headroom (name it in xdpDevices to run XDP on it)`;
-  if (STACKED_KINDS.has(kind)) return `a ${kind} device: no driver XDP, and generic XDP there costs a copy of each packet short of headroom (name it in xdpDevices to run XDP on it)`;
-  return undefined;
+  if (TUNNEL_KINDS.has(kind)) return { leaveOff: `a ${kind} tunnel: XDP cannot send frames out of it, and generic XDP would turn its GRO off (name it in xdpDevices to run XDP on it)` };
+  if (STACKED_KINDS.has(kind)) return { leaveOff: `a ${kind} device: no driver XDP, and generic XDP would turn its GRO off (name it in xdpDevices to run XDP on it)` };
+  return {};
 }
 
 /** The check at an agent's start: every `xdpDevices` entry takes one of ferry's devices (XDP runs only where tc does). */
@@ -33,9 +34,9 @@ export function checkXdpDevices(wanted: readonly string[], devices: readonly str
   }
 }
 
-/** At an agent's start: the entries checked against the chosen devices, and the reason (if any) each device is left to tc. */
-export function xdpChoice(wanted: readonly string[], links: readonly LinkInfo[], devices: readonly string[]): (device: string) => string | undefined {
+/** At an agent's start: the entries checked against the chosen devices, and what XDP may do on each. */
+export function xdpChoice(wanted: readonly string[], links: readonly LinkInfo[], devices: readonly string[]): (device: string) => XdpDeviceChoice {
   checkXdpDevices(wanted, devices);
   const byName = new Map(links.map((l) => [l.name, l]));
-  return (device) => xdpLeftOff(wanted, byName.get(device) ?? { name: device });
+  return (device) => xdpDeviceChoice(wanted, byName.get(device) ?? { name: device });
 }

@@ -15,8 +15,8 @@ export function registerManifests(program: Command): void {
     .option('--image <ref>', 'the ferry image (make image, then copied to your registry)')
     .option('--devices <list>', 'the agent\'s devices, comma-separated names or patterns (default: chosen on each node)')
     .addOption(new Option('--mode <mode>', 'forwarding for NodePort and LB traffic to remote backends').choices(['snat', 'dsr', 'hybrid']))
-    .addOption(new Option('--acceleration <mode>', 'XDP before tc on the devices: none, native (the driver runs it), best-effort (native where it can, generic elsewhere)').choices(['none', 'native', 'best-effort']))
-    .option('--xdp-devices <list>', 'which devices get XDP, comma-separated names or patterns (default: all but tunnels and VLANs)')
+    .addOption(new Option('--acceleration <mode>', 'XDP before tc on the devices: none, native (the driver runs it), best-effort (native where it can, none elsewhere)').choices(['none', 'native', 'best-effort']))
+    .option('--xdp-devices <list>', 'which devices get XDP, comma-separated names or patterns; under best-effort a named device without driver XDP runs generic XDP (default: all but tunnels and VLANs, native only)')
     .action((o: { talos?: boolean; apiServer?: string; image?: string; devices?: string; mode?: 'snat' | 'dsr' | 'hybrid'; acceleration?: 'none' | 'native' | 'best-effort'; xdpDevices?: string }) => {
       const devices = deviceList('--devices', o.devices);
       const xdpDevices = deviceList('--xdp-devices', o.xdpDevices);

@@ -41,7 +41,7 @@ export function registerSandbox(program: Command): void {
     .option('--nodes <n>', 'number of nodes', '3')
     .option('--mode <mode>', 'forwarding mode: snat, dsr or hybrid', 'snat')
     .option('--announce <how>', 'how LoadBalancer addresses reach the nodes: bgp (the router learns 10.0.100.0/24 from the nodes, ECMP, BFD), l2 (a pool in the node subnet, 10.0.30.200-250, answered by ARP) or routes (static routes the sandbox keeps)', 'bgp')
-    .option('--acceleration <mode>', 'the agents\' XDP: none, native (veth runs it when the switch is a bridge) or best-effort (generic XDP where native is not possible)', 'none')
+    .option('--acceleration <mode>', 'the agents\' XDP: none, native (veth runs it when the switch is a bridge) or best-effort (on a macvlan switch: generic XDP)', 'none')
     .option('--pod-network <kind>', 'how pods of different nodes reach each other: routed (across the node network) or vxlan (a Flannel-style overlay, flannel.1 on each node, one of the agents\' devices)', 'routed')
     .action(async (o: { name: string; nodes: string; mode: string; announce: string; acceleration: string; podNetwork: string }) => {
       validateSandboxName(o.name);

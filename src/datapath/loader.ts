@@ -13,7 +13,7 @@ import type { Link } from '../ebpf/link.js';
 import { assertBpffs } from '../ebpf/pinned.js';
 import { ipv4FromString } from '../ebpf/codec.js';
 import { ErrorCode, FerryError } from '../errors.js';
-import { XDP_PROGRAM, XdpDevices, type XdpDeviceState } from './xdp-devices.js';
+import { XDP_PROGRAM, XdpDevices, type XdpDeviceChoice, type XdpDeviceState } from './xdp-devices.js';
 import { HopEpoch } from './hop-epoch.js';
 import { SnatDevices, chooseSnatDevices, type DeviceAddresses, type SnatDevice } from './snat-devices.js';
 import { readLinks } from '../sys/links.js';
@@ -104,7 +104,7 @@ export interface DatapathConfig {
   icmpBurst?: number;
   /** XDP before tc on the external devices, as Cilium names it: none (tc only), native (run
    * by the driver; a device whose driver cannot is an error), best-effort (native where the
-   * driver can, generic XDP elsewhere). */
+   * driver can; elsewhere generic XDP where the agent's choice allows it, else none). */
   acceleration?: Acceleration;
 }
 
@@ -247,14 +247,14 @@ export class Datapath {
 
   /**
    * tc ingress and egress on an external device (in the calling thread's netns), and XDP
-   * before them as the acceleration setting says, unless `xdpLeftOff` gives a reason to
-   * leave this device to tc. tc goes first: what XDP passes on finds it.
+   * before them as the acceleration setting says and the agent's choice for the device
+   * allows (xdp-devices.ts). tc goes first: what XDP passes on finds it.
    */
-  attachDevice(ifname: string, xdpLeftOff?: string): void {
+  attachDevice(ifname: string, xdp: XdpDeviceChoice = {}): void {
     if (!this.chain.length) removeChain(ifname); // left by an agent that died in its switch
     const links = [attachTc(this.tc.program(TC_PROGRAM.ingress), { ifname, direction: 'ingress' }), attachTc(this.tc.program(TC_PROGRAM.egress), { ifname, direction: 'egress' })];
     try {
-      const x = this.xdp.attach(ifname, this.cfg.acceleration ?? 'none', xdpLeftOff);
+      const x = this.xdp.attach(ifname, this.cfg.acceleration ?? 'none', xdp);
       if (x) links.push(x);
     } catch (e) {
       for (const l of links.reverse()) l.close();
@@ -265,8 +265,8 @@ export class Datapath {
   }
 
   /** The agent's start: tc (and XDP) on `devices`; ferry's programs an earlier agent left on other devices taken off (stray-programs.ts). */
-  attachDevices(devices: readonly string[], present: readonly string[] = readLinks().map((l) => l.name), xdpLeftOff: (device: string) => string | undefined = () => undefined): StrayReport {
-    for (const dev of devices) this.attachDevice(dev, xdpLeftOff(dev));
+  attachDevices(devices: readonly string[], present: readonly string[] = readLinks().map((l) => l.name), xdp: (device: string) => XdpDeviceChoice = () => ({})): StrayReport {
+    for (const dev of devices) this.attachDevice(dev, xdp(dev));
     return detachStrayPrograms(present, new Set(devices));
   }
 

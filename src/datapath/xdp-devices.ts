@@ -23,6 +23,17 @@ export interface XdpDeviceState {
   reason?: string;
 }
 
+/** The agent's word on one device: leave XDP off it (and why), and whether `best-effort`
+ * may run generic XDP there when the driver has none (only where the operator named the
+ * device: generic XDP turns the device's GRO off). */
+export interface XdpDeviceChoice {
+  leaveOff?: string;
+  genericFallback?: boolean;
+}
+
+/** Why best-effort left a device without driver XDP alone. */
+export const NO_DRIVER_XDP = "its driver has no XDP, and generic XDP would turn the device's GRO off (name it in xdpDevices to run generic XDP there)";
+
 export class XdpDevices {
   private readonly byDevice = new Map<string, { obj: BpfObject; mode: XdpMode; link: Link; ifindex: number; target: boolean; reason?: string }>();
   /** Devices whose XDP the agent left off although acceleration is on, and why. */
@@ -36,23 +47,28 @@ export class XdpDevices {
   ) {}
 
   /**
-   * XDP on a device as the acceleration setting says (in the calling thread's netns): native,
-   * or for best-effort generic where the driver has none; none, or a reason to leave this
-   * device off (`leaveOff`: the agent's choice), takes a previous agent's program off.
+   * XDP on a device as the acceleration setting says (in the calling thread's netns): native;
+   * where the driver has none, an error under native, and under best-effort generic XDP if
+   * the choice allows it, else nothing (Cilium's best-effort). none, or the choice's reason
+   * to leave this device off, takes a previous agent's program off.
    */
-  attach(ifname: string, acceleration: 'none' | 'native' | 'best-effort', leaveOff?: string): Link | undefined {
-    if (acceleration === 'none' || leaveOff !== undefined) {
-      const have = xdpAttached(ifname);
-      if (have && programNameById(have.id) === XDP_PROGRAM) detachXdpDevice(ifname);
-      if (acceleration !== 'none' && leaveOff !== undefined) this.leftOff.set(ifname, leaveOff);
-      return undefined;
-    }
+  attach(ifname: string, acceleration: 'none' | 'native' | 'best-effort', choice: XdpDeviceChoice = {}): Link | undefined {
+    const leaveOff = acceleration === 'none' ? undefined : choice.leaveOff;
+    if (acceleration === 'none' || leaveOff !== undefined) return this.leave(ifname, leaveOff);
     try {
       return this.set(ifname, 'native');
     } catch (e) {
       if (acceleration !== 'best-effort' || (e as FerryError).code !== ErrorCode.XdpUnsupported) throw e;
-      return this.set(ifname, 'generic');
+      return choice.genericFallback ? this.set(ifname, 'generic') : this.leave(ifname, NO_DRIVER_XDP);
     }
+  }
+
+  /** No XDP of ferry's on `ifname` (a previous agent's taken off); `reason`: why, when acceleration is on. */
+  private leave(ifname: string, reason: string | undefined): undefined {
+    const have = xdpAttached(ifname);
+    if (have && programNameById(have.id) === XDP_PROGRAM) detachXdpDevice(ifname);
+    if (reason !== undefined) this.leftOff.set(ifname, reason);
+    return undefined;
   }
 
   /** ferry's XDP on `ifname` in `mode`, in place of this process's program there (if any). */

@@ -168,7 +168,7 @@ export function attachXdpDevice(program: Program, ifname: string, mode: XdpMode)
       code: unsupported ? ErrorCode.XdpUnsupported : ErrorCode.Attach,
       op: `attach ${program.name} to ${where}`,
       cause: unsupported ? `the driver of ${ifname} has no native XDP (EOPNOTSUPP)` : errnoName(rc),
-      hint: unsupported ? 'use acceleration: best-effort (generic XDP where the driver has none) or none' : 'see dmesg for the verifier or driver message',
+      hint: unsupported ? 'use acceleration: best-effort (such a device is left to tc, or runs generic XDP if xdpDevices names it) or none' : 'see dmesg for the verifier or driver message',
     });
   }
   return new XdpDeviceLink(program.name, where, ifname, ifindex, mode);

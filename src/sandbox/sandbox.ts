@@ -241,8 +241,8 @@ export class Sandbox {
     mkdirSync(pinDir, { recursive: true });
     this.tb.ownPath(pinDir);
     // One kernel for every node: its own pins and cgroup; its FRR on this machine (or its pod's frr container).
-    // Over VXLAN the tunnel is one of ferry's devices: SNAT flows through it leave from its address, DSR options arrive on it.
-    const overlay: Record<string, string> = this.net.podNetwork === 'vxlan' ? { FERRY_DEVICES: `${node.device},${TUNNEL.device}` } : {};
+    // Over VXLAN the tunnel is one of ferry's devices (SNAT flows through it leave from its address, DSR options arrive on it); a macvlan switch's member has no driver XDP: named, best-effort runs generic XDP on it.
+    const overlay: Record<string, string> = { ...(this.net.podNetwork === 'vxlan' ? { FERRY_DEVICES: `${node.device},${TUNNEL.device}` } : {}), ...(this.net.nodeSwitch.kind === 'macvlan' ? { FERRY_XDP_DEVICES: node.device } : {}) };
     const settings = { FERRY_PIN_DIR: pinDir, FERRY_CGROUP_ROOT: node.host.cgroup, FERRY_CGROUP_MUST_BE_ROOT: 'false', ...overlay, ...(this.frr.has(node.name) ? { FERRY_FRR_PATHSPACE: node.host.netns } : {}), ...this.opts.agentEnv };
     const bin = opts.bin ?? this.opts.agentBin;
     // A previous release chose no devices by itself: its DaemonSet named them.

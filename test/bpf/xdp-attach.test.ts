@@ -1,13 +1,14 @@
 // Where the agent attaches XDP, by the acceleration setting: native on a driver that has it
 // (veth), an error under `native` on one that has not (macvlan, or a bridge on a kernel
-// without macvlan), generic there under
-// `best-effort`; `none`, or the agent leaving a device to tc (a tunnel), takes off an XDP
+// without macvlan), nothing there under `best-effort` unless the agent allows generic XDP
+// (a device named in xdpDevices); `none`, or the agent leaving a device to tc (a tunnel), takes off an XDP
 // program an earlier agent left; uninstall too.
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { Datapath, defaultObjectsDir, type Acceleration } from '../../src/datapath/loader.js';
 import { uninstall } from '../../src/datapath/uninstall.js';
+import { NO_DRIVER_XDP } from '../../src/datapath/xdp-devices.js';
 import { programNameById, xdpAttached } from '../../src/ebpf/link-xdp.js';
 import { ErrorCode, FerryError } from '../../src/errors.js';
 import { Testbed, type Host } from '../../src/sandbox/netns/testbed.js';
@@ -54,7 +55,7 @@ const xdpOnNicAndTunnel = async (): Promise<Datapath> => {
   const d = load('best-effort');
   inNetns(host.netns, () => {
     d.attachDevice('eth0');
-    d.attachDevice('tun0');
+    d.attachDevice('tun0', { genericFallback: true });
   });
   return d;
 };
@@ -79,13 +80,20 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () =>
     expect(uninstall({ pinDir, netns: host.netns }).tcFilters).toEqual(['tc ingress eth0', 'tc egress eth0']);
   });
 
-  it('best-effort: native where the driver can, generic elsewhere', () => {
+  it('best-effort: native where the driver can; elsewhere nothing (as Cilium), or generic XDP where the agent allows it', () => {
     const d = load('best-effort');
     inNetns(host.netns, () => {
       d.attachDevice('eth0');
       d.attachDevice('nonative0');
     });
-    expect(d.xdpModes()).toEqual({ eth0: 'native', nonative0: 'generic' });
+    expect(d.xdpModes()).toEqual({ eth0: 'native', nonative0: 'off' });
+    expect(d.xdpDevices().nonative0).toEqual({ mode: 'off', redirectTarget: false, reason: NO_DRIVER_XDP });
+    expect(attached('nonative0')).toBeUndefined();
+    inNetns(host.netns, () => d.release()); // the agent exits; the next one has nonative0 named in xdpDevices
+    open.splice(open.indexOf(d), 1);
+    const named = load('best-effort');
+    inNetns(host.netns, () => named.attachDevice('nonative0', { genericFallback: true }));
+    expect(named.xdpModes()).toEqual({ nonative0: 'generic' });
     expect(attached('nonative0')).toEqual({ mode: 'generic', program: 'xdp_ingress' });
   });
 
@@ -100,7 +108,7 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () =>
     const second = load('best-effort');
     inNetns(host.netns, () => {
       second.attachDevice('eth0');
-      second.attachDevice('tun0');
+      second.attachDevice('tun0', { genericFallback: true });
     });
     expect(second.xdpModes()).toEqual({ eth0: 'native', tun0: 'generic' });
     expect(attached('eth0')).toEqual({ mode: 'native', program: 'xdp_ingress' });
@@ -113,7 +121,7 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () =>
     inNetns(host.netns, () => second.release());
     open.splice(open.indexOf(second), 1);
     const third = load('best-effort');
-    inNetns(host.netns, () => third.attachDevice('tun0'));
+    inNetns(host.netns, () => third.attachDevice('tun0', { genericFallback: true }));
     const tunnelProgram = inNetns(host.netns, () => xdpAttached('tun0')!.id);
     expect(tunnelProgram).not.toBe(after[1]);
     inNetns(host.netns, () => third.attachDevice('eth0'));
@@ -133,7 +141,7 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () =>
     const second = load('best-effort');
     inNetns(host.netns, () => {
       second.attachDevice('eth0');
-      second.attachDevice('tun0', 'a vxlan tunnel');
+      second.attachDevice('tun0', { leaveOff: 'a vxlan tunnel' });
     });
     expect(attached('tun0')).toBeUndefined();
     expect(attached('eth0')).toEqual({ mode: 'native', program: 'xdp_ingress' });
@@ -147,12 +155,12 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () =>
     const native = load('native');
     inNetns(host.netns, () => {
       native.attachDevice('eth0');
-      native.attachDevice('tun0', 'a vxlan tunnel');
+      native.attachDevice('tun0', { leaveOff: 'a vxlan tunnel' });
     });
     expect(native.xdpModes()).toEqual({ eth0: 'native', tun0: 'off' });
     // Under none the reason is not kept: no device has XDP, none is left out of it.
     const third = load('none');
-    inNetns(host.netns, () => third.attachDevice('tun0', 'a vxlan tunnel'));
+    inNetns(host.netns, () => third.attachDevice('tun0', { leaveOff: 'a vxlan tunnel' }));
     expect(third.xdpModes()).toEqual({});
   });
 

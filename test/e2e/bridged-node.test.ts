@@ -1,7 +1,7 @@
 // A node whose address lives on a bridge with its NIC as a port (a bare-metal host that
 // bridges its NIC for VMs): the agent chooses the bridge, not its port, takes the programs a
-// previous agent left on the port off (its frames are the bridge's), runs XDP best-effort
-// as generic XDP on the bridge (no driver XDP), and serves NodePorts through it: to a pod
+// previous agent left on the port off (its frames are the bridge's), runs generic XDP on
+// the bridge (no driver XDP; named in xdpDevices), and serves NodePorts through it: to a pod
 // on the node, to one on another node in SNAT (replies back through the bridge) and in DSR,
 // over TCP and UDP, and a 4 MB transfer each way; and it answers ARP for a LoadBalancer
 // address on the bridge (an L2 policy naming br0).
@@ -45,7 +45,8 @@ beforeAll(async () => {
   const node1 = sb.net.node(1);
   await sb.stopAgent(node1);
   await sb.net.bridgeNode(node1);
-  startLog = (await sb.startAgent(node1, 60_000)).output();
+  // br0 has no driver XDP: named in xdpDevices, best-effort runs generic XDP on it (unnamed, none).
+  startLog = (await sb.startAgent(node1, 60_000, { env: { FERRY_XDP_DEVICES: 'br0' } })).output();
   await eventually(() => get(`http://${NODE1}:30610/`), (r) => r.code === 0, 30_000);
 }, 180_000);
 afterAll(async () => {

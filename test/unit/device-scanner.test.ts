@@ -14,11 +14,12 @@ const link = (name: string, o: Partial<LinkInfo> = {}): LinkInfo => ({ name, ifi
 function node(attachedAtStart: string[], wanted = { devices: ['eth0'], xdpDevices: [] as string[] }) {
   const attached = [...attachedAtStart];
   const xdpLeftOff = new Map<string, string | undefined>();
+  const xdpGeneric = new Map<string, boolean | undefined>();
   const lines: Array<{ msg: string; device?: string; vlan?: number }> = [];
   const sink = new Writable({ write: (chunk, _enc, done) => (lines.push(JSON.parse(String(chunk))), done()) });
   let links: LinkInfo[] = [];
   const datapath = {
-    attachDevice: (d: string, off?: string) => void (attached.push(d), xdpLeftOff.set(d, off)),
+    attachDevice: (d: string, xdp: { leaveOff?: string; genericFallback?: boolean }) => void (attached.push(d), xdpLeftOff.set(d, xdp.leaveOff), xdpGeneric.set(d, xdp.genericFallback)),
     attachedDevices: () => [...attached],
     forgetDevice: (d: string) => void attached.splice(attached.indexOf(d), 1),
     refreshXdpTargets: () => false,
@@ -27,7 +28,7 @@ function node(attachedAtStart: string[], wanted = { devices: ['eth0'], xdpDevice
   };
   const scanner = new DeviceScanner(datapath as unknown as ConstructorParameters<typeof DeviceScanner>[0], wanted, [], pino(sink), () => undefined, { links: () => links, defaultRouteDevices: () => [] });
   const vlanWarnings = () => lines.filter((l) => l.msg.startsWith('a VLAN of a ferry device')).map((l) => `${l.device}:${l.vlan}`);
-  return { scanner, attached, xdpLeftOff, setLinks: (l: LinkInfo[]) => (links = l), vlanWarnings };
+  return { scanner, attached, xdpLeftOff, xdpGeneric, setLinks: (l: LinkInfo[]) => (links = l), vlanWarnings };
 }
 
 describe('device scanner: VLANs of ferry devices', () => {
@@ -67,7 +68,7 @@ describe('device scanner: VLANs of ferry devices', () => {
       n.scanner.scan();
       expect(n.attached).toEqual(['eth0', 'flannel.1']);
       if (expected) expect(n.xdpLeftOff.get('flannel.1')).toMatch(expected);
-      else expect(n.xdpLeftOff.get('flannel.1')).toBeUndefined();
+      else expect([n.xdpLeftOff.get('flannel.1'), n.xdpGeneric.get('flannel.1')]).toEqual([undefined, true]); // named: generic XDP allowed
     }
   });
 });
