@@ -4,9 +4,10 @@
 // and devices stacked on another, which are left to tc (XDP cannot send a frame out of
 // them, so flows routed through them are tc's anyway, and `native` then works with an
 // overlay), and no generic XDP anywhere, as Cilium's best-effort: a generic XDP program
-// turns its device's GRO off (the kernel's netif_elide_gro), which halved a veth's TCP
-// receive of MTU-sized frames (bench/generic-xdp-gro.ts), and on a VXLAN tunnel skips the
-// tunnel's own GRO stage (0.60-0.69x without the underlay's GRO, bench/xdp-devices.ts).
+// turns its device's GRO off (the kernel's netif_elide_gro), which took a veth's TCP
+// receive of MTU-sized frames to 0.39x (bench/generic-xdp-gro.ts), and on a VXLAN tunnel
+// skips the tunnel's own GRO stage (0.60-0.69x without the underlay's GRO, while with it
+// the stage was redundant and skipping it paid: bench/xdp-devices.ts).
 import { ErrorCode, FerryError } from '../errors.js';
 import type { XdpDeviceChoice } from '../datapath/xdp-devices.js';
 import type { LinkInfo } from '../sys/links.js';
