@@ -48,6 +48,11 @@ const attached = (dev: string) => inNetns(host.netns, () => {
   return x && { mode: x.mode, program: programNameById(x.id) };
 });
 
+/** The agent exits: its datapath stays in place, this process lets it go. */
+const exitAgent = (d: Datapath): void => {
+  inNetns(host.netns, () => d.release());
+  open.splice(open.indexOf(d), 1);
+};
 /** A VXLAN tunnel over eth0, and a datapath (best-effort) with XDP on both: native on eth0, generic on the tunnel. */
 const xdpOnNicAndTunnel = async (): Promise<Datapath> => {
   await host.ip('link', 'add', 'tun0', 'type', 'vxlan', 'id', '7', 'dstport', '4789', 'local', '10.0.30.21', 'dev', 'eth0');
@@ -89,8 +94,7 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () =>
     expect(d.xdpModes()).toEqual({ eth0: 'native', nonative0: 'off' });
     expect(d.xdpDevices().nonative0).toEqual({ mode: 'off', redirectTarget: false, reason: NO_DRIVER_XDP });
     expect(attached('nonative0')).toBeUndefined();
-    inNetns(host.netns, () => d.release()); // the agent exits; the next one has nonative0 named in xdpDevices
-    open.splice(open.indexOf(d), 1);
+    exitAgent(d); // the next agent has nonative0 named in xdpDevices
     const named = load('best-effort');
     inNetns(host.netns, () => named.attachDevice('nonative0', { genericFallback: true }));
     expect(named.xdpModes()).toEqual({ nonative0: 'generic' });
@@ -136,8 +140,7 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () =>
   it('a device the agent leaves to tc gets no XDP whatever the acceleration, and loses what a previous agent put there', async () => {
     const first = await xdpOnNicAndTunnel();
     expect(attached('tun0')).toEqual({ mode: 'generic', program: 'xdp_ingress' });
-    inNetns(host.netns, () => first.release());
-    open.splice(open.indexOf(first), 1);
+    exitAgent(first);
     const second = load('best-effort');
     inNetns(host.netns, () => {
       second.attachDevice('eth0');
@@ -150,8 +153,7 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () =>
     // Its tc programs are there: what arrives on it is still ferry's.
     expect(second.attachedDevices()).toEqual(['eth0', 'tun0']);
     // Under native a device left to tc is no error (the tunnel has no driver XDP: attached, it would be).
-    inNetns(host.netns, () => second.release());
-    open.splice(open.indexOf(second), 1);
+    exitAgent(second);
     const native = load('native');
     inNetns(host.netns, () => {
       native.attachDevice('eth0');
