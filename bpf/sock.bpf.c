@@ -4,12 +4,15 @@
  * recvmsg()/getpeername() map the backend back to the Service address, so UDP replies
  * appear to come from the address the client sent to. loadBalancerSourceRanges apply here
  * too, by the namespace's address (lb4_netns_sources). IPv6 sockets are translated when
- * they reach an IPv4 Service through an IPv4-mapped address (::ffff:a.b.c.d). */
+ * they reach an IPv4 Service through an IPv4-mapped address (::ffff:a.b.c.d), and when
+ * they reach an IPv6 ClusterIP (lb6_services: the IPv6 family of a dual-stack or IPv6
+ * Service). */
 #include "lib/common.h"
 #include "lib/config.h"
 #include "lib/maps.h"
 #include "lib/hash.h"
 #include "lib/lb.h"
+#include "lib/lb6.h"
 
 #define SYS_REJECT 0
 #define SYS_PROCEED 1
@@ -176,6 +179,74 @@ static __always_inline int v4_mapped(struct bpf_sock_addr *ctx)
 	return ctx->user_ip6[0] == 0 && ctx->user_ip6[1] == 0 && ctx->user_ip6[2] == bpf_htonl(0xffff);
 }
 
+/* The socket's IPv6 address, 16 bytes in network order (the context gives it as words). */
+static __always_inline void sock6_addr(struct bpf_sock_addr *ctx, __u8 *to)
+{
+	__u32 w[4] = { ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3] };
+
+	__builtin_memcpy(to, w, 16);
+}
+
+static __always_inline void sock6_set_addr(struct bpf_sock_addr *ctx, const __u8 *from, __be16 port)
+{
+	__u32 w[4];
+
+	__builtin_memcpy(w, from, 16);
+	ctx->user_ip6[0] = w[0];
+	ctx->user_ip6[1] = w[1];
+	ctx->user_ip6[2] = w[2];
+	ctx->user_ip6[3] = w[3];
+	ctx->user_port = (__u32)port;
+}
+
+/* A native IPv6 destination: left alone, refused, or rewritten to a backend, as IPv4's
+ * (the socket cookie spreads sockets over the slots; ClientIP affinity by namespace). */
+static __always_inline int sock_lb6(struct bpf_sock_addr *ctx)
+{
+	struct lb6_key key = { .port = (__be16)ctx->user_port, .proto = ctx->protocol };
+	struct lb6_service *svc, *b;
+	__u64 cookie;
+	int found;
+
+	if (key.proto != IPPROTO_TCP && key.proto != IPPROTO_UDP)
+		return SYS_PROCEED;
+	sock6_addr(ctx, key.address);
+	found = lb6_lookup(&key, &svc);
+	if (found == LB_NOT_SERVICE)
+		return SYS_PROCEED;
+	if (found != LB_FOUND)
+		return sock_refuse();
+	cookie = bpf_get_socket_cookie(ctx);
+	{
+		struct lb6_affinity_key ak = { .netns_cookie = bpf_get_netns_cookie(ctx), .port = key.port, .proto = key.proto };
+		__u64 now = ferry_now();
+
+		__builtin_memcpy(ak.address, key.address, 16);
+		b = lb6_affinity_get(&ak, &key, svc, now);
+		if (!b) {
+			b = lb6_select_slot(&key, svc,
+					    hash_final((__u32)cookie + FERRY_HASH_INIT + hash_seed,
+						       (__u32)(cookie >> 32) + FERRY_HASH_INIT + hash_seed,
+						       (__u32)key.port + key.proto + FERRY_HASH_INIT + hash_seed));
+			if (b)
+				lb6_affinity_set(&ak, svc, b, now);
+		}
+	}
+	if (!b)
+		return sock_refuse();
+	{
+		struct lb6_sock_key k = { .cookie = cookie, .port = b->port };
+		struct lb6_sock_value v = { .port = key.port };
+
+		__builtin_memcpy(k.address, b->address, 16);
+		__builtin_memcpy(v.address, key.address, 16);
+		bpf_map_update_elem(&lb6_sock_rev, &k, &v, BPF_ANY);
+	}
+	sock6_set_addr(ctx, b->address, b->port);
+	count_stat(STAT_SOCK_XLATE, 0);
+	return SYS_PROCEED;
+}
+
 static __always_inline int sock6_xlate(struct bpf_sock_addr *ctx)
 {
 	__be32 addr;
@@ -183,7 +254,7 @@ static __always_inline int sock6_xlate(struct bpf_sock_addr *ctx)
 	int rc;
 
 	if (!v4_mapped(ctx))
-		return SYS_PROCEED;
+		return sock_lb6(ctx);
 	addr = ctx->user_ip6[3];
 	port = (__be16)ctx->user_port;
 	rc = sock_lb4(ctx, &addr, &port);
@@ -198,8 +269,16 @@ static __always_inline int sock6_rev_xlate(struct bpf_sock_addr *ctx)
 {
 	struct lb4_sock_value *v;
 
-	if (!v4_mapped(ctx))
+	if (!v4_mapped(ctx)) {
+		struct lb6_sock_key k = { .cookie = bpf_get_socket_cookie(ctx), .port = (__be16)ctx->user_port };
+		struct lb6_sock_value *v6;
+
+		sock6_addr(ctx, k.address);
+		v6 = bpf_map_lookup_elem(&lb6_sock_rev, &k);
+		if (v6)
+			sock6_set_addr(ctx, v6->address, v6->port);
 		return SYS_PROCEED;
+	}
 	v = sock_rev4(ctx, ctx->user_ip6[3], (__be16)ctx->user_port);
 	if (v) {
 		ctx->user_ip6[3] = v->address;

@@ -6,6 +6,7 @@
 
 #include "ctx.h"
 #include "shared/lb.h"
+#include "shared/lb6.h"
 #include "shared/ct.h"
 #include "shared/metrics.h"
 #include "shared/events.h"
@@ -107,6 +108,29 @@ struct {
 	__type(key, struct lb4_sock_key);
 	__type(value, struct lb4_sock_value);
 } lb4_sock_rev SEC(".maps");
+
+/* IPv6 Services at the socket hooks (shared/lb6.h), sized as their IPv4 counterparts. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lb6_key);
+	__type(value, struct lb6_service);
+} lb6_services SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct lb6_affinity_key);
+	__type(value, struct lb6_affinity_value);
+} lb6_affinity SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct lb6_sock_key);
+	__type(value, struct lb6_sock_value);
+} lb6_sock_rev SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

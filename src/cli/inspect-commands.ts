@@ -34,6 +34,7 @@ function out(format: string, rows: Array<Record<string, unknown>>, columns?: str
 
 export function parseEndpoint(s: string, what: string): { ip: string; port: number; proto?: 'tcp' | 'udp' } {
   const m = /^(\d+\.\d+\.\d+\.\d+):(\d+)(?:\/(tcp|udp))?$/i.exec(s);
+  if (!m && s.startsWith('[')) throw new FerryError({ code: ErrorCode.Config, op: `explain ${what}`, cause: `"${s}": IPv6 packets are not explained yet`, hint: 'ferry service list shows the IPv6 frontends' });
   if (!m) throw new FerryError({ code: ErrorCode.Config, op: `explain ${what}`, cause: `"${s}" is not IP:PORT${what === 'destination' ? '[/tcp|udp]' : ''}` });
   return { ip: m[1]!, port: Number(m[2]), proto: m[3]?.toLowerCase() as 'tcp' | 'udp' | undefined };
 }

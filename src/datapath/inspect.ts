@@ -4,6 +4,7 @@
 import { BackendFlags, CtFlags, DropReason, FilterSlot, LbFlags, LbScope, Stat, mapSpecs, protoName, type MapName } from './layouts.js';
 import { clearConntrack, monotonicNs } from './ct-gc.js';
 import { PinnedDatapath } from './pinned-view.js';
+import type { Lb6Key, Lb6Service } from './layouts6.js';
 import { interfaceName } from '../sys/interfaces.js';
 import { macText } from '../packet/addr.js';
 import { readServiceTable } from './service-table.js';
@@ -175,7 +176,7 @@ export function frontendKind(flags: number): string {
 export function listFrontends(pinDir: string): FrontendRow[] {
   return PinnedDatapath.with(pinDir, (dp) => {
     const table = readServiceTable(dp.maps);
-    return table.frontends.map(({ key: k, master: v, backendIds, name }): FrontendRow => {
+    const rows = table.frontends.map(({ key: k, master: v, backendIds, name }): FrontendRow => {
       const flags: string[] = [];
       if (k.scope === LbScope.LB_SCOPE_INTERNAL) flags.push('internal');
       if (v.affinityTimeout) flags.push(`affinity=${v.affinityTimeout}s`);
@@ -200,7 +201,27 @@ export function listFrontends(pinDir: string): FrontendRow[] {
         }),
       };
     }).sort((a, b) => a.id - b.id);
+    return dp.pinned().includes('lb6_services') ? [...rows, ...ipv6Frontends(dp.map('lb6_services').entries())] : rows;
   });
+}
+
+/** The IPv6 frontends (lb6_services: no id, no published name), after the IPv4 ones. */
+function ipv6Frontends(entries: Array<[Lb6Key, Lb6Service]>): FrontendRow[] {
+  const slots = new Map(entries.filter(([k]) => k.slot > 0).map(([k, v]) => [`${k.address}|${k.port}|${k.proto}|${k.slot}`, v]));
+  return entries
+    .filter(([k, v]) => k.slot === 0 && !(v.flags & LbFlags.LB_F_WILDCARD))
+    .map(([k, v]): FrontendRow => ({
+      id: 0,
+      service: '-',
+      frontend: `[${k.address}]:${k.port}/${protoName(k.proto)}`,
+      type: frontendKind(v.flags),
+      flags: [...(v.affinityTimeout ? [`affinity=${v.affinityTimeout}s`] : []), ...(v.flags & LbFlags.LB_F_DROP_WHEN_EMPTY ? ['local-policy'] : [])],
+      backends: Array.from({ length: v.count }, (_, i) => {
+        const b = slots.get(`${k.address}|${k.port}|${k.proto}|${i + 1}`);
+        return { id: 0, address: b ? `[${b.address}]:${b.port}` : '(missing)', state: 'active', local: false };
+      }),
+    }))
+    .sort((a, b) => (a.frontend < b.frontend ? -1 : 1));
 }
 
 export interface CounterRow {

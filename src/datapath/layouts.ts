@@ -4,6 +4,7 @@
 import { ipv4Codec, structCodec, u32Codec, u64Codec, u8Codec, type Codec } from '../ebpf/codec.js';
 import type { BpfMap } from '../ebpf/map.js';
 import type { ProtoName } from '../model/frontend.js';
+import { lb6AffinityKeyCodec, lb6AffinityValueCodec, lb6KeyCodec, lb6ServiceCodec, lb6SockKeyCodec, lb6SockValueCodec } from './layouts6.js';
 
 export const LbScope = { LB_SCOPE_EXTERNAL: 0, LB_SCOPE_INTERNAL: 1 } as const;
 
@@ -337,6 +338,10 @@ export const mapSpecs = {
   lb4_names: { key: u32Codec, value: lb4FrontendNameCodec, sizeSetting: 'mapSizes.reverseNat' },
   lb4_src_ranges: { key: lb4SrcRangeKeyCodec, value: u8Codec, sizeSetting: 'mapSizes.sourceRanges' },
   lb4_sock_rev: { key: lb4SockKeyCodec, value: lb4SockValueCodec, sizeSetting: 'mapSizes.sockReverse' },
+  // IPv6 Services at the socket hooks (layouts6.ts), sized as their IPv4 counterparts.
+  lb6_services: { key: lb6KeyCodec, value: lb6ServiceCodec, sizeSetting: 'mapSizes.services' },
+  lb6_affinity: { key: lb6AffinityKeyCodec, value: lb6AffinityValueCodec, sizeSetting: 'mapSizes.affinity' },
+  lb6_sock_rev: { key: lb6SockKeyCodec, value: lb6SockValueCodec, sizeSetting: 'mapSizes.sockReverse' },
   // Keyed by a network namespace's cookie.
   lb4_netns_sources: { key: u64Codec, value: lb4NetnsSourceCodec, sizeSetting: undefined },
   ct4: { key: ct4KeyCodec, value: ct4EntryCodec, sizeSetting: 'mapSizes.conntrack' },

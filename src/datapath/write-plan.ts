@@ -114,7 +114,7 @@ export function firstBackendsMatch(master: Lb4Service, backendIds: readonly numb
 }
 
 /** The Service a frontend belongs to: "ns/name" of "ns/name:port". */
-const serviceOf = (f: FrontendSpec) => (f.service ? f.service.slice(0, f.service.lastIndexOf(':')) : frontendId(f));
+export const serviceOf = (f: FrontendSpec) => (f.service ? f.service.slice(0, f.service.lastIndexOf(':')) : frontendId(f));
 
 class Planner {
   readonly plan: WritePlan = {

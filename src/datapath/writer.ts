@@ -20,6 +20,7 @@ import { emptyService, firstBackendsMatch, planChangedWrites, planWrites, type F
 import { ErrorCode, FerryError } from '../errors.js';
 import { NONE, frontendId, type FrontendSpec } from '../model/frontend.js';
 import { flat } from '../model/flat-string.js';
+import { Service6Writer, withIPv6, splitFamilies, splitChanges } from './service6-writer.js';
 
 export { sourceRangeKey } from './source-ranges.js';
 
@@ -41,7 +42,7 @@ export interface ApplyStats {
   failures: WriteFailure[];
 }
 
-export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_backend_ids' | 'lb4_reverse_nat' | 'lb4_src_ranges' | 'lb4_maglev' | 'lb4_names' | 'lb4_addr_filter'>;
+export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_backend_ids' | 'lb4_reverse_nat' | 'lb4_src_ranges' | 'lb4_maglev' | 'lb4_names' | 'lb4_addr_filter'> & Partial<Pick<DatapathMaps, 'lb6_services'>>;
 
 /** A frontend's id in one lookup scope: the writer's key for it (kept, so flattened). */
 const scopedFid = (f: Parameters<typeof frontendId>[0], scope: number) => flat(`${frontendId(f)}#${scope}`);
@@ -80,6 +81,8 @@ export class ServiceWriter implements WriterState {
   /** The addresses of external frontends and wildcards, as the datapath's filter holds them. */
   readonly addressFilter: ServiceAddressFilter;
   readonly capacity: { services: number; sourceRanges: number };
+  /** IPv6 frontends (socket hooks only), when the datapath has lb6_services. */
+  private readonly ipv6: Service6Writer | undefined;
 
   constructor(
     private readonly maps: ServiceMaps,
@@ -90,6 +93,7 @@ export class ServiceWriter implements WriterState {
     this.revNatIds = new IdAllocator('reverse-NAT', maps.lb4_reverse_nat.maxEntries, 'mapSizes.reverseNat');
     this.capacity = { services: maps.lb4_services.maxEntries, sourceRanges: maps.lb4_src_ranges.maxEntries };
     this.addressFilter = new ServiceAddressFilter(maps.lb4_addr_filter);
+    this.ipv6 = maps.lb6_services && new Service6Writer(maps.lb6_services);
     this.restore();
   }
 
@@ -123,8 +127,8 @@ export class ServiceWriter implements WriterState {
   }
 
   /** Entries the service maps hold, from the writer's own view (no map walk). */
-  entryCounts(): { lb4_services: number; lb4_backends: number; lb4_reverse_nat: number } {
-    return { lb4_services: this.serviceEntries(), lb4_backends: this.backends.size, lb4_reverse_nat: this.frontends.size };
+  entryCounts(): { lb4_services: number; lb4_backends: number; lb4_reverse_nat: number; lb6_services?: number } {
+    return { lb4_services: this.serviceEntries(), lb4_backends: this.backends.size, lb4_reverse_nat: this.frontends.size, ...(this.ipv6 ? { lb6_services: this.ipv6.entries } : {}) };
   }
 
   /** Entries lb4_services holds: every frontend's master and slots, and the wildcards. */
@@ -149,11 +153,12 @@ export class ServiceWriter implements WriterState {
    * first, so whatever changed them behind the writer's back is put right.
    */
   apply(desired: FrontendSpec[], opts: { reread?: boolean } = {}): ApplyStats {
+    const [v4, v6] = splitFamilies(desired);
     try {
       if (opts.reread && !this.fresh) this.resync();
-      const stats = this.write(planWrites(this, desired));
+      const stats = this.write(planWrites(this, v4));
       this.indexed = true;
-      return stats;
+      return withIPv6(stats, this.ipv6, (w) => w.apply(v6), v6);
     } catch (e) {
       this.resync();
       throw e;
@@ -167,8 +172,9 @@ export class ServiceWriter implements WriterState {
    */
   applyChanged(changes: ReadonlyMap<string, FrontendSpec[]>): ApplyStats {
     if (!this.indexed) throw new FerryError({ code: ErrorCode.Internal, op: 'apply changed Services', cause: 'no full apply since the maps were read', hint: 'apply the whole desired state first' });
+    const [v4, v6] = splitChanges(changes);
     try {
-      return this.write(planChangedWrites(this, changes));
+      return withIPv6(this.write(planChangedWrites(this, v4)), this.ipv6, (w) => w.applyChanged(v6), [...v6.values()].flat());
     } catch (e) {
       this.resync();
       throw e;

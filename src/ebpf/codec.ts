@@ -4,6 +4,8 @@
 import { Btf, BtfKind } from './btf.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { ipv4FromString, ipv4ToString } from './ipv4.js';
+import { isIPv6 } from 'node:net';
+import { ipv6Bytes, ipv6Text } from '../packet/addr.js';
 
 export { ipv4FromString, ipv4ToString };
 
@@ -11,13 +13,15 @@ export { ipv4FromString, ipv4ToString };
 export type ScalarType = 'u8' | 'u16' | 'u32' | 'i32' | 'u64' | 'be16' | 'be32' | 'ipv4';
 export type FieldSpec =
   | { type: ScalarType }
+  /** `__u8 name[16]`, an IPv6 address in network order; its text form in TypeScript. */
+  | { type: 'ipv6' }
   | { type: 'bytes'; length: number }
   | { type: 'u32s'; count: number }
   | { type: 'pad'; length: number };
 
 type ValueOf<F extends FieldSpec> = F extends { type: 'u64' }
   ? bigint
-  : F extends { type: 'ipv4' }
+  : F extends { type: 'ipv4' | 'ipv6' }
     ? string
     : F extends { type: 'bytes' }
       ? Buffer
@@ -63,10 +67,12 @@ const scalarSize: Record<ScalarType, number> = { u8: 1, u16: 2, u32: 4, i32: 4, 
 
 function fieldSize(spec: FieldSpec): number {
   if (spec.type === 'u32s') return spec.count * 4;
+  if (spec.type === 'ipv6') return 16;
   return spec.type === 'bytes' || spec.type === 'pad' ? spec.length : scalarSize[spec.type];
 }
 function fieldAlign(spec: FieldSpec): number {
   if (spec.type === 'u32s') return 4;
+  if (spec.type === 'ipv6') return 1;
   return spec.type === 'bytes' || spec.type === 'pad' ? 1 : scalarSize[spec.type];
 }
 
@@ -95,6 +101,7 @@ function expectScalar(btf: Btf, typeId: number, spec: FieldSpec): string | undef
       if (t.kind === BtfKind.Int && !t.signed) return undefined;
       if (t.kind === BtfKind.Array) return undefined;
       return `expected padding bytes, BTF has ${described}`;
+    case 'ipv6':
     case 'bytes': {
       if (t.kind !== BtfKind.Array) return `expected a byte array, BTF has ${described}`;
       const elem = btf.resolve(t.elemType);
@@ -185,6 +192,9 @@ export function structCodec<S extends Record<string, FieldSpec>>(cStruct: string
           case 'ipv4':
             out[f.name] = ipv4ToString(buf.readUInt32BE(o));
             break;
+          case 'ipv6':
+            out[f.name] = ipv6Text(buf.subarray(o, o + 16));
+            break;
           default:
             out[f.name] = readScalar(buf, o, f.spec.type);
         }
@@ -272,6 +282,12 @@ function fieldWriter(f: LaidField, what: string): FieldWriter {
       return (buf, at, v) => {
         const x = v[name] as string | undefined;
         buf.writeUInt32BE(x === undefined ? 0 : ipv4FromString(x), at + offset);
+      };
+    case 'ipv6':
+      return (buf, at, v) => {
+        const x = v[name] as string | undefined;
+        if (x !== undefined && (!isIPv6(x) || x.includes('%'))) throw codecError(`encode ${what}`, `"${x}" is not an IPv6 address`);
+        (x === undefined ? Buffer.alloc(16) : ipv6Bytes(x)).copy(buf, at + offset);
       };
   }
   const write = checkedScalarWriter(t, what);
@@ -375,16 +391,3 @@ export const ipv4Codec: Codec<string> = {
     return why ? [why] : [];
   },
 };
-
-/** Throw a layout error listing every difference between a codec and a BTF type. */
-export function assertLayout(op: string, codec: Codec<unknown>, btf: Btf, typeId: number): void {
-  const diffs = codec.diff(btf, typeId);
-  if (diffs.length === 0) return;
-  throw new FerryError({
-    code: ErrorCode.Layout,
-    op,
-    cause: `${codec.cName} in TypeScript does not match the BTF of the object: ${diffs.join('; ')}`,
-    hint: 'update the codec to match bpf/shared, rebuild, or drain and remove the old pinned maps',
-    detail: diffs.join('\n'),
-  });
-}

@@ -3,7 +3,8 @@
 import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { Btf, BtfKind } from './btf.js';
-import { Codec, assertLayout } from './codec.js';
+import type { Codec } from './codec.js';
+import { assertLayout } from './layout-check.js';
 import { ErrorCode, FerryError, codeForErrno, errnoError, errnoHint, errnoMessage, errnoName } from '../errors.js';
 import { captureLibbpfMessages, libbpf, type LibbpfMessage, type Pointer } from './libbpf.js';
 import { BpfMap, bpffsHint, type MapOptions } from './map.js';

@@ -1,7 +1,8 @@
 // Open a map another process pinned (the agent, usually), after checking its layout.
 import { existsSync, statfsSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { Codec, assertLayout } from './codec.js';
+import type { Codec } from './codec.js';
+import { assertLayout } from './layout-check.js';
 import { ErrorCode, FerryError, errnoError } from '../errors.js';
 import { libbpf } from './libbpf.js';
 import { BpfMap, MapType, bpffsHint, mapInfoByFd, type MapOptions } from './map.js';

@@ -6,6 +6,7 @@ import { flat } from './flat-string.js';
 import { NONE, orNone, type BackendSpec, type FrontendKind, type FrontendSpec, type ProtoName } from './frontend.js';
 import { ipv4InCidr } from '../packet/addr.js';
 import { clusterEndpoints, localEndpoints, mergeSlices, portKey, type Endpoint, type NodeContext } from './endpoints.js';
+import { ipv6ClusterIP, ipv6Frontends } from './service6.js';
 
 export const LABEL_SERVICE_PROXY_NAME = 'service.kubernetes.io/service-proxy-name';
 export const LABEL_HEADLESS = 'service.kubernetes.io/headless';
@@ -22,7 +23,7 @@ export interface NodeView extends NodeContext {
   clusterNodeAddresses?: ReadonlySet<string>;
 }
 
-export type SkipReason = 'service-proxy-name' | 'headless' | 'external-name' | 'no-ipv4-cluster-ip';
+export type SkipReason = 'service-proxy-name' | 'headless' | 'external-name' | 'no-cluster-ip';
 
 export interface ServiceFrontends {
   /** namespace/name */
@@ -32,7 +33,7 @@ export interface ServiceFrontends {
   health?: { nodePort: number; localReadyEndpoints: number };
   /** Ports whose ETP/ITP=Local selection found no local endpoint (for the metric). */
   noLocalEndpoints: Array<'internal' | 'external'>;
-  /** Things ignored, for the log (IPv6 addresses until IPv6 is built, Proxy ipMode…). */
+  /** Things ignored, for the log (IPv6 NodePorts and LB IPs until they are built, Proxy ipMode…). */
   ignored: string[];
   /** LoadBalancer IPs and externalIPs that are a node's address: shared with the node. */
   nodeAddresses: Array<{ address: string; kind: 'LoadBalancer' | 'ExternalIP' }>;
@@ -48,7 +49,7 @@ export function skipReason(svc: V1Service): SkipReason | undefined {
   if (LABEL_SERVICE_PROXY_NAME in labels) return 'service-proxy-name';
   if (LABEL_HEADLESS in labels) return 'headless';
   if (svc.spec?.type === 'ExternalName') return 'external-name';
-  if (!ipv4ClusterIP(svc)) return 'no-ipv4-cluster-ip';
+  if (!ipv4ClusterIP(svc) && !ipv6ClusterIP(svc)) return 'no-cluster-ip';
   return undefined;
 }
 
@@ -90,13 +91,14 @@ export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node
   const spec = svc.spec!;
   const out: ServiceFrontends = { service: name, frontends: [], noLocalEndpoints: [], ignored: [], nodeAddresses: [] };
   const clusterIP = ipv4ClusterIP(svc);
-  if (!clusterIP) return out;
-  for (const ip of spec.clusterIPs ?? []) if (!isIPv4(ip)) out.ignored.push(`IPv6 cluster IP ${ip} (IPv6 is not built yet)`);
+  const clusterIP6 = ipv6ClusterIP(svc);
+  const affinity = spec.sessionAffinity === 'ClientIP' ? (spec.sessionAffinityConfig?.clientIP?.timeoutSeconds ?? DEFAULT_AFFINITY_TIMEOUT) : 0;
+  const usable = slices.filter((s) => !sliceIgnored(s));
+  if (!clusterIP) return clusterIP6 ? withIPv6(out, ipv6Frontends(svc, usable, node, name, clusterIP6, affinity)) : out;
 
-  const byPort = mergeSlices(slices.filter((s) => !sliceIgnored(s)), 'IPv4');
+  const byPort = mergeSlices(usable, 'IPv4');
   const etpLocal = spec.externalTrafficPolicy === 'Local';
   const itpLocal = spec.internalTrafficPolicy === 'Local';
-  const affinity = spec.sessionAffinity === 'ClientIP' ? (spec.sessionAffinityConfig?.clientIP?.timeoutSeconds ?? DEFAULT_AFFINITY_TIMEOUT) : 0;
   const isNodePortType = spec.type === 'NodePort' || spec.type === 'LoadBalancer';
   const lbIPs = spec.type === 'LoadBalancer'
     ? (svc.status?.loadBalancer?.ingress ?? []).flatMap((ing) => {
@@ -191,6 +193,19 @@ export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node
   if (spec.type === 'LoadBalancer' && etpLocal && spec.healthCheckNodePort) {
     out.health = { nodePort: spec.healthCheckNodePort, localReadyEndpoints: allLocalReady.size };
   }
+  return clusterIP6 ? withIPv6(out, ipv6Frontends(svc, usable, node, name, clusterIP6, affinity)) : finish(out);
+}
+
+/** A Service's outcome with its IPv6 family added (after its IPv4 one, if any). */
+function withIPv6(out: ServiceFrontends, v6: ReturnType<typeof ipv6Frontends>): ServiceFrontends {
+  out.frontends.push(...v6.frontends);
+  // The two passes report an SCTP port alike: once is enough.
+  for (const why of v6.ignored) if (!out.ignored.includes(why)) out.ignored.push(why);
+  for (let i = 0; i < v6.noLocalEndpoints; i++) out.noLocalEndpoints.push('internal');
+  return finish(out);
+}
+
+function finish(out: ServiceFrontends): ServiceFrontends {
   out.noLocalEndpoints = orNone(out.noLocalEndpoints);
   out.ignored = orNone(out.ignored);
   out.nodeAddresses = orNone(out.nodeAddresses);

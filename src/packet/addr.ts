@@ -21,7 +21,14 @@ export function ipv4Text(b: Uint8Array): string {
 }
 
 export function ipv6Bytes(ip: string): Buffer {
-  if (!isIPv6(ip)) throw new Error(`"${ip}" is not an IPv6 address`);
+  // No zone (fe80::1%eth0 names an interface, not an address of a Service).
+  if (!isIPv6(ip) || ip.includes('%')) throw new Error(`"${ip}" is not an IPv6 address`);
+  // An IPv4 tail (::ffff:10.0.0.1) is its two last groups.
+  const dotted = /^(.*:)(\d+\.\d+\.\d+\.\d+)$/.exec(ip);
+  if (dotted) {
+    const v4 = ipv4Bytes(dotted[2]!);
+    ip = `${dotted[1]}${v4.readUInt16BE(0).toString(16)}:${v4.readUInt16BE(2).toString(16)}`;
+  }
   const [head, tail] = ip.includes('::') ? ip.split('::') : [ip, undefined];
   const h = head ? head.split(':') : [];
   const t = tail !== undefined && tail !== '' ? tail.split(':') : [];

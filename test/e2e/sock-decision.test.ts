@@ -7,7 +7,8 @@
 // loadBalancerSourceRanges EPERM (the pod's namespace recorded with an address in most
 // rounds, not in one; the host's is the node's), and an untouched loopback
 // connect reaches the probe's own listener. IPv6 sockets to IPv4-mapped addresses
-// (::ffff:a.b.c.d) must get the IPv4 decision.
+// (::ffff:a.b.c.d) must get the IPv4 decision, and IPv6 ClusterIPs (lb6_services, backends
+// in fd00:244::/32, "prohibit" too) the same decision as IPv4 ones.
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -15,6 +16,7 @@ import { Datapath, defaultObjectsDir } from '../../src/datapath/loader.js';
 import { Proto } from '../../src/datapath/layouts.js';
 import { sockDecision } from '../../src/datapath/reference/sock.js';
 import { ServiceWriter } from '../../src/datapath/writer.js';
+import { emptyService } from '../../src/datapath/write-plan.js';
 import type { FrontendSpec } from '../../src/model/frontend.js';
 import { Testbed, type Host } from '../../src/sandbox/netns/testbed.js';
 import { WORKLOADS_BIN } from '../../src/sandbox/workloads/spawn.js';
@@ -44,6 +46,8 @@ beforeAll(async () => {
   for (const h of [host, pod]) {
     await h.ip('route', 'add', 'unreachable', 'default');
     await h.ip('route', 'add', 'prohibit', '10.244.0.0/16');
+    await h.ip('-6', 'route', 'add', 'unreachable', 'default');
+    await h.ip('-6', 'route', 'add', 'prohibit', 'fd00:244::/32');
   }
   pinDir = join('/sys/fs/bpf', `${tb.prefix}-sock`);
   mkdirSync(pinDir);
@@ -83,6 +87,12 @@ function randomTable(r: () => number): FrontendSpec[] {
     add(f);
     if (kind === 'NodePort' && r() < 0.7) add({ ...f, address: '0.0.0.0', nodePortAny: true });
   }
+  // IPv6 ClusterIPs (the socket hooks' lb6_services), some without backends.
+  for (let i = 0; i < 1 + int(4); i++) {
+    const n = r() < 0.2 ? 0 : 1 + int(3);
+    const bs = Array.from({ length: n }, (_, j) => ({ address: `fd00:244:${1 + int(2)}::${10 + j}`, port: 8080 + int(2), local: false }));
+    add({ address: `fd00:96::${1 + int(3)}`, port: 80 + int(3), proto: r() < 0.6 ? 'TCP' : 'UDP', kind: 'ClusterIP', backends: bs, service: `default/v6-${i}:p`, ...(r() < 0.3 ? { affinityTimeout: 60 } : {}) });
+  }
   // Every table has one NodePort with backends on every address, so the host's loopback
   // rewrite is always put to the test (a seed once drew four tables without one).
   const proto = r() < 0.5 ? 'TCP' : 'UDP';
@@ -110,7 +120,8 @@ function targets(table: FrontendSpec[], r: () => number): Array<{ address: strin
   }
   out.push({ address: '127.0.0.1', port: 30000 + Math.floor(r() * 6), proto: 'tcp' }, { address: '10.1.2.3', port: 80, proto: 'tcp' }, { address: '10.96.0.99', port: 80, proto: 'udp' });
   // IPv6 sockets reaching the same destinations through IPv4-mapped addresses.
-  for (const t of [...out]) if (r() < 0.4) out.push({ ...t, address: `::ffff:${t.address}` });
+  for (const t of [...out]) if (r() < 0.4 && !t.address.includes(':')) out.push({ ...t, address: `::ffff:${t.address}` });
+  out.push({ address: 'fd00:1::3', port: 80, proto: 'tcp' });
   const unique = new Map(out.map((t) => [`${t.address}:${t.port}/${t.proto}`, t]));
   return [...unique.values()];
 }
@@ -136,17 +147,24 @@ describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'socket hooks against the re
   it(`agree on every destination of ${ROUNDS} random tables, from the host and from a pod (seed ${SEED})`, async () => {
     const r = rng(SEED);
     const lookup = {
-      master: (address: string, port: number, proto: number, scope: number) => dp.maps.lb4_services.lookup({ address, port, proto, scope, slot: 0 }),
+      // IPv6 master entries seen as the IPv4 ones the reference reads (count and flags are all it uses of them).
+      master: (address: string, port: number, proto: number, scope: number) => {
+        if (!address.includes(':')) return dp.maps.lb4_services.lookup({ address, port, proto, scope, slot: 0 });
+        const v = dp.maps.lb6_services.lookup({ address, port, proto, scope, slot: 0 });
+        return v && { ...emptyService, count: v.count, flags: v.flags, affinityTimeout: v.affinityTimeout };
+      },
       sourceAllowed: (revNatId: number, source: string) => dp.maps.lb4_src_ranges.lookup({ prefixlen: 64, revNatId, source }) !== undefined,
     };
     const podCookie = netnsCookie(pod.netns);
     const seen = new Map<string, number>();
     let loopbackNodePorts = 0;
     let v6Mapped = 0;
+    let v6Rewrites = 0;
     for (let round = 0; round < ROUNDS; round++) {
       const table = randomTable(r);
       writer.apply(table);
       dp.maps.lb4_sock_rev.deleteBatch([...dp.maps.lb4_sock_rev.keys()]);
+      dp.maps.lb6_sock_rev.deleteBatch([...dp.maps.lb6_sock_rev.keys()]);
       // The pod's namespace recorded by the agent in most rounds, not in one (the first).
       const podSource = round === 0 ? undefined : POD_SOURCE;
       if (podSource) dp.maps.lb4_netns_sources.update(podCookie, { address: podSource });
@@ -185,7 +203,13 @@ describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'socket hooks against the re
         backendsOf.get(master.revNatId)!.add(`${b.address}:${b.port}`);
       }
       for (const [k, v] of dp.maps.lb4_sock_rev.entries()) expect(backendsOf.get(v.revNatId)?.has(`${k.address}:${k.port}`), `${k.address}:${k.port} for ${v.address}:${v.port}`).toBe(true);
+      const slots6 = new Set(dp.maps.lb6_services.entries().filter(([k]) => k.slot > 0).map(([k, v]) => `${k.address}:${k.port}/${k.proto} ${v.address}:${v.port}`));
+      const rev6 = dp.maps.lb6_sock_rev.entries();
+      v6Rewrites += rev6.length;
+      // A socket's reverse entry says which frontend it asked for: the backend must be one of that frontend's, by TCP or UDP.
+      for (const [k, v] of rev6) expect([6, 17].some((p) => slots6.has(`${v.address}:${v.port}/${p} ${k.address}:${k.port}`)), `[${k.address}]:${k.port} for [${v.address}]:${v.port}`).toBe(true);
     }
+    expect(v6Rewrites).toBeGreaterThan(0);
     // NodePorts answered on the host's loopback, and the same ports were left alone in the pod.
     expect(loopbackNodePorts).toBeGreaterThan(0);
     expect(v6Mapped).toBeGreaterThan(20);

@@ -16,6 +16,16 @@ describe('struct codecs', () => {
     expect(flowKey.decode(b)).toEqual({ addr: '10.96.0.1', port: 443, proto: 6 });
   });
 
+  it('IPv6 fields: 16 bytes in network order, read back in their one text form; anything else refused', () => {
+    const key6 = structCodec('test_key6', { addr: { type: 'ipv6' }, port: { type: 'be16' }, pad: { type: 'pad', length: 2 } });
+    expect(key6.size).toBe(20);
+    const b = key6.encode({ addr: 'FD00:0:0::0010', port: 80 });
+    expect(b.toString('hex')).toBe('fd000000000000000000000000000010' + '0050' + '0000');
+    expect(key6.decode(b)).toEqual({ addr: 'fd00::10', port: 80 });
+    expect(key6.decode(key6.encode({ addr: '::ffff:10.0.0.1', port: 1 })).addr).toBe('::ffff:a00:1');
+    for (const bad of ['10.0.0.1', 'fe80::1%eth0', 'fd00::g']) expect(() => key6.encode({ addr: bad, port: 1 })).toThrow(/not an IPv6 address/);
+  });
+
   it('encodes into a larger buffer at an offset', () => {
     const b = Buffer.alloc(20, 0xff);
     flowKey.encode({ addr: '1.2.3.4', port: 1, proto: 17 }, b, 4);

@@ -48,7 +48,7 @@ const ALLOWED: Record<string, string[]> = {
   'config-file': ['errors'],
   sys: ['errors'],
   packet: ['errors'],
-  ebpf: ['errors', 'sys'],
+  ebpf: ['packet', 'errors', 'sys'],
   model: ['packet', 'errors'],
   ipam: ['errors'],
   announce: ['ipam', 'errors'],

@@ -44,19 +44,39 @@ describe('which Services are programmed', () => {
   it.each([
     ['service-proxy-name label', svc({ labels: { 'service.kubernetes.io/service-proxy-name': 'other' } }), 'service-proxy-name'],
     ['headless label', svc({ labels: { 'service.kubernetes.io/headless': '' } }), 'headless'],
-    ['clusterIP None', svc({ clusterIP: 'None' }), 'no-ipv4-cluster-ip'],
+    ['clusterIP None', svc({ clusterIP: 'None' }), 'no-cluster-ip'],
     ['ExternalName', svc({ type: 'ExternalName', clusterIP: '' }), 'external-name'],
-    ['IPv6-only', svc({ clusterIP: 'fd00::10', clusterIPs: ['fd00::10'], ipFamilies: ['IPv6'] }), 'no-ipv4-cluster-ip'],
+    ['IPv6-only', svc({ clusterIP: 'fd00::10', clusterIPs: ['fd00::10'], ipFamilies: ['IPv6'] }), undefined],
+    ['an IPv6 address paired with IPv4', svc({ clusterIP: 'fd00::10', clusterIPs: ['fd00::10'], ipFamilies: ['IPv4'] }), 'no-cluster-ip'],
     ['plain ClusterIP', svc(), undefined],
   ])('%s', (_, s, reason) => {
     expect(skipReason(s)).toBe(reason);
   });
 
-  it('uses the IPv4 member of a dual-stack Service, pairing clusterIPs with ipFamilies', () => {
+  it('a dual-stack Service: one pass per family, clusterIPs paired with ipFamilies, each over its own slices', () => {
     const s = svc({ type: 'NodePort', clusterIP: 'fd00::10', clusterIPs: ['fd00::10', '10.96.0.10'], ipFamilies: ['IPv6', 'IPv4'], ports: [{ name: 'http', port: 80, nodePort: 30080 }] });
-    const r = serviceFrontends(s, [], NODE);
-    expect(summary(r.frontends)).toEqual(['ClusterIP 10.96.0.10:80/TCP → ∅', 'NodePort 10.0.30.21:30080/TCP → ∅', 'NodePort 0.0.0.0:30080/TCP → ∅']);
-    expect(r.ignored).toEqual(['IPv6 cluster IP fd00::10 (IPv6 is not built yet)']);
+    const slices = [slice({ eps: [{ ip: '10.244.1.5', node: 'node-1' }] }), slice({ name: 'web-v6', addressType: 'IPv6', eps: [{ ip: 'fd00:244::5', node: 'node-2' }] })];
+    const r = serviceFrontends(s, slices, NODE);
+    expect(summary(r.frontends)).toEqual([
+      'ClusterIP 10.96.0.10:80/TCP → 10.244.1.5:8080L',
+      'NodePort 10.0.30.21:30080/TCP → 10.244.1.5:8080L',
+      'NodePort 0.0.0.0:30080/TCP → 10.244.1.5:8080L',
+      'ClusterIP fd00::10:80/TCP → fd00:244::5:8080',
+    ]);
+    expect(r.ignored).toEqual(["IPv6 NodePort 30080 (IPv6 reaches ClusterIPs only, from this node's pods and host)"]);
+  });
+
+  it('an IPv6-only Service: ClusterIP frontends with ITP, affinity and the drop-when-empty rule; IPv4 endpoints in an IPv6 slice left out', () => {
+    const s = svc({ clusterIP: 'fd00::20', clusterIPs: ['fd00::20'], ipFamilies: ['IPv6'], ports: [{ name: 'dns', port: 53, protocol: 'UDP' }, { name: 'x', port: 9, protocol: 'SCTP' }], spec: { internalTrafficPolicy: 'Local', sessionAffinity: 'ClientIP' }, status: { loadBalancer: { ingress: [{ ip: 'fd00:100::1' }] } } });
+    const eps = [{ ip: 'fd00:244::7', node: 'node-2' }, { ip: '10.244.1.9', node: 'node-1' }];
+    const r = serviceFrontends(s, [slice({ addressType: 'IPv6', ports: [{ name: 'dns', port: 5353, protocol: 'UDP' }], eps })], NODE);
+    expect(summary(r.frontends)).toEqual(['ClusterIP fd00::20:53/UDP → ∅']);
+    expect(r.frontends[0]).toMatchObject({ dropWhenEmpty: true, affinityTimeout: 10800, service: 'default/web:dns' });
+    expect(r.noLocalEndpoints).toEqual(['internal']);
+    expect(r.ignored).toEqual(['port 9/SCTP (SCTP is not supported)']);
+    // The same endpoint on this node: it serves.
+    const local = serviceFrontends(s, [slice({ addressType: 'IPv6', ports: [{ name: 'dns', port: 5353, protocol: 'UDP' }], eps: [{ ip: 'fd00:244::7', node: 'node-1' }] })], NODE);
+    expect(summary(local.frontends)).toEqual(['ClusterIP fd00::20:53/UDP → fd00:244::7:5353L']);
   });
 
   it('ignores slices of other families, FQDN, and slices with the proxy-name or headless label', () => {

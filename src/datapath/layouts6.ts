@@ -1,0 +1,51 @@
+// The TypeScript side of bpf/shared/lb6.h: IPv6 Services at the socket hooks. Checked
+// against the objects' BTF as every codec in layouts.ts.
+import { structCodec } from '../ebpf/codec.js';
+
+export const lb6KeyCodec = structCodec('lb6_key', {
+  address: { type: 'ipv6' },
+  port: { type: 'be16' },
+  proto: { type: 'u8' },
+  scope: { type: 'u8' },
+  slot: { type: 'u16' },
+  pad: { type: 'pad', length: 2 },
+});
+export type Lb6Key = ReturnType<typeof lb6KeyCodec.decode>;
+
+export const lb6ServiceCodec = structCodec('lb6_service', {
+  address: { type: 'ipv6' },
+  port: { type: 'be16' },
+  count: { type: 'u16' },
+  flags: { type: 'u16' },
+  pad: { type: 'pad', length: 2 },
+  affinityTimeout: { type: 'u32' },
+});
+export type Lb6Service = ReturnType<typeof lb6ServiceCodec.decode>;
+
+export const lb6AffinityKeyCodec = structCodec('lb6_affinity_key', {
+  netnsCookie: { type: 'u64' },
+  address: { type: 'ipv6' },
+  port: { type: 'be16' },
+  proto: { type: 'u8' },
+  pad: { type: 'pad', length: 5 },
+});
+
+export const lb6AffinityValueCodec = structCodec('lb6_affinity_value', {
+  lastUsedNs: { type: 'u64' },
+  address: { type: 'ipv6' },
+  port: { type: 'be16' },
+  pad: { type: 'pad', length: 6 },
+});
+
+export const lb6SockKeyCodec = structCodec('lb6_sock_key', {
+  cookie: { type: 'u64' },
+  address: { type: 'ipv6' },
+  port: { type: 'be16' },
+  pad: { type: 'pad', length: 6 },
+});
+
+export const lb6SockValueCodec = structCodec('lb6_sock_value', {
+  address: { type: 'ipv6' },
+  port: { type: 'be16' },
+  pad: { type: 'pad', length: 2 },
+});

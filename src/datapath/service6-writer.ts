@@ -1,0 +1,221 @@
+// The writer of lb6_services: IPv6 frontends (a dual-stack or IPv6 Service's ClusterIP) for
+// the socket hooks. Each frontend is a master entry (slot 0: count, flags, affinity), one
+// entry per backend slot holding the backend itself, and its address's wildcard entry
+// (unknown ports refused). Services are taken whole if they fit, as in write-plan.ts: one
+// Service too big for the map is reported and keeps what it had. Slots are written before
+// the master that counts them, and a master is deleted before its slots, so the hooks
+// never read a count past the slots that exist.
+import { isIPv6 } from 'node:net';
+import { ErrorCode, FerryError } from '../errors.js';
+import { ipv6Bytes, ipv6Text } from '../packet/addr.js';
+import { NONE, type FrontendSpec } from '../model/frontend.js';
+import type { BpfMap } from '../ebpf/map.js';
+import { LbFlags, LbScope, Proto } from './layouts.js';
+import type { Lb6Key, Lb6Service } from './layouts6.js';
+import { serviceOf, type WriteFailure } from './write-plan.js';
+import type { ApplyStats } from './writer.js';
+
+interface Entry {
+  key: Lb6Key;
+  value: Lb6Service;
+}
+
+export interface Apply6Stats {
+  entriesWritten: number;
+  entriesDeleted: number;
+  failures: WriteFailure[];
+}
+
+/** Is this frontend one for lb6_services (an IPv6 address)? */
+export const isIPv6Frontend = (f: FrontendSpec): boolean => f.address.includes(':');
+
+/** The IPv4 and the IPv6 frontends of a list (the list itself when it has no IPv6 one). */
+export function splitFamilies(list: FrontendSpec[]): [FrontendSpec[], FrontendSpec[]] {
+  if (!list.some(isIPv6Frontend)) return [list, NONE];
+  return [list.filter((f) => !isIPv6Frontend(f)), list.filter(isIPv6Frontend)];
+}
+
+/** Changed Services split by family; each family's map names every changed Service. */
+export function splitChanges(changes: ReadonlyMap<string, FrontendSpec[]>): [ReadonlyMap<string, FrontendSpec[]>, Map<string, FrontendSpec[]>] {
+  const v4 = new Map<string, FrontendSpec[]>();
+  const v6 = new Map<string, FrontendSpec[]>();
+  for (const [name, list] of changes) {
+    const [a, b] = splitFamilies(list);
+    v4.set(name, a);
+    v6.set(name, b);
+  }
+  return [v4, v6];
+}
+
+/**
+ * The IPv4 writer's stats with the IPv6 writer's apply added. Without lb6_services (a
+ * datapath built before it), the Services with IPv6 frontends are failures, not dropped
+ * in silence.
+ */
+export function withIPv6(stats: ApplyStats, writer: Service6Writer | undefined, run: (w: Service6Writer) => Apply6Stats, v6: FrontendSpec[]): ApplyStats {
+  if (!writer) {
+    const names = new Set(v6.map(serviceOf));
+    return names.size === 0 ? stats : { ...stats, failures: [...stats.failures, ...[...names].map((service) => ({ service, code: ErrorCode.MapOp, error: 'IPv6 frontends: this datapath has no lb6_services map' }))] };
+  }
+  const s6 = run(writer);
+  if (s6.entriesWritten === 0 && s6.entriesDeleted === 0 && s6.failures.length === 0) return stats;
+  return { ...stats, entriesWritten: stats.entriesWritten + s6.entriesWritten, entriesDeleted: stats.entriesDeleted + s6.entriesDeleted, failures: [...stats.failures, ...s6.failures] };
+}
+
+/** The most slots a master entry can count (`count` is a __u16). */
+const MAX_SLOTS = 0xffff;
+
+const keyId = (k: Lb6Key): string => `${k.address}|${k.port}|${k.proto}|${k.scope}|${k.slot}`;
+/** The key id of the master entry of the frontend a key id belongs to. */
+const masterOf = (id: string): string => id.slice(0, id.lastIndexOf('|') + 1) + '0';
+const valueId = (v: Lb6Service): string => `${v.address}|${v.port}|${v.count}|${v.flags}|${v.affinityTimeout}`;
+
+const EMPTY: Omit<Lb6Service, 'address'> = { port: 0, count: 0, flags: 0, affinityTimeout: 0 };
+
+const canonical = (a: string): string => ipv6Text(ipv6Bytes(a));
+
+/** The entries one frontend needs, by key id; or why it cannot have them. */
+function frontendEntries(f: FrontendSpec, into: Map<string, Entry>): string | undefined {
+  const proto = Proto[f.proto];
+  if (!isIPv6(f.address) || (f.proto !== 'TCP' && f.proto !== 'UDP') || !Number.isInteger(f.port) || f.port < 1 || f.port > 65535) {
+    return `${f.address} port ${f.port}/${f.proto} is not an IPv6 TCP or UDP frontend`;
+  }
+  if (f.backends.length > MAX_SLOTS) return `${f.backends.length} backends, at most ${MAX_SLOTS} per frontend`;
+  for (const b of f.backends) if (!isIPv6(b.address) || !Number.isInteger(b.port) || b.port < 1 || b.port > 65535) return `backend ${b.address} port ${b.port} is not an IPv6 endpoint`;
+  // Addresses in their one text form (what reading the map back gives), and a stable slot
+  // order whatever order the slices listed the endpoints in.
+  const address = canonical(f.address);
+  const backends = f.backends.map((b) => ({ address: canonical(b.address), port: b.port })).sort((a, b) => (a.address === b.address ? a.port - b.port : a.address < b.address ? -1 : 1));
+  const key = (slot: number, port = f.port, p = proto): Lb6Key => ({ address, port, proto: p, scope: LbScope.LB_SCOPE_EXTERNAL, slot });
+  const put = (e: Entry) => into.set(keyId(e.key), e);
+  const wildcard = key(0, 0, 0);
+  put({ key: wildcard, value: { ...EMPTY, address: '::', flags: LbFlags.LB_F_WILDCARD } });
+  const flags = LbFlags.LB_F_CLUSTER_IP | (f.dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0);
+  put({ key: key(0), value: { ...EMPTY, address: '::', count: backends.length, flags, affinityTimeout: f.affinityTimeout ?? 0 } });
+  backends.forEach((b, i) => put({ key: key(i + 1), value: { ...EMPTY, address: b.address, port: b.port } }));
+  return undefined;
+}
+
+export class Service6Writer {
+  /** What the map holds, as last written or read back. */
+  private held = new Map<string, Entry>();
+  /** The entries each Service's frontends need. */
+  private byService = new Map<string, Map<string, Entry>>();
+  /** How many Services need each entry (Services at one address share its wildcard). */
+  private refs = new Map<string, number>();
+  /** Every needed entry, by key id (Services sharing one want the same value). */
+  private wanted = new Map<string, Entry>();
+
+  constructor(private readonly map: BpfMap<Lb6Key, Lb6Service>) {
+    this.restore();
+  }
+
+  private restore(): void {
+    this.held.clear();
+    for (const [key, value] of this.map.entries()) this.held.set(keyId(key), { key, value });
+  }
+
+  /** Entries lb6_services holds (the writer's own count: no map walk). */
+  get entries(): number {
+    return this.held.size;
+  }
+
+  /** Make the map hold exactly the IPv6 frontends of `desired` (every Service's). */
+  apply(desired: FrontendSpec[]): Apply6Stats {
+    const groups = new Map<string, FrontendSpec[]>();
+    for (const f of desired) {
+      const name = serviceOf(f);
+      const g = groups.get(name);
+      if (g) g.push(f);
+      else groups.set(name, [f]);
+    }
+    return this.write(groups, true);
+  }
+
+  /** Make the map hold `changes` (Service → all its IPv6 frontends now); others stay. */
+  applyChanged(changes: ReadonlyMap<string, FrontendSpec[]>): Apply6Stats {
+    return this.write(changes, false);
+  }
+
+  private write(groups: ReadonlyMap<string, FrontendSpec[]>, whole: boolean): Apply6Stats {
+    const failures: WriteFailure[] = [];
+    const touched = new Set<string>();
+    const take = (name: string, wanted: Map<string, Entry> | undefined) => {
+      for (const id of this.byService.get(name)?.keys() ?? []) {
+        this.refs.set(id, this.refs.get(id)! - 1);
+        touched.add(id);
+      }
+      if (wanted && wanted.size > 0) this.byService.set(name, wanted);
+      else this.byService.delete(name);
+      for (const [id, e] of wanted ?? []) {
+        this.refs.set(id, (this.refs.get(id) ?? 0) + 1);
+        this.wanted.set(id, e);
+        touched.add(id);
+      }
+    };
+    // Services that go first: their entries are deleted before anything is written, so
+    // they make room for the rest of this sync.
+    for (const name of [...this.byService.keys()]) if (whole ? !groups.has(name) : groups.get(name)?.length === 0) take(name, undefined);
+    const live = (id: string) => (this.refs.get(id) ?? 0) > 0;
+    const gone = (id: string) => !live(id) && !live(masterOf(id));
+    const freed = new Set([...(whole ? this.held.keys() : touched)].filter((id) => this.held.has(id) && gone(id)));
+    const used = whole ? new Set([...this.held.keys(), ...[...this.refs.keys()].filter(live)]).size : this.held.size;
+    let room = this.map.maxEntries - used + freed.size;
+    for (const [name, frontends] of groups) {
+      const wanted = new Map<string, Entry>();
+      let why: string | undefined;
+      for (const f of frontends) why ??= frontendEntries(f, wanted);
+      if (why) {
+        failures.push({ service: name, code: ErrorCode.Codec, error: why });
+        continue; // it keeps what it had
+      }
+      // What takes a place in the map: neither needed already nor held (or held but freed above).
+      const fresh = [...wanted.keys()].filter((id) => !live(id) && (!this.held.has(id) || freed.has(id))).length;
+      if (fresh > room) {
+        failures.push({ service: name, code: ErrorCode.MapFull, error: `needs ${fresh} entries in lb6_services, ${room} left (raise mapSizes.services)` });
+        continue;
+      }
+      room -= fresh;
+      take(name, wanted);
+    }
+    // A full apply: what the map holds that no Service needs (a previous agent's) goes too.
+    const candidates = whole ? new Set([...this.held.keys(), ...this.refs.keys()]) : touched;
+    const writes: Entry[] = [];
+    const deletes: Entry[] = [];
+    for (const id of candidates) {
+      const need = (this.refs.get(id) ?? 0) > 0;
+      if (!need) {
+        this.refs.delete(id);
+        this.wanted.delete(id);
+        const e = this.held.get(id);
+        if (e) deletes.push(e);
+        continue;
+      }
+      const e = this.wanted.get(id)!;
+      const h = this.held.get(id);
+      if (!h || valueId(h.value) !== valueId(e.value)) writes.push(e);
+    }
+    // Frontends that go, masters before their slots; then slots before the masters that
+    // count them; then the slots a shrunk frontend's new master no longer counts.
+    const goneFirst = deletes.filter((e) => gone(keyId(e.key))).sort((a, b) => a.key.slot - b.key.slot);
+    writes.sort((a, b) => b.key.slot - a.key.slot);
+    const shrunk = deletes.filter((e) => !gone(keyId(e.key)));
+    const remove = (e: Entry) => {
+      this.map.delete(e.key);
+      this.held.delete(keyId(e.key));
+    };
+    try {
+      goneFirst.forEach(remove);
+      for (const e of writes) {
+        this.map.update(e.key, e.value);
+        this.held.set(keyId(e.key), e);
+      }
+      shrunk.forEach(remove);
+    } catch (err) {
+      // The map holds part of the change: start the next apply from what it holds.
+      this.restore();
+      throw err instanceof FerryError ? err : new FerryError({ code: ErrorCode.Internal, op: 'write lb6_services', cause: (err as Error).message });
+    }
+    return { entriesWritten: writes.length, entriesDeleted: deletes.length, failures };
+  }
+}

@@ -1,0 +1,107 @@
+// A dual-stack Service through the real agent: the test API server holds a Service with an
+// IPv4 and an IPv6 ClusterIP and an EndpointSlice per family; pods have an IPv6 address
+// besides their IPv4 one (routed by their node, as a CNI would). A pod reaches the Service
+// at both ClusterIPs, over its own family's endpoints; `ferry service list` shows both;
+// the IPv6 family follows its slice and goes with the Service. An IPv6-only Service works
+// too, with no NodePort on the node's IPv4 addresses (IPv6 NodePorts are not built).
+import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { Host } from '../../src/sandbox/netns/testbed.js';
+import type { PodInfo } from '../../src/sandbox/network.js';
+import type { Sandbox } from '../../src/sandbox/sandbox.js';
+import { agentCluster, applyObject, podWith, sliceFor } from '../harness/agent-cluster.js';
+import { REPO_ROOT } from '../harness/paths.js';
+import { describeWith } from '../harness/requirements.js';
+import { eventually } from '../harness/wait.js';
+
+const NODE_GATEWAY6 = 'fd00:10:244:1::1';
+const ip6 = (pod: PodInfo) => `fd00:10:244:1::${pod.ip.split('.')[3]}`;
+
+/** An HTTP server on the pod's IPv6 address that says who it is and who asked. */
+const WHOAMI6 = `
+const [addr, name] = JSON.parse(process.argv[1]);
+require('node:http').createServer((q, s) => s.end('Hostname: ' + name + '\\nRemoteAddr: ' + q.socket.remoteAddress + '\\n')).listen(8080, addr);`;
+
+let c: Sandbox;
+let web1: PodInfo;
+let web2: PodInfo;
+let client: PodInfo;
+
+/** An IPv6 address for a pod, routed by its node (what a dual-stack CNI sets up). */
+async function addIPv6(pod: PodInfo): Promise<void> {
+  const node = pod.node.host;
+  const nodeSide = `v${pod.name}`.slice(0, 15);
+  await node.ip('-6', 'addr', 'replace', `${NODE_GATEWAY6}/128`, 'dev', nodeSide, 'nodad');
+  await node.ip('-6', 'route', 'replace', `${ip6(pod)}/128`, 'dev', nodeSide);
+  await pod.host.ip('-6', 'addr', 'add', `${ip6(pod)}/128`, 'dev', 'eth0', 'nodad');
+  await pod.host.ip('-6', 'route', 'replace', NODE_GATEWAY6, 'dev', 'eth0');
+  await pod.host.ip('-6', 'route', 'replace', 'default', 'via', NODE_GATEWAY6, 'dev', 'eth0');
+}
+
+function slice6(service: string, pods: PodInfo[]): V1EndpointSlice {
+  const s = sliceFor(service, pods.map((pod) => ({ pod })), [{ name: 'http', port: 8080 }], `${service}-v6`);
+  return { ...s, addressType: 'IPv6', endpoints: s.endpoints.map((e, i) => ({ ...e, addresses: [ip6(pods[i]!)] })) };
+}
+
+const dual: V1Service = {
+  metadata: { name: 'dual', namespace: 'default' },
+  spec: {
+    type: 'ClusterIP', clusterIP: '10.96.0.60', clusterIPs: ['10.96.0.60', 'fd00:96::60'], ipFamilies: ['IPv4', 'IPv6'], ipFamilyPolicy: 'RequireDualStack',
+    ports: [{ name: 'http', port: 80, targetPort: 8080 as never, protocol: 'TCP' }],
+  },
+};
+
+beforeAll(async () => {
+  c = await agentCluster({ nodes: 1, name: 'dualstack' });
+  await c.net.node(1).host.execOk(['sysctl', '-qw', 'net.ipv6.conf.all.forwarding=1']);
+  [web1, web2, client] = await Promise.all([podWith(c, 'web-1', 1, { whoami: 8080 }), podWith(c, 'web-2', 1), podWith(c, 'client-1', 1)]);
+  for (const p of [web1, web2, client]) await addIPv6(p);
+  for (const p of [web1, web2]) p.host.spawn([process.execPath, '-e', WHOAMI6, JSON.stringify([ip6(p), `${p.name}-v6`])]);
+  applyObject(c, 'services', dual);
+  applyObject(c, 'endpointslices', sliceFor('dual', [{ pod: web1 }], [{ name: 'http', port: 8080 }]));
+  applyObject(c, 'endpointslices', slice6('dual', [web2]));
+});
+afterAll(async () => {
+  await c?.down();
+});
+
+async function hostname(from: Host, url: string): Promise<string> {
+  const r = await from.exec(['curl', '-gsS', '--max-time', '3', url], { timeoutMs: 8000 });
+  return r.code === 0 ? (/Hostname: (\S+)/.exec(r.stdout)?.[1] ?? '?') : `error ${r.code}`;
+}
+
+const ferry = (...args: string[]) => spawnSync(process.execPath, [join(REPO_ROOT, 'bin/ferry.js'), ...args], { encoding: 'utf8' });
+
+describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a dual-stack Service through the agent', () => {
+  it('a pod reaches both ClusterIPs, each over its own family\'s endpoints, from its own address', async () => {
+    expect(await eventually(() => hostname(client.host, 'http://10.96.0.60/'), (h) => h === 'web-1')).toBe('web-1');
+    expect(await eventually(() => hostname(client.host, 'http://[fd00:96::60]/'), (h) => h === 'web-2-v6')).toBe('web-2-v6');
+    const r = await client.host.execOk(['curl', '-gsS', '--max-time', '3', 'http://[fd00:96::60]/']);
+    expect(r).toContain(`RemoteAddr: ${ip6(client)}`);
+    const rows = JSON.parse(ferry('service', 'list', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ frontend: string; type: string; backends: { address: string }[] }>;
+    expect(rows.filter((x) => x.frontend.startsWith('10.96.0.60') || x.frontend.startsWith('[fd00:96::60]')).map((x) => [x.frontend, x.type, x.backends.map((b) => b.address)])).toEqual([
+      ['10.96.0.60:80/tcp', 'ClusterIP', [`${web1.ip}:8080`]],
+      ['[fd00:96::60]:80/tcp', 'ClusterIP', [`[${ip6(web2)}]:8080`]],
+    ]);
+  });
+
+  it('the IPv6 family follows its slice; an unknown port is refused; the Service\'s removal takes both', async () => {
+    applyObject(c, 'endpointslices', slice6('dual', [web1]));
+    expect(await eventually(() => hostname(client.host, 'http://[fd00:96::60]/'), (h) => h === 'web-1-v6')).toBe('web-1-v6');
+    expect(await hostname(client.host, 'http://[fd00:96::60]:81/')).toBe('error 7'); // refused at connect()
+    c.store.delete('services', 'default', 'dual');
+    expect(await eventually(() => hostname(client.host, 'http://[fd00:96::60]/'), (h) => h !== 'web-1-v6')).not.toBe('web-1-v6');
+    expect(await eventually(() => hostname(client.host, 'http://10.96.0.60/'), (h) => h !== 'web-1')).not.toBe('web-1');
+  });
+
+  it('an IPv6-only Service: its ClusterIP works, and it gets no IPv4 NodePort', async () => {
+    applyObject(c, 'services', { metadata: { name: 'only6', namespace: 'default' }, spec: { type: 'NodePort', clusterIP: 'fd00:96::61', clusterIPs: ['fd00:96::61'], ipFamilies: ['IPv6'], ports: [{ name: 'http', port: 80, nodePort: 30611, protocol: 'TCP' }] } });
+    applyObject(c, 'endpointslices', slice6('only6', [web2]));
+    expect(await eventually(() => hostname(client.host, 'http://[fd00:96::61]/'), (h) => h === 'web-2-v6')).toBe('web-2-v6');
+    // No family of it has an IPv4 ClusterIP: no IPv4 NodePort either (kube-proxy's rule).
+    const rows = JSON.parse(ferry('service', 'list', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ frontend: string }>;
+    expect(rows.map((x) => x.frontend).filter((f) => f.includes(':30611/') || f.includes('fd00:96::61'))).toEqual(['[fd00:96::61]:80/tcp']);
+  });
+});

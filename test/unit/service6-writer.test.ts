@@ -1,0 +1,104 @@
+// The lb6_services writer against an in-memory map that logs every write: the order that
+// keeps the socket hooks from reading a count past the slots that exist, Services taken
+// whole or not at all, the shared wildcard, and refusals of what the map cannot hold.
+import { describe, expect, it } from 'vitest';
+import { ErrorCode, FerryError } from '../../src/errors.js';
+import type { BpfMap } from '../../src/ebpf/map.js';
+import type { Lb6Key, Lb6Service } from '../../src/datapath/layouts6.js';
+import { Service6Writer, splitFamilies, withIPv6 } from '../../src/datapath/service6-writer.js';
+import type { ApplyStats } from '../../src/datapath/writer.js';
+import type { FrontendSpec } from '../../src/model/frontend.js';
+
+class MemoryMap {
+  readonly log: string[] = [];
+  readonly held = new Map<string, [Lb6Key, Lb6Service]>();
+  constructor(readonly maxEntries: number) {}
+  private id = (k: Lb6Key) => `${k.address}/${k.port}/${k.proto}/${k.slot}`;
+  entries(): Array<[Lb6Key, Lb6Service]> {
+    return [...this.held.values()];
+  }
+  update(k: Lb6Key, v: Lb6Service): void {
+    if (!this.held.has(this.id(k)) && this.held.size >= this.maxEntries) throw new FerryError({ code: ErrorCode.MapFull, op: 'update lb6_services', cause: 'full' });
+    this.log.push(`write ${k.port}#${k.slot}${k.slot ? ` ${v.address}` : ` count ${v.count}`}`);
+    this.held.set(this.id(k), [k, v]);
+  }
+  delete(k: Lb6Key): boolean {
+    this.log.push(`delete ${k.port}#${k.slot}`);
+    return this.held.delete(this.id(k));
+  }
+}
+
+const backends = (...last: number[]) => last.map((n) => ({ address: `fd00:244::${n}`, port: 8080, local: false }));
+const fe = (port: number, service: string, bs = backends(1), address = 'fd00:96::10'): FrontendSpec => ({ address, port, proto: 'TCP', kind: 'ClusterIP', backends: bs, service: `default/${service}:p` });
+const writerOn = (m: MemoryMap) => new Service6Writer(m as unknown as BpfMap<Lb6Key, Lb6Service>);
+
+describe('the lb6_services writer', () => {
+  it('writes slots before the master that counts them, and deletes masters before their slots', () => {
+    const m = new MemoryMap(64);
+    const w = writerOn(m);
+    w.apply([fe(80, 'web', backends(2, 1))]);
+    // Slots in address order whatever the slices' order; the wildcard (port 0) with the masters.
+    expect(m.log.splice(0)).toEqual(['write 80#2 fd00:244::2', 'write 80#1 fd00:244::1', 'write 0#0 count 0', 'write 80#0 count 2']);
+    w.apply([fe(80, 'web', backends(1))]);
+    expect(m.log.splice(0)).toEqual(['write 80#0 count 1', 'delete 80#2']);
+    w.apply([]);
+    expect(m.log.splice(0).slice(0, 2).every((l) => l.endsWith('#0'))).toBe(true);
+    expect(m.held.size).toBe(0);
+  });
+
+  it('a Service that does not fit keeps what it had and is reported; the others are written', () => {
+    const m = new MemoryMap(7);
+    const w = writerOn(m);
+    expect(w.apply([fe(80, 'web', backends(1)), fe(81, 'small')]).failures).toEqual([]); // a wildcard, two masters, two slots
+    const s = w.apply([fe(80, 'web', backends(1, 2, 3, 4, 5)), fe(81, 'small', backends(2))]);
+    expect(s.failures).toEqual([{ service: 'default/web', code: ErrorCode.MapFull, error: 'needs 4 entries in lb6_services, 2 left (raise mapSizes.services)' }]);
+    expect(m.entries().filter(([k]) => k.port === 80).map(([, v]) => v.count + v.address).sort()).toEqual(['0fd00:244::1', '1::']);
+    expect(m.entries().find(([k]) => k.port === 81 && k.slot === 1)?.[1].address).toBe('fd00:244::2');
+    // A Service that goes in the same sync makes room first: now it fits.
+    m.log.length = 0;
+    expect(w.apply([fe(80, 'web', backends(1, 2, 3, 4, 5))]).failures).toEqual([]);
+    expect(m.log.slice(0, 2)).toEqual(['delete 81#0', 'delete 81#1']);
+    expect(w.entries).toBe(7);
+  });
+
+  it('Services at one address share its wildcard: it goes with the last of them', () => {
+    const m = new MemoryMap(64);
+    const w = writerOn(m);
+    w.apply([fe(80, 'a'), fe(81, 'b')]);
+    w.applyChanged(new Map([['default/a', []]]));
+    expect(m.entries().some(([k]) => k.port === 0)).toBe(true);
+    w.applyChanged(new Map([['default/b', []]]));
+    expect(m.held.size).toBe(0);
+  });
+
+  it('refuses a frontend it cannot encode (an IPv4 backend, SCTP) and writes the rest', () => {
+    const m = new MemoryMap(64);
+    const s = writerOn(m).apply([fe(80, 'mixed', [{ address: '10.244.1.1', port: 80, local: false }]), { ...fe(82, 'sctp'), proto: 'SCTP' }, fe(81, 'good')]);
+    expect(s.failures.map((f) => [f.service, f.code])).toEqual([['default/mixed', ErrorCode.Codec], ['default/sctp', ErrorCode.Codec]]);
+    expect(m.entries().map(([k]) => k.port).sort()).toEqual([0, 81, 81]);
+  });
+
+  it('reads the map back: a restarted writer removes what no Service needs, and rewrites nothing else', () => {
+    const m = new MemoryMap(64);
+    writerOn(m).apply([fe(80, 'web'), fe(81, 'gone')]);
+    m.log.length = 0;
+    const s = writerOn(m).apply([fe(80, 'web', [{ address: 'FD00:244:0::1', port: 8080, local: false }])]);
+    expect([s.entriesWritten, s.entriesDeleted]).toEqual([0, 2]);
+    expect(m.log).toEqual(['delete 81#0', 'delete 81#1']);
+  });
+});
+
+describe('splitting a desired state by family', () => {
+  it('hands the IPv4 writer the same list when there is no IPv6 frontend', () => {
+    const v4: FrontendSpec[] = [{ ...fe(80, 'web'), address: '10.96.0.10', backends: [] }];
+    expect(splitFamilies(v4)[0]).toBe(v4);
+    const [a, b] = splitFamilies([...v4, fe(80, 'web')]);
+    expect([a.length, b.map((f) => f.address)]).toEqual([1, ['fd00:96::10']]);
+  });
+
+  it('without lb6_services, Services with IPv6 frontends are failures, not dropped in silence', () => {
+    const stats = { entriesWritten: 1, entriesDeleted: 0, failures: [] } as unknown as ApplyStats;
+    const out = withIPv6(stats, undefined, () => ({ entriesWritten: 0, entriesDeleted: 0, failures: [] }), [fe(80, 'web'), fe(81, 'web')]);
+    expect(out.failures).toEqual([{ service: 'default/web', code: ErrorCode.MapOp, error: 'IPv6 frontends: this datapath has no lb6_services map' }]);
+  });
+});
