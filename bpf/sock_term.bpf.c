@@ -15,15 +15,22 @@
 #include "lib/config.h"
 #include "lib/maps.h"
 #include "lib/lb.h"
+#include "lib/lb6.h"
+#include <linux/in6.h>
 
 #define TCP_ESTABLISHED 1 /* a connected UDP socket's state */
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
 
 /* The kernel's types this iterator reads, as far as it reads them: their offsets are the
  * running kernel's (CO-RE, relocated by libbpf from the kernel's BTF). */
 struct sock_common {
 	__be32 skc_daddr;
 	__be16 skc_dport;
+	unsigned short skc_family;
 	volatile unsigned char skc_state;
+	struct in6_addr skc_v6_daddr;
 } __attribute__((preserve_access_index));
 
 struct sock {
@@ -97,6 +104,38 @@ static __always_inline int sock_backend_current(const struct lb4_sock_value *ask
 	return lb4_has_backend_at(addr, asked->port, IPPROTO_UDP, scope, svc, baddr, bport, 0);
 }
 
+/* An IPv6 socket connected to a native IPv6 address: lb6_sock_rev holds it if the hooks
+ * balanced it; destroyed unless the frontend it asked for still has its backend, active or
+ * draining. */
+static __always_inline int sock6_term(struct bpf_iter__udp *ctx, struct sock *sk)
+{
+	struct lb6_sock_key k = { .cookie = bpf_get_socket_cookie(sk), .port = sk->__sk_common.skc_dport };
+	struct lb6_key fk = { .proto = IPPROTO_UDP };
+	struct lb6_sock_value *asked;
+	struct lb6_service *svc;
+	__u64 args[4];
+	int rc;
+
+	__u32 w[4] = { sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[0], sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[1],
+		       sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[2], sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[3] };
+
+	__builtin_memcpy(k.address, w, 16);
+	asked = bpf_map_lookup_elem(&lb6_sock_rev, &k);
+	if (!asked)
+		return 0;
+	__builtin_memcpy(fk.address, asked->address, 16);
+	fk.port = asked->port;
+	if (lb6_lookup(&fk, &svc) == LB_FOUND && svc && lb6_find_backend(&fk, svc, k.address, k.port, 1))
+		return 0;
+	rc = bpf_sock_destroy((struct sock_common *)sk);
+	args[0] = k.cookie;
+	args[1] = (__u64)&k.address;
+	args[2] = bpf_ntohs(k.port);
+	args[3] = (__u64)(__s64)rc;
+	bpf_seq_printf(ctx->meta->seq, "%llu %pI6 %llu %lld\n", sizeof("%llu %pI6 %llu %lld\n"), args, sizeof(args));
+	return 0;
+}
+
 SEC("iter/udp")
 int sock4_term_udp(struct bpf_iter__udp *ctx)
 {
@@ -108,6 +147,12 @@ int sock4_term_udp(struct bpf_iter__udp *ctx)
 
 	if (!sk || sk->__sk_common.skc_state != TCP_ESTABLISHED)
 		return 0;
+	/* An IPv6 socket to a native IPv6 address; one to ::ffff:a.b.c.d has its IPv4 address
+	 * in skc_daddr, as an IPv4 socket does. */
+	if (sk->__sk_common.skc_family == AF_INET6 && !(sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[0] == 0 &&
+							  sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[1] == 0 &&
+							  sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[2] == bpf_htonl(0xffff)))
+		return sock6_term(ctx, sk);
 	k.cookie = bpf_get_socket_cookie(sk);
 	k.address = sk->__sk_common.skc_daddr;
 	k.port = sk->__sk_common.skc_dport;

@@ -76,14 +76,14 @@ static long lb6_backend_search_step(__u64 i, void *ctx)
 }
 
 /* The slot entry holding backend addr:port among the frontend's slots (its traffic policy
- * still allows it), or NULL. */
+ * still allows it), or NULL; with `draining`, among its draining slots too. */
 static __always_inline struct lb6_service *lb6_find_backend(const struct lb6_key *key, const struct lb6_service *svc,
-							    const __u8 *addr, __be16 port)
+							    const __u8 *addr, __be16 port, int draining)
 {
 	struct lb6_backend_search s = { .key = *key, .port = port };
 
 	__builtin_memcpy(s.address, addr, 16);
-	bpf_loop(svc->count, lb6_backend_search_step, &s, 0);
+	bpf_loop((__u32)svc->count + (draining ? svc->draining : 0), lb6_backend_search_step, &s, 0);
 	if (!s.found)
 		return NULL;
 	s.key.slot = s.slot;
@@ -103,7 +103,7 @@ static __always_inline struct lb6_service *lb6_affinity_get(const struct lb6_aff
 	v = bpf_map_lookup_elem(&lb6_affinity, ak);
 	if (!v || now - v->last_used_ns > (__u64)svc->affinity_timeout * 1000000000ULL)
 		return NULL;
-	b = lb6_find_backend(key, svc, v->address, v->port);
+	b = lb6_find_backend(key, svc, v->address, v->port, 0);
 	if (b)
 		v->last_used_ns = now;
 	return b;

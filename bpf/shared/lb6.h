@@ -20,13 +20,14 @@ struct lb6_key {
 
 /* slot 0: count, flags (enum lb_flags) and the affinity timeout; slot > 0: its backend.
  * The backends stand in their slots by value (no ids): the socket hooks need nothing
- * else of them. */
+ * else of them. Slots count+1..count+draining hold the terminating backends that still
+ * serve: never chosen, but the UDP sockets connected to them are kept (sock_term). */
 struct lb6_service {
 	__u8 address[16];       /* slot > 0: the backend's address */
 	__be16 port;            /* slot > 0: the backend's port */
 	__u16 count;            /* slot 0: number of backend slots */
 	__u16 flags;            /* slot 0: enum lb_flags */
-	__u8 pad[2];
+	__u16 draining;         /* slot 0: number of draining slots after them */
 	__u32 affinity_timeout; /* slot 0: seconds of ClientIP affinity; 0 = none */
 };
 

@@ -231,7 +231,7 @@ export class Reconciler {
       for (const f of stats.failures) this.failed.set(f.service, f);
       // Flows to removed backends, found by the backend (local, SNAT, DSR at either end), and to removed frontends.
       const flushed = flushFlowsTo(this.d.maps, stats.removedBackends, new Set(stats.removedBackendIds), stats.removedFrontends);
-      if (stats.removedBackends.some((b) => b.proto === Proto.UDP)) this.d.onUdpBackendsRemoved?.();
+      if (stats.removedBackends.some((b) => b.proto === Proto.UDP) || stats.ipv6UdpSlotsReplaced) this.d.onUdpBackendsRemoved?.();
       this.failures = [...this.failed.values()];
       await this.d.serviceHealth.sync(this.table.healthChecks());
       this.syncs++;

@@ -1,5 +1,6 @@
 // `ferry map`, `ferry ct`, `ferry nat`, `ferry explain`, `ferry monitor`, `ferry status`:
 // the datapath as its pinned maps hold it. The reading is datapath/'s; this file formats.
+import { isIPv6 } from 'node:net';
 import { Command } from 'commander';
 import { MAP_NAMES, isMapName, dumpKeysHex, dumpMap, flushConntrack, listFlows, listFrontends, listMaps, readCounters, readHostPorts, readXdpTargets } from '../datapath/inspect.js';
 import { explain } from '../datapath/explain.js';
@@ -33,10 +34,10 @@ function out(format: string, rows: Array<Record<string, unknown>>, columns?: str
 }
 
 export function parseEndpoint(s: string, what: string): { ip: string; port: number; proto?: 'tcp' | 'udp' } {
-  const m = /^(\d+\.\d+\.\d+\.\d+):(\d+)(?:\/(tcp|udp))?$/i.exec(s);
-  if (!m && s.startsWith('[')) throw new FerryError({ code: ErrorCode.Config, op: `explain ${what}`, cause: `"${s}": IPv6 packets are not explained yet`, hint: 'ferry service list shows the IPv6 frontends' });
-  if (!m) throw new FerryError({ code: ErrorCode.Config, op: `explain ${what}`, cause: `"${s}" is not IP:PORT${what === 'destination' ? '[/tcp|udp]' : ''}` });
-  return { ip: m[1]!, port: Number(m[2]), proto: m[3]?.toLowerCase() as 'tcp' | 'udp' | undefined };
+  // IPv4:PORT, or [IPv6]:PORT.
+  const m = /^(?:(\d+\.\d+\.\d+\.\d+)|\[([0-9a-fA-F:.]+)\]):(\d+)(?:\/(tcp|udp))?$/i.exec(s);
+  if (!m || (m[2] !== undefined && !isIPv6(m[2]))) throw new FerryError({ code: ErrorCode.Config, op: `explain ${what}`, cause: `"${s}" is not IP:PORT${what === 'destination' ? '[/tcp|udp]' : ''}` });
+  return { ip: m[1] ?? m[2]!, port: Number(m[3]), proto: m[4]?.toLowerCase() as 'tcp' | 'udp' | undefined };
 }
 
 export function formatEvent(e: DatapathEvent): string {
@@ -113,7 +114,7 @@ export function registerInspect(program: Command): void {
     });
 
   program.command('explain <source> <destination>')
-    .description('what the datapath does with one packet, and why: SRC-IP:PORT DST-IP:PORT/tcp|udp')
+    .description('what the datapath does with one packet, and why: SRC-IP:PORT DST-IP:PORT/tcp|udp ([IPv6]:PORT for an IPv6 ClusterIP, --from pod|host)')
     .option('--from <where>', 'external (tc, run through a twin of the program), pod or host (socket hooks)', 'external')
     .option('--pin-dir <dir>', 'the agent\'s pin directory', PIN_DIR)
     .option('--device <ifname>', 'the device the packet arrives on', 'eth0')

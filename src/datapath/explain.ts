@@ -7,7 +7,7 @@
 import { join } from 'node:path';
 import { BackendFlags, LbFlags, LbScope, Stat, DropReason, mapOptions, mapSpecs, type MapName } from './layouts.js';
 import type { Codec } from '../ebpf/codec.js';
-import { ErrorCode, errnoError } from '../errors.js';
+import { ErrorCode, FerryError, errnoError } from '../errors.js';
 import { libbpf } from '../ebpf/libbpf.js';
 import { ifindexOf } from '../ebpf/link-tc.js';
 import type { BpfMap } from '../ebpf/map.js';
@@ -24,6 +24,7 @@ import { PinnedDatapath, type DatapathReader } from './pinned-view.js';
 import { readServiceTable, type ServiceTable } from './service-table.js';
 import { flowHash4 } from './reference/hash.js';
 import { sockDecision, type SockLookup } from './reference/sock.js';
+import { emptyService } from './write-plan.js';
 
 export interface ExplainRequest {
   src: string;
@@ -84,17 +85,35 @@ function backendList(table: ServiceTable, address: string, port: number, proto: 
   });
 }
 
+/** The maps as the reference decision reads them: an IPv6 master entry (lb6_services) as
+ * an IPv4 one, whose count, flags and affinity are all the reference uses of it. */
+export function sockLookup(maps: Pick<DatapathReader, 'lb4_services' | 'lb6_services' | 'lb4_src_ranges'>): SockLookup {
+  return {
+    master: (address, port, p, scope) => {
+      if (!address.includes(':')) return maps.lb4_services.lookup({ address, port, proto: p, scope, slot: 0 });
+      const v = maps.lb6_services.lookup({ address, port, proto: p, scope, slot: 0 });
+      return v && { ...emptyService, count: v.count, flags: v.flags, affinityTimeout: v.affinityTimeout };
+    },
+    sourceAllowed: (revNatId, source) => maps.lb4_src_ranges.lookup({ prefixlen: 64, revNatId, source }) !== undefined,
+  };
+}
+
+/** An IPv6 frontend's backends (lb6_services holds them in its slots, by value). */
+function backendList6(maps: Pick<DatapathReader, 'lb6_services'>, address: string, port: number, proto: number): string[] {
+  const master = maps.lb6_services.lookup({ address, port, proto, scope: 0, slot: 0 });
+  return Array.from({ length: master?.count ?? 0 }, (_, i) => {
+    const b = maps.lb6_services.lookup({ address, port, proto, scope: 0, slot: i + 1 });
+    return b ? `[${b.address}]:${b.port}` : `(missing slot ${i + 1})`;
+  });
+}
+
 /** The socket hooks' decision on the live maps, in words. */
 function explainSocket(r: ExplainRequest, maps: DatapathReader, pinned: readonly MapName[]): Explanation {
   const proto = r.proto === 'tcp' ? 6 : 17;
   const lines = [`connect()/sendmsg() from a ${r.from === 'pod' ? 'pod' : 'host process'} to ${r.dst}:${r.dport}/${r.proto} (cgroup socket hooks)`];
   // The source is --src: the node's address for the host; for a pod, only if the agent recorded a namespace with it.
   const recorded = r.from === 'host' || !pinned.includes('lb4_netns_sources') || maps.lb4_netns_sources.entries().some(([, v]) => v.address === r.src);
-  const lookup: SockLookup = {
-    master: (address, port, p, scope) => maps.lb4_services.lookup({ address, port, proto: p, scope, slot: 0 }),
-    sourceAllowed: (revNatId, source) => maps.lb4_src_ranges.lookup({ prefixlen: 64, revNatId, source }) !== undefined,
-  };
-  const d = sockDecision(lookup, { address: r.dst, port: r.dport, proto, fromHost: r.from === 'host', source: recorded ? r.src : undefined });
+  const d = sockDecision(sockLookup(maps), { address: r.dst, port: r.dport, proto, fromHost: r.from === 'host', source: recorded ? r.src : undefined });
   if (d.verdict === 'unchanged') {
     lines.push(r.from === 'pod' && r.dst.startsWith('127.') ? 'a pod\'s loopback is its own (NodePorts answer on loopback in the host\'s namespace only): the socket connects unchanged' : 'not a Service address: the socket connects unchanged');
     return { lines, verdict: 'unchanged' };
@@ -116,7 +135,7 @@ function explainSocket(r: ExplainRequest, maps: DatapathReader, pinned: readonly
       : `loadBalancerSourceRanges apply, and no network namespace with address ${r.src} is recorded (lb4_netns_sources, filled by the agent): a pod's call fails with EPERM`);
     return { lines, verdict: 'denied' };
   }
-  lines.push(`backends: ${backendList(readServiceTable(maps), f.address, r.dport, proto, f.scope).join(', ')}`);
+  lines.push(`backends: ${(f.address.includes(':') ? backendList6(maps, f.address, r.dport, proto) : backendList(readServiceTable(maps), f.address, r.dport, proto, f.scope)).join(', ')}`);
   lines.push(f.service.affinityTimeout
     ? `sessionAffinity ClientIP (${f.service.affinityTimeout}s): this network namespace keeps the backend it got first`
     : 'the socket cookie picks one of them, once per connect() (per datagram for unconnected UDP); replies are mapped back to the frontend');
@@ -126,6 +145,9 @@ function explainSocket(r: ExplainRequest, maps: DatapathReader, pinned: readonly
 export function explain(r: ExplainRequest): Explanation {
   const live = PinnedDatapath.open(r.pinDir);
   try {
+    if (r.from === 'external' && r.dst.includes(':')) {
+      throw new FerryError({ code: ErrorCode.Config, op: `explain ${r.dst}`, cause: 'IPv6 packets from outside are not handled: the tc and XDP programs are IPv4 only', hint: 'IPv6 ClusterIPs are balanced at the socket hooks: --from pod or --from host' });
+    }
     return r.from === 'external' ? explainPacket(r, live.maps, live.pinned()) : explainSocket(r, live.maps, live.pinned());
   } finally {
     live.close();

@@ -17,7 +17,7 @@ export const lb6ServiceCodec = structCodec('lb6_service', {
   port: { type: 'be16' },
   count: { type: 'u16' },
   flags: { type: 'u16' },
-  pad: { type: 'pad', length: 2 },
+  draining: { type: 'u16' },
   affinityTimeout: { type: 'u32' },
 });
 export type Lb6Service = ReturnType<typeof lb6ServiceCodec.decode>;

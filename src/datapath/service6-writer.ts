@@ -8,7 +8,7 @@
 import { isIPv6 } from 'node:net';
 import { ErrorCode, FerryError } from '../errors.js';
 import { ipv6Bytes, ipv6Text } from '../packet/addr.js';
-import { NONE, type FrontendSpec } from '../model/frontend.js';
+import { NONE, type BackendSpec, type FrontendSpec } from '../model/frontend.js';
 import type { BpfMap } from '../ebpf/map.js';
 import { LbFlags, LbScope, Proto } from './layouts.js';
 import type { Lb6Key, Lb6Service } from './layouts6.js';
@@ -23,6 +23,8 @@ interface Entry {
 export interface Apply6Stats {
   entriesWritten: number;
   entriesDeleted: number;
+  /** UDP backend slots deleted or given another backend: connected sockets may be stale. */
+  udpSlotsReplaced: number;
   failures: WriteFailure[];
 }
 
@@ -59,7 +61,7 @@ export function withIPv6(stats: ApplyStats, writer: Service6Writer | undefined, 
   }
   const s6 = run(writer);
   if (s6.entriesWritten === 0 && s6.entriesDeleted === 0 && s6.failures.length === 0) return stats;
-  return { ...stats, entriesWritten: stats.entriesWritten + s6.entriesWritten, entriesDeleted: stats.entriesDeleted + s6.entriesDeleted, failures: [...stats.failures, ...s6.failures] };
+  return { ...stats, entriesWritten: stats.entriesWritten + s6.entriesWritten, entriesDeleted: stats.entriesDeleted + s6.entriesDeleted, failures: [...stats.failures, ...s6.failures], ipv6UdpSlotsReplaced: s6.udpSlotsReplaced };
 }
 
 /** The most slots a master entry can count (`count` is a __u16). */
@@ -68,9 +70,9 @@ const MAX_SLOTS = 0xffff;
 const keyId = (k: Lb6Key): string => `${k.address}|${k.port}|${k.proto}|${k.scope}|${k.slot}`;
 /** The key id of the master entry of the frontend a key id belongs to. */
 const masterOf = (id: string): string => id.slice(0, id.lastIndexOf('|') + 1) + '0';
-const valueId = (v: Lb6Service): string => `${v.address}|${v.port}|${v.count}|${v.flags}|${v.affinityTimeout}`;
+const valueId = (v: Lb6Service): string => `${v.address}|${v.port}|${v.count}|${v.flags}|${v.draining}|${v.affinityTimeout}`;
 
-const EMPTY: Omit<Lb6Service, 'address'> = { port: 0, count: 0, flags: 0, affinityTimeout: 0 };
+const EMPTY: Omit<Lb6Service, 'address'> = { port: 0, count: 0, flags: 0, draining: 0, affinityTimeout: 0 };
 
 const canonical = (a: string): string => ipv6Text(ipv6Bytes(a));
 
@@ -80,19 +82,23 @@ function frontendEntries(f: FrontendSpec, into: Map<string, Entry>): string | un
   if (!isIPv6(f.address) || (f.proto !== 'TCP' && f.proto !== 'UDP') || !Number.isInteger(f.port) || f.port < 1 || f.port > 65535) {
     return `${f.address} port ${f.port}/${f.proto} is not an IPv6 TCP or UDP frontend`;
   }
-  if (f.backends.length > MAX_SLOTS) return `${f.backends.length} backends, at most ${MAX_SLOTS} per frontend`;
-  for (const b of f.backends) if (!isIPv6(b.address) || !Number.isInteger(b.port) || b.port < 1 || b.port > 65535) return `backend ${b.address} port ${b.port} is not an IPv6 endpoint`;
+  const draining = f.drainingBackends ?? [];
+  if (f.backends.length + draining.length > MAX_SLOTS) return `${f.backends.length + draining.length} backends, at most ${MAX_SLOTS} per frontend`;
+  for (const b of [...f.backends, ...draining]) if (!isIPv6(b.address) || !Number.isInteger(b.port) || b.port < 1 || b.port > 65535) return `backend ${b.address} port ${b.port} is not an IPv6 endpoint`;
   // Addresses in their one text form (what reading the map back gives), and a stable slot
   // order whatever order the slices listed the endpoints in.
   const address = canonical(f.address);
-  const backends = f.backends.map((b) => ({ address: canonical(b.address), port: b.port })).sort((a, b) => (a.address === b.address ? a.port - b.port : a.address < b.address ? -1 : 1));
+  const sorted = (list: BackendSpec[]) => list.map((b) => ({ address: canonical(b.address), port: b.port })).sort((a, b) => (a.address === b.address ? a.port - b.port : a.address < b.address ? -1 : 1));
+  const backends = sorted(f.backends);
+  const drainingSlots = sorted(draining);
   const key = (slot: number, port = f.port, p = proto): Lb6Key => ({ address, port, proto: p, scope: LbScope.LB_SCOPE_EXTERNAL, slot });
   const put = (e: Entry) => into.set(keyId(e.key), e);
   const wildcard = key(0, 0, 0);
   put({ key: wildcard, value: { ...EMPTY, address: '::', flags: LbFlags.LB_F_WILDCARD } });
   const flags = LbFlags.LB_F_CLUSTER_IP | (f.dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0);
-  put({ key: key(0), value: { ...EMPTY, address: '::', count: backends.length, flags, affinityTimeout: f.affinityTimeout ?? 0 } });
-  backends.forEach((b, i) => put({ key: key(i + 1), value: { ...EMPTY, address: b.address, port: b.port } }));
+  put({ key: key(0), value: { ...EMPTY, address: '::', count: backends.length, flags, draining: drainingSlots.length, affinityTimeout: f.affinityTimeout ?? 0 } });
+  // The draining after the backends, never counted among them: kept for their UDP sockets.
+  [...backends, ...drainingSlots].forEach((b, i) => put({ key: key(i + 1), value: { ...EMPTY, address: b.address, port: b.port } }));
   return undefined;
 }
 
@@ -182,6 +188,7 @@ export class Service6Writer {
     const candidates = whole ? new Set([...this.held.keys(), ...this.refs.keys()]) : touched;
     const writes: Entry[] = [];
     const deletes: Entry[] = [];
+    const replaced = new Set<string>();
     for (const id of candidates) {
       const need = (this.refs.get(id) ?? 0) > 0;
       if (!need) {
@@ -193,6 +200,7 @@ export class Service6Writer {
       }
       const e = this.wanted.get(id)!;
       const h = this.held.get(id);
+      if (h && valueId(h.value) !== valueId(e.value)) replaced.add(id);
       if (!h || valueId(h.value) !== valueId(e.value)) writes.push(e);
     }
     // Frontends that go, masters before their slots; then slots before the masters that
@@ -216,6 +224,8 @@ export class Service6Writer {
       this.restore();
       throw err instanceof FerryError ? err : new FerryError({ code: ErrorCode.Internal, op: 'write lb6_services', cause: (err as Error).message });
     }
-    return { entriesWritten: writes.length, entriesDeleted: deletes.length, failures };
+    const udpSlot = (e: Entry) => e.key.slot > 0 && e.key.proto === Proto.UDP;
+    const udpSlotsReplaced = deletes.filter(udpSlot).length + writes.filter((e) => udpSlot(e) && replaced.has(keyId(e.key))).length;
+    return { entriesWritten: writes.length, entriesDeleted: deletes.length, udpSlotsReplaced, failures };
   }
 }

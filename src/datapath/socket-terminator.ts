@@ -2,7 +2,8 @@
 // namespace given (bpf/sock_term.bpf.c): the application gets an error and connects again,
 // balanced afresh, as kube-proxy's deletion of a removed endpoint's UDP conntrack entries
 // makes its clients' next datagrams find a live endpoint. Only sockets the socket hooks
-// balanced are touched (their cookie is in lb4_sock_rev with the address they reached).
+// balanced are touched (their cookie is in lb4_sock_rev, or lb6_sock_rev, with the address
+// they reached).
 import { join } from 'node:path';
 import { BpfIterator } from '../ebpf/iter.js';
 import { BpfObject } from '../ebpf/object.js';
@@ -10,6 +11,7 @@ import { ErrorCode, FerryError } from '../errors.js';
 import { inNetns } from '../sys/netns.js';
 import type { DatapathConfig, MapSizes } from './loader.js';
 import { configureObject } from './object-settings.js';
+import { ipv6Bytes, ipv6Text } from '../packet/addr.js';
 
 export const SOCK_TERM_OBJECT = 'sock_term.bpf.o';
 
@@ -28,12 +30,13 @@ export interface TerminationPass {
   failed: Array<{ netns: string; error: string }>;
 }
 
-/** One line of the iterator's output: "<cookie> <backend address> <port> <rc>". */
+/** One line of the iterator's output: "<cookie> <backend address> <port> <rc>" (an IPv6
+ * backend in full, eight groups of four digits: given back in its short form). */
 export function parseTerminated(text: string, netns: string): TerminatedSocket[] {
   const out: TerminatedSocket[] = [];
   for (const line of text.split('\n')) {
-    const m = /^(\d+) (\d+\.\d+\.\d+\.\d+) (\d+) (-?\d+)$/.exec(line);
-    if (m) out.push({ netns, cookie: BigInt(m[1]!), backend: m[2]!, port: Number(m[3]), rc: Number(m[4]) });
+    const m = /^(\d+) (\d+\.\d+\.\d+\.\d+|[0-9a-f]{4}(?::[0-9a-f]{4}){7}) (\d+) (-?\d+)$/.exec(line);
+    if (m) out.push({ netns, cookie: BigInt(m[1]!), backend: m[2]!.includes(':') ? ipv6Text(ipv6Bytes(m[2]!)) : m[2]!, port: Number(m[3]), rc: Number(m[4]) });
   }
   return out;
 }

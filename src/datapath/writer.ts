@@ -40,6 +40,8 @@ export interface ApplyStats {
   removedFrontends: Array<{ address: string; port: number; proto: number }>;
   /** Services the maps could not take: they keep what they had; everything else is written. */
   failures: WriteFailure[];
+  /** IPv6 UDP backend slots deleted or given another backend (their connected sockets may be stale). */
+  ipv6UdpSlotsReplaced?: number;
 }
 
 export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_backend_ids' | 'lb4_reverse_nat' | 'lb4_src_ranges' | 'lb4_maglev' | 'lb4_names' | 'lb4_addr_filter'> & Partial<Pick<DatapathMaps, 'lb6_services'>>;

@@ -5,7 +5,7 @@
 import { isIPv6 } from 'node:net';
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { flat } from './flat-string.js';
-import type { BackendSpec, FrontendSpec, ProtoName } from './frontend.js';
+import { orNone, type BackendSpec, type FrontendSpec, type ProtoName } from './frontend.js';
 import { clusterEndpoints, localEndpoints, mergeSlices, portKey, type Endpoint, type NodeContext } from './endpoints.js';
 
 /** spec.clusterIPs[i] pairs with spec.ipFamilies[i]; spec.clusterIP is the fallback. */
@@ -51,6 +51,8 @@ export function ipv6Frontends(svc: V1Service, slices: V1EndpointSlice[], node: N
       port: p.port,
       kind: 'ClusterIP',
       backends: backends(internal),
+      // Serving-terminating endpoints not chosen for new flows stay for the sockets they have.
+      drainingBackends: orNone(backends(eps.filter((e) => e.serving && e.terminating && !internal.includes(e)))),
     });
   }
   const external = [

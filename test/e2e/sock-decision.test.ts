@@ -16,7 +16,7 @@ import { Datapath, defaultObjectsDir } from '../../src/datapath/loader.js';
 import { Proto } from '../../src/datapath/layouts.js';
 import { sockDecision } from '../../src/datapath/reference/sock.js';
 import { ServiceWriter } from '../../src/datapath/writer.js';
-import { emptyService } from '../../src/datapath/write-plan.js';
+import { sockLookup } from '../../src/datapath/explain.js';
 import type { FrontendSpec } from '../../src/model/frontend.js';
 import { Testbed, type Host } from '../../src/sandbox/netns/testbed.js';
 import { WORKLOADS_BIN } from '../../src/sandbox/workloads/spawn.js';
@@ -146,15 +146,8 @@ function observed(result: string): string {
 describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'socket hooks against the reference decision', () => {
   it(`agree on every destination of ${ROUNDS} random tables, from the host and from a pod (seed ${SEED})`, async () => {
     const r = rng(SEED);
-    const lookup = {
-      // IPv6 master entries seen as the IPv4 ones the reference reads (count and flags are all it uses of them).
-      master: (address: string, port: number, proto: number, scope: number) => {
-        if (!address.includes(':')) return dp.maps.lb4_services.lookup({ address, port, proto, scope, slot: 0 });
-        const v = dp.maps.lb6_services.lookup({ address, port, proto, scope, slot: 0 });
-        return v && { ...emptyService, count: v.count, flags: v.flags, affinityTimeout: v.affinityTimeout };
-      },
-      sourceAllowed: (revNatId: number, source: string) => dp.maps.lb4_src_ranges.lookup({ prefixlen: 64, revNatId, source }) !== undefined,
-    };
+    // What `ferry explain --from pod|host` reads (IPv6 master entries as the IPv4 ones the reference reads).
+    const lookup = sockLookup(dp.maps);
     const podCookie = netnsCookie(pod.netns);
     const seen = new Map<string, number>();
     let loopbackNodePorts = 0;

@@ -1,6 +1,7 @@
 // Connected UDP sockets balanced at connect() by the socket hooks keep their backend's
 // address; when the backend leaves the Service the terminator destroys them (the
-// application's pending receive fails; IPv4 sockets and dual-stack IPv6 ones alike), and
+// application's pending receive fails; IPv4 sockets, dual-stack IPv6 ones and IPv6 ones
+// to an IPv6 ClusterIP alike), and
 // leaves alone sockets whose backend is still the Service's (or terminating but serving)
 // and sockets that connected to a pod address themselves.
 import { mkdirSync, rmSync } from 'node:fs';
@@ -36,6 +37,9 @@ beforeAll(async () => {
   // A UDP connect() needs a route to its (translated) destination; nothing is sent.
   await tb.route(pod, '10.244.0.0/16', '10.0.41.1');
   await tb.route(pod, '10.96.0.0/16', '10.0.41.1');
+  await pod.ip('-6', 'addr', 'add', 'fd00:41::2/64', 'dev', 'eth0', 'nodad');
+  await gw.ip('-6', 'addr', 'add', 'fd00:41::1/64', 'dev', 'eth0', 'nodad');
+  await pod.ip('-6', 'route', 'add', 'fd00:244::/32', 'via', 'fd00:41::1');
   pinDir = join('/sys/fs/bpf', `${tb.prefix}-term`);
   mkdirSync(pinDir);
   dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: NODE_IP, hostNetnsCookie: netnsCookie(host.netns) });
@@ -73,10 +77,32 @@ setInterval(() => {}, 1000);`;
 
 describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'UDP socket termination', () => {
   it('parses the iterator output and nothing else', () => {
-    expect(parseTerminated('12 10.244.1.10 5353 0\ngarbage\n7 10.0.0.1 53 -2\n', 'ns')).toEqual([
+    expect(parseTerminated('12 10.244.1.10 5353 0\ngarbage\n7 10.0.0.1 53 -2\n9 fd00:0244:0001:0000:0000:0000:0000:0010 5353 0\n', 'ns')).toEqual([
       { netns: 'ns', cookie: 12n, backend: '10.244.1.10', port: 5353, rc: 0 },
       { netns: 'ns', cookie: 7n, backend: '10.0.0.1', port: 53, rc: -2 },
+      { netns: 'ns', cookie: 9n, backend: 'fd00:244:1::10', port: 5353, rc: 0 },
     ]);
+  });
+
+  it('IPv6 ClusterIPs: destroys sockets whose backend left, keeps those of a draining one and of the backend itself', async () => {
+    writer.apply([]);
+    writer.apply([udp('fd00:96::10', ['fd00:244:1::10']), udp('fd00:96::11', ['fd00:244:1::20'])]);
+    const moved = await connectedClient('fd00:96::10', 53);
+    const kept = await connectedClient('fd00:96::11', 53);
+    const direct = await connectedClient('fd00:244:1::10', 5353);
+    expect(moved.output()).toContain('connected fd00:96::10:53');
+    expect(term.terminate(listNetns()).terminated).toEqual([]);
+    // The IPv6 frontend's backend goes; the other's terminates but serves.
+    const stats = writer.apply([udp('fd00:96::10', ['fd00:244:1::11']), { ...udp('fd00:96::11', ['fd00:244:1::21']), drainingBackends: [{ address: 'fd00:244:1::20', port: 5353, local: false }] }]);
+    expect(stats.ipv6UdpSlotsReplaced).toBeGreaterThan(0); // what has the agent sweep at once
+    expect(term.terminate(listNetns()).terminated.map((t) => ({ backend: t.backend, port: t.port, rc: t.rc }))).toEqual([{ backend: 'fd00:244:1::10', port: 5353, rc: 0 }]);
+    expect(await eventually(async () => moved.output(), (o) => o.includes('error'), 5000, 25)).toMatch(/error ECONNABORTED/);
+    // The draining backend gone too: its socket follows.
+    writer.apply([udp('fd00:96::10', ['fd00:244:1::11'])]);
+    expect(term.terminate(listNetns()).terminated.map((t) => t.backend)).toEqual(['fd00:244:1::20']);
+    expect(await eventually(async () => kept.output(), (o) => o.includes('error'), 5000, 25)).toMatch(/error ECONNABORTED/);
+    expect(direct.output()).not.toContain('error');
+    writer.apply([]);
   });
 
   it('destroys sockets whose backend left their Service, and only those', async () => {

@@ -74,9 +74,10 @@ describe('which Services are programmed', () => {
     expect(r.frontends[0]).toMatchObject({ dropWhenEmpty: true, affinityTimeout: 10800, service: 'default/web:dns' });
     expect(r.noLocalEndpoints).toEqual(['internal']);
     expect(r.ignored).toEqual(['port 9/SCTP (SCTP is not supported)']);
-    // The same endpoint on this node: it serves.
-    const local = serviceFrontends(s, [slice({ addressType: 'IPv6', ports: [{ name: 'dns', port: 5353, protocol: 'UDP' }], eps: [{ ip: 'fd00:244::7', node: 'node-1' }] })], NODE);
+    // The same endpoint on this node: it serves; a terminating one that still serves drains.
+    const local = serviceFrontends(s, [slice({ addressType: 'IPv6', ports: [{ name: 'dns', port: 5353, protocol: 'UDP' }], eps: [{ ip: 'fd00:244::7', node: 'node-1' }, { ip: 'fd00:244::8', node: 'node-1', ready: false, serving: true, terminating: true }] })], NODE);
     expect(summary(local.frontends)).toEqual(['ClusterIP fd00::20:53/UDP → fd00:244::7:5353L']);
+    expect(local.frontends[0]!.drainingBackends?.map((b) => b.address)).toEqual(['fd00:244::8']);
   });
 
   it('ignores slices of other families, FQDN, and slices with the proxy-name or headless label', () => {

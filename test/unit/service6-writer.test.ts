@@ -61,6 +61,19 @@ describe('the lb6_services writer', () => {
     expect(w.entries).toBe(7);
   });
 
+  it('draining backends stand after the counted slots; UDP slots that lose their backend are counted', () => {
+    const m = new MemoryMap(64);
+    const w = writerOn(m);
+    const dns = (bs: number[], draining: number[]): FrontendSpec => ({ ...fe(53, 'dns', backends(...bs)), proto: 'UDP', drainingBackends: backends(...draining) });
+    expect(w.apply([dns([1], [])]).udpSlotsReplaced).toBe(0);
+    // Backend 1 terminates but serves: out of the count, kept in a slot after it.
+    expect(w.apply([dns([2], [1])]).udpSlotsReplaced).toBe(1);
+    const master = m.entries().find(([k]) => k.port === 53 && k.slot === 0)![1];
+    expect([master.count, master.draining]).toEqual([1, 1]);
+    expect(m.entries().filter(([k]) => k.port === 53 && k.slot > 0).map(([k, v]) => `${k.slot} ${v.address}`).sort()).toEqual(['1 fd00:244::2', '2 fd00:244::1']);
+    expect(w.apply([dns([2], [])]).udpSlotsReplaced).toBe(1);
+  });
+
   it('Services at one address share its wildcard: it goes with the last of them', () => {
     const m = new MemoryMap(64);
     const w = writerOn(m);
@@ -98,7 +111,7 @@ describe('splitting a desired state by family', () => {
 
   it('without lb6_services, Services with IPv6 frontends are failures, not dropped in silence', () => {
     const stats = { entriesWritten: 1, entriesDeleted: 0, failures: [] } as unknown as ApplyStats;
-    const out = withIPv6(stats, undefined, () => ({ entriesWritten: 0, entriesDeleted: 0, failures: [] }), [fe(80, 'web'), fe(81, 'web')]);
+    const out = withIPv6(stats, undefined, () => ({ entriesWritten: 0, entriesDeleted: 0, udpSlotsReplaced: 0, failures: [] }), [fe(80, 'web'), fe(81, 'web')]);
     expect(out.failures).toEqual([{ service: 'default/web', code: ErrorCode.MapOp, error: 'IPv6 frontends: this datapath has no lb6_services map' }]);
   });
 });
