@@ -1,10 +1,11 @@
 // What the socket hooks add to connect() for an IPv4 and an IPv6 ClusterIP, against connecting
 // to the pod's address directly in the same family: a node and a pod (its cgroup under the
 // node's, where the hooks are attached), the pod listening on its IPv4 and IPv6 addresses, a
-// client in the node timing connect() (SYN to established) `--count` times per path, the
-// paths taking turns in each round. With --services N, N−1 other ClusterIPs of each family
-// fill the maps (each lookup is a hash lookup: the cost should not move with N).
-// Run as root: npx tsx bench/socket-lb-families.ts [--services 1,10000] [--count 2000] [--rounds 3]
+// client in the node timing connect() (SYN to established, closed by a reset) `--count` times
+// per path, the paths taking turns in each round (rotated). With --services N, N−1 other
+// ClusterIPs of each family fill the maps (each lookup is a hash lookup: the cost should not
+// move with N).
+// Run as root: npx tsx bench/socket-lb-families.ts [--services 1,10000] [--count 2000] [--rounds 5]
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -19,7 +20,7 @@ import { fmtStat, markdownTable, median, progress, publish, ratio, stat } from '
 const { values } = parseArgs({ options: { services: { type: 'string' }, count: { type: 'string' }, rounds: { type: 'string' } } });
 const COUNTS = (values.services ?? '1,10000').split(',').map(Number);
 const COUNT = Number(values.count ?? 2000);
-const ROUNDS = Number(values.rounds ?? 3);
+const ROUNDS = Number(values.rounds ?? 5);
 const COMMAND = `npx tsx bench/socket-lb-families.ts --services ${COUNTS.join(',')} --count ${COUNT} --rounds ${ROUNDS}`;
 
 const POD4 = '10.244.1.10';
@@ -61,8 +62,10 @@ async function main(): Promise<void> {
       const stats = writer.apply(table(n));
       if (stats.failures.length) throw new Error(`${n} Services: ${stats.failures[0]!.error}`);
       for (let round = 0; round < ROUNDS; round++) {
-        for (const p of PATHS) {
-          const r = JSON.parse(await node.execOk([process.execPath, WORKLOADS_BIN, 'connect-latency', '--to', p.to, '--count', String(COUNT)], { timeoutMs: 600_000 })) as { p50: number; failures: number };
+        // In a rotated order, so that no path always follows the same one.
+        for (const p of PATHS.map((_, i) => PATHS[(i + round) % PATHS.length]!)) {
+          // Closed by a reset: no TIME_WAIT, so tens of thousands of connects never wait for a free port.
+          const r = JSON.parse(await node.execOk([process.execPath, WORKLOADS_BIN, 'connect-latency', '--to', p.to, '--count', String(COUNT), '--reset'], { timeoutMs: 600_000 })) as { p50: number; failures: number };
           if (r.failures > 0) throw new Error(`${p.path}: ${r.failures} connects failed`);
           (p50[`${n} ${p.path}`] ??= []).push(r.p50);
           progress('.');
@@ -80,7 +83,7 @@ async function main(): Promise<void> {
       name: 'socket-lb-families',
       title: 'connect() to an IPv4 and an IPv6 ClusterIP through the socket hooks, against the pod\'s address',
       command: COMMAND,
-      method: `a testbed node and a pod (its cgroup under the node's, where ferry's socket hooks are attached); the pod listens on port 8080 of its IPv4 and IPv6 addresses; a client in the node times connect() (SYN to established, then closes) ${COUNT} times per path with the connect-latency workload; the four paths take turns in each of ${ROUNDS} rounds; with N Services, N−1 other ClusterIPs of each family fill lb4_services and lb6_services. p50 per run, median of the runs [min–max].`,
+      method: `a testbed node and a pod (its cgroup under the node's, where ferry's socket hooks are attached); the pod listens on port 8080 of its IPv4 and IPv6 addresses; a client in the node times connect() (SYN to established, then resets: no TIME_WAIT) ${COUNT} times per path with the connect-latency workload; the four paths take turns in each of ${ROUNDS} rounds, in a rotated order; with N Services, N−1 other ClusterIPs of each family fill lb4_services and lb6_services. p50 per run, median of the runs [min–max].`,
       tables: [markdownTable(['Services', 'path', 'connect p50 µs', '/ direct (same family)'], rows)],
       ratios: COUNTS.map((n) => `${n} Services: the hooks add ${added(n, 'IPv4').toFixed(1)} µs to an IPv4 connect() and ${added(n, 'IPv6').toFixed(1)} µs to an IPv6 one (p50 differences)`),
       data: { counts: COUNTS, count: COUNT, rounds: ROUNDS, p50 },
