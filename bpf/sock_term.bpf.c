@@ -104,6 +104,20 @@ static __always_inline int sock_backend_current(const struct lb4_sock_value *ask
 	return lb4_has_backend_at(addr, asked->port, IPPROTO_UDP, scope, svc, baddr, bport, 0);
 }
 
+/* Destroy the socket, and report it as a line "<cookie> <backend address> <port> <rc>". */
+static __always_inline void sock_destroy_reported(struct bpf_iter__udp *ctx, struct sock *sk, __u64 cookie, const void *address,
+						  __be16 port, int ipv6)
+{
+	static const char fmt4[] = "%llu %pI4 %llu %lld\n";
+	static const char fmt6[] = "%llu %pI6 %llu %lld\n";
+	__u64 args[4] = { cookie, (__u64)address, bpf_ntohs(port), (__u64)(__s64)bpf_sock_destroy((struct sock_common *)sk) };
+
+	if (ipv6)
+		bpf_seq_printf(ctx->meta->seq, fmt6, sizeof(fmt6), args, sizeof(args));
+	else
+		bpf_seq_printf(ctx->meta->seq, fmt4, sizeof(fmt4), args, sizeof(args));
+}
+
 /* An IPv6 socket connected to a native IPv6 address: lb6_sock_rev holds it if the hooks
  * balanced it; destroyed unless the frontend it asked for still has its backend, active or
  * draining. */
@@ -113,8 +127,6 @@ static __always_inline int sock6_term(struct bpf_iter__udp *ctx, struct sock *sk
 	struct lb6_key fk = { .proto = IPPROTO_UDP };
 	struct lb6_sock_value *asked;
 	struct lb6_service *svc;
-	__u64 args[4];
-	int rc;
 
 	__u32 w[4] = { sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[0], sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[1],
 		       sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[2], sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[3] };
@@ -127,12 +139,7 @@ static __always_inline int sock6_term(struct bpf_iter__udp *ctx, struct sock *sk
 	fk.port = asked->port;
 	if (lb6_lookup(&fk, &svc) == LB_FOUND && svc && lb6_find_backend(&fk, svc, k.address, k.port, 1))
 		return 0;
-	rc = bpf_sock_destroy((struct sock_common *)sk);
-	args[0] = k.cookie;
-	args[1] = (__u64)&k.address;
-	args[2] = bpf_ntohs(k.port);
-	args[3] = (__u64)(__s64)rc;
-	bpf_seq_printf(ctx->meta->seq, "%llu %pI6 %llu %lld\n", sizeof("%llu %pI6 %llu %lld\n"), args, sizeof(args));
+	sock_destroy_reported(ctx, sk, k.cookie, k.address, k.port, 1);
 	return 0;
 }
 
@@ -142,8 +149,6 @@ int sock4_term_udp(struct bpf_iter__udp *ctx)
 	struct sock *sk = (struct sock *)ctx->udp_sk;
 	struct lb4_sock_value *asked;
 	struct lb4_sock_key k = {};
-	__u64 args[4];
-	int rc;
 
 	if (!sk || sk->__sk_common.skc_state != TCP_ESTABLISHED)
 		return 0;
@@ -159,12 +164,7 @@ int sock4_term_udp(struct bpf_iter__udp *ctx)
 	asked = bpf_map_lookup_elem(&lb4_sock_rev, &k);
 	if (!asked || sock_backend_current(asked, k.address, k.port) || sock_backend_draining(k.address, k.port))
 		return 0;
-	rc = bpf_sock_destroy((struct sock_common *)sk);
-	args[0] = k.cookie;
-	args[1] = (__u64)&k.address;
-	args[2] = bpf_ntohs(k.port);
-	args[3] = (__u64)(__s64)rc;
-	bpf_seq_printf(ctx->meta->seq, "%llu %pI4 %llu %lld\n", sizeof("%llu %pI4 %llu %lld\n"), args, sizeof(args));
+	sock_destroy_reported(ctx, sk, k.cookie, &k.address, k.port, 0);
 	return 0;
 }
 

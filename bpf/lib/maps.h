@@ -132,6 +132,15 @@ struct {
 	__type(value, struct lb6_sock_value);
 } lb6_sock_rev SEC(".maps");
 
+/* An IPv6 frontend's master key → its Service port's name, for the CLI (never read here). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 131072);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lb6_key);
+	__type(value, struct lb4_frontend_name);
+} lb6_names SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 131072);

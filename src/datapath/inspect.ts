@@ -7,7 +7,7 @@ import { PinnedDatapath } from './pinned-view.js';
 import type { Lb6Key, Lb6Service } from './layouts6.js';
 import { interfaceName } from '../sys/interfaces.js';
 import { macText } from '../packet/addr.js';
-import { readServiceTable } from './service-table.js';
+import { decodeName, readServiceTable } from './service-table.js';
 import { firstBackendsMatch } from './write-plan.js';
 import { hopEpochParts } from './hop-epoch.js';
 import { summarizeHostPorts, type HostPortsSummary } from './host-ports.js';
@@ -201,18 +201,21 @@ export function listFrontends(pinDir: string): FrontendRow[] {
         }),
       };
     }).sort((a, b) => a.id - b.id);
-    return dp.pinned().includes('lb6_services') ? [...rows, ...ipv6Frontends(dp.map('lb6_services').entries())] : rows;
+    const pinned = dp.pinned();
+    if (!pinned.includes('lb6_services')) return rows;
+    const names = new Map((pinned.includes('lb6_names') ? dp.map('lb6_names').entries() : []).map(([k, v]) => [`${k.address}|${k.port}|${k.proto}`, decodeName(v.name)]));
+    return [...rows, ...ipv6Frontends(dp.map('lb6_services').entries(), names)];
   });
 }
 
-/** The IPv6 frontends (lb6_services: no id, no published name), after the IPv4 ones. */
-function ipv6Frontends(entries: Array<[Lb6Key, Lb6Service]>): FrontendRow[] {
+/** The IPv6 frontends (lb6_services: no id; their names from lb6_names), after the IPv4 ones. */
+function ipv6Frontends(entries: Array<[Lb6Key, Lb6Service]>, names: ReadonlyMap<string, string>): FrontendRow[] {
   const slots = new Map(entries.filter(([k]) => k.slot > 0).map(([k, v]) => [`${k.address}|${k.port}|${k.proto}|${k.slot}`, v]));
   return entries
     .filter(([k, v]) => k.slot === 0 && !(v.flags & LbFlags.LB_F_WILDCARD))
     .map(([k, v]): FrontendRow => ({
       id: 0,
-      service: '-',
+      service: names.get(`${k.address}|${k.port}|${k.proto}`) ?? '-',
       frontend: `[${k.address}]:${k.port}/${protoName(k.proto)}`,
       type: frontendKind(v.flags),
       flags: [...(v.affinityTimeout ? [`affinity=${v.affinityTimeout}s`] : []), ...(v.flags & LbFlags.LB_F_DROP_WHEN_EMPTY ? ['local-policy'] : [])],

@@ -342,6 +342,8 @@ export const mapSpecs = {
   lb6_services: { key: lb6KeyCodec, value: lb6ServiceCodec, sizeSetting: 'mapSizes.services' },
   lb6_affinity: { key: lb6AffinityKeyCodec, value: lb6AffinityValueCodec, sizeSetting: 'mapSizes.affinity' },
   lb6_sock_rev: { key: lb6SockKeyCodec, value: lb6SockValueCodec, sizeSetting: 'mapSizes.sockReverse' },
+  // An IPv6 frontend's master key → `namespace/name:port`, for the CLI.
+  lb6_names: { key: lb6KeyCodec, value: lb4FrontendNameCodec, sizeSetting: 'mapSizes.reverseNat' },
   // Keyed by a network namespace's cookie.
   lb4_netns_sources: { key: u64Codec, value: lb4NetnsSourceCodec, sizeSetting: undefined },
   ct4: { key: ct4KeyCodec, value: ct4EntryCodec, sizeSetting: 'mapSizes.conntrack' },

@@ -24,6 +24,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   lb6_services: 'services',
   lb6_affinity: 'affinity',
   lb6_sock_rev: 'sockReverse',
+  lb6_names: 'reverseNat',
   lb4_netns_sources: undefined,
   ct4: 'conntrack',
   nat4: 'nat',

@@ -13,12 +13,18 @@ import type { BpfMap } from '../ebpf/map.js';
 import { LbFlags, LbScope, Proto } from './layouts.js';
 import type { Lb6Key, Lb6Service } from './layouts6.js';
 import { serviceOf, type WriteFailure } from './write-plan.js';
+import { decodeName } from './service-table.js';
 import type { ApplyStats } from './writer.js';
 
 interface Entry {
   key: Lb6Key;
   value: Lb6Service;
+  /** A master's `namespace/name:port` (lb6_names, for the CLI). */
+  name?: string | undefined;
 }
+
+/** lb6_names: a master's key → its Service port's name. */
+export type Lb6Names = BpfMap<Lb6Key, { name: Buffer }>;
 
 export interface Apply6Stats {
   entriesWritten: number;
@@ -96,7 +102,7 @@ function frontendEntries(f: FrontendSpec, into: Map<string, Entry>): string | un
   const wildcard = key(0, 0, 0);
   put({ key: wildcard, value: { ...EMPTY, address: '::', flags: LbFlags.LB_F_WILDCARD } });
   const flags = LbFlags.LB_F_CLUSTER_IP | (f.dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0);
-  put({ key: key(0), value: { ...EMPTY, address: '::', count: backends.length, flags, draining: drainingSlots.length, affinityTimeout: f.affinityTimeout ?? 0 } });
+  put({ key: key(0), value: { ...EMPTY, address: '::', count: backends.length, flags, draining: drainingSlots.length, affinityTimeout: f.affinityTimeout ?? 0 }, name: f.service });
   // The draining after the backends, never counted among them: kept for their UDP sockets.
   [...backends, ...drainingSlots].forEach((b, i) => put({ key: key(i + 1), value: { ...EMPTY, address: b.address, port: b.port } }));
   return undefined;
@@ -112,13 +118,21 @@ export class Service6Writer {
   /** Every needed entry, by key id (Services sharing one want the same value). */
   private wanted = new Map<string, Entry>();
 
-  constructor(private readonly map: BpfMap<Lb6Key, Lb6Service>) {
+  /** The names lb6_names holds, by master key id. */
+  private heldNames = new Map<string, Entry>();
+
+  constructor(
+    private readonly map: BpfMap<Lb6Key, Lb6Service>,
+    private readonly names?: Lb6Names,
+  ) {
     this.restore();
   }
 
   private restore(): void {
     this.held.clear();
     for (const [key, value] of this.map.entries()) this.held.set(keyId(key), { key, value });
+    this.heldNames.clear();
+    for (const [key, { name }] of this.names?.entries() ?? []) this.heldNames.set(keyId(key), { key, value: { ...EMPTY, address: '::' }, name: decodeName(name) });
   }
 
   /** Entries lb6_services holds (the writer's own count: no map walk). */
@@ -126,8 +140,10 @@ export class Service6Writer {
     return this.held.size;
   }
 
-  /** Make the map hold exactly the IPv6 frontends of `desired` (every Service's). */
-  apply(desired: FrontendSpec[]): Apply6Stats {
+  /** Make the map hold exactly the IPv6 frontends of `desired` (every Service's); with
+   * `reread`, what the map holds is read first (a change behind the writer's back is undone). */
+  apply(desired: FrontendSpec[], opts: { reread?: boolean } = {}): Apply6Stats {
+    if (opts.reread) this.restore();
     const groups = new Map<string, FrontendSpec[]>();
     for (const f of desired) {
       const name = serviceOf(f);
@@ -219,6 +235,7 @@ export class Service6Writer {
         this.held.set(keyId(e.key), e);
       }
       shrunk.forEach(remove);
+      this.writeNames(whole ? new Set([...candidates, ...this.heldNames.keys()]) : candidates);
     } catch (err) {
       // The map holds part of the change: start the next apply from what it holds.
       this.restore();
@@ -227,5 +244,22 @@ export class Service6Writer {
     const udpSlot = (e: Entry) => e.key.slot > 0 && e.key.proto === Proto.UDP;
     const udpSlotsReplaced = deletes.filter(udpSlot).length + writes.filter((e) => udpSlot(e) && replaced.has(keyId(e.key))).length;
     return { entriesWritten: writes.length, entriesDeleted: deletes.length, udpSlotsReplaced, failures };
+  }
+
+  /** Each master's name as its Service port says, after its entries: the names of masters gone go. */
+  private writeNames(ids: Iterable<string>): void {
+    if (!this.names) return;
+    for (const id of ids) {
+      const want = (this.refs.get(id) ?? 0) > 0 ? this.wanted.get(id)?.name : undefined;
+      const have = this.heldNames.get(id);
+      if (want !== undefined && want !== have?.name) {
+        const e = this.wanted.get(id)!;
+        this.names.update(e.key, { name: Buffer.from(want.slice(0, 95)) });
+        this.heldNames.set(id, e);
+      } else if (want === undefined && have) {
+        this.names.delete(have.key);
+        this.heldNames.delete(id);
+      }
+    }
   }
 }

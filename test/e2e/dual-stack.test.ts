@@ -81,15 +81,15 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a dual-stack Service throug
     const r = await client.host.execOk(['curl', '-gsS', '--max-time', '3', 'http://[fd00:96::60]/']);
     expect(r).toContain(`RemoteAddr: ${ip6(client)}`);
     const pins = c.pinDir(c.net.node(1));
-    const rows = JSON.parse(ferry('service', 'list', '--pin-dir', pins, '-o', 'json').stdout) as Array<{ frontend: string; type: string; backends: { address: string }[] }>;
+    const rows = JSON.parse(ferry('service', 'list', '--pin-dir', pins, '-o', 'json').stdout) as Array<{ service: string; frontend: string; type: string; backends: { address: string }[] }>;
     // explain, from a pod and from outside.
     const e = JSON.parse(ferry('explain', `[${ip6(client)}]:40000`, '[fd00:96::60]:80/tcp', '--from', 'pod', '--pin-dir', pins, '-o', 'json').stdout) as { verdict: string; lines: string[] };
     expect(e.verdict).toBe('rewritten to a backend');
     expect(e.lines).toContain(`backends: [${ip6(web2)}]:8080`);
     expect(ferry('explain', `[${ip6(client)}]:40000`, '[fd00:96::60]:80/tcp', '--pin-dir', pins).stderr).toContain('IPv6 packets from outside are not handled');
-    expect(rows.filter((x) => x.frontend.startsWith('10.96.0.60') || x.frontend.startsWith('[fd00:96::60]')).map((x) => [x.frontend, x.type, x.backends.map((b) => b.address)])).toEqual([
-      ['10.96.0.60:80/tcp', 'ClusterIP', [`${web1.ip}:8080`]],
-      ['[fd00:96::60]:80/tcp', 'ClusterIP', [`[${ip6(web2)}]:8080`]],
+    expect(rows.filter((x) => x.frontend.startsWith('10.96.0.60') || x.frontend.startsWith('[fd00:96::60]')).map((x) => [x.service, x.frontend, x.type, x.backends.map((b) => b.address)])).toEqual([
+      ['default/dual:http', '10.96.0.60:80/tcp', 'ClusterIP', [`${web1.ip}:8080`]],
+      ['default/dual:http', '[fd00:96::60]:80/tcp', 'ClusterIP', [`[${ip6(web2)}]:8080`]],
     ]);
   });
 

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { ErrorCode, FerryError } from '../../src/errors.js';
 import type { BpfMap } from '../../src/ebpf/map.js';
 import type { Lb6Key, Lb6Service } from '../../src/datapath/layouts6.js';
-import { Service6Writer, splitFamilies, withIPv6 } from '../../src/datapath/service6-writer.js';
+import { Service6Writer, splitFamilies, withIPv6, type Lb6Names } from '../../src/datapath/service6-writer.js';
 import type { ApplyStats } from '../../src/datapath/writer.js';
 import type { FrontendSpec } from '../../src/model/frontend.js';
 
@@ -98,6 +98,38 @@ describe('the lb6_services writer', () => {
     const s = writerOn(m).apply([fe(80, 'web', [{ address: 'FD00:244:0::1', port: 8080, local: false }])]);
     expect([s.entriesWritten, s.entriesDeleted]).toEqual([0, 2]);
     expect(m.log).toEqual(['delete 81#0', 'delete 81#1']);
+    // An entry deleted behind the writer's back: a plain apply trusts its view, a reread puts it right.
+    const w = writerOn(m);
+    m.held.delete('fd00:96::10/80/6/1');
+    expect(w.apply([fe(80, 'web')]).entriesWritten).toBe(0);
+    expect(w.apply([fe(80, 'web')], { reread: true }).entriesWritten).toBe(1);
+    expect(m.held.has('fd00:96::10/80/6/1')).toBe(true);
+  });
+});
+
+describe('the names of IPv6 frontends (lb6_names)', () => {
+  it('a master\'s Service port name follows it: written with it, renamed, gone with it, read back after a restart', () => {
+    const m = new MemoryMap(64);
+    const names = new Map<string, [Lb6Key, { name: Buffer }]>();
+    const namesMap = {
+      entries: () => [...names.values()],
+      update: (k: Lb6Key, v: { name: Buffer }) => void names.set(`${k.address}/${k.port}/${k.proto}`, [k, v]),
+      delete: (k: Lb6Key) => names.delete(`${k.address}/${k.port}/${k.proto}`),
+    };
+    const writer = () => new Service6Writer(m as unknown as BpfMap<Lb6Key, Lb6Service>, namesMap as unknown as Lb6Names);
+    const text = () => [...names.entries()].map(([k, [, v]]) => `${k} ${v.name.toString()}`).sort();
+    const w = writer();
+    w.apply([fe(80, 'web'), fe(81, 'api')]);
+    expect(text()).toEqual(['fd00:96::10/80/6 default/web:p', 'fd00:96::10/81/6 default/api:p']);
+    w.applyChanged(new Map([['default/web', [{ ...fe(80, 'web'), service: 'default/web:http' }]]]));
+    expect(text()).toEqual(['fd00:96::10/80/6 default/web:http', 'fd00:96::10/81/6 default/api:p']);
+    w.applyChanged(new Map([['default/api', []]]));
+    expect(text()).toEqual(['fd00:96::10/80/6 default/web:http']);
+    // A restarted writer: nothing to write for the same state; a name left by nobody goes.
+    names.set('fd00:96::99/1/6', [{ address: 'fd00:96::99', port: 1, proto: 6, scope: 0, slot: 0 }, { name: Buffer.from('default/old:p') }]);
+    const again = writer();
+    again.apply([{ ...fe(80, 'web'), service: 'default/web:http' }]);
+    expect(text()).toEqual(['fd00:96::10/80/6 default/web:http']);
   });
 });
 
