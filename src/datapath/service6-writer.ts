@@ -180,21 +180,34 @@ export class Service6Writer {
     for (const name of [...this.byService.keys()]) if (whole ? !groups.has(name) : groups.get(name)?.length === 0) take(name, undefined);
     const live = (id: string) => (this.refs.get(id) ?? 0) > 0;
     const gone = (id: string) => !live(id) && !live(masterOf(id));
-    const freed = new Set([...(whole ? this.held.keys() : touched)].filter((id) => this.held.has(id) && gone(id)));
+    // Room: what the map holds and what is needed, less what the Services that go free. An
+    // entry held for no known Service (read back after a restart) counts as used until the
+    // end of the sync, where it goes: the next sync has its room.
+    const freed = new Set([...touched].filter((id) => this.held.has(id) && gone(id)));
     const used = whole ? new Set([...this.held.keys(), ...[...this.refs.keys()].filter(live)]).size : this.held.size;
     let room = this.map.maxEntries - used + freed.size;
+    // A Service this writer has not written since it read the map (a restart) keeps the
+    // entries the map holds of its frontends when it cannot have new ones.
+    const keepHeld = (name: string, wanted: Map<string, Entry>) => {
+      if (this.byService.has(name)) return;
+      const masters = new Set([...wanted.keys()].map(masterOf));
+      const kept = new Map([...this.held].filter(([id]) => masters.has(masterOf(id))).map(([id, e]) => [id, { ...e, name: this.heldNames.get(id)?.name }]));
+      if (kept.size > 0) take(name, kept);
+    };
     for (const [name, frontends] of groups) {
       const wanted = new Map<string, Entry>();
       let why: string | undefined;
       for (const f of frontends) why ??= frontendEntries(f, wanted);
       if (why) {
         failures.push({ service: name, code: ErrorCode.Codec, error: why });
-        continue; // it keeps what it had
+        keepHeld(name, wanted); // it keeps what it had
+        continue;
       }
       // What takes a place in the map: neither needed already nor held (or held but freed above).
       const fresh = [...wanted.keys()].filter((id) => !live(id) && (!this.held.has(id) || freed.has(id))).length;
       if (fresh > room) {
         failures.push({ service: name, code: ErrorCode.MapFull, error: `needs ${fresh} entries in lb6_services, ${room} left (raise mapSizes.services)` });
+        keepHeld(name, wanted);
         continue;
       }
       room -= fresh;

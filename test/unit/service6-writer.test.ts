@@ -54,6 +54,10 @@ describe('the lb6_services writer', () => {
     expect(s.failures).toEqual([{ service: 'default/web', code: ErrorCode.MapFull, error: 'needs 4 entries in lb6_services, 2 left (raise mapSizes.services)' }]);
     expect(m.entries().filter(([k]) => k.port === 80).map(([, v]) => v.count + v.address).sort()).toEqual(['0fd00:244::1', '1::']);
     expect(m.entries().find(([k]) => k.port === 81 && k.slot === 1)?.[1].address).toBe('fd00:244::2');
+    // A restarted writer: the Service that does not fit keeps what the map holds of it.
+    const restarted = writerOn(m);
+    expect(restarted.apply([fe(80, 'web', backends(1, 2, 3, 4, 5)), fe(81, 'small', backends(2))]).failures.map((f) => f.service)).toEqual(['default/web']);
+    expect(m.entries().filter(([k]) => k.port === 80).length).toBe(2);
     // A Service that goes in the same sync makes room first: now it fits.
     m.log.length = 0;
     expect(w.apply([fe(80, 'web', backends(1, 2, 3, 4, 5))]).failures).toEqual([]);
