@@ -7,8 +7,9 @@
  * An iterator over the UDP sockets of the network namespace it is read in (the agent reads
  * it in every namespace of the node, src/datapath/socket-terminator.ts). A socket is
  * destroyed when the socket hooks balanced it (lb4_sock_rev holds its cookie and its
- * connected address) and that address is no longer a backend of the frontend it asked for,
- * nor a terminating backend that still serves.
+ * connected address; lb6_sock_rev for an IPv6 socket to an IPv6 ClusterIP) and that address
+ * is no longer a backend of the frontend it asked for, nor a terminating backend that
+ * still serves.
  * Each destroyed socket is reported as a line "<cookie> <backend address> <port> <rc>".
  * Needs the bpf_sock_destroy kfunc (kernel 6.5); the agent runs without it where missing. */
 #include "lib/common.h"
