@@ -1,6 +1,6 @@
 // Agent configuration: defaults, then a YAML file, then environment (FERRY_*), then flags.
 // Every key is validated; an error says which key, what is wrong and what is allowed.
-import { isIPv4 } from 'node:net';
+import { isIP, isIPv4 } from 'node:net';
 import { booleanSetting, configError as bad, hostPortSetting, integerSetting, logLevelSetting, readConfigFile, settingsFromEnv, type LogLevel } from '../config-file.js';
 import { ACCELERATIONS, DEFAULT_MAP_SIZES, DEFAULT_SNAT_PORTS, type Acceleration, type MapSizes } from '../datapath/loader.js';
 import { isPrime } from '../datapath/maglev.js';
@@ -145,7 +145,7 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
       case 'nodePortAddresses': {
         const list = typeof value === 'string' ? value.split(',').map((s) => s.trim()).filter(Boolean) : value;
         if (!Array.isArray(list) || list.some((x) => typeof x !== 'string')) throw bad(where, `is ${JSON.stringify(value)}`, 'a list of strings (or a comma-separated string)');
-        if (key === 'nodePortAddresses' && list.some((x) => !isIPv4(x as string))) throw bad(where, `has a non-IPv4 entry`, 'IPv4 addresses');
+        if (key === 'nodePortAddresses' && list.some((x) => !isIP(x as string) || (x as string).includes('%'))) throw bad(where, `has an entry that is not an IP address`, 'IPv4 or IPv6 addresses, without a zone');
         const problem = key !== 'nodePortAddresses' ? list.map((x) => deviceEntryProblem(x as string)).find(Boolean) : undefined;
         if (problem) throw bad(where, `has an entry that ${problem}`, 'interface names (at most 15 characters) or patterns such as enp.*');
         out[key] = list as string[];

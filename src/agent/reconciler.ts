@@ -3,6 +3,7 @@
 // change moved: frontend-table.ts) and has the writer write only those; a periodic full
 // sync reads the maps back and puts right whatever differs. Flows to removed backends are
 // flushed (kube-proxy's stale UDP flush), malformed objects reported once.
+import { isIPv4 } from 'node:net';
 import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { flushFlowsTo } from '../datapath/ct-gc.js';
@@ -214,7 +215,7 @@ export class Reconciler {
     this.pendingRepair = false;
     try {
       const view = nodeView(node, this.d.extraNodeAddresses, this.d.source.nodes());
-      this.d.nodeAddresses?.apply(view.clusterNodeAddresses ?? []);
+      this.d.nodeAddresses?.apply([...(view.clusterNodeAddresses ?? [])].filter((a) => isIPv4(a))); // node4_addrs: DSR's IPv4 options
       this.recompute(recompute, view);
       const changed = this.table.takeChanged();
       const whole = repair || recompute || !this.d.writer.applyChanged;

@@ -114,7 +114,7 @@ export function registerInspect(program: Command): void {
     });
 
   program.command('explain <source> <destination>')
-    .description('what the datapath does with one packet, and why: SRC-IP:PORT DST-IP:PORT/tcp|udp ([IPv6]:PORT for an IPv6 ClusterIP, --from pod|host)')
+    .description('what the datapath does with one packet, and why: SRC-IP:PORT DST-IP:PORT/tcp|udp ([IPv6]:PORT for an IPv6 frontend, --from pod|host)')
     .option('--from <where>', 'external (tc, run through a twin of the program), pod or host (socket hooks)', 'external')
     .option('--pin-dir <dir>', 'the agent\'s pin directory', PIN_DIR)
     .option('--device <ifname>', 'the device the packet arrives on', 'eth0')

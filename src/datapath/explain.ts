@@ -146,7 +146,7 @@ export function explain(r: ExplainRequest): Explanation {
   const live = PinnedDatapath.open(r.pinDir);
   try {
     if (r.from === 'external' && r.dst.includes(':')) {
-      throw new FerryError({ code: ErrorCode.Config, op: `explain ${r.dst}`, cause: 'IPv6 packets from outside are not handled: the tc and XDP programs are IPv4 only', hint: 'IPv6 ClusterIPs are balanced at the socket hooks: --from pod or --from host' });
+      throw new FerryError({ code: ErrorCode.Config, op: `explain ${r.dst}`, cause: 'IPv6 packets from outside are not handled: the tc and XDP programs are IPv4 only', hint: 'IPv6 Services are balanced at the socket hooks, for this node\'s pods and host: --from pod or --from host' });
     }
     return r.from === 'external' ? explainPacket(r, live.maps, live.pinned()) : explainSocket(r, live.maps, live.pinned());
   } finally {

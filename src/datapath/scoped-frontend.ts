@@ -34,5 +34,8 @@ export function canonical(sf: ScopedFrontend): number[] {
 
 /** The "known address, unknown port → drop" entry is only for addresses the model says
  * belong to Services alone: a node address also carries the host's own traffic. */
-export const wantsWildcard = (sf: ScopedFrontend) =>
-  sf.scope === LbScope.LB_SCOPE_EXTERNAL && (sf.f.serviceOnlyAddress ?? (sf.f.kind === 'ClusterIP' || sf.f.kind === 'LoadBalancer'));
+export const wantsWildcard = (sf: ScopedFrontend) => sf.scope === LbScope.LB_SCOPE_EXTERNAL && ownsItsAddress(sf.f);
+
+/** Is the frontend's address the Service's alone (a ClusterIP, an LB IP that is no node's),
+ * so that its unknown ports are refused? A node's or an externalIP's are not. */
+export const ownsItsAddress = (f: FrontendSpec): boolean => f.serviceOnlyAddress ?? (f.kind === 'ClusterIP' || f.kind === 'LoadBalancer');

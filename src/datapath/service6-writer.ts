@@ -1,7 +1,8 @@
-// The writer of lb6_services: IPv6 frontends (a dual-stack or IPv6 Service's ClusterIP) for
-// the socket hooks. Each frontend is a master entry (slot 0: count, flags, affinity), one
-// entry per backend slot holding the backend itself, and its address's wildcard entry
-// (unknown ports refused). Services are taken whole if they fit, as in write-plan.ts: one
+// The writer of lb6_services: IPv6 frontends (a dual-stack or IPv6 Service's ClusterIP,
+// NodePorts, LoadBalancer IPs and externalIPs) for the socket hooks. Each frontend is a
+// master entry (slot 0: count, flags, affinity), one entry per backend slot holding the
+// backend itself, and, where the address is the Service's alone, its address's wildcard
+// entry (unknown ports refused; a node's address keeps its other ports). Services are taken whole if they fit, as in write-plan.ts: one
 // Service too big for the map is reported and keeps what it had. Slots are written before
 // the master that counts them, and a master is deleted before its slots, so the hooks
 // never read a count past the slots that exist.
@@ -12,7 +13,8 @@ import { NONE, type BackendSpec, type FrontendSpec } from '../model/frontend.js'
 import type { BpfMap } from '../ebpf/map.js';
 import { LbFlags, LbScope, Proto } from './layouts.js';
 import type { Lb6Key, Lb6Service } from './layouts6.js';
-import { serviceOf, type WriteFailure } from './write-plan.js';
+import { kindFlag, serviceOf, type WriteFailure } from './write-plan.js';
+import { ownsItsAddress } from './scoped-frontend.js';
 import { decodeName } from './service-table.js';
 import type { ApplyStats } from './writer.js';
 
@@ -99,9 +101,8 @@ function frontendEntries(f: FrontendSpec, into: Map<string, Entry>): string | un
   const drainingSlots = sorted(draining);
   const key = (slot: number, port = f.port, p = proto): Lb6Key => ({ address, port, proto: p, scope: LbScope.LB_SCOPE_EXTERNAL, slot });
   const put = (e: Entry) => into.set(keyId(e.key), e);
-  const wildcard = key(0, 0, 0);
-  put({ key: wildcard, value: { ...EMPTY, address: '::', flags: LbFlags.LB_F_WILDCARD } });
-  const flags = LbFlags.LB_F_CLUSTER_IP | (f.dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0);
+  if (ownsItsAddress(f)) put({ key: key(0, 0, 0), value: { ...EMPTY, address: '::', flags: LbFlags.LB_F_WILDCARD } });
+  const flags = kindFlag[f.kind] | (f.dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0);
   put({ key: key(0), value: { ...EMPTY, address: '::', count: backends.length, flags, draining: drainingSlots.length, affinityTimeout: f.affinityTimeout ?? 0 }, name: f.service });
   // The draining after the backends, never counted among them: kept for their UDP sockets.
   [...backends, ...drainingSlots].forEach((b, i) => put({ key: key(i + 1), value: { ...EMPTY, address: b.address, port: b.port } }));

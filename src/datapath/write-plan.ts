@@ -88,7 +88,7 @@ export interface WriterState {
   wildcardRefs: ReadonlyMap<string, number>;
 }
 
-const kindFlag: Record<FrontendKind, number> = {
+export const kindFlag: Record<FrontendKind, number> = {
   ClusterIP: LbFlags.LB_F_CLUSTER_IP,
   NodePort: LbFlags.LB_F_NODE_PORT,
   LoadBalancer: LbFlags.LB_F_LOAD_BALANCER,

@@ -1,7 +1,7 @@
 // The whole picture for one node: every Service and EndpointSlice → the frontends to
 // program, the health-check servers to run, and what was skipped or refused and why.
 import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
-import { isIPv4 } from 'node:net';
+import { isIP, isIPv4, isIPv6 } from 'node:net';
 import { orNone, type FrontendSpec } from './frontend.js';
 import { FrontendTable } from './frontend-table.js';
 import { LABEL_SERVICE_NAME, serviceFrontends, serviceName, skipReason, type NodeView, type SkipReason } from './service.js';
@@ -48,20 +48,25 @@ export function conflictText(c: FrontendConflict): string {
 
 export const ZONE_LABEL = 'topology.kubernetes.io/zone';
 
-/** This node as the model needs it: name, zone, IPv4 InternalIP/ExternalIP addresses. */
-/** A Node's IPv4 InternalIP and ExternalIP addresses. */
-export function nodeAddresses(node: V1Node): string[] {
-  return (node.status?.addresses ?? []).filter((a) => (a.type === 'InternalIP' || a.type === 'ExternalIP') && isIPv4(a.address)).map((a) => a.address);
+/** A Node's InternalIP and ExternalIP addresses of one family (none with a zone). */
+function nodeAddressesOf(node: V1Node, family: (a: string) => boolean): string[] {
+  return (node.status?.addresses ?? []).filter((a) => (a.type === 'InternalIP' || a.type === 'ExternalIP') && family(a.address) && !a.address.includes('%')).map((a) => a.address);
 }
 
-/** This node as the model needs it, and every node's addresses when known. */
+/** A Node's IPv4 InternalIP and ExternalIP addresses. */
+export const nodeAddresses = (node: V1Node): string[] => nodeAddressesOf(node, isIPv4);
+
+/** This node as the model needs it (name, zone, its NodePort addresses of each family:
+ * its InternalIP and ExternalIP ones and `extraAddresses`), and every node's addresses. */
 export function nodeView(node: V1Node, extraAddresses: string[] = [], allNodes: readonly V1Node[] = []): NodeView {
-  const addresses = [...new Set([...nodeAddresses(node), ...extraAddresses])];
+  const addresses = [...new Set([...nodeAddresses(node), ...extraAddresses.filter((a) => isIPv4(a))])];
+  const addresses6 = [...new Set([...nodeAddressesOf(node, isIPv6), ...extraAddresses.filter((a) => isIPv6(a))])];
   return {
     name: node.metadata?.name ?? '',
     zone: node.metadata?.labels?.[ZONE_LABEL],
     addresses,
-    clusterNodeAddresses: new Set([...addresses, ...allNodes.flatMap(nodeAddresses)]),
+    addresses6,
+    clusterNodeAddresses: new Set([...addresses, ...addresses6, ...allNodes.flatMap((n) => nodeAddressesOf(n, (a) => isIP(a) !== 0))]),
   };
 }
 

@@ -18,6 +18,8 @@ export const ANNOTATION_FORWARDING = 'ferry.dev/forwarding';
 export interface NodeView extends NodeContext {
   /** This node's IPv4 addresses that serve NodePorts. */
   addresses: string[];
+  /** This node's IPv6 addresses that serve NodePorts (from this node's pods and host). */
+  addresses6?: string[];
   /** Every node's addresses, this one's included: an LB IP or externalIP that is one of them
    * is shared with that node's own services. */
   clusterNodeAddresses?: ReadonlySet<string>;
@@ -33,7 +35,7 @@ export interface ServiceFrontends {
   health?: { nodePort: number; localReadyEndpoints: number };
   /** Ports whose ETP/ITP=Local selection found no local endpoint (for the metric). */
   noLocalEndpoints: Array<'internal' | 'external'>;
-  /** Things ignored, for the log (IPv6 NodePorts and LB IPs until they are built, Proxy ipMode…). */
+  /** Things ignored, for the log (Proxy ipMode, SCTP…). */
   ignored: string[];
   /** LoadBalancer IPs and externalIPs that are a node's address: shared with the node. */
   nodeAddresses: Array<{ address: string; kind: 'LoadBalancer' | 'ExternalIP' }>;
@@ -103,12 +105,13 @@ export function serviceFrontends(svc: V1Service, slices: V1EndpointSlice[], node
   const lbIPs = spec.type === 'LoadBalancer'
     ? (svc.status?.loadBalancer?.ingress ?? []).flatMap((ing) => {
         if (!ing.ip) return [];
-        if (ing.ipMode && ing.ipMode !== 'VIP') {
-          out.ignored.push(`LoadBalancer ingress ${ing.ip} with ipMode ${ing.ipMode}`);
+        if (!isIPv4(ing.ip)) {
+          // The IPv6 pass takes it (kube-proxy's IPv6 proxier), if the Service has that family.
+          if (!clusterIP6) out.ignored.push(`IPv6 LoadBalancer ingress ${ing.ip} (the Service has no IPv6 ClusterIP)`);
           return [];
         }
-        if (!isIPv4(ing.ip)) {
-          out.ignored.push(`IPv6 LoadBalancer ingress ${ing.ip}`);
+        if (ing.ipMode && ing.ipMode !== 'VIP') {
+          out.ignored.push(`LoadBalancer ingress ${ing.ip} with ipMode ${ing.ipMode}`);
           return [];
         }
         return [ing.ip];
@@ -202,6 +205,7 @@ function withIPv6(out: ServiceFrontends, v6: ReturnType<typeof ipv6Frontends>): 
   // The two passes report an SCTP port alike: once is enough.
   for (const why of v6.ignored) if (!out.ignored.includes(why)) out.ignored.push(why);
   for (let i = 0; i < v6.noLocalEndpoints; i++) out.noLocalEndpoints.push('internal');
+  out.nodeAddresses.push(...v6.nodeAddresses);
   return finish(out);
 }
 

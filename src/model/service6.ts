@@ -1,11 +1,11 @@
-// The IPv6 family of a Service (kube-proxy's second pass, one per family): its ClusterIP
-// frontends over the endpoints of its IPv6 slices, balanced by the socket hooks for this
-// node's pods and host. IPv6 NodePorts, LoadBalancer IPs and externalIPs need the tc path,
-// which is IPv4 only so far: they are reported as ignored. Pure: no I/O.
+// The IPv6 family of a Service (kube-proxy's second pass, one per family): its frontends
+// over the endpoints of its IPv6 slices, balanced by the socket hooks for this node's pods
+// and host. Packets from outside to IPv6 NodePorts, LoadBalancer IPs and externalIPs need
+// the tc path, which is IPv4 only so far. Pure: no I/O.
 import { isIPv6 } from 'node:net';
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { flat } from './flat-string.js';
-import { orNone, type BackendSpec, type FrontendSpec, type ProtoName } from './frontend.js';
+import { orNone, type BackendSpec, type FrontendKind, type FrontendSpec, type ProtoName } from './frontend.js';
 import { clusterEndpoints, localEndpoints, mergeSlices, portKey, type Endpoint, type NodeContext } from './endpoints.js';
 
 /** spec.clusterIPs[i] pairs with spec.ipFamilies[i]; spec.clusterIP is the fallback. */
@@ -21,14 +21,54 @@ export interface IPv6Frontends {
   ignored: string[];
   /** Ports whose ITP=Local selection found no local IPv6 endpoint. */
   noLocalEndpoints: number;
+  /** IPv6 LoadBalancer IPs and externalIPs that are a node's address: shared with the node. */
+  nodeAddresses: Array<{ address: string; kind: 'LoadBalancer' | 'ExternalIP' }>;
 }
 
-/** The IPv6 ClusterIP frontends of a Service whose ClusterIP in IPv6 is `clusterIP`. */
-export function ipv6Frontends(svc: V1Service, slices: V1EndpointSlice[], node: NodeContext, name: string, clusterIP: string, affinity: number): IPv6Frontends {
+/** What the IPv6 pass needs of the node: its IPv6 NodePort addresses, every node's addresses. */
+export interface Node6Context extends NodeContext {
+  addresses6?: string[];
+  clusterNodeAddresses?: ReadonlySet<string>;
+}
+
+/** The IPv6 LoadBalancer IPs of a LoadBalancer Service (ipMode VIP or unset), the rest reported. */
+function ipv6LoadBalancerIPs(svc: V1Service, ignored: string[]): string[] {
+  if (svc.spec?.type !== 'LoadBalancer') return [];
+  const out: string[] = [];
+  for (const ing of svc.status?.loadBalancer?.ingress ?? []) {
+    if (!ing.ip || !isIPv6(ing.ip)) continue;
+    if (ing.ipMode && ing.ipMode !== 'VIP') ignored.push(`LoadBalancer ingress ${ing.ip} with ipMode ${ing.ipMode}`);
+    else out.push(ing.ip);
+  }
+  // kube-proxy's IPv6 proxier takes the IPv6 ranges alone; ferry has no IPv6 source-range
+  // check yet, so an IPv6 LB IP with IPv6 ranges is not programmed rather than left open.
+  const ranges6 = (svc.spec.loadBalancerSourceRanges ?? []).filter((r) => isIPv6(r.trim().split('/')[0] ?? ''));
+  if (ranges6.length > 0 && out.length > 0) {
+    for (const ip of out) ignored.push(`IPv6 LoadBalancer ingress ${ip} with IPv6 loadBalancerSourceRanges (not built for IPv6)`);
+    return [];
+  }
+  return out;
+}
+
+/**
+ * The IPv6 frontends of a Service whose ClusterIP in IPv6 is `clusterIP`: the ClusterIP,
+ * and its NodePorts on this node's IPv6 addresses, IPv6 LoadBalancer IPs and externalIPs
+ * as this node's pods and host reach them (the socket hooks): over the cluster endpoints,
+ * whatever the externalTrafficPolicy (kube-proxy's short-circuit of in-cluster traffic).
+ * When the tc path learns IPv6, the external scope of those frontends gets the policy's
+ * backends and this view moves to the internal scope, as IPv4's.
+ */
+export function ipv6Frontends(svc: V1Service, slices: V1EndpointSlice[], node: Node6Context, name: string, clusterIP: string, affinity: number): IPv6Frontends {
   const spec = svc.spec!;
-  const out: IPv6Frontends = { frontends: [], ignored: [], noLocalEndpoints: 0 };
+  const out: IPv6Frontends = { frontends: [], ignored: [], noLocalEndpoints: 0, nodeAddresses: [] };
   const byPort = mergeSlices(slices, 'IPv6');
   const itpLocal = spec.internalTrafficPolicy === 'Local';
+  const isNodePortType = spec.type === 'NodePort' || spec.type === 'LoadBalancer';
+  const lbIPs = ipv6LoadBalancerIPs(svc, out.ignored);
+  const externalIPs = (spec.externalIPs ?? []).filter((ip) => isIPv6(ip));
+  const nodeAddress = (a: string) => node.clusterNodeAddresses?.has(a) || (node.addresses6 ?? []).includes(a);
+  for (const ip of lbIPs) if (nodeAddress(ip)) out.nodeAddresses.push({ address: ip, kind: 'LoadBalancer' });
+  for (const ip of externalIPs) if (nodeAddress(ip)) out.nodeAddresses.push({ address: ip, kind: 'ExternalIP' });
   const backends = (eps: Endpoint[]): BackendSpec[] =>
     eps.map((e) => (e.ready ? { address: e.ip, port: e.port, local: e.nodeName === node.name } : { address: e.ip, port: e.port, local: e.nodeName === node.name, terminating: true }));
   for (const p of spec.ports ?? []) {
@@ -42,25 +82,30 @@ export function ipv6Frontends(svc: V1Service, slices: V1EndpointSlice[], node: N
     const cluster = clusterEndpoints(eps, node);
     const internal = itpLocal ? localEndpoints(eps, node) : cluster;
     if (itpLocal && internal.length === 0) out.noLocalEndpoints++;
-    out.frontends.push({
+    // Serving-terminating endpoints not chosen for new flows stay for the sockets they have.
+    const draining = (chosen: Endpoint[]) => orNone(backends(eps.filter((e) => e.serving && e.terminating && !chosen.includes(e))));
+    const service = flat(`${name}:${p.name ?? ''}`);
+    const clusterBackends = backends(cluster);
+    const clusterDraining = draining(cluster);
+    const frontend = (kind: FrontendKind, address: string, port: number): FrontendSpec => ({
       proto,
       affinityTimeout: affinity,
-      service: flat(`${name}:${p.name ?? ''}`),
-      dropWhenEmpty: itpLocal && cluster.length > 0,
-      address: clusterIP,
-      port: p.port,
-      kind: 'ClusterIP',
-      backends: backends(internal),
-      // Serving-terminating endpoints not chosen for new flows stay for the sockets they have.
-      drainingBackends: orNone(backends(eps.filter((e) => e.serving && e.terminating && !internal.includes(e)))),
+      service,
+      dropWhenEmpty: false,
+      drainingBackends: clusterDraining,
+      address,
+      port,
+      kind,
+      backends: clusterBackends,
     });
+    out.frontends.push({ ...frontend('ClusterIP', clusterIP, p.port), dropWhenEmpty: itpLocal && cluster.length > 0, backends: itpLocal ? backends(internal) : clusterBackends, drainingBackends: itpLocal ? draining(internal) : clusterDraining });
+    if (isNodePortType && p.nodePort) for (const a of node.addresses6 ?? []) out.frontends.push(frontend('NodePort', a, p.nodePort));
+    for (const ip of lbIPs) {
+      const f = frontend('LoadBalancer', ip, p.port);
+      if (nodeAddress(ip)) f.serviceOnlyAddress = false;
+      out.frontends.push(f);
+    }
+    for (const ip of externalIPs) out.frontends.push(frontend('ExternalIP', ip, p.port));
   }
-  const external = [
-    ...(spec.type === 'NodePort' || spec.type === 'LoadBalancer' ? (spec.ports ?? []).filter((p) => p.nodePort).map((p) => `IPv6 NodePort ${p.nodePort}`) : []),
-    ...(spec.externalIPs ?? []).filter((ip) => isIPv6(ip)).map((ip) => `IPv6 externalIP ${ip}`),
-  ];
-  for (const what of external) out.ignored.push(`${what} (IPv6 reaches ClusterIPs only, from this node's pods and host)`);
-  // As the IPv4 pass words it (a dual-stack Service reports it once).
-  if (spec.type === 'LoadBalancer') for (const ing of svc.status?.loadBalancer?.ingress ?? []) if (ing.ip && isIPv6(ing.ip)) out.ignored.push(`IPv6 LoadBalancer ingress ${ing.ip}`);
   return out;
 }

@@ -15,8 +15,9 @@ function validPort(n: unknown): boolean {
   return typeof n === 'number' && Number.isInteger(n) && n >= 1 && n <= 65535;
 }
 
+/** An IPv4 or IPv6 address; not one with a zone (fe80::1%eth0), which Node's checks accept. */
 function validIP(s: unknown): boolean {
-  return typeof s === 'string' && (isIPv4(s) || isIPv6(s));
+  return typeof s === 'string' && (isIPv4(s) || (isIPv6(s) && !s.includes('%')));
 }
 
 const isObject = (x: unknown): boolean => typeof x === 'object' && x !== null && !Array.isArray(x);

@@ -3,7 +3,9 @@
 // besides their IPv4 one (routed by their node, as a CNI would). A pod reaches the Service
 // at both ClusterIPs, over its own family's endpoints; `ferry service list` shows both;
 // the IPv6 family follows its slice and goes with the Service. An IPv6-only Service works
-// too, with no NodePort on the node's IPv4 addresses (IPv6 NodePorts are not built).
+// too, with no NodePort on the node's IPv4 addresses. Once the Node lists an IPv6 address,
+// a pod and the host reach IPv6 NodePorts there, and IPv6 LB IPs and externalIPs (the
+// socket hooks: packets from outside to them are not handled yet).
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -21,8 +23,8 @@ const ip6 = (pod: PodInfo) => `fd00:10:244:1::${pod.ip.split('.')[3]}`;
 
 /** An HTTP server on the pod's IPv6 address that says who it is and who asked. */
 const WHOAMI6 = `
-const [addr, name] = JSON.parse(process.argv[1]);
-require('node:http').createServer((q, s) => s.end('Hostname: ' + name + '\\nRemoteAddr: ' + q.socket.remoteAddress + '\\n')).listen(8080, addr);`;
+const [addr, name, port] = JSON.parse(process.argv[1]);
+require('node:http').createServer((q, s) => s.end('Hostname: ' + name + '\\nRemoteAddr: ' + q.socket.remoteAddress + '\\n')).listen(port ?? 8080, addr);`;
 
 let c: Sandbox;
 let web1: PodInfo;
@@ -109,5 +111,37 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a dual-stack Service throug
     // No family of it has an IPv4 ClusterIP: no IPv4 NodePort either (kube-proxy's rule).
     const rows = JSON.parse(ferry('service', 'list', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ frontend: string }>;
     expect(rows.map((x) => x.frontend).filter((f) => f.includes(':30611/') || f.includes('fd00:96::61'))).toEqual(['[fd00:96::61]:80/tcp']);
+  });
+
+  it('IPv6 NodePorts on the node\'s IPv6 address, IPv6 LB IPs and externalIPs: balanced for a pod and the host; the node keeps its other ports', async () => {
+    const NODE6 = 'fd00:30::1';
+    const node = c.net.node(1).host;
+    await node.ip('-6', 'addr', 'add', `${NODE6}/128`, 'dev', 'lo');
+    node.spawn([process.execPath, '-e', WHOAMI6, JSON.stringify([NODE6, 'node-1-host', 9099])]);
+    const n = c.store.get('nodes', undefined, 'node-1')!;
+    const status = n.status as { addresses: Array<{ type: string; address: string }> };
+    c.store.update('nodes', { ...n, status: { ...status, addresses: [...status.addresses, { type: 'InternalIP', address: NODE6 }] } }, { status: true });
+    // Another class: the sandbox's operator leaves its status (the LB IP) alone.
+    applyObject(c, 'services', {
+      metadata: { name: 'lb6', namespace: 'default' },
+      spec: {
+        type: 'LoadBalancer', loadBalancerClass: 'example.com/other', externalTrafficPolicy: 'Local', clusterIP: '10.96.0.62', clusterIPs: ['10.96.0.62', 'fd00:96::62'], ipFamilies: ['IPv4', 'IPv6'], ipFamilyPolicy: 'RequireDualStack',
+        externalIPs: ['fd00:e::1'], ports: [{ name: 'http', port: 80, nodePort: 30612, protocol: 'TCP' }],
+      },
+      status: { loadBalancer: { ingress: [{ ip: 'fd00:100::1' }] } },
+    } as V1Service);
+    applyObject(c, 'endpointslices', slice6('lb6', [web2]));
+    for (const url of [`http://[${NODE6}]:30612/`, 'http://[fd00:100::1]/', 'http://[fd00:e::1]/']) {
+      expect(await eventually(() => hostname(client.host, url), (h) => h === 'web-2-v6'), url).toBe('web-2-v6');
+      expect(await hostname(node, url), `${url} from the host`).toBe('web-2-v6');
+    }
+    // The node's address is not the Service's: its own service there is reached.
+    expect(await hostname(client.host, `http://[${NODE6}]:9099/`)).toBe('node-1-host');
+    // The LB IP is the Service's alone: an unknown port is refused at connect().
+    expect(await hostname(client.host, 'http://[fd00:100::1]:81/')).toBe('error 7');
+    const rows = JSON.parse(ferry('service', 'list', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ service: string; frontend: string; type: string }>;
+    expect(rows.filter((x) => x.service === 'default/lb6:http' && x.frontend.startsWith('[')).map((x) => `${x.type} ${x.frontend}`)).toEqual([
+      'LoadBalancer [fd00:100::1]:80/tcp', 'NodePort [fd00:30::1]:30612/tcp', 'ClusterIP [fd00:96::62]:80/tcp', 'ExternalIP [fd00:e::1]:80/tcp',
+    ]);
   });
 });

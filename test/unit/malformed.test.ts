@@ -134,7 +134,7 @@ describe('generated malformed objects', () => {
       ['snatPortMin', [80, 70000, 'low']],
       ['healthzBindAddress', [5, 'nowhere:port', ':99999']],
       ['logLevel', ['loud', 3]],
-      ['nodePortAddresses', ['10.0.0.0/8', [5], ['x/y']]],
+      ['nodePortAddresses', ['10.0.0.0/8', [5], ['x/y'], ['fe80::1%eth0']]],
       ['unknownKey', [1]],
     ];
     for (let n = 0; n < 200; n++) {

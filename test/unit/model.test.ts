@@ -63,7 +63,54 @@ describe('which Services are programmed', () => {
       'NodePort 0.0.0.0:30080/TCP → 10.244.1.5:8080L',
       'ClusterIP fd00::10:80/TCP → fd00:244::5:8080',
     ]);
-    expect(r.ignored).toEqual(["IPv6 NodePort 30080 (IPv6 reaches ClusterIPs only, from this node's pods and host)"]);
+    // This node has no IPv6 address: no IPv6 NodePort, and nothing to report.
+    expect(r.ignored ?? []).toEqual([]);
+  });
+
+  it('IPv6 NodePorts, LB IPs and externalIPs: on this node\'s IPv6 addresses, over the cluster endpoints whatever the ETP (in-cluster traffic)', () => {
+    const node6 = { ...NODE, addresses6: ['fd00:30::21'], clusterNodeAddresses: new Set(['10.0.30.21', 'fd00:30::21', 'fd00:30::22']) };
+    const s = svc({
+      type: 'LoadBalancer', clusterIP: '10.96.0.10', clusterIPs: ['10.96.0.10', 'fd00::10'], ipFamilies: ['IPv4', 'IPv6'],
+      ports: [{ name: 'http', port: 80, nodePort: 30080 }],
+      spec: { externalTrafficPolicy: 'Local', internalTrafficPolicy: 'Local', externalIPs: ['fd00:e::1', '192.0.2.9'] },
+      status: { loadBalancer: { ingress: [{ ip: 'fd00:100::1' }, { ip: 'fd00:30::22' }, { ip: 'fd00:100::2', ipMode: 'Proxy' }, { ip: '192.0.2.1' }] } },
+    });
+    const slices = [slice({ name: 'web-v6', addressType: 'IPv6', eps: [{ ip: 'fd00:244::5', node: 'node-2' }, { ip: 'fd00:244::6', node: 'node-2', ready: false, serving: true, terminating: true }] })];
+    const r = serviceFrontends(s, slices, node6);
+    expect(summary(r.frontends.filter((f) => f.address.includes(':')))).toEqual([
+      'ClusterIP fd00::10:80/TCP → ∅', // ITP=Local: no endpoint here
+      'NodePort fd00:30::21:30080/TCP → fd00:244::5:8080',
+      'LoadBalancer fd00:100::1:80/TCP → fd00:244::5:8080',
+      'LoadBalancer fd00:30::22:80/TCP → fd00:244::5:8080',
+      'ExternalIP fd00:e::1:80/TCP → fd00:244::5:8080',
+    ]);
+    const v6 = r.frontends.filter((f) => f.address.includes(':'));
+    expect(v6.map((f) => f.dropWhenEmpty)).toEqual([true, false, false, false, false]);
+    expect(v6.slice(1).map((f) => f.drainingBackends?.map((b) => b.address))).toEqual(Array(4).fill(['fd00:244::6']));
+    // A node's address as an LB IP keeps the node's other ports; it is reported, as IPv4's.
+    expect(v6.map((f) => f.serviceOnlyAddress)).toEqual([undefined, undefined, undefined, false, undefined]);
+    expect(r.nodeAddresses).toEqual([{ address: 'fd00:30::22', kind: 'LoadBalancer' }]);
+    expect(r.ignored).toEqual(['LoadBalancer ingress fd00:100::2 with ipMode Proxy']);
+  });
+
+  it('IPv6 LB IPs: IPv6 loadBalancerSourceRanges leave them out (no IPv6 range check yet), IPv4 ranges do not apply to them; no IPv6 family, no IPv6 LB IP', () => {
+    const lb = (ranges: string[], families = ['IPv4', 'IPv6']) => svc({
+      type: 'LoadBalancer', clusterIPs: ['10.96.0.10', 'fd00::10'].slice(0, families.length), ipFamilies: families,
+      ports: [{ name: 'http', port: 80, nodePort: 30080 }], spec: { loadBalancerSourceRanges: ranges },
+      status: { loadBalancer: { ingress: [{ ip: 'fd00:100::1' }] } },
+    });
+    const lbIPs = (s: V1Service) => serviceFrontends(s, [], NODE).frontends.filter((f) => f.kind === 'LoadBalancer').map((f) => f.address);
+    expect(lbIPs(lb(['10.0.0.0/8']))).toEqual(['fd00:100::1']);
+    expect(lbIPs(lb(['10.0.0.0/8', ' fd00:1::/64']))).toEqual([]);
+    expect(serviceFrontends(lb(['fd00:1::/64']), [], NODE).ignored).toEqual(['IPv6 LoadBalancer ingress fd00:100::1 with IPv6 loadBalancerSourceRanges (not built for IPv6)']);
+    expect(serviceFrontends(lb([], ['IPv4']), [], NODE).ignored).toEqual(['IPv6 LoadBalancer ingress fd00:100::1 (the Service has no IPv6 ClusterIP)']);
+  });
+
+  it('the node view: NodePort addresses of each family, every node\'s in the cluster set', () => {
+    const node = (name: string, addrs: string[]) => ({ metadata: { name }, status: { addresses: addrs.map((address) => ({ type: 'InternalIP', address })) } });
+    const v = nodeView(node('node-1', ['10.0.30.21', 'fd00:30::21', 'fe80::1%eth0']), ['10.0.40.1', 'fd00:40::1'], [node('node-2', ['10.0.30.22', 'fd00:30::22'])]);
+    expect([v.addresses, v.addresses6]).toEqual([['10.0.30.21', '10.0.40.1'], ['fd00:30::21', 'fd00:40::1']]);
+    expect([...v.clusterNodeAddresses!].sort()).toEqual(['10.0.30.21', '10.0.30.22', '10.0.40.1', 'fd00:30::21', 'fd00:30::22', 'fd00:40::1']);
   });
 
   it('an IPv6-only Service: ClusterIP frontends with ITP, affinity and the drop-when-empty rule; IPv4 endpoints in an IPv6 slice left out', () => {
@@ -229,6 +276,7 @@ describe('bad input', () => {
   const good = svc({ name: 'good', clusterIP: '10.96.0.1' });
   it.each([
     ['a bad cluster IP', svc({ name: 'bad', clusterIP: '10.96.0.300' }), /cluster IP "10.96.0.300" is not an IP address/],
+    ['an externalIP with a zone', svc({ name: 'bad', spec: { externalIPs: ['fe80::1%eth0'] } }), /externalIP "fe80::1%eth0" is not an IP address/],
     ['port 0', svc({ name: 'bad', ports: [{ port: 0 }] }), /port 0 is not in 1..65535/],
     ['port 70000', svc({ name: 'bad', ports: [{ port: 70000 }] }), /port 70000 is not in 1..65535/],
     ['duplicate ports', svc({ name: 'bad', ports: [{ name: 'a', port: 80 }, { name: 'b', port: 80 }] }), /port 80\/TCP is listed twice/],
@@ -287,7 +335,7 @@ describe('bad input', () => {
     expect(r.ignored).toEqual(['port 3868/SCTP (SCTP is not supported)']);
   });
 
-  it('reads the node: name, zone, IPv4 addresses', () => {
-    expect(nodeView({ metadata: { name: 'n', labels: { 'topology.kubernetes.io/zone': 'z' } }, status: { addresses: [{ type: 'InternalIP', address: '10.0.30.21' }, { type: 'InternalIP', address: 'fd00::21' }, { type: 'Hostname', address: 'n' }] } }, [], [{ status: { addresses: [{ type: 'InternalIP', address: '10.0.30.22' }] } }])).toEqual({ name: 'n', zone: 'z', addresses: ['10.0.30.21'], clusterNodeAddresses: new Set(['10.0.30.21', '10.0.30.22']) });
+  it('reads the node: name, zone, addresses of each family (not its hostname)', () => {
+    expect(nodeView({ metadata: { name: 'n', labels: { 'topology.kubernetes.io/zone': 'z' } }, status: { addresses: [{ type: 'InternalIP', address: '10.0.30.21' }, { type: 'InternalIP', address: 'fd00::21' }, { type: 'Hostname', address: 'n' }] } }, [], [{ status: { addresses: [{ type: 'InternalIP', address: '10.0.30.22' }] } }])).toEqual({ name: 'n', zone: 'z', addresses: ['10.0.30.21'], addresses6: ['fd00::21'], clusterNodeAddresses: new Set(['10.0.30.21', 'fd00::21', '10.0.30.22']) });
   });
 });

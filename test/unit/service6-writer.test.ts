@@ -88,6 +88,19 @@ describe('the lb6_services writer', () => {
     expect(m.held.size).toBe(0);
   });
 
+  it('a frontend\'s kind in its flags; unknown ports refused only at an address that is the Service\'s alone', () => {
+    const m = new MemoryMap(64);
+    const kinds: FrontendSpec[] = [
+      { ...fe(30080, 'np', backends(1), 'fd00:30::21'), kind: 'NodePort' },
+      { ...fe(80, 'lb', backends(1), 'fd00:100::1'), kind: 'LoadBalancer' },
+      { ...fe(80, 'shared', backends(1), 'fd00:30::22'), kind: 'LoadBalancer', serviceOnlyAddress: false },
+      { ...fe(80, 'ext', backends(1), 'fd00:e::1'), kind: 'ExternalIP' },
+    ];
+    expect(writerOn(m).apply(kinds).failures).toEqual([]);
+    const masters = m.entries().filter(([k]) => k.slot === 0).map(([k, v]) => `${k.address} ${k.port} ${v.flags}`).sort();
+    expect(masters).toEqual(['fd00:100::1 0 16', 'fd00:100::1 80 4', 'fd00:30::21 30080 2', 'fd00:30::22 80 4', 'fd00:e::1 80 8']);
+  });
+
   it('refuses a frontend it cannot encode (an IPv4 backend, SCTP) and writes the rest', () => {
     const m = new MemoryMap(64);
     const s = writerOn(m).apply([fe(80, 'mixed', [{ address: '10.244.1.1', port: 80, local: false }]), { ...fe(82, 'sctp'), proto: 'SCTP' }, fe(81, 'good')]);
