@@ -49,7 +49,7 @@ demo: build
 	@bash scripts/demo.sh
 
 ## bench: the benchmarks with quick settings, < 10 min (bench/results/quick/); see bench/README.md
-BENCH_REPORTS := forwarding rules-scaling connect-gap connect-trace pps pps-node agent-sync packet-cost packet-stages snat-capacity ipam l2 bgp
+BENCH_REPORTS := forwarding rules-scaling connect-gap connect-trace pps pps-node agent-sync packet-cost packet-stages call-cost snat-capacity ipam l2 bgp
 bench: build
 	@rm -rf bench/results/quick
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/forwarding.ts --seconds 3 --rr-seconds 1 --repeat 3
@@ -61,6 +61,7 @@ bench: build
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/agent-sync.ts --services 1000,10000 --changes 50
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/packet-cost.ts --services 100000 --runs 500
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/packet-stages.ts --runs 500
+	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/call-cost.ts --rounds 3
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/snat-capacity.ts --seconds 15 --concurrency 16
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/ipam.ts --services 1000,10000 --repeat 1
 	@FERRY_BENCH_RESULTS=bench/results/quick $(NPX) tsx bench/l2.ts --addresses 10,1000 --seconds 10 --repeat 3
@@ -86,6 +87,7 @@ bench-full: build
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/agent-sync.ts --services 1000,10000,50000,100000 --changes 100
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/packet-cost.ts --services 100000 --runs 2000
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/packet-stages.ts --runs 2000
+	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/call-cost.ts --rounds 7
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/snat-capacity.ts --seconds 30 --concurrency 16
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/ipam.ts --services 1000,10000,30000 --repeat 3
 	@FERRY_BENCH_RESULTS=bench/results/full $(NPX) tsx bench/l2.ts --addresses 10,1000 --seconds 20 --repeat 5
