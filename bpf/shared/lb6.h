@@ -26,7 +26,7 @@ struct lb6_service {
 	__u8 address[16];       /* slot > 0: the backend's address */
 	__be16 port;            /* slot > 0: the backend's port */
 	__u16 count;            /* slot 0: number of backend slots */
-	__u16 flags;            /* slot 0: enum lb_flags */
+	__u16 flags;            /* slot 0: enum lb_flags; slot > 0: enum lb_backend_flags (for the CLI) */
 	__u16 draining;         /* slot 0: number of draining slots after them */
 	__u32 affinity_timeout; /* slot 0: seconds of ClientIP affinity; 0 = none */
 };

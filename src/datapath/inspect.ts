@@ -221,7 +221,7 @@ function ipv6Frontends(entries: Array<[Lb6Key, Lb6Service]>, names: ReadonlyMap<
       flags: [...(v.affinityTimeout ? [`affinity=${v.affinityTimeout}s`] : []), ...(v.flags & LbFlags.LB_F_DROP_WHEN_EMPTY ? ['local-policy'] : [])],
       backends: Array.from({ length: v.count }, (_, i) => {
         const b = slots.get(`${k.address}|${k.port}|${k.proto}|${i + 1}`);
-        return { id: 0, address: b ? `[${b.address}]:${b.port}` : '(missing)', state: 'active', local: false };
+        return { id: 0, address: b ? `[${b.address}]:${b.port}` : '(missing)', state: b && b.flags & BackendFlags.LB_BACKEND_F_TERMINATING ? 'terminating' : 'active', local: Boolean(b && b.flags & BackendFlags.LB_BACKEND_F_LOCAL) };
       }),
     }))
     .sort((a, b) => (a.frontend < b.frontend ? -1 : 1));

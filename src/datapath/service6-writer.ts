@@ -11,7 +11,7 @@ import { ErrorCode, FerryError } from '../errors.js';
 import { ipv6Bytes, ipv6Text } from '../packet/addr.js';
 import { NONE, type BackendSpec, type FrontendSpec } from '../model/frontend.js';
 import type { BpfMap } from '../ebpf/map.js';
-import { LbFlags, LbScope, Proto } from './layouts.js';
+import { BackendFlags, LbFlags, LbScope, Proto } from './layouts.js';
 import type { Lb6Key, Lb6Service } from './layouts6.js';
 import { kindFlag, serviceOf, type WriteFailure } from './write-plan.js';
 import { ownsItsAddress } from './scoped-frontend.js';
@@ -96,7 +96,9 @@ function frontendEntries(f: FrontendSpec, into: Map<string, Entry>): string | un
   // Addresses in their one text form (what reading the map back gives), and a stable slot
   // order whatever order the slices listed the endpoints in.
   const address = canonical(f.address);
-  const sorted = (list: BackendSpec[]) => list.map((b) => ({ address: canonical(b.address), port: b.port })).sort((a, b) => (a.address === b.address ? a.port - b.port : a.address < b.address ? -1 : 1));
+  // A slot's flags say what the CLI shows of its backend (the hooks read its address and port alone).
+  const slotFlags = (b: BackendSpec) => (b.local ? BackendFlags.LB_BACKEND_F_LOCAL : 0) | (b.terminating ? BackendFlags.LB_BACKEND_F_TERMINATING : 0);
+  const sorted = (list: BackendSpec[]) => list.map((b) => ({ address: canonical(b.address), port: b.port, flags: slotFlags(b) })).sort((a, b) => (a.address === b.address ? a.port - b.port : a.address < b.address ? -1 : 1));
   const backends = sorted(f.backends);
   const drainingSlots = sorted(draining);
   const key = (slot: number, port = f.port, p = proto): Lb6Key => ({ address, port, proto: p, scope: LbScope.LB_SCOPE_EXTERNAL, slot });
@@ -105,7 +107,7 @@ function frontendEntries(f: FrontendSpec, into: Map<string, Entry>): string | un
   const flags = kindFlag[f.kind] | (f.dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0);
   put({ key: key(0), value: { ...EMPTY, address: '::', count: backends.length, flags, draining: drainingSlots.length, affinityTimeout: f.affinityTimeout ?? 0 }, name: f.service });
   // The draining after the backends, never counted among them: kept for their UDP sockets.
-  [...backends, ...drainingSlots].forEach((b, i) => put({ key: key(i + 1), value: { ...EMPTY, address: b.address, port: b.port } }));
+  [...backends, ...drainingSlots].forEach((b, i) => put({ key: key(i + 1), value: { ...EMPTY, address: b.address, port: b.port, flags: b.flags } }));
   return undefined;
 }
 

@@ -139,9 +139,10 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a dual-stack Service throug
     expect(await hostname(client.host, `http://[${NODE6}]:9099/`)).toBe('node-1-host');
     // The LB IP is the Service's alone: an unknown port is refused at connect().
     expect(await hostname(client.host, 'http://[fd00:100::1]:81/')).toBe('error 7');
-    const rows = JSON.parse(ferry('service', 'list', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ service: string; frontend: string; type: string }>;
-    expect(rows.filter((x) => x.service === 'default/lb6:http' && x.frontend.startsWith('[')).map((x) => `${x.type} ${x.frontend}`)).toEqual([
-      'LoadBalancer [fd00:100::1]:80/tcp', 'NodePort [fd00:30::1]:30612/tcp', 'ClusterIP [fd00:96::62]:80/tcp', 'ExternalIP [fd00:e::1]:80/tcp',
-    ]);
+    const rows = JSON.parse(ferry('service', 'list', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ service: string; frontend: string; type: string; backends: Array<{ address: string; local: boolean }> }>;
+    // web-2 runs on this node: its slots say so.
+    expect(rows.filter((x) => x.service === 'default/lb6:http' && x.frontend.startsWith('[')).map((x) => `${x.type} ${x.frontend} ${x.backends.map((b) => `${b.address}${b.local ? ' local' : ''}`).join()}`)).toEqual(
+      ['LoadBalancer [fd00:100::1]:80/tcp', 'NodePort [fd00:30::1]:30612/tcp', 'ClusterIP [fd00:96::62]:80/tcp', 'ExternalIP [fd00:e::1]:80/tcp'].map((f) => `${f} [${ip6(web2)}]:8080 local`),
+    );
   });
 });

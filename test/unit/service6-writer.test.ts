@@ -7,7 +7,7 @@ import type { BpfMap } from '../../src/ebpf/map.js';
 import type { Lb6Key, Lb6Service } from '../../src/datapath/layouts6.js';
 import { Service6Writer, splitFamilies, withIPv6, type Lb6Names } from '../../src/datapath/service6-writer.js';
 import type { ApplyStats } from '../../src/datapath/writer.js';
-import type { FrontendSpec } from '../../src/model/frontend.js';
+import type { BackendSpec, FrontendSpec } from '../../src/model/frontend.js';
 
 class MemoryMap {
   readonly log: string[] = [];
@@ -29,7 +29,7 @@ class MemoryMap {
 }
 
 const backends = (...last: number[]) => last.map((n) => ({ address: `fd00:244::${n}`, port: 8080, local: false }));
-const fe = (port: number, service: string, bs = backends(1), address = 'fd00:96::10'): FrontendSpec => ({ address, port, proto: 'TCP', kind: 'ClusterIP', backends: bs, service: `default/${service}:p` });
+const fe = (port: number, service: string, bs: BackendSpec[] = backends(1), address = 'fd00:96::10'): FrontendSpec => ({ address, port, proto: 'TCP', kind: 'ClusterIP', backends: bs, service: `default/${service}:p` });
 const writerOn = (m: MemoryMap) => new Service6Writer(m as unknown as BpfMap<Lb6Key, Lb6Service>);
 
 describe('the lb6_services writer', () => {
@@ -99,6 +99,12 @@ describe('the lb6_services writer', () => {
     expect(writerOn(m).apply(kinds).failures).toEqual([]);
     const masters = m.entries().filter(([k]) => k.slot === 0).map(([k, v]) => `${k.address} ${k.port} ${v.flags}`).sort();
     expect(masters).toEqual(['fd00:100::1 0 16', 'fd00:100::1 80 4', 'fd00:30::21 30080 2', 'fd00:30::22 80 4', 'fd00:e::1 80 8']);
+  });
+
+  it('a slot says whether its backend is this node\'s and whether it is terminating (for the CLI)', () => {
+    const m = new MemoryMap(64);
+    writerOn(m).apply([fe(80, 'web', [{ address: 'fd00:244::1', port: 8080, local: true }, { address: 'fd00:244::2', port: 8080, local: false, terminating: true }])]);
+    expect(m.entries().filter(([k]) => k.slot > 0).map(([k, v]) => `${k.slot} ${v.address} ${v.flags}`).sort()).toEqual(['1 fd00:244::1 1', '2 fd00:244::2 2']);
   });
 
   it('refuses a frontend it cannot encode (an IPv4 backend, SCTP) and writes the rest', () => {
