@@ -2,7 +2,7 @@
 // /livez) and one server per LoadBalancer Service with externalTrafficPolicy=Local on its
 // healthCheckNodePort.
 import type { Server, ServerResponse } from 'node:http';
-import { listen, parseHostPort } from '../sys/http-server.js';
+import { listen, parseHostPort, type Handler } from '../sys/http-server.js';
 import type { AgentMetrics } from './metrics.js';
 import { systemClock, type Clock } from '../clock.js';
 
@@ -113,6 +113,19 @@ interface ServiceHealthEntry {
   server: Server;
 }
 
+/** A health check node port listens on `host`, or, unset, on every address of both
+ * families as kube-proxy's (":port"): an IPv6 load balancer probes it too. A node without
+ * IPv6 gets IPv4's alone. */
+async function listenNodePort(handler: Handler, host: string, port: number): Promise<Server> {
+  if (host) return listen(handler, host, port);
+  try {
+    return await listen(handler, '::', port); // IPV6_V6ONLY off: IPv4 clients too
+  } catch (e) {
+    if (!['EAFNOSUPPORT', 'EADDRNOTAVAIL'].includes((e as NodeJS.ErrnoException).code ?? '')) throw e;
+    return listen(handler, '0.0.0.0', port);
+  }
+}
+
 /** One HTTP server per health check node port, opened and closed as Services come and go. */
 export class ServiceHealthServers {
   private readonly byService = new Map<string, ServiceHealthEntry>();
@@ -147,11 +160,11 @@ export class ServiceHealthServers {
       const [namespace, name] = w.service.split('/') as [string, string];
       const entry = { namespace, name, port: w.nodePort, endpoints: w.localReadyEndpoints } as ServiceHealthEntry;
       try {
-        entry.server = await listen((_req, res) => {
+        entry.server = await listenNodePort((_req, res) => {
           const healthy = this.proxy.isHealthy();
           const status = entry.endpoints > 0 && healthy ? 200 : 503;
           writeJson(res, status, serviceHealthBody(entry.namespace, entry.name, entry.endpoints, healthy), { 'X-Load-Balancing-Endpoint-Weight': String(entry.endpoints) });
-        }, this.host || '0.0.0.0', w.nodePort);
+        }, this.host, w.nodePort);
         this.byService.set(w.service, entry);
       } catch (e) {
         this.onError(w.service, e as Error);

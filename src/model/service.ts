@@ -206,6 +206,9 @@ function withIPv6(out: ServiceFrontends, v6: ReturnType<typeof ipv6Frontends>): 
   for (const why of v6.ignored) if (!out.ignored.includes(why)) out.ignored.push(why);
   for (let i = 0; i < v6.noLocalEndpoints; i++) out.noLocalEndpoints.push('internal');
   out.nodeAddresses.push(...v6.nodeAddresses);
+  // One health check node port for both families: healthy while either has a local
+  // endpoint (a pod of both families counts once).
+  if (v6.health) out.health = { nodePort: v6.health.nodePort, localReadyEndpoints: Math.max(out.health?.localReadyEndpoints ?? 0, v6.health.localReadyEndpoints) };
   return finish(out);
 }
 

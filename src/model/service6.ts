@@ -23,6 +23,8 @@ export interface IPv6Frontends {
   noLocalEndpoints: number;
   /** IPv6 LoadBalancer IPs and externalIPs that are a node's address: shared with the node. */
   nodeAddresses: Array<{ address: string; kind: 'LoadBalancer' | 'ExternalIP' }>;
+  /** The health check node port's word from this family (LB + ETP=Local): its local Ready endpoints. */
+  health?: { nodePort: number; localReadyEndpoints: number };
 }
 
 /** What the IPv6 pass needs of the node: its IPv6 NodePort addresses, every node's addresses. */
@@ -69,6 +71,7 @@ export function ipv6Frontends(svc: V1Service, slices: V1EndpointSlice[], node: N
   const nodeAddress = (a: string) => node.clusterNodeAddresses?.has(a) || (node.addresses6 ?? []).includes(a);
   for (const ip of lbIPs) if (nodeAddress(ip)) out.nodeAddresses.push({ address: ip, kind: 'LoadBalancer' });
   for (const ip of externalIPs) if (nodeAddress(ip)) out.nodeAddresses.push({ address: ip, kind: 'ExternalIP' });
+  const localReady = new Set<string>();
   const backends = (eps: Endpoint[]): BackendSpec[] =>
     eps.map((e) => (e.ready ? { address: e.ip, port: e.port, local: e.nodeName === node.name } : { address: e.ip, port: e.port, local: e.nodeName === node.name, terminating: true }));
   for (const p of spec.ports ?? []) {
@@ -79,6 +82,7 @@ export function ipv6Frontends(svc: V1Service, slices: V1EndpointSlice[], node: N
     }
     // A slice's addressType is the API's word, its addresses a user's: only IPv6 ones count.
     const eps = (byPort.get(portKey(p.name, proto)) ?? []).filter((e) => isIPv6(e.ip));
+    for (const e of eps) if (e.ready && e.nodeName === node.name) localReady.add(e.ip);
     const cluster = clusterEndpoints(eps, node);
     const internal = itpLocal ? localEndpoints(eps, node) : cluster;
     if (itpLocal && internal.length === 0) out.noLocalEndpoints++;
@@ -106,6 +110,9 @@ export function ipv6Frontends(svc: V1Service, slices: V1EndpointSlice[], node: N
       out.frontends.push(f);
     }
     for (const ip of externalIPs) out.frontends.push(frontend('ExternalIP', ip, p.port));
+  }
+  if (spec.type === 'LoadBalancer' && spec.externalTrafficPolicy === 'Local' && spec.healthCheckNodePort) {
+    out.health = { nodePort: spec.healthCheckNodePort, localReadyEndpoints: localReady.size };
   }
   return out;
 }

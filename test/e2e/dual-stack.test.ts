@@ -5,7 +5,8 @@
 // the IPv6 family follows its slice and goes with the Service. An IPv6-only Service works
 // too, with no NodePort on the node's IPv4 addresses. Once the Node lists an IPv6 address,
 // a pod and the host reach IPv6 NodePorts there, and IPv6 LB IPs and externalIPs (the
-// socket hooks: packets from outside to them are not handled yet).
+// socket hooks: packets from outside to them are not handled yet), and the health check
+// node port answers there.
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -126,7 +127,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a dual-stack Service throug
       metadata: { name: 'lb6', namespace: 'default' },
       spec: {
         type: 'LoadBalancer', loadBalancerClass: 'example.com/other', externalTrafficPolicy: 'Local', clusterIP: '10.96.0.62', clusterIPs: ['10.96.0.62', 'fd00:96::62'], ipFamilies: ['IPv4', 'IPv6'], ipFamilyPolicy: 'RequireDualStack',
-        externalIPs: ['fd00:e::1'], ports: [{ name: 'http', port: 80, nodePort: 30612, protocol: 'TCP' }],
+        externalIPs: ['fd00:e::1'], healthCheckNodePort: 32612, ports: [{ name: 'http', port: 80, nodePort: 30612, protocol: 'TCP' }],
       },
       status: { loadBalancer: { ingress: [{ ip: 'fd00:100::1' }] } },
     } as V1Service);
@@ -137,6 +138,12 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a dual-stack Service throug
     }
     // The node's address is not the Service's: its own service there is reached.
     expect(await hostname(client.host, `http://[${NODE6}]:9099/`)).toBe('node-1-host');
+    // The health check node port answers on the node's IPv6 address, counting the IPv6 endpoint.
+    const health = async () => {
+      const r = await client.host.exec(['curl', '-gsS', '--max-time', '3', `http://[${NODE6}]:32612/`], { timeoutMs: 8000 });
+      return r.code === 0 ? (JSON.parse(r.stdout) as { localEndpoints: number }).localEndpoints : -1;
+    };
+    expect(await eventually(health, (n) => n === 1)).toBe(1);
     // The LB IP is the Service's alone: an unknown port is refused at connect().
     expect(await hostname(client.host, 'http://[fd00:100::1]:81/')).toBe('error 7');
     const rows = JSON.parse(ferry('service', 'list', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ service: string; frontend: string; type: string; backends: Array<{ address: string; local: boolean }> }>;

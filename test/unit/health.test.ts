@@ -57,6 +57,27 @@ describe('service health (healthCheckNodePort)', () => {
 });
 
 describe('health check node port servers', () => {
+  it('with no bind address set, answers on both families (an IPv6 load balancer probes it too)', async () => {
+    const { ServiceHealthServers } = await import('../../src/agent/health.js');
+    const { get } = await import('node:http');
+    const servers = new ServiceHealthServers(new ProxyHealth(60_000), '', () => {});
+    const port = 32000 + (process.pid % 700);
+    await servers.sync([{ service: 'default/lb', nodePort: port, localReadyEndpoints: 2 }]);
+    const ask = (host: string) => new Promise<string>((resolve, reject) => {
+      get({ host, port, path: '/' }, (res) => {
+        let body = '';
+        res.on('data', (d: Buffer) => (body += d.toString()));
+        res.on('end', () => resolve(`${res.statusCode} ${JSON.parse(body).localEndpoints}`));
+      }).on('error', reject);
+    });
+    try {
+      expect(await ask('127.0.0.1')).toBe('200 2');
+      expect(await ask('::1')).toBe('200 2');
+    } finally {
+      await servers.close();
+    }
+  });
+
   it('a slow client does not hold up a sync: the server goes, and its port is free again at once', async () => {
     const { ServiceHealthServers } = await import('../../src/agent/health.js');
     const { createServer, connect } = await import('node:net');

@@ -106,6 +106,18 @@ describe('which Services are programmed', () => {
     expect(serviceFrontends(lb([], ['IPv4']), [], NODE).ignored).toEqual(['IPv6 LoadBalancer ingress fd00:100::1 (the Service has no IPv6 ClusterIP)']);
   });
 
+  it('the health check node port counts the local Ready endpoints of either family (an IPv6-only Service has one too)', () => {
+    const lb6 = (families: string[]) => svc({
+      type: 'LoadBalancer', clusterIPs: families.map((f) => (f === 'IPv4' ? '10.96.0.10' : 'fd00::10')), ipFamilies: families,
+      ports: [{ name: 'http', port: 80, nodePort: 30080 }], spec: { externalTrafficPolicy: 'Local', healthCheckNodePort: 32000 },
+    });
+    const v6 = slice({ name: 'web-v6', addressType: 'IPv6', eps: [{ ip: 'fd00:244::5', node: 'node-1' }, { ip: 'fd00:244::6', node: 'node-2' }, { ip: 'fd00:244::7', node: 'node-1', ready: false, serving: true, terminating: true }] });
+    const v4 = slice({ eps: [{ ip: '10.244.2.5', node: 'node-2' }] });
+    expect(serviceFrontends(lb6(['IPv6']), [v6], NODE).health).toEqual({ nodePort: 32000, localReadyEndpoints: 1 });
+    expect(serviceFrontends(lb6(['IPv4', 'IPv6']), [v4, v6], NODE).health).toEqual({ nodePort: 32000, localReadyEndpoints: 1 });
+    expect(serviceFrontends(lb6(['IPv4', 'IPv6']), [v4], NODE).health).toEqual({ nodePort: 32000, localReadyEndpoints: 0 });
+  });
+
   it('the node view: NodePort addresses of each family, every node\'s in the cluster set', () => {
     const node = (name: string, addrs: string[]) => ({ metadata: { name }, status: { addresses: addrs.map((address) => ({ type: 'InternalIP', address })) } });
     const v = nodeView(node('node-1', ['10.0.30.21', 'fd00:30::21', 'fe80::1%eth0']), ['10.0.40.1', 'fd00:40::1'], [node('node-2', ['10.0.30.22', 'fd00:30::22'])]);
