@@ -2,8 +2,9 @@
 // NodePorts, LoadBalancer IPs and externalIPs) for the socket hooks. Each frontend is a
 // master entry (slot 0: count, flags, affinity), one entry per backend slot holding the
 // backend itself, and, where the address is the Service's alone, its address's wildcard
-// entry (unknown ports refused; a node's address keeps its other ports). Services are taken whole if they fit, as in write-plan.ts: one
-// Service too big for the map is reported and keeps what it had. Slots are written before
+// entry (unknown ports refused; a node's address keeps its other ports). Services are
+// taken whole if they fit, as in write-plan.ts: one Service too big for the map is
+// reported and keeps what it had. Slots are written before
 // the master that counts them, and a master is deleted before its slots, so the hooks
 // never read a count past the slots that exist.
 import { isIPv6 } from 'node:net';

@@ -91,18 +91,20 @@ export function ipv6Frontends(svc: V1Service, slices: V1EndpointSlice[], node: N
     const service = flat(`${name}:${p.name ?? ''}`);
     const clusterBackends = backends(cluster);
     const clusterDraining = draining(cluster);
-    const frontend = (kind: FrontendKind, address: string, port: number): FrontendSpec => ({
+    // One literal of one shape for every frontend (no spreads: see service.ts).
+    const frontend = (kind: FrontendKind, address: string, port: number, list = clusterBackends, drain = clusterDraining, dropWhenEmpty = false): FrontendSpec => ({
       proto,
       affinityTimeout: affinity,
       service,
-      dropWhenEmpty: false,
-      drainingBackends: clusterDraining,
+      dropWhenEmpty,
+      drainingBackends: drain,
       address,
       port,
       kind,
-      backends: clusterBackends,
+      backends: list,
     });
-    out.frontends.push({ ...frontend('ClusterIP', clusterIP, p.port), dropWhenEmpty: itpLocal && cluster.length > 0, backends: itpLocal ? backends(internal) : clusterBackends, drainingBackends: itpLocal ? draining(internal) : clusterDraining });
+    if (itpLocal) out.frontends.push(frontend('ClusterIP', clusterIP, p.port, backends(internal), draining(internal), cluster.length > 0));
+    else out.frontends.push(frontend('ClusterIP', clusterIP, p.port));
     if (isNodePortType && p.nodePort) for (const a of node.addresses6 ?? []) out.frontends.push(frontend('NodePort', a, p.nodePort));
     for (const ip of lbIPs) {
       const f = frontend('LoadBalancer', ip, p.port);
