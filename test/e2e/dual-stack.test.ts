@@ -137,7 +137,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a dual-stack Service throug
       expect(await hostname(node, url), `${url} from the host`).toBe('web-2-v6');
     }
     // The node's address is not the Service's: its own service there is reached.
-    expect(await hostname(client.host, `http://[${NODE6}]:9099/`)).toBe('node-1-host');
+    expect(await eventually(() => hostname(client.host, `http://[${NODE6}]:9099/`), (h) => h === 'node-1-host')).toBe('node-1-host');
     // The health check node port answers on the node's IPv6 address, counting the IPv6 endpoint.
     const health = async () => {
       const r = await client.host.exec(['curl', '-gsS', '--max-time', '3', `http://[${NODE6}]:32612/`], { timeoutMs: 8000 });
