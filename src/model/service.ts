@@ -3,9 +3,9 @@
 import { isIPv4 } from 'node:net';
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { flat } from './flat-string.js';
-import { NONE, orNone, type BackendSpec, type FrontendKind, type FrontendSpec, type ProtoName } from './frontend.js';
+import { orNone, type FrontendKind, type FrontendSpec, type ProtoName } from './frontend.js';
 import { ipv4InCidr } from '../packet/addr.js';
-import { clusterEndpoints, localEndpoints, mergeSlices, portKey, type Endpoint, type NodeContext } from './endpoints.js';
+import { backendsOn as backends, clusterEndpoints, localEndpoints, mergeSlices, portKey, type Endpoint, type NodeContext } from './endpoints.js';
 import { ipv6ClusterIP, ipv6Frontends } from './service6.js';
 
 export const LABEL_SERVICE_PROXY_NAME = 'service.kubernetes.io/service-proxy-name';
@@ -69,11 +69,6 @@ export function ipv4ClusterIP(svc: V1Service): string | undefined {
   return ips.find((ip, i) => isIPv4(ip) && (!spec.ipFamilies?.[i] || spec.ipFamilies[i] === 'IPv4'));
 }
 
-function backends(eps: Endpoint[], node: NodeContext): BackendSpec[] {
-  if (eps.length === 0) return NONE;
-  // `terminating` only where it is true: half a million backends at 50k Services, 8 bytes each.
-  return eps.map((e) => (e.ready ? { address: e.ip, port: e.port, local: e.nodeName === node.name } : { address: e.ip, port: e.port, local: e.nodeName === node.name, terminating: true }));
-}
 
 
 /**

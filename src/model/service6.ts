@@ -6,7 +6,7 @@ import { isIPv6 } from 'node:net';
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { flat } from './flat-string.js';
 import { orNone, type BackendSpec, type FrontendKind, type FrontendSpec, type ProtoName } from './frontend.js';
-import { clusterEndpoints, localEndpoints, mergeSlices, portKey, type Endpoint, type NodeContext } from './endpoints.js';
+import { backendsOn, clusterEndpoints, localEndpoints, mergeSlices, portKey, type Endpoint, type NodeContext } from './endpoints.js';
 
 /** spec.clusterIPs[i] pairs with spec.ipFamilies[i]; spec.clusterIP is the fallback. */
 export function ipv6ClusterIP(svc: V1Service): string | undefined {
@@ -72,8 +72,7 @@ export function ipv6Frontends(svc: V1Service, slices: V1EndpointSlice[], node: N
   for (const ip of lbIPs) if (nodeAddress(ip)) out.nodeAddresses.push({ address: ip, kind: 'LoadBalancer' });
   for (const ip of externalIPs) if (nodeAddress(ip)) out.nodeAddresses.push({ address: ip, kind: 'ExternalIP' });
   const localReady = new Set<string>();
-  const backends = (eps: Endpoint[]): BackendSpec[] =>
-    eps.map((e) => (e.ready ? { address: e.ip, port: e.port, local: e.nodeName === node.name } : { address: e.ip, port: e.port, local: e.nodeName === node.name, terminating: true }));
+  const backends = (eps: Endpoint[]): BackendSpec[] => backendsOn(eps, node);
   for (const p of spec.ports ?? []) {
     const proto = (p.protocol ?? 'TCP').toUpperCase() as ProtoName;
     if (proto === 'SCTP') {
