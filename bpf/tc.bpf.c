@@ -7,8 +7,9 @@
  *          frontend without backend → ICMP port unreachable;
  *          known Service address, unknown port → drop;
  *          ICMP error quoting a translated flow → translate it too;
- *          ARP request for an address this node announces → the reply (lib/arp.h).
- * egress:  reply from a local backend → source back to the frontend; what ingress
+ *          ARP request for an address this node announces → the reply (lib/arp.h);
+ *          IPv6 to a frontend whose backends are all local → DNAT (lib/nodeport6.h).
+ * egress:  reply from a local backend (IPv4 or IPv6) → source back to the frontend; what ingress
  *          forwarded out of this device passes untouched (FERRY_MARK_FORWARDED, lib/ctx.h).
  *
  * This file only orchestrates: the logic lives in lib/ (nodeport.h, snat.h, dsr.h,
@@ -25,6 +26,7 @@
 #include "lib/dsr.h"
 #include "lib/frag.h"
 #include "lib/nodeport.h"
+#include "lib/nodeport6.h"
 #include "lib/monitor.h"
 #include "lib/arp.h"
 
@@ -57,8 +59,10 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 	rc = parse_ipv4(ctx, &p);
 	STAGE_END(2);
 
-	if (unlikely(rc == PARSE_NOT_IPV4))
-		return arp_respond(ctx);
+	if (unlikely(rc == PARSE_NOT_IPV4)) {
+		rc = nodeport6_ingress(ctx);
+		return rc == NODEPORT6_NOT_IPV6 ? arp_respond(ctx) : rc;
+	}
 	if (unlikely(rc == PARSE_MALFORMED))
 		return count_drop(DROP_MALFORMED, ctx->len);
 
@@ -95,11 +99,16 @@ static __always_inline int tc_egress_packet(struct __sk_buff *ctx)
 	struct ct4_key k;
 	struct nat4_entry *nat;
 	__u64 now;
-	int expired;
+	int expired, rc;
 
 	if (vlan_elsewhere(ctx))
 		return CTX_ACT_UNSPEC;
-	if (parse_ipv4(ctx, &p) != PARSE_OK)
+	rc = parse_ipv4(ctx, &p);
+	if (unlikely(rc == PARSE_NOT_IPV4)) {
+		rc = nodeport6_egress(ctx);
+		return rc == NODEPORT6_NOT_IPV6 ? CTX_ACT_UNSPEC : rc;
+	}
+	if (rc != PARSE_OK)
 		return CTX_ACT_UNSPEC;
 	if (p.fragment)
 		return frag4_follow(ctx, &p, 0);

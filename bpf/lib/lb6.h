@@ -1,5 +1,6 @@
-/* IPv6 Service lookup and backend selection for the socket hooks (shared/lb6.h). The same
- * answers as lib/lb.h's IPv4 ones (enum lb_lookup), over lb6_services. */
+/* IPv6 Service lookup and backend selection (shared/lb6.h), for the socket hooks and tc's
+ * IPv6 path (lib/nodeport6.h). The same answers as lib/lb.h's IPv4 ones (enum lb_lookup),
+ * over lb6_services. */
 #ifndef FERRY_LIB_LB6_H
 #define FERRY_LIB_LB6_H
 
@@ -13,15 +14,16 @@ static __always_inline int lb6_addr_equal(const __u8 *a, const __u8 *b)
 	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
 }
 
-/* Find a frontend's master entry (key: its address, port and protocol, slot 0), telling
- * apart "not a Service" from "known address, unknown port" by the wildcard entry. */
-static __always_inline int lb6_lookup(struct lb6_key *key, struct lb6_service **out)
+/* Find a frontend's master entry in one scope (key: its address, port and protocol, slot
+ * 0), telling apart "not a Service" from "known address, unknown port" by the wildcard
+ * entry (external scope only). */
+static __always_inline int lb6_lookup_scope(struct lb6_key *key, __u8 scope, struct lb6_service **out)
 {
 	struct lb6_service *svc;
 	__be16 port = key->port;
 	__u8 proto = key->proto;
 
-	key->scope = LB_SCOPE_EXTERNAL;
+	key->scope = scope;
 	key->slot = 0;
 	svc = bpf_map_lookup_elem(&lb6_services, key);
 	*out = svc;
@@ -30,12 +32,26 @@ static __always_inline int lb6_lookup(struct lb6_key *key, struct lb6_service **
 			return LB_FOUND;
 		return (svc->flags & LB_F_DROP_WHEN_EMPTY) ? LB_EMPTY_DROP : LB_NO_BACKEND;
 	}
+	if (scope != LB_SCOPE_EXTERNAL)
+		return LB_NOT_SERVICE;
 	key->port = 0;
 	key->proto = 0;
 	svc = bpf_map_lookup_elem(&lb6_services, key);
 	key->port = port;
 	key->proto = proto;
 	return svc ? LB_UNKNOWN_PORT : LB_NOT_SERVICE;
+}
+
+/* For this node's pods and host (the socket hooks): the internal-scope entry where the
+ * traffic policies give one (an ETP=Local frontend is reached from inside through the
+ * cluster endpoints), else the external one; key->scope says which was found. */
+static __always_inline int lb6_lookup(struct lb6_key *key, struct lb6_service **out)
+{
+	int found = lb6_lookup_scope(key, LB_SCOPE_INTERNAL, out);
+
+	if (found != LB_NOT_SERVICE)
+		return found;
+	return lb6_lookup_scope(key, LB_SCOPE_EXTERNAL, out);
 }
 
 /* The backend slot for a hash: slot (hash % count) + 1 of the frontend `key` names. */

@@ -8,6 +8,7 @@
 #include "shared/lb.h"
 #include "shared/lb6.h"
 #include "shared/ct.h"
+#include "shared/ct6.h"
 #include "shared/metrics.h"
 #include "shared/events.h"
 #include "shared/l2.h"
@@ -154,6 +155,15 @@ struct {
 	__type(key, struct ct4_key);
 	__type(value, struct nat4_entry);
 } nat4 SEC(".maps");
+
+/* IPv6 north-south flows to local backends (shared/ct6.h): both directions in one map,
+ * sized as ct4. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct ct6_key);
+	__type(value, struct ct6_entry);
+} ct6 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

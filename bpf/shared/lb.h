@@ -34,6 +34,9 @@ enum lb_flags {
 	 * through DSR, or through SNAT, whatever the node's mode. */
 	LB_F_FWD_DSR = 1 << 8,
 	LB_F_FWD_SNAT = 1 << 9,
+	/* IPv6 external entries: every backend is on this node, so tc may DNAT the frontend's
+	 * packets from outside (lib/nodeport6.h); IPv6 to other nodes is not forwarded yet. */
+	LB_F_LOCAL_ONLY = 1 << 10,
 };
 
 /* The node's forwarding mode for remote backends (a load-time setting). */

@@ -13,7 +13,7 @@ struct lb6_key {
 	__u8 address[16];
 	__be16 port;
 	__u8 proto;
-	__u8 scope; /* enum lb_scope; the socket hooks use LB_SCOPE_EXTERNAL alone so far */
+	__u8 scope; /* enum lb_scope: as IPv4's, an internal entry where the policies differ */
 	__u16 slot;
 	__u8 pad[2];
 };

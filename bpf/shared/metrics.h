@@ -31,7 +31,9 @@ enum ferry_stat {
 				    * pod's tuple: left to the pod (bpf/lib/contest.h) */
 	STAT_LOCAL_REMAPPED = 19,  /* a new flow whose local pod's tuple another live flow holds: given
 				    * another client port at the pod (bpf/lib/contest.h) */
-	STAT_MAX = 20,
+	STAT_FWD_LOCAL6 = 20,      /* IPv6 north-south to a backend on this node (DNAT) */
+	STAT_REPLY_LOCAL6 = 21,    /* IPv6 reply from a local backend, source restored on egress */
+	STAT_MAX = 22,
 };
 
 enum ferry_drop_reason {
@@ -59,6 +61,10 @@ enum ferry_drop_reason {
 				    * from a network namespace whose address the agent has not recorded */
 	DROP_TOO_BIG = 18,         /* larger than the MTU of the other device its route leaves by, DF
 				    * not set: the kernel would fragment it, ferry does not */
+	DROP_TUPLE_TAKEN = 19,     /* IPv6: a new flow whose local pod's tuple a live flow of another
+				    * frontend holds (no client-port remap for IPv6 yet) */
+	DROP_REMOTE_IPV6 = 20,     /* IPv6 from outside to a frontend with a backend on another node:
+				    * forwarding IPv6 to other nodes is not built yet */
 	DROP_REASON_MAX = 32,
 };
 

@@ -4,6 +4,7 @@
 #include "lib/common.h"
 #include "shared/lb.h"
 #include "shared/ct.h"
+#include "shared/ct6.h"
 #include "shared/metrics.h"
 #include "shared/events.h"
 
@@ -28,6 +29,7 @@ struct ferry_enum_witness {
 	enum ferry_hop_epoch_flags hop_epoch_flags;
 	enum host_ports_slot host_ports_slot;
 	enum local_remap local_remap;
+	enum ct6_dir ct6_dir;
 };
 
 const volatile struct ferry_enum_witness ferry_enum_witness = {};

@@ -1,6 +1,6 @@
 // The agent's conntrack GC: expired flows and bindings, flows of backends or frontends the
 // writer no longer holds, and retired backend ids no flow uses any more.
-import { collectConntrack, collectOrphans } from '../datapath/ct-gc.js';
+import { collectConntrack, collectConntrack6, collectOrphans } from '../datapath/ct-gc.js';
 import type { DatapathMaps } from '../datapath/loader.js';
 import type { ServiceWriter } from '../datapath/writer.js';
 import type { AgentMetrics } from './metrics.js';
@@ -21,5 +21,7 @@ export function collectGarbage(maps: DatapathMaps, writer: ServiceWriter, metric
   const o = collectOrphanFlows(maps, writer, metrics);
   writer.quarantineBackendIds(o.backendIdsInFlows);
   writer.releaseRetiredBackends(o.backendIdsInFlows);
-  return { ct4: r.ctScanned - r.ctDeleted - o.ctDeleted, nat4: r.natScanned - r.natDeleted - o.natDeleted, lb4_sock_rev: [...maps.lb4_sock_rev.keys()].length };
+  const r6 = collectConntrack6(maps.ct6, undefined, (f, b) => writer.servesFlow6(f, b));
+  metrics.ctCollected.inc({ map: 'ct6' }, r6.deleted);
+  return { ct4: r.ctScanned - r.ctDeleted - o.ctDeleted, nat4: r.natScanned - r.natDeleted - o.natDeleted, ct6: r6.scanned - r6.deleted, lb4_sock_rev: [...maps.lb4_sock_rev.keys()].length };
 }

@@ -95,7 +95,7 @@ export class AgentMetrics {
 }
 
 /** The maps whose fill /metrics reports. */
-export const FILL_MAPS: MapName[] = ['lb4_services', 'lb4_backends', 'lb4_reverse_nat', 'lb4_sock_rev', 'lb6_services', 'ct4', 'nat4'];
+export const FILL_MAPS: MapName[] = ['lb4_services', 'lb4_backends', 'lb4_reverse_nat', 'lb4_sock_rev', 'lb6_services', 'ct4', 'nat4', 'ct6'];
 
 /**
  * Per scrape: the datapath's counters (two per-CPU arrays, one lookup per path and reason)

@@ -4,6 +4,7 @@
 import type { BpfMap } from '../ebpf/map.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { CtFlags, type Ct4Key } from './layouts.js';
+import { Ct6Dir } from './layouts6.js';
 import type { DatapathMaps } from './loader.js';
 
 export interface GcResult {
@@ -47,7 +48,7 @@ export function expiredKeys(maps: Pick<DatapathMaps, 'ct4' | 'nat4'>, now: bigin
  * and the host resets the backend's end). The second read narrows that window from the
  * walk of both maps to the two syscalls of one key.
  */
-export function deleteStillExpired<V extends { expiresNs: bigint }>(map: BpfMap<Ct4Key, V>, keys: Ct4Key[], now: bigint): number {
+export function deleteStillExpired<K, V extends { expiresNs: bigint }>(map: BpfMap<K, V>, keys: K[], now: bigint): number {
   // Only the expiry is read: decoding whole entries tripled a large collection's time.
   const at = map.valueCodec.offsetOf?.('expiresNs');
   if (at === undefined) throw new FerryError({ code: ErrorCode.Codec, op: `collect ${map.name}`, cause: `${map.valueCodec.cName} has no expiresNs field` });
@@ -67,6 +68,30 @@ export function collectConntrack(maps: Pick<DatapathMaps, 'ct4' | 'nat4'>, now: 
     natScanned: e.natScanned,
     natDeleted: deleteStillExpired(maps.nat4, e.nat, now),
   };
+}
+
+type Serves6 = (frontend: { address: string; port: number; proto: number }, backend: { address: string; port: number }) => boolean;
+
+/**
+ * IPv6 flows past their expiry (both directions live in ct6, each with its own), and with
+ * `serves`, flows whose frontend no longer holds their backend: the backend or the Service
+ * went, and a live flow would go on to it (tc does not look the frontend up again), where
+ * its address may already be another pod's.
+ */
+export function collectConntrack6(map: DatapathMaps['ct6'], now: bigint = monotonicNs(), serves?: Serves6): { scanned: number; deleted: number } {
+  const all = map.entries();
+  const expired = all.filter(([, v]) => v.expiresNs < now).map(([k]) => k);
+  let deleted = deleteStillExpired(map, expired, now);
+  if (serves) {
+    for (const [k, v] of all) {
+      if (v.expiresNs < now) continue;
+      const client = k.dir === Ct6Dir.CT6_DIR_CLIENT;
+      const frontend = client ? { address: k.daddr, port: k.dport, proto: k.proto } : { address: v.addr, port: v.port, proto: k.proto };
+      const backend = client ? { address: v.addr, port: v.port } : { address: k.saddr, port: k.sport };
+      if (!serves(frontend, backend) && map.delete(k)) deleted++;
+    }
+  }
+  return { scanned: all.length, deleted };
 }
 
 /** A backend endpoint as a set key: a nat4 key's source (saddr, sport, proto) or a backend's address, port and protocol. */
@@ -187,7 +212,9 @@ export function collectOrphans(maps: OrphanMaps, liveFrontends?: Iterable<Endpoi
  * Empty conntrack and NAT (an operator's `ferry ct flush`): every flow is balanced and
  * routed anew (the backends' shared hops are cleared too).
  */
-export function clearConntrack(maps: Pick<DatapathMaps, 'ct4' | 'nat4'> & Partial<Pick<DatapathMaps, 'lb4_backend_hops'>>): { ct: number; nat: number } {
+export function clearConntrack(maps: Pick<DatapathMaps, 'ct4' | 'nat4'> & Partial<Pick<DatapathMaps, 'lb4_backend_hops' | 'ct6'>>): { ct: number; nat: number } {
   maps.lb4_backend_hops?.deleteBatch([...maps.lb4_backend_hops.keys()]);
-  return { ct: maps.ct4.deleteBatch([...maps.ct4.keys()]), nat: maps.nat4.deleteBatch([...maps.nat4.keys()]) };
+  // IPv6 flows (both directions in one map) count as conntrack entries.
+  const ct6 = maps.ct6?.deleteBatch([...maps.ct6.keys()]) ?? 0;
+  return { ct: maps.ct4.deleteBatch([...maps.ct4.keys()]) + ct6, nat: maps.nat4.deleteBatch([...maps.nat4.keys()]) };
 }

@@ -16,11 +16,12 @@ import { readPinnedArrayValue } from '../ebpf/pinned.js';
 import { testRun } from '../ebpf/test-run.js';
 import { interfaceInfo } from '../sys/interfaces.js';
 import { skbContext } from '../ebpf/skb-context.js';
-import { buildPacket, eth, ipv4, tcp, udp } from '../packet/build.js';
+import { buildPacket, eth, ipv4, ipv6, tcp, udp } from '../packet/build.js';
 import { decodePacket } from '../packet/decode.js';
 import { inNetns } from '../sys/netns.js';
 import { RODATA_PIN } from './loader.js';
 import { PinnedDatapath, type DatapathReader } from './pinned-view.js';
+import { Ct6Dir } from './layouts6.js';
 import { readServiceTable, type ServiceTable } from './service-table.js';
 import { flowHash4 } from './reference/hash.js';
 import { sockDecision, type SockLookup } from './reference/sock.js';
@@ -50,6 +51,7 @@ export interface Explanation {
 const TC_VERDICTS: Record<number, string> = { 0: 'TC_ACT_OK (on to the stack)', 2: 'TC_ACT_SHOT (dropped)', 7: 'TC_ACT_REDIRECT (sent out by the program)' };
 const STAT_TEXT: Record<string, string> = {
   STAT_FWD_LOCAL: 'forwarded to a backend on this node (DNAT only; the client address is kept)',
+  STAT_FWD_LOCAL6: 'forwarded to a backend on this node (IPv6: DNAT only; the client address is kept)',
   STAT_FWD_REMOTE: 'forwarded to a backend on another node with SNAT to this node',
   STAT_FWD_DSR: 'forwarded to a backend on another node by DSR (the frontend rides in an IPv4 option)',
   STAT_REPLY_REMOTE: 'a reply to an SNATed flow, restored and sent back to its client',
@@ -99,11 +101,11 @@ export function sockLookup(maps: Pick<DatapathReader, 'lb4_services' | 'lb6_serv
 }
 
 /** An IPv6 frontend's backends (lb6_services holds them in its slots, by value). */
-function backendList6(maps: Pick<DatapathReader, 'lb6_services'>, address: string, port: number, proto: number): string[] {
-  const master = maps.lb6_services.lookup({ address, port, proto, scope: 0, slot: 0 });
+function backendList6(maps: Pick<DatapathReader, 'lb6_services'>, address: string, port: number, proto: number, scope: number): string[] {
+  const master = maps.lb6_services.lookup({ address, port, proto, scope, slot: 0 });
   return Array.from({ length: master?.count ?? 0 }, (_, i) => {
-    const b = maps.lb6_services.lookup({ address, port, proto, scope: 0, slot: i + 1 });
-    return b ? `[${b.address}]:${b.port}` : `(missing slot ${i + 1})`;
+    const b = maps.lb6_services.lookup({ address, port, proto, scope, slot: i + 1 });
+    return b ? `[${b.address}]:${b.port}${b.flags & BackendFlags.LB_BACKEND_F_LOCAL ? ' (local)' : ''}` : `(missing slot ${i + 1})`;
   });
 }
 
@@ -135,7 +137,7 @@ function explainSocket(r: ExplainRequest, maps: DatapathReader, pinned: readonly
       : `loadBalancerSourceRanges apply, and no network namespace with address ${r.src} is recorded (lb4_netns_sources, filled by the agent): a pod's call fails with EPERM`);
     return { lines, verdict: 'denied' };
   }
-  lines.push(`backends: ${(f.address.includes(':') ? backendList6(maps, f.address, r.dport, proto) : backendList(readServiceTable(maps), f.address, r.dport, proto, f.scope)).join(', ')}`);
+  lines.push(`backends: ${(f.address.includes(':') ? backendList6(maps, f.address, r.dport, proto, f.scope) : backendList(readServiceTable(maps), f.address, r.dport, proto, f.scope)).join(', ')}`);
   lines.push(f.service.affinityTimeout
     ? `sessionAffinity ClientIP (${f.service.affinityTimeout}s): this network namespace keeps the backend it got first`
     : 'the socket cookie picks one of them, once per connect() (per datagram for unconnected UDP); replies are mapped back to the frontend');
@@ -146,7 +148,8 @@ export function explain(r: ExplainRequest): Explanation {
   const live = PinnedDatapath.open(r.pinDir);
   try {
     if (r.from === 'external' && r.dst.includes(':')) {
-      throw new FerryError({ code: ErrorCode.Config, op: `explain ${r.dst}`, cause: 'IPv6 packets from outside are not handled: the tc and XDP programs are IPv4 only', hint: 'IPv6 Services are balanced at the socket hooks, for this node\'s pods and host: --from pod or --from host' });
+      if (!live.pinned().includes('ct6')) throw new FerryError({ code: ErrorCode.Config, op: `explain ${r.dst}`, cause: 'this datapath handles no IPv6 packets from outside (no ct6 map: an older agent)', hint: '--from pod or --from host for the socket hooks' });
+      return explainPacket6(r, live.maps, live.pinned());
     }
     return r.from === 'external' ? explainPacket(r, live.maps, live.pinned()) : explainSocket(r, live.maps, live.pinned());
   } finally {
@@ -157,15 +160,8 @@ export function explain(r: ExplainRequest): Explanation {
 /** Run the packet through a twin of the loaded tc program, on copies of the live maps. */
 function explainPacket(r: ExplainRequest, live: DatapathReader, pinned: readonly MapName[]): Explanation {
   const lb = libbpf();
-  const rodata = readPinnedArrayValue(join(r.pinDir, RODATA_PIN));
-  const twin = BpfObject.open(join(r.objectsDir, 'tc.bpf.o'));
+  const { twin, rodata, copy } = openTwin(r, live, pinned);
   try {
-    twin.setRodataBytes(rodata);
-    // The twin's maps as large as the live ones (a map an older agent did not make keeps its
-    // default size: the CLI may be newer than the agent).
-    for (const n of pinned) twin.setMaxEntries(n, live[n].maxEntries);
-    twin.load();
-    const copy = (n: MapName) => twin.map(n, mapSpecs[n].key as Codec<unknown>, mapSpecs[n].value as Codec<unknown>, mapOptions(n));
     for (const n of ['lb4_services', 'lb4_backends', 'lb4_reverse_nat', 'lb4_src_ranges'] as const) copyAll(live[n], copy(n));
     // Which ports a new SNAT binding asks the host about (an older agent has no such map).
     if (pinned.includes('host_ports')) copyAll(live.host_ports, copy('host_ports'));
@@ -221,13 +217,7 @@ function explainPacket(r: ExplainRequest, live: DatapathReader, pinned: readonly
       return testRun(twin.program('tc_ingress'), { data, ctx: skbContext({ ifindex }) });
     };
     const res = r.netns ? inNetns(r.netns, run) : run();
-    const counters = (n: 'ferry_stats' | 'ferry_drops', names: Record<string, number>) =>
-      Object.entries(names).filter(([, i]) => (copy(n).lookupPerCpu(i) ?? []).some((v) => (v as { packets: bigint }).packets > 0n)).map(([k]) => k);
-    const stats = counters('ferry_stats', Stat);
-    const drops = counters('ferry_drops', DropReason);
-    for (const s of stats) lines.push(`decision: ${STAT_TEXT[s] ?? s}`);
-    for (const d of drops) lines.push(`decision: dropped, reason ${d.slice(5).toLowerCase()}`);
-    if (!stats.length && !drops.length) lines.push(svc ? 'decision: nothing to do' : 'decision: not a Service address: passed on untouched');
+    decisionLines(copy, lines, Boolean(svc));
     let backend: string | undefined;
     const made = copy('ct4').lookup(tuple) as { backendId: number } | undefined;
     if (made) {
@@ -240,6 +230,76 @@ function explainPacket(r: ExplainRequest, live: DatapathReader, pinned: readonly
     const l4out = out.find((l) => l.name === 'tcp' || l.name === 'udp' || l.name === 'icmp')?.fields;
     if (ip) lines.push(`packet out: ${ip.src}${l4out?.sport !== undefined ? `:${l4out.sport}` : ''} → ${ip.dst}${l4out?.dport !== undefined ? `:${l4out.dport}` : ''}, ttl ${ip.ttl}${ip.options ? `, IPv4 option ${ip.options}` : ''}${out.some((l) => l.name === 'icmp') ? ` (ICMP type ${l4out?.type} code ${l4out?.code})` : ''}`);
     const verdict = TC_VERDICTS[res.retval] ?? String(res.retval);
+    lines.push(`verdict: ${verdict}`);
+    return { lines, verdict, backend };
+  } finally {
+    twin.close();
+  }
+}
+
+type TwinMap = (n: MapName) => BpfMap<unknown, unknown>;
+
+/** A twin of the loaded tc program (same build, the live .rodata, maps as large as the
+ * live ones: a map an older agent did not make keeps its default size, as the CLI may be
+ * newer than the agent). Its maps start empty: the caller copies what the packet reads. */
+function openTwin(r: ExplainRequest, live: DatapathReader, pinned: readonly MapName[]): { twin: BpfObject; rodata: Buffer; copy: TwinMap } {
+  const rodata = readPinnedArrayValue(join(r.pinDir, RODATA_PIN));
+  const twin = BpfObject.open(join(r.objectsDir, 'tc.bpf.o'));
+  try {
+    twin.setRodataBytes(rodata);
+    for (const n of pinned) twin.setMaxEntries(n, live[n].maxEntries);
+    twin.load();
+  } catch (e) {
+    twin.close();
+    throw e;
+  }
+  const copy: TwinMap = (n) => twin.map(n, mapSpecs[n].key as Codec<unknown>, mapSpecs[n].value as Codec<unknown>, mapOptions(n));
+  return { twin, rodata, copy };
+}
+
+/** What the twin's counters say the program did with the packet. */
+function decisionLines(copy: TwinMap, lines: string[], known: boolean): void {
+  const counters = (n: 'ferry_stats' | 'ferry_drops', names: Record<string, number>) =>
+    Object.entries(names).filter(([, i]) => (copy(n).lookupPerCpu(i) ?? []).some((v) => (v as { packets: bigint }).packets > 0n)).map(([k]) => k);
+  const stats = counters('ferry_stats', Stat);
+  const drops = counters('ferry_drops', DropReason);
+  for (const s of stats) lines.push(`decision: ${STAT_TEXT[s] ?? s}`);
+  for (const d of drops) lines.push(`decision: dropped, reason ${d.slice(5).toLowerCase()}`);
+  if (!stats.length && !drops.length) lines.push(known ? 'decision: nothing to do' : 'decision: not a Service address: passed on untouched');
+}
+
+/** An IPv6 packet from outside through the twin (bpf/lib/nodeport6.h): DNAT to a local
+ * backend, or why not. */
+function explainPacket6(r: ExplainRequest, live: DatapathReader, pinned: readonly MapName[]): Explanation {
+  const { twin, copy } = openTwin(r, live, pinned);
+  try {
+    copyAll(live.lb6_services, copy('lb6_services'));
+    const proto = r.proto === 'tcp' ? 6 : 17;
+    const client = { saddr: r.src, daddr: r.dst, sport: r.sport, dport: r.dport, proto, dir: Ct6Dir.CT6_DIR_CLIENT };
+    const held = live.ct6.lookup(client);
+    if (held) copy('ct6').update(client, held);
+    const lines = [`packet [${r.src}]:${r.sport} → [${r.dst}]:${r.dport}/${r.proto} arriving from outside on ${r.device}${r.netns ? ` (netns ${r.netns})` : ''}`];
+    if (held) lines.push(`conntrack: a flow to [${held.addr}]:${held.port}: it keeps its backend`);
+    const svc = live.lb6_services.lookup({ address: r.dst, port: r.dport, proto, scope: LbScope.LB_SCOPE_EXTERNAL, slot: 0 });
+    if (svc) {
+      lines.push(`frontend [${r.dst}]:${r.dport}/${r.proto}, flags ${flagText(svc.flags)}, ${svc.count} backend(s)`);
+      if (svc.count) lines.push(`backends: ${backendList6(live, r.dst, r.dport, proto, LbScope.LB_SCOPE_EXTERNAL).join(', ')}`);
+      if (svc.flags & LbFlags.LB_F_DROP_WHEN_EMPTY) lines.push('policy: externalTrafficPolicy=Local (only this node\'s endpoints; none means drop)');
+      if (svc.count && !(svc.flags & LbFlags.LB_F_LOCAL_ONLY)) lines.push('a backend is on another node: IPv6 is not forwarded to other nodes yet');
+    }
+    const run = () => {
+      const l4 = proto === 6 ? tcp({ sport: r.sport, dport: r.dport, flags: held ? 'A' : 'S' }) : udp({ sport: r.sport, dport: r.dport });
+      const data = buildPacket([eth({ dst: interfaceInfo(r.device).mac }), ipv6({ src: r.src, dst: r.dst, hopLimit: 64 }), l4]);
+      return testRun(twin.program('tc_ingress'), { data, ctx: skbContext({ ifindex: ifindexOf(r.device) }) });
+    };
+    const res = r.netns ? inNetns(r.netns, run) : run();
+    decisionLines(copy, lines, Boolean(svc));
+    const made = copy('ct6').lookup(client) as { addr: string; port: number } | undefined;
+    const backend = made && res.retval === 0 ? `[${made.addr}]:${made.port}` : undefined;
+    if (backend) lines.push(`backend: ${backend}`);
+    const ip = decodePacket(res.data).find((l) => l.name === 'ipv6')?.fields;
+    if (ip) lines.push(`packet out: [${ip.src}] → [${ip.dst}]`);
+    const verdict = res.retval === -1 ? 'TC_ACT_UNSPEC (on to the stack, untouched)' : TC_VERDICTS[res.retval] ?? String(res.retval);
     lines.push(`verdict: ${verdict}`);
     return { lines, verdict, backend };
   } finally {

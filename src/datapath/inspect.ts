@@ -4,7 +4,7 @@
 import { BackendFlags, CtFlags, DropReason, FilterSlot, LbFlags, LbScope, Stat, mapSpecs, protoName, type MapName } from './layouts.js';
 import { clearConntrack, monotonicNs } from './ct-gc.js';
 import { PinnedDatapath } from './pinned-view.js';
-import type { Lb6Key, Lb6Service } from './layouts6.js';
+import { Ct6Dir, type Lb6Key, type Lb6Service } from './layouts6.js';
 import { interfaceName } from '../sys/interfaces.js';
 import { macText } from '../packet/addr.js';
 import { decodeName, readServiceTable } from './service-table.js';
@@ -119,15 +119,30 @@ export interface FlowRow {
   nextHop: string;
   flags: string;
   expires: string;
-  packets: number;
-  bytes: number;
+  /** null: not counted (IPv6 flows). */
+  packets: number | null;
+  bytes: number | null;
 }
 
 /** Conntrack flows with their backend, decoded; filter by Service frontend or backend address. */
 export function listFlows(pinDir: string, filter: { service?: string; backend?: string } = {}): FlowRow[] {
   return PinnedDatapath.with(pinDir, (dp) => {
     const backends = new Map(dp.map('lb4_backends').entries());
-    return dp.map('ct4').entries()
+    // IPv6 flows: the client's direction of each (an older agent has no ct6).
+    const flows6 = dp.pinned().includes('ct6') ? dp.map('ct6').entries().filter(([k]) => k.dir === Ct6Dir.CT6_DIR_CLIENT) : [];
+    const rows6 = flows6.map(([k, v]) => ({
+      flow: `[${k.saddr}]:${k.sport} → [${k.daddr}]:${k.dport}/${protoName(k.proto)}`,
+      frontend: `[${k.daddr}]:${k.dport}`,
+      backend: `[${v.addr}]:${v.port}`,
+      nat: '-',
+      device: '-',
+      nextHop: '-',
+      flags: flagNames(v.flags, CtFlags, 'CT_F_'),
+      expires: ageText(v.expiresNs),
+      packets: null,
+      bytes: null,
+    }));
+    return [...dp.map('ct4').entries()
       .map(([k, v]) => {
         const b = backends.get(v.backendId);
         return {
@@ -142,9 +157,9 @@ export function listFlows(pinDir: string, filter: { service?: string; backend?: 
           expires: ageText(v.expiresNs),
           packets: Number(v.packets),
           bytes: Number(v.bytes),
-        };
-      })
-      .filter((r) => (!filter.service || r.frontend === filter.service || r.frontend.startsWith(`${filter.service}:`)) && (!filter.backend || r.backend === filter.backend || r.backend.startsWith(`${filter.backend}:`)))
+        } as FlowRow & { frontend: string };
+      }), ...rows6]
+      .filter((r) => (!filter.service || r.frontend === filter.service || r.frontend.startsWith(`${filter.service}:`)) && (!filter.backend || r.backend === filter.backend || r.backend.startsWith(`${filter.backend}:`) || r.backend.startsWith(`[${filter.backend}]:`)))
       .map(({ frontend: _f, ...r }) => r);
   });
 }
@@ -152,7 +167,7 @@ export function listFlows(pinDir: string, filter: { service?: string; backend?: 
 /** Delete every conntrack and NAT entry (what `ferry ct flush --yes` does). */
 export function flushConntrack(pinDir: string): { ct: number; nat: number } {
   // An agent from before lb4_backend_hops has no such pin.
-  return PinnedDatapath.with(pinDir, (dp) => clearConntrack({ ct4: dp.writable('ct4'), nat4: dp.writable('nat4'), ...(dp.pinned().includes('lb4_backend_hops') ? { lb4_backend_hops: dp.writable('lb4_backend_hops') } : {}) }));
+  return PinnedDatapath.with(pinDir, (dp) => clearConntrack({ ct4: dp.writable('ct4'), nat4: dp.writable('nat4'), ...(dp.pinned().includes('lb4_backend_hops') ? { lb4_backend_hops: dp.writable('lb4_backend_hops') } : {}), ...(dp.pinned().includes('ct6') ? { ct6: dp.writable('ct6') } : {}) }));
 }
 
 export interface FrontendRow {
@@ -210,7 +225,7 @@ export function listFrontends(pinDir: string): FrontendRow[] {
 
 /** The IPv6 frontends (lb6_services: no id; their names from lb6_names), after the IPv4 ones. */
 function ipv6Frontends(entries: Array<[Lb6Key, Lb6Service]>, names: ReadonlyMap<string, string>): FrontendRow[] {
-  const slots = new Map(entries.filter(([k]) => k.slot > 0).map(([k, v]) => [`${k.address}|${k.port}|${k.proto}|${k.slot}`, v]));
+  const slots = new Map(entries.filter(([k]) => k.slot > 0).map(([k, v]) => [`${k.address}|${k.port}|${k.proto}|${k.scope}|${k.slot}`, v]));
   return entries
     .filter(([k, v]) => k.slot === 0 && !(v.flags & LbFlags.LB_F_WILDCARD))
     .map(([k, v]): FrontendRow => ({
@@ -218,9 +233,15 @@ function ipv6Frontends(entries: Array<[Lb6Key, Lb6Service]>, names: ReadonlyMap<
       service: names.get(`${k.address}|${k.port}|${k.proto}`) ?? '-',
       frontend: `[${k.address}]:${k.port}/${protoName(k.proto)}`,
       type: frontendKind(v.flags),
-      flags: [...(v.affinityTimeout ? [`affinity=${v.affinityTimeout}s`] : []), ...(v.flags & LbFlags.LB_F_DROP_WHEN_EMPTY ? ['local-policy'] : [])],
+      flags: [
+        ...(k.scope === LbScope.LB_SCOPE_INTERNAL ? ['internal'] : []),
+        ...(v.affinityTimeout ? [`affinity=${v.affinityTimeout}s`] : []),
+        ...(v.flags & LbFlags.LB_F_DROP_WHEN_EMPTY ? ['local-policy'] : []),
+        // tc DNATs it from outside (every backend on this node); else only the socket hooks balance it.
+        ...(v.flags & LbFlags.LB_F_LOCAL_ONLY ? ['local-only'] : []),
+      ],
       backends: Array.from({ length: v.count }, (_, i) => {
-        const b = slots.get(`${k.address}|${k.port}|${k.proto}|${i + 1}`);
+        const b = slots.get(`${k.address}|${k.port}|${k.proto}|${k.scope}|${i + 1}`);
         return { id: 0, address: b ? `[${b.address}]:${b.port}` : '(missing)', state: b && b.flags & BackendFlags.LB_BACKEND_F_TERMINATING ? 'terminating' : 'active', local: Boolean(b && b.flags & BackendFlags.LB_BACKEND_F_LOCAL) };
       }),
     }))

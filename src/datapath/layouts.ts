@@ -4,7 +4,7 @@
 import { ipv4Codec, structCodec, u32Codec, u64Codec, u8Codec, type Codec } from '../ebpf/codec.js';
 import type { BpfMap } from '../ebpf/map.js';
 import type { ProtoName } from '../model/frontend.js';
-import { lb6AffinityKeyCodec, lb6AffinityValueCodec, lb6KeyCodec, lb6ServiceCodec, lb6SockKeyCodec, lb6SockValueCodec } from './layouts6.js';
+import { Ct6Dir, ct6EntryCodec, ct6KeyCodec, lb6AffinityKeyCodec, lb6AffinityValueCodec, lb6KeyCodec, lb6ServiceCodec, lb6SockKeyCodec, lb6SockValueCodec } from './layouts6.js';
 
 export const LbScope = { LB_SCOPE_EXTERNAL: 0, LB_SCOPE_INTERNAL: 1 } as const;
 
@@ -19,6 +19,7 @@ export const LbFlags = {
   LB_F_SOURCE_RANGES: 1 << 7,
   LB_F_FWD_DSR: 1 << 8,
   LB_F_FWD_SNAT: 1 << 9,
+  LB_F_LOCAL_ONLY: 1 << 10,
 } as const;
 
 export const FwdMode = { FWD_MODE_SNAT: 0, FWD_MODE_DSR: 1, FWD_MODE_HYBRID: 2 } as const;
@@ -57,7 +58,9 @@ export const Stat = {
   STAT_CT_MIDSTREAM: 17,
   STAT_LOCAL_CONTESTED: 18,
   STAT_LOCAL_REMAPPED: 19,
-  STAT_MAX: 20,
+  STAT_FWD_LOCAL6: 20,
+  STAT_REPLY_LOCAL6: 21,
+  STAT_MAX: 22,
 } as const;
 
 export const DropReason = {
@@ -80,6 +83,8 @@ export const DropReason = {
   DROP_HANDOVER_UNBOUND: 16,
   DROP_SOURCE_UNKNOWN: 17,
   DROP_TOO_BIG: 18,
+  DROP_TUPLE_TAKEN: 19,
+  DROP_REMOTE_IPV6: 20,
   DROP_REASON_MAX: 32,
 } as const;
 
@@ -125,6 +130,7 @@ export const sharedEnums: Record<string, Record<string, number>> = {
   ferry_hop_epoch_flags: HopEpochFlags,
   host_ports_slot: HostPortsSlot,
   local_remap: LocalRemap,
+  ct6_dir: Ct6Dir,
 };
 
 export const lb4KeyCodec = structCodec('lb4_key', {
@@ -348,6 +354,8 @@ export const mapSpecs = {
   lb4_netns_sources: { key: u64Codec, value: lb4NetnsSourceCodec, sizeSetting: undefined },
   ct4: { key: ct4KeyCodec, value: ct4EntryCodec, sizeSetting: 'mapSizes.conntrack' },
   nat4: { key: ct4KeyCodec, value: nat4EntryCodec, sizeSetting: 'mapSizes.nat' },
+  // IPv6 north-south flows to local backends, both directions (layouts6.ts).
+  ct6: { key: ct6KeyCodec, value: ct6EntryCodec, sizeSetting: 'mapSizes.conntrack' },
   frag4: { key: frag4KeyCodec, value: frag4EntryCodec, sizeSetting: 'mapSizes.fragments' },
   node4_addrs: { key: ipv4Codec, value: node4ValueCodec, sizeSetting: 'mapSizes.nodes' },
   l2_owned: { key: l2KeyCodec, value: l2EntryCodec, sizeSetting: 'mapSizes.l2Addresses' },

@@ -1,5 +1,5 @@
-// The TypeScript side of bpf/shared/lb6.h: IPv6 Services at the socket hooks. Checked
-// against the objects' BTF as every codec in layouts.ts.
+// The TypeScript side of bpf/shared/lb6.h (IPv6 Services) and bpf/shared/ct6.h (IPv6
+// north-south flows). Checked against the objects' BTF as every codec in layouts.ts.
 import { structCodec } from '../ebpf/codec.js';
 
 export const lb6KeyCodec = structCodec('lb6_key', {
@@ -49,3 +49,25 @@ export const lb6SockValueCodec = structCodec('lb6_sock_value', {
   port: { type: 'be16' },
   pad: { type: 'pad', length: 2 },
 });
+
+export const Ct6Dir = { CT6_DIR_CLIENT: 0, CT6_DIR_REPLY: 1 } as const;
+
+export const ct6KeyCodec = structCodec('ct6_key', {
+  saddr: { type: 'ipv6' },
+  daddr: { type: 'ipv6' },
+  sport: { type: 'be16' },
+  dport: { type: 'be16' },
+  proto: { type: 'u8' },
+  dir: { type: 'u8' },
+  pad: { type: 'pad', length: 2 },
+});
+export type Ct6Key = ReturnType<typeof ct6KeyCodec.decode>;
+
+export const ct6EntryCodec = structCodec('ct6_entry', {
+  expiresNs: { type: 'u64' },
+  addr: { type: 'ipv6' },
+  port: { type: 'be16' },
+  flags: { type: 'u8' },
+  pad: { type: 'pad', length: 5 },
+});
+export type Ct6Entry = ReturnType<typeof ct6EntryCodec.decode>;

@@ -28,6 +28,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   lb4_netns_sources: undefined,
   ct4: 'conntrack',
   nat4: 'nat',
+  ct6: 'conntrack',
   frag4: 'fragments',
   node4_addrs: 'nodes',
   l2_owned: 'l2Addresses',

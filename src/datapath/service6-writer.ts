@@ -1,7 +1,7 @@
 // The writer of lb6_services: IPv6 frontends (a dual-stack or IPv6 Service's ClusterIP,
-// NodePorts, LoadBalancer IPs and externalIPs) for the socket hooks. Each frontend is a
-// master entry (slot 0: count, flags, affinity), one entry per backend slot holding the
-// backend itself, and, where the address is the Service's alone, its address's wildcard
+// NodePorts, LoadBalancer IPs and externalIPs) for the socket hooks and tc's IPv6 path.
+// Each frontend is a master entry (slot 0: count, flags, affinity) per scope, one entry
+// per backend slot holding the backend itself, and, where the address is the Service's alone, its address's wildcard
 // entry (unknown ports refused; a node's address keeps its other ports). Services are
 // taken whole if they fit, as in write-plan.ts: one Service too big for the map is
 // reported and keeps what it had. Slots are written before
@@ -92,23 +92,36 @@ function frontendEntries(f: FrontendSpec, into: Map<string, Entry>): string | un
     return `${f.address} port ${f.port}/${f.proto} is not an IPv6 TCP or UDP frontend`;
   }
   const draining = f.drainingBackends ?? [];
-  if (f.backends.length + draining.length > MAX_SLOTS) return `${f.backends.length + draining.length} backends, at most ${MAX_SLOTS} per frontend`;
-  for (const b of [...f.backends, ...draining]) if (!isIPv6(b.address) || !Number.isInteger(b.port) || b.port < 1 || b.port > 65535) return `backend ${b.address} port ${b.port} is not an IPv6 endpoint`;
+  const internal = f.internalBackends;
+  const most = Math.max(f.backends.length, internal?.length ?? 0) + draining.length;
+  if (most > MAX_SLOTS) return `${most} backends, at most ${MAX_SLOTS} per frontend`;
+  for (const b of [...f.backends, ...(internal ?? []), ...draining]) if (!isIPv6(b.address) || !Number.isInteger(b.port) || b.port < 1 || b.port > 65535) return `backend ${b.address} port ${b.port} is not an IPv6 endpoint`;
   // Addresses in their one text form (what reading the map back gives), and a stable slot
   // order whatever order the slices listed the endpoints in.
   const address = canonical(f.address);
-  // A slot's flags say what the CLI shows of its backend (the hooks read its address and port alone).
+  // A slot's flags say whether its backend is on this node (tc's IPv6 path DNATs only to
+  // such) and what the CLI shows of it.
   const slotFlags = (b: BackendSpec) => (b.local ? BackendFlags.LB_BACKEND_F_LOCAL : 0) | (b.terminating ? BackendFlags.LB_BACKEND_F_TERMINATING : 0);
   const sorted = (list: BackendSpec[]) => list.map((b) => ({ address: canonical(b.address), port: b.port, flags: slotFlags(b) })).sort((a, b) => (a.address === b.address ? a.port - b.port : a.address < b.address ? -1 : 1));
-  const backends = sorted(f.backends);
   const drainingSlots = sorted(draining);
-  const key = (slot: number, port = f.port, p = proto): Lb6Key => ({ address, port, proto: p, scope: LbScope.LB_SCOPE_EXTERNAL, slot });
   const put = (e: Entry) => into.set(keyId(e.key), e);
-  if (ownsItsAddress(f)) put({ key: key(0, 0, 0), value: { ...EMPTY, address: '::', flags: LbFlags.LB_F_WILDCARD } });
-  const flags = kindFlag[f.kind] | (f.dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0);
-  put({ key: key(0), value: { ...EMPTY, address: '::', count: backends.length, flags, draining: drainingSlots.length, affinityTimeout: f.affinityTimeout ?? 0 }, name: f.service });
-  // The draining after the backends, never counted among them: kept for their UDP sockets.
-  [...backends, ...drainingSlots].forEach((b, i) => put({ key: key(i + 1), value: { ...EMPTY, address: b.address, port: b.port, flags: b.flags } }));
+  // The external scope serves packets from outside (tc) and, where no internal entry
+  // exists, this node's pods and host; the internal one (ETP=Local: the cluster
+  // endpoints) only the latter, as IPv4's.
+  const scope = (scopeId: number, list: BackendSpec[], dropWhenEmpty: boolean) => {
+    const key = (slot: number, port = f.port, p = proto): Lb6Key => ({ address, port, proto: p, scope: scopeId, slot });
+    const backends = sorted(list);
+    const external = scopeId === LbScope.LB_SCOPE_EXTERNAL;
+    if (external && ownsItsAddress(f)) put({ key: key(0, 0, 0), value: { ...EMPTY, address: '::', flags: LbFlags.LB_F_WILDCARD } });
+    // tc takes a frontend from outside only while every backend it may choose is on this node.
+    const localOnly = external && backends.every((b) => b.flags & BackendFlags.LB_BACKEND_F_LOCAL);
+    const flags = kindFlag[f.kind] | (dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0) | (localOnly ? LbFlags.LB_F_LOCAL_ONLY : 0);
+    put({ key: key(0), value: { ...EMPTY, address: '::', count: backends.length, flags, draining: drainingSlots.length, affinityTimeout: f.affinityTimeout ?? 0 }, name: f.service });
+    // The draining after the backends, never counted among them: kept for their UDP sockets.
+    [...backends, ...drainingSlots].forEach((b, i) => put({ key: key(i + 1), value: { ...EMPTY, address: b.address, port: b.port, flags: b.flags } }));
+  };
+  scope(LbScope.LB_SCOPE_EXTERNAL, f.backends, Boolean(f.dropWhenEmpty));
+  if (internal) scope(LbScope.LB_SCOPE_INTERNAL, internal, false);
   return undefined;
 }
 
@@ -137,6 +150,19 @@ export class Service6Writer {
     for (const [key, value] of this.map.entries()) this.held.set(keyId(key), { key, value });
     this.heldNames.clear();
     for (const [key, { name }] of this.names?.entries() ?? []) this.heldNames.set(keyId(key), { key, value: { ...EMPTY, address: '::' }, name: decodeName(name) });
+  }
+
+  /** Does the frontend's external entry still hold this backend, chosen or draining (the
+   * writer's own view: no map walk)? An IPv6 flow to anything else can only fail. */
+  servesFlow(frontend: { address: string; port: number; proto: number }, backend: { address: string; port: number }): boolean {
+    const at = `${frontend.address}|${frontend.port}|${frontend.proto}|${LbScope.LB_SCOPE_EXTERNAL}|`;
+    const master = this.held.get(`${at}0`)?.value;
+    if (!master) return false;
+    for (let slot = 1; slot <= master.count + master.draining; slot++) {
+      const b = this.held.get(`${at}${slot}`)?.value;
+      if (b && b.address === backend.address && b.port === backend.port) return true;
+    }
+    return false;
   }
 
   /** Entries lb6_services holds (the writer's own count: no map walk). */

@@ -128,6 +128,11 @@ export class ServiceWriter implements WriterState {
     this.restoreMs = Math.round(performance.now() - started);
   }
 
+  /** Does an IPv6 frontend still hold this backend (tc's IPv6 flows: ct-gc.ts)? */
+  servesFlow6(frontend: { address: string; port: number; proto: number }, backend: { address: string; port: number }): boolean {
+    return this.ipv6?.servesFlow(frontend, backend) ?? false;
+  }
+
   /** Entries the service maps hold, from the writer's own view (no map walk). */
   entryCounts(): { lb4_services: number; lb4_backends: number; lb4_reverse_nat: number; lb6_services?: number } {
     return { lb4_services: this.serviceEntries(), lb4_backends: this.backends.size, lb4_reverse_nat: this.frontends.size, ...(this.ipv6 ? { lb6_services: this.ipv6.entries } : {}) };

@@ -200,6 +200,7 @@ function withIPv6(out: ServiceFrontends, v6: ReturnType<typeof ipv6Frontends>): 
   // The two passes report an SCTP port alike: once is enough.
   for (const why of v6.ignored) if (!out.ignored.includes(why)) out.ignored.push(why);
   for (let i = 0; i < v6.noLocalEndpoints; i++) out.noLocalEndpoints.push('internal');
+  for (let i = 0; i < v6.noLocalExternal; i++) out.noLocalEndpoints.push('external');
   out.nodeAddresses.push(...v6.nodeAddresses);
   // One health check node port for both families: healthy while either has a local
   // endpoint (a pod of both families counts once).

@@ -1,7 +1,7 @@
 // The IPv6 family of a Service (kube-proxy's second pass, one per family): its frontends
 // over the endpoints of its IPv6 slices, balanced by the socket hooks for this node's pods
-// and host. Packets from outside to IPv6 NodePorts, LoadBalancer IPs and externalIPs need
-// the tc path, which is IPv4 only so far. Pure: no I/O.
+// and host, and by tc for packets from outside where the backends are on this node (tc
+// does not forward IPv6 to other nodes yet). Pure: no I/O.
 import { isIPv6 } from 'node:net';
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { flat } from './flat-string.js';
@@ -21,6 +21,8 @@ export interface IPv6Frontends {
   ignored: string[];
   /** Ports whose ITP=Local selection found no local IPv6 endpoint. */
   noLocalEndpoints: number;
+  /** Ports whose ETP=Local selection found no local IPv6 endpoint (with external frontends). */
+  noLocalExternal: number;
   /** IPv6 LoadBalancer IPs and externalIPs that are a node's address: shared with the node. */
   nodeAddresses: Array<{ address: string; kind: 'LoadBalancer' | 'ExternalIP' }>;
   /** The health check node port's word from this family (LB + ETP=Local): its local Ready endpoints. */
@@ -54,15 +56,15 @@ function ipv6LoadBalancerIPs(svc: V1Service, ignored: string[]): string[] {
 
 /**
  * The IPv6 frontends of a Service whose ClusterIP in IPv6 is `clusterIP`: the ClusterIP,
- * and its NodePorts on this node's IPv6 addresses, IPv6 LoadBalancer IPs and externalIPs
- * as this node's pods and host reach them (the socket hooks): over the cluster endpoints,
- * whatever the externalTrafficPolicy (kube-proxy's short-circuit of in-cluster traffic).
- * When the tc path learns IPv6, the external scope of those frontends gets the policy's
- * backends and this view moves to the internal scope, as IPv4's.
+ * and its NodePorts on this node's IPv6 addresses, IPv6 LoadBalancer IPs and externalIPs.
+ * As IPv4's: external traffic (tc) gets the externalTrafficPolicy's backends, and with
+ * ETP=Local this node's pods and host reach the same frontends through the cluster
+ * endpoints (`internalBackends`: kube-proxy's short-circuit of in-cluster traffic).
  */
 export function ipv6Frontends(svc: V1Service, slices: V1EndpointSlice[], node: Node6Context, name: string, clusterIP: string, affinity: number): IPv6Frontends {
   const spec = svc.spec!;
-  const out: IPv6Frontends = { frontends: [], ignored: [], noLocalEndpoints: 0, nodeAddresses: [] };
+  const out: IPv6Frontends = { frontends: [], ignored: [], noLocalEndpoints: 0, noLocalExternal: 0, nodeAddresses: [] };
+  const etpLocal = spec.externalTrafficPolicy === 'Local';
   const byPort = mergeSlices(slices, 'IPv6');
   const itpLocal = spec.internalTrafficPolicy === 'Local';
   const isNodePortType = spec.type === 'NodePort' || spec.type === 'LoadBalancer';
@@ -90,6 +92,10 @@ export function ipv6Frontends(svc: V1Service, slices: V1EndpointSlice[], node: N
     const service = flat(`${name}:${p.name ?? ''}`);
     const clusterBackends = backends(cluster);
     const clusterDraining = draining(cluster);
+    const external = etpLocal ? localEndpoints(eps, node) : cluster;
+    const externalBackends = etpLocal ? backends(external) : clusterBackends;
+    const externalDraining = etpLocal ? draining(external) : clusterDraining;
+    if (etpLocal && external.length === 0 && ((isNodePortType && p.nodePort) || lbIPs.length > 0 || externalIPs.length > 0)) out.noLocalExternal++;
     // One literal of one shape for every frontend (no spreads: see service.ts).
     const frontend = (kind: FrontendKind, address: string, port: number, list = clusterBackends, drain = clusterDraining, dropWhenEmpty = false): FrontendSpec => ({
       proto,
@@ -102,15 +108,21 @@ export function ipv6Frontends(svc: V1Service, slices: V1EndpointSlice[], node: N
       kind,
       backends: list,
     });
+    // An external frontend: the policy's backends from outside; with ETP=Local the cluster's from inside.
+    const outside = (kind: FrontendKind, address: string, port: number): FrontendSpec => {
+      const f = frontend(kind, address, port, externalBackends, externalDraining, etpLocal && cluster.length > 0);
+      if (etpLocal) f.internalBackends = clusterBackends;
+      return f;
+    };
     if (itpLocal) out.frontends.push(frontend('ClusterIP', clusterIP, p.port, backends(internal), draining(internal), cluster.length > 0));
     else out.frontends.push(frontend('ClusterIP', clusterIP, p.port));
-    if (isNodePortType && p.nodePort) for (const a of node.addresses6 ?? []) out.frontends.push(frontend('NodePort', a, p.nodePort));
+    if (isNodePortType && p.nodePort) for (const a of node.addresses6 ?? []) out.frontends.push(outside('NodePort', a, p.nodePort));
     for (const ip of lbIPs) {
-      const f = frontend('LoadBalancer', ip, p.port);
+      const f = outside('LoadBalancer', ip, p.port);
       if (nodeAddress(ip)) f.serviceOnlyAddress = false;
       out.frontends.push(f);
     }
-    for (const ip of externalIPs) out.frontends.push(frontend('ExternalIP', ip, p.port));
+    for (const ip of externalIPs) out.frontends.push(outside('ExternalIP', ip, p.port));
   }
   if (spec.type === 'LoadBalancer' && spec.externalTrafficPolicy === 'Local' && spec.healthCheckNodePort) {
     out.health = { nodePort: spec.healthCheckNodePort, localReadyEndpoints: localReady.size };

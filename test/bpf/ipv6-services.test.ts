@@ -137,6 +137,12 @@ describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'IPv6 ClusterIPs at the sock
     expect((await tries('tcp', CLUSTER_IP6, 80))[0]?.error).not.toBe('ECONNREFUSED');
   });
 
+  it('an ETP=Local frontend with no endpoint on this node: its pods and host reach it through the cluster endpoints (the internal entry)', async () => {
+    const lb = v6({ address: 'fd00:100::10', kind: 'LoadBalancer', backends: [], dropWhenEmpty: true, internalBackends: [{ address: BACKENDS[0]!, port: 8080, local: false }], service: 'default/lb:http' });
+    expect(writer.apply([lb]).failures).toEqual([]);
+    expect(await tries('tcp', 'fd00:100::10', 80)).toEqual([{ peer: 'fd00:100::10:80', backend: BACKENDS[0] }]);
+  });
+
   it('ClientIP affinity keeps a namespace on one backend', async () => {
     writer.apply([v6({ affinityTimeout: 60 })]);
     const got = await tries('tcp', CLUSTER_IP6, 80, 12);

@@ -5,8 +5,9 @@
 // the IPv6 family follows its slice and goes with the Service. An IPv6-only Service works
 // too, with no NodePort on the node's IPv4 addresses. Once the Node lists an IPv6 address,
 // a pod and the host reach IPv6 NodePorts there, and IPv6 LB IPs and externalIPs (the
-// socket hooks: packets from outside to them are not handled yet), and the health check
-// node port answers there.
+// socket hooks), and the health check node port answers there. A client outside reaches
+// them over IPv6 through the router once the sandbox's links get IPv6 addresses (tc's
+// IPv6 path: DNAT to this node's backend, the client's address kept).
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -88,8 +89,10 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a dual-stack Service throug
     // explain, from a pod and from outside.
     const e = JSON.parse(ferry('explain', `[${ip6(client)}]:40000`, '[fd00:96::60]:80/tcp', '--from', 'pod', '--pin-dir', pins, '-o', 'json').stdout) as { verdict: string; lines: string[] };
     expect(e.verdict).toBe('rewritten to a backend');
-    expect(e.lines).toContain(`backends: [${ip6(web2)}]:8080`);
-    expect(ferry('explain', `[${ip6(client)}]:40000`, '[fd00:96::60]:80/tcp', '--pin-dir', pins).stderr).toContain('IPv6 packets from outside are not handled');
+    expect(e.lines).toContain(`backends: [${ip6(web2)}]:8080 (local)`);
+    // From outside, the twin of tc's IPv6 path: its one backend is on this node, so DNAT.
+    const x = JSON.parse(ferry('explain', '[fd00:10::2]:40000', '[fd00:96::60]:80/tcp', '--pin-dir', pins, '--netns', c.net.node(1).host.netns, '-o', 'json').stdout) as { verdict: string; backend?: string };
+    expect(x).toMatchObject({ verdict: 'TC_ACT_OK (on to the stack)', backend: `[${ip6(web2)}]:8080` });
     expect(rows.filter((x) => x.frontend.startsWith('10.96.0.60') || x.frontend.startsWith('[fd00:96::60]')).map((x) => [x.service, x.frontend, x.type, x.backends.map((b) => b.address)])).toEqual([
       ['default/dual:http', '10.96.0.60:80/tcp', 'ClusterIP', [`${web1.ip}:8080`]],
       ['default/dual:http', '[fd00:96::60]:80/tcp', 'ClusterIP', [`[${ip6(web2)}]:8080`]],
@@ -146,10 +149,46 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a dual-stack Service throug
     expect(await eventually(health, (n) => n === 1)).toBe(1);
     // The LB IP is the Service's alone: an unknown port is refused at connect().
     expect(await hostname(client.host, 'http://[fd00:100::1]:81/')).toBe('error 7');
-    const rows = JSON.parse(ferry('service', 'list', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ service: string; frontend: string; type: string; backends: Array<{ address: string; local: boolean }> }>;
+    const rows = JSON.parse(ferry('service', 'list', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ service: string; frontend: string; type: string; flags: string[]; backends: Array<{ address: string; local: boolean }> }>;
+    // ETP=Local: the external frontends have an internal entry for this node's pods and host.
+    expect(rows.filter((x) => x.service === 'default/lb6:http' && x.frontend.startsWith('[') && x.flags.includes('internal')).map((x) => x.frontend).sort()).toEqual(['[fd00:100::1]:80/tcp', '[fd00:30::1]:30612/tcp', '[fd00:e::1]:80/tcp']);
     // web-2 runs on this node: its slots say so.
-    expect(rows.filter((x) => x.service === 'default/lb6:http' && x.frontend.startsWith('[')).map((x) => `${x.type} ${x.frontend} ${x.backends.map((b) => `${b.address}${b.local ? ' local' : ''}`).join()}`)).toEqual(
+    expect(rows.filter((x) => x.service === 'default/lb6:http' && x.frontend.startsWith('[') && !x.flags.includes('internal')).map((x) => `${x.type} ${x.frontend} ${x.backends.map((b) => `${b.address}${b.local ? ' local' : ''}`).join()}`)).toEqual(
       ['LoadBalancer [fd00:100::1]:80/tcp', 'NodePort [fd00:30::1]:30612/tcp', 'ClusterIP [fd00:96::62]:80/tcp', 'ExternalIP [fd00:e::1]:80/tcp'].map((f) => `${f} [${ip6(web2)}]:8080 local`),
     );
+  });
+  it('IPv6 from outside: a client behind the router reaches the ETP=Local LB IP, NodePort and externalIP through tc, from its own address', async () => {
+    const { router, client: outside } = c.net;
+    const node = c.net.node(1).host;
+    // The sandbox's links are IPv4 only: IPv6 on the client network (fd00:10::/64) and the
+    // node network (fd00:31::/64), with static neighbours (no wait for discovery), and the
+    // router sending the node's IPv6 address and the Service's IPv6 addresses to the node.
+    const mac = async (h: Host, dev: string) => (JSON.parse(await h.ip('-j', 'link', 'show', dev)) as Array<{ address: string }>)[0]!.address;
+    await router.execOk(['sysctl', '-qw', 'net.ipv6.conf.all.forwarding=1']);
+    await outside.ip('-6', 'addr', 'add', 'fd00:10::2/64', 'dev', 'eth0', 'nodad');
+    await router.ip('-6', 'addr', 'add', 'fd00:10::1/64', 'dev', 'clients', 'nodad');
+    await router.ip('-6', 'addr', 'add', 'fd00:31::1/64', 'dev', 'nodes', 'nodad');
+    await node.ip('-6', 'addr', 'add', 'fd00:31::21/64', 'dev', 'eth0', 'nodad');
+    await outside.ip('-6', 'neigh', 'replace', 'fd00:10::1', 'lladdr', await mac(router, 'clients'), 'dev', 'eth0', 'nud', 'permanent');
+    await router.ip('-6', 'neigh', 'replace', 'fd00:10::2', 'lladdr', await mac(outside, 'eth0'), 'dev', 'clients', 'nud', 'permanent');
+    await router.ip('-6', 'neigh', 'replace', 'fd00:31::21', 'lladdr', await mac(node, 'eth0'), 'dev', 'nodes', 'nud', 'permanent');
+    await node.ip('-6', 'neigh', 'replace', 'fd00:31::1', 'lladdr', await mac(router, 'nodes'), 'dev', 'eth0', 'nud', 'permanent');
+    await outside.ip('-6', 'route', 'replace', 'default', 'via', 'fd00:10::1');
+    await node.ip('-6', 'route', 'replace', 'fd00:10::/64', 'via', 'fd00:31::1');
+    for (const a of ['fd00:30::1', 'fd00:100::1', 'fd00:e::1']) await router.ip('-6', 'route', 'replace', `${a}/128`, 'via', 'fd00:31::21');
+    for (const url of ['http://[fd00:100::1]/', 'http://[fd00:30::1]:30612/', 'http://[fd00:e::1]/']) {
+      const said = await eventually(async () => (await outside.exec(['curl', '-gsS', '--max-time', '3', url], { timeoutMs: 8000 })).stdout, (o) => o.includes('Hostname: web-2-v6'));
+      // ETP=Local: the backend sees the client's own address.
+      expect(said, url).toContain('RemoteAddr: fd00:10::2');
+    }
+    // The flows went through tc: both directions of each are in ct6.
+    const flows = JSON.parse(ferry('ct', 'list', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ flow: string; backend: string }>;
+    const mine = flows.filter((f) => f.flow.startsWith('[fd00:10::2]:'));
+    expect(new Set(mine.map((f) => f.flow.split(' → ')[1]))).toEqual(new Set(['[fd00:100::1]:80/tcp', '[fd00:30::1]:30612/tcp', '[fd00:e::1]:80/tcp']));
+    expect(new Set(mine.map((f) => f.backend))).toEqual(new Set([`[${ip6(web2)}]:8080`]));
+    // The LB IP is the Service's alone: another port is dropped, not answered by the node.
+    expect((await outside.exec(['curl', '-gsS', '--max-time', '2', 'http://[fd00:100::1]:81/'], { timeoutMs: 8000 })).code).toBe(28); // timed out
+    // The node's own services on its IPv6 address are untouched.
+    expect(await hostname(outside, 'http://[fd00:30::1]:9099/')).toBe('node-1-host');
   });
 });

@@ -67,7 +67,7 @@ describe('which Services are programmed', () => {
     expect(r.ignored ?? []).toEqual([]);
   });
 
-  it('IPv6 NodePorts, LB IPs and externalIPs: on this node\'s IPv6 addresses, over the cluster endpoints whatever the ETP (in-cluster traffic)', () => {
+  it('IPv6 NodePorts, LB IPs and externalIPs: on this node\'s IPv6 addresses, ETP=Local: this node\'s endpoints from outside, the cluster\'s from inside', () => {
     const node6 = { ...NODE, addresses6: ['fd00:30::21'], clusterNodeAddresses: new Set(['10.0.30.21', 'fd00:30::21', 'fd00:30::22']) };
     const s = svc({
       type: 'LoadBalancer', clusterIP: '10.96.0.10', clusterIPs: ['10.96.0.10', 'fd00::10'], ipFamilies: ['IPv4', 'IPv6'],
@@ -79,18 +79,33 @@ describe('which Services are programmed', () => {
     const r = serviceFrontends(s, slices, node6);
     expect(summary(r.frontends.filter((f) => f.address.includes(':')))).toEqual([
       'ClusterIP fd00::10:80/TCP → ∅', // ITP=Local: no endpoint here
-      'NodePort fd00:30::21:30080/TCP → fd00:244::5:8080',
-      'LoadBalancer fd00:100::1:80/TCP → fd00:244::5:8080',
-      'LoadBalancer fd00:30::22:80/TCP → fd00:244::5:8080',
-      'ExternalIP fd00:e::1:80/TCP → fd00:244::5:8080',
+      // ETP=Local, and the endpoint is on node-2: none from outside here (tc drops) ...
+      'NodePort fd00:30::21:30080/TCP → ∅',
+      'LoadBalancer fd00:100::1:80/TCP → ∅',
+      'LoadBalancer fd00:30::22:80/TCP → ∅',
+      'ExternalIP fd00:e::1:80/TCP → ∅',
     ]);
     const v6 = r.frontends.filter((f) => f.address.includes(':'));
-    expect(v6.map((f) => f.dropWhenEmpty)).toEqual([true, false, false, false, false]);
+    // ... while this node's pods and host reach them through the cluster endpoints.
+    expect(v6.map((f) => f.internalBackends?.map((b) => b.address))).toEqual([undefined, ...Array(4).fill(['fd00:244::5'])]);
+    expect(v6.map((f) => f.dropWhenEmpty)).toEqual([true, true, true, true, true]);
+    expect(r.noLocalEndpoints).toEqual(['internal', 'external', 'internal', 'external']); // per family
+    // Draining (never chosen, kept for the sockets they have): as IPv4's, whatever the node.
     expect(v6.slice(1).map((f) => f.drainingBackends?.map((b) => b.address))).toEqual(Array(4).fill(['fd00:244::6']));
     // A node's address as an LB IP keeps the node's other ports; it is reported, as IPv4's.
     expect(v6.map((f) => f.serviceOnlyAddress)).toEqual([undefined, undefined, undefined, false, undefined]);
     expect(r.nodeAddresses).toEqual([{ address: 'fd00:30::22', kind: 'LoadBalancer' }]);
     expect(r.ignored).toEqual(['LoadBalancer ingress fd00:100::2 with ipMode Proxy']);
+  });
+
+  it('IPv6 with ETP=Cluster: one backend list for outside and inside, no internal entry', () => {
+    const node6 = { ...NODE, addresses6: ['fd00:30::21'] };
+    const s = svc({ type: 'NodePort', clusterIP: '10.96.0.10', clusterIPs: ['10.96.0.10', 'fd00::10'], ipFamilies: ['IPv4', 'IPv6'], ports: [{ name: 'http', port: 80, nodePort: 30080 }] });
+    const slices = [slice({ name: 'web-v6', addressType: 'IPv6', eps: [{ ip: 'fd00:244::5', node: 'node-2' }, { ip: 'fd00:244::7', node: NODE.name }] })];
+    const np = serviceFrontends(s, slices, node6).frontends.find((f) => f.kind === 'NodePort' && f.address.includes(':'))!;
+    expect(np.backends.map((b) => [b.address, b.local])).toEqual([['fd00:244::5', false], ['fd00:244::7', true]]);
+    expect(np.internalBackends).toBeUndefined();
+    expect(np.dropWhenEmpty).toBe(false);
   });
 
   it('IPv6 LB IPs: IPv6 loadBalancerSourceRanges leave them out (no IPv6 range check yet), IPv4 ranges do not apply to them; no IPv6 family, no IPv6 LB IP', () => {

@@ -13,7 +13,7 @@ class MemoryMap {
   readonly log: string[] = [];
   readonly held = new Map<string, [Lb6Key, Lb6Service]>();
   constructor(readonly maxEntries: number) {}
-  private id = (k: Lb6Key) => `${k.address}/${k.port}/${k.proto}/${k.slot}`;
+  private id = (k: Lb6Key) => `${k.address}/${k.port}/${k.proto}/${k.scope}/${k.slot}`;
   entries(): Array<[Lb6Key, Lb6Service]> {
     return [...this.held.values()];
   }
@@ -107,6 +107,24 @@ describe('the lb6_services writer', () => {
     expect(m.entries().filter(([k]) => k.slot > 0).map(([k, v]) => `${k.slot} ${v.address} ${v.flags}`).sort()).toEqual(['1 fd00:244::1 1', '2 fd00:244::2 2']);
   });
 
+  it('ETP=Local: the external entry holds this node\'s backends (tc may DNAT them: local-only), the internal one the cluster\'s', () => {
+    const m = new MemoryMap(64);
+    const here = { address: 'fd00:244::1', port: 8080, local: true };
+    const there = { address: 'fd00:244::2', port: 8080, local: false };
+    const w = writerOn(m);
+    expect(w.apply([
+      { ...fe(80, 'lb', [here], 'fd00:100::1'), kind: 'LoadBalancer', internalBackends: [here, there], dropWhenEmpty: true },
+      { ...fe(81, 'spread', [here, there], 'fd00:100::1'), kind: 'LoadBalancer' },
+    ]).failures).toEqual([]);
+    const masters = m.entries().filter(([k]) => k.slot === 0 && k.port !== 0).map(([k, v]) => `${k.port} scope ${k.scope} count ${v.count} flags ${v.flags}`).sort();
+    // 4 LoadBalancer, 64 drop when empty, 1024 local-only.
+    expect(masters).toEqual(['80 scope 0 count 1 flags 1092', '80 scope 1 count 2 flags 4', '81 scope 0 count 2 flags 4']);
+    expect(m.entries().filter(([k]) => k.port === 80 && k.scope === 1 && k.slot > 0).map(([, v]) => v.address).sort()).toEqual(['fd00:244::1', 'fd00:244::2']);
+    // The policy changes to Cluster: the internal entry goes.
+    w.apply([{ ...fe(80, 'lb', [here, there], 'fd00:100::1'), kind: 'LoadBalancer' }]);
+    expect(m.entries().filter(([k]) => k.scope === 1)).toEqual([]);
+  });
+
   it('refuses a frontend it cannot encode (an IPv4 backend, SCTP) and writes the rest', () => {
     const m = new MemoryMap(64);
     const s = writerOn(m).apply([fe(80, 'mixed', [{ address: '10.244.1.1', port: 80, local: false }]), { ...fe(82, 'sctp'), proto: 'SCTP' }, fe(81, 'good')]);
@@ -123,10 +141,10 @@ describe('the lb6_services writer', () => {
     expect(m.log).toEqual(['delete 81#0', 'delete 81#1']);
     // An entry deleted behind the writer's back: a plain apply trusts its view, a reread puts it right.
     const w = writerOn(m);
-    m.held.delete('fd00:96::10/80/6/1');
+    m.held.delete('fd00:96::10/80/6/0/1');
     expect(w.apply([fe(80, 'web')]).entriesWritten).toBe(0);
     expect(w.apply([fe(80, 'web')], { reread: true }).entriesWritten).toBe(1);
-    expect(m.held.has('fd00:96::10/80/6/1')).toBe(true);
+    expect(m.held.has('fd00:96::10/80/6/0/1')).toBe(true);
   });
 });
 
