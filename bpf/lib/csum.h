@@ -20,6 +20,18 @@ static __always_inline __u32 csum32_replace(__u32 sum, __u32 from, __u32 to)
 	return csum32_add(csum32_add(sum, ~from), to);
 }
 
+/* The partial sum of the change from one 16-byte address (IPv6) to another. */
+static __always_inline __u32 csum_diff16(const __u8 *from, const __u8 *to)
+{
+	const __u32 *f = (const __u32 *)from, *t = (const __u32 *)to;
+	__u32 diff = 0;
+
+	diff = csum32_replace(diff, f[0], t[0]);
+	diff = csum32_replace(diff, f[1], t[1]);
+	diff = csum32_replace(diff, f[2], t[2]);
+	return csum32_replace(diff, f[3], t[3]);
+}
+
 /* A partial sum folded to 16 bits and complemented: the checksum field's value. */
 static __always_inline __u16 csum_fold32(__u32 csum)
 {

@@ -2,84 +2,29 @@
  * externalIP whose backends are all on this node (LB_F_LOCAL_ONLY: what an
  * externalTrafficPolicy of Local gives, or a Service whose endpoints all run here) is
  * balanced once per flow and DNATed to its backend; the backend's replies leave as the
- * frontend (tc egress). Forwarding IPv6 to other nodes (SNAT, DSR), ICMPv6 errors about
- * translated flows, extension headers and fragments are not built: such packets go to the
- * kernel, and a frontend with a remote backend drops them (DROP_REMOTE_IPV6), counted.
+ * frontend (tc egress); ICMPv6 errors about such flows are translated too
+ * (lib/icmp6_related.h). Forwarding IPv6 to other nodes (SNAT, DSR), extension headers and
+ * fragments are not built: such packets go to the kernel, and a frontend with a remote
+ * backend drops them (DROP_REMOTE_IPV6), counted.
  *
  * Flows live in ct6 (shared/ct6.h); the backend is the flow hash's slot, so a flow whose
  * entries an overfull map evicted finds the same backend again while the backends stay. */
 #ifndef FERRY_LIB_NODEPORT6_H
 #define FERRY_LIB_NODEPORT6_H
 
-#include <linux/ipv6.h>
 #include "config.h"
 #include "maps.h"
-#include "parse.h"
+#include "parse6.h"
 #include "hash.h"
 #include "csum.h"
 #include "ct.h"
 #include "lb6.h"
+#include "ct6.h"
+#include "icmp6_related.h"
 
 /* What a tc program's IPv6 entry returns for a frame that is not IPv6 (the caller goes on
  * with it): no TC_ACT_* value. */
 #define NODEPORT6_NOT_IPV6 0x1000
-
-struct pkt6 {
-	__u8 saddr[16];
-	__u8 daddr[16];
-	__be16 sport;
-	__be16 dport;
-	__u8 proto;
-	__u8 tcp_flags;
-	__u8 pad[2];
-	__u32 l4_off;
-	__u32 len;
-};
-
-/* Ethernet + the fixed IPv6 header + the ports (and TCP flags) when the next header is TCP
- * or UDP. PARSE_NOT_IPV4 here means "not IPv6". Extension headers are not walked: the
- * caller leaves such packets to the kernel (proto is the first next header). */
-static __always_inline int parse_ipv6(struct __ctx_buff *ctx, struct pkt6 *p)
-{
-	struct {
-		__u8 align[2];
-		struct ethhdr eth;
-		struct ipv6hdr ip;
-	} hdr;
-
-	_Static_assert(__builtin_offsetof(typeof(hdr), ip) == __builtin_offsetof(typeof(hdr), eth) + ETH_HLEN, "adjacent headers");
-	if (ctx_load_bytes(ctx, 0, &hdr.eth, ETH_HLEN + sizeof(hdr.ip)) < 0)
-		return PARSE_NOT_IPV4;
-	if (hdr.eth.h_proto != bpf_htons(ETH_P_IPV6))
-		return PARSE_NOT_IPV4;
-	if (hdr.ip.version != 6)
-		return PARSE_MALFORMED;
-	__builtin_memcpy(p->saddr, &hdr.ip.saddr, 16);
-	__builtin_memcpy(p->daddr, &hdr.ip.daddr, 16);
-	p->proto = hdr.ip.nexthdr;
-	p->l4_off = ETH_HLEN + sizeof(hdr.ip);
-	p->len = ctx_len(ctx);
-	p->sport = 0;
-	p->dport = 0;
-	p->tcp_flags = 0;
-	if (p->proto == IPPROTO_TCP) {
-		__u8 th[14];
-
-		if (ctx_load_bytes(ctx, p->l4_off, th, sizeof(th)) < 0)
-			return PARSE_MALFORMED;
-		__builtin_memcpy(&p->sport, &th[0], 2);
-		__builtin_memcpy(&p->dport, &th[2], 2);
-		p->tcp_flags = th[13];
-	} else if (p->proto == IPPROTO_UDP) {
-		__be16 ports[2];
-
-		if (ctx_load_bytes(ctx, p->l4_off, ports, sizeof(ports)) < 0)
-			return PARSE_MALFORMED;
-		p->sport = ports[0];
-		p->dport = ports[1];
-	}
-	return PARSE_OK;
-}
 
 static __always_inline __u32 fold6(const __u8 *a)
 {
@@ -96,10 +41,6 @@ static __always_inline __u32 flow_hash6(const struct pkt6 *p)
 			  ((__u32)p->sport | ((__u32)p->dport << 16)) + p->proto + init);
 }
 
-/* bpf_l4_csum_replace's BPF_F_IPV6 (an enum in linux/bpf.h, which older headers lack, so
- * not testable by the preprocessor). */
-#define FERRY_F_IPV6 (1ULL << 7)
-
 /* Rewrite one end of a packet (its address at `addr_off`, its port at `port_off`) from
  * from/from_port to to/to_port. IPv6 has no header checksum: the L4 checksum takes the
  * address change as a pseudo-header change (one helper call with the summed difference),
@@ -110,14 +51,9 @@ static __always_inline int nat6_rewrite(struct __ctx_buff *ctx, const struct pkt
 {
 	__u32 csum_off = p->l4_off + (p->proto == IPPROTO_TCP ? 16 : 6);
 	__u64 mangled0 = p->proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
-	const __u32 *f = (const __u32 *)from, *t = (const __u32 *)to;
-	__u32 diff = 0;
+	__u32 diff = csum_diff16(from, to);
 	__u8 addr[16];
 
-	diff = csum32_replace(diff, f[0], t[0]);
-	diff = csum32_replace(diff, f[1], t[1]);
-	diff = csum32_replace(diff, f[2], t[2]);
-	diff = csum32_replace(diff, f[3], t[3]);
 	__builtin_memcpy(addr, to, 16);
 	/* BPF_F_IPV6: IPv6 has no header checksum to take the address change, so a received
 	 * packet's whole-packet sum (CHECKSUM_COMPLETE) does not move; without it the helper
@@ -133,36 +69,6 @@ static __always_inline int nat6_rewrite(struct __ctx_buff *ctx, const struct pkt
 	if (ctx_l4_csum_replace(ctx, csum_off, from_port, to_port, sizeof(to_port) | mangled0) < 0)
 		return -1;
 	return ctx_store_bytes(ctx, port_off, &to_port, sizeof(to_port), 0);
-}
-
-#define IP6_SADDR_OFF (ETH_HLEN + offsetof(struct ipv6hdr, saddr))
-#define IP6_DADDR_OFF (ETH_HLEN + offsetof(struct ipv6hdr, daddr))
-
-/* The key of a flow's reply direction: the backend answering the client. */
-static __always_inline void ct6_reply_key(struct ct6_key *k, const struct pkt6 *p, const struct ct6_entry *flow)
-{
-	__builtin_memcpy(k->saddr, flow->addr, 16);
-	__builtin_memcpy(k->daddr, p->saddr, 16);
-	k->sport = flow->port;
-	k->dport = p->sport;
-	k->proto = p->proto;
-	k->dir = CT6_DIR_REPLY;
-	k->pad[0] = 0;
-	k->pad[1] = 0;
-}
-
-/* What a client's packet tells its flow (as ct_flags_client for IPv4, without the RST's
- * sequence check: a closing IPv6 flow only lives shorter, and its next packet finds the
- * same backend by the hash). */
-static __always_inline __u8 ct6_flags_client(const struct pkt6 *p, __u8 flags)
-{
-	if (p->proto != IPPROTO_TCP)
-		return flags;
-	if (p->tcp_flags & (TCP_FIN | TCP_RST))
-		flags |= CT_F_CLOSING;
-	else if ((flags & CT_F_SEEN_REPLY) && !(p->tcp_flags & TCP_SYN))
-		flags |= CT_F_ESTABLISHED;
-	return flags;
 }
 
 /* Write both directions of a flow with their lifetime from now. The reply direction is
@@ -244,14 +150,11 @@ __ferry_global int nodeport6_ingress(struct __sk_buff *ctx)
 	rc = parse_ipv6(ctx, &p);
 	if (rc == PARSE_NOT_IPV4)
 		return NODEPORT6_NOT_IPV6;
+	if (rc == PARSE_OK && p.proto == IPPROTO_ICMPV6)
+		return icmp6_related_ingress(ctx, &p);
 	if (rc != PARSE_OK || (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP))
 		return CTX_ACT_UNSPEC;
-	__builtin_memcpy(client.saddr, p.saddr, 16);
-	__builtin_memcpy(client.daddr, p.daddr, 16);
-	client.sport = p.sport;
-	client.dport = p.dport;
-	client.proto = p.proto;
-	client.dir = CT6_DIR_CLIENT;
+	ct6_key_set(&client, p.saddr, p.daddr, p.sport, p.dport, p.proto, CT6_DIR_CLIENT);
 	now = ferry_now();
 	held = bpf_map_lookup_elem(&ct6, &client);
 	if (held && !ct_expired(held->expires_ns, now) &&
@@ -287,14 +190,13 @@ __ferry_global int nodeport6_egress(struct __sk_buff *ctx)
 
 	if (!ctx)
 		return CTX_ACT_SHOT;
-	if (parse_ipv6(ctx, &p) != PARSE_OK || (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP))
+	if (parse_ipv6(ctx, &p) != PARSE_OK)
 		return CTX_ACT_UNSPEC;
-	__builtin_memcpy(k.saddr, p.saddr, 16);
-	__builtin_memcpy(k.daddr, p.daddr, 16);
-	k.sport = p.sport;
-	k.dport = p.dport;
-	k.proto = p.proto;
-	k.dir = CT6_DIR_REPLY;
+	if (p.proto == IPPROTO_ICMPV6)
+		return icmp6_related_egress(ctx, &p);
+	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
+		return CTX_ACT_UNSPEC;
+	ct6_key_set(&k, p.saddr, p.daddr, p.sport, p.dport, p.proto, CT6_DIR_REPLY);
 	reply = bpf_map_lookup_elem(&ct6, &k);
 	if (!reply)
 		return CTX_ACT_UNSPEC;
@@ -309,11 +211,10 @@ __ferry_global int nodeport6_egress(struct __sk_buff *ctx)
 		flags |= CT_F_CLOSING;
 	if (flags != reply->flags) {
 		/* The client's direction learns it too: its lifetime follows the flow's state. */
-		struct ct6_key ck = { .sport = p.dport, .dport = reply->port, .proto = p.proto, .dir = CT6_DIR_CLIENT };
+		struct ct6_key ck = {};
 		struct ct6_entry *flow;
 
-		__builtin_memcpy(ck.saddr, p.daddr, 16);
-		__builtin_memcpy(ck.daddr, reply->addr, 16);
+		ct6_key_set(&ck, p.daddr, reply->addr, p.dport, reply->port, p.proto, CT6_DIR_CLIENT);
 		flow = bpf_map_lookup_elem(&ct6, &ck);
 		if (flow && (flow->flags | (flags & CT_REPLY_STATE)) != flow->flags) {
 			flow->flags |= flags & CT_REPLY_STATE;

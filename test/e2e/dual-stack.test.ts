@@ -44,8 +44,8 @@ async function addIPv6(pod: PodInfo): Promise<void> {
   await pod.host.ip('-6', 'route', 'replace', 'default', 'via', NODE_GATEWAY6, 'dev', 'eth0');
 }
 
-function slice6(service: string, pods: PodInfo[]): V1EndpointSlice {
-  const s = sliceFor(service, pods.map((pod) => ({ pod })), [{ name: 'http', port: 8080 }], `${service}-v6`);
+function slice6(service: string, pods: PodInfo[], port = 8080): V1EndpointSlice {
+  const s = sliceFor(service, pods.map((pod) => ({ pod })), [{ name: 'http', port }], `${service}-v6`);
   return { ...s, addressType: 'IPv6', endpoints: s.endpoints.map((e, i) => ({ ...e, addresses: [ip6(pods[i]!)] })) };
 }
 
@@ -190,5 +190,26 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a dual-stack Service throug
     expect((await outside.exec(['curl', '-gsS', '--max-time', '2', 'http://[fd00:100::1]:81/'], { timeoutMs: 8000 })).code).toBe(28); // timed out
     // The node's own services on its IPv6 address are untouched.
     expect(await hostname(outside, 'http://[fd00:30::1]:9099/')).toBe('node-1-host');
+
+    // Path MTU: the router's link to the client carries 1280 bytes, the client's own 1500
+    // (so its MSS asks for full segments). The router answers the pod's first full segment
+    // with a Packet Too Big sent to the LB IP; tc hands it to the pod quoting the pod's own
+    // tuple, or the response would never arrive (IPv6 routers do not fragment).
+    web2.host.spawn([process.execPath, '-e', `require('node:http').createServer((q, s) => s.end('x'.repeat(30000))).listen(8083, '${ip6(web2)}')`]);
+    applyObject(c, 'services', {
+      metadata: { name: 'big6', namespace: 'default' },
+      spec: { type: 'LoadBalancer', loadBalancerClass: 'example.com/other', externalTrafficPolicy: 'Local', clusterIP: '10.96.0.63', clusterIPs: ['10.96.0.63', 'fd00:96::63'], ipFamilies: ['IPv4', 'IPv6'], ipFamilyPolicy: 'RequireDualStack', ports: [{ name: 'http', port: 80, nodePort: 30613, protocol: 'TCP' }] },
+      status: { loadBalancer: { ingress: [{ ip: 'fd00:100::3' }] } },
+    } as V1Service);
+    applyObject(c, 'endpointslices', slice6('big6', [web2], 8083));
+    await router.ip('-6', 'route', 'replace', 'fd00:100::3/128', 'via', 'fd00:31::21');
+    await router.ip('link', 'set', 'clients', 'mtu', '1280');
+    const size = async () => {
+      const r = await outside.exec(['curl', '-gsS', '--max-time', '5', '-o', '/dev/null', '-w', '%{size_download}', 'http://[fd00:100::3]/'], { timeoutMs: 10_000 });
+      return r.code === 0 ? Number(r.stdout) : -r.code;
+    };
+    expect(await eventually(size, (n) => n === 30000)).toBe(30000);
+    const related = JSON.parse(ferry('map', 'dump', 'ferry_stats', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ key: string; packets: number }>;
+    expect(related.find((x) => x.key === 'STAT_ICMP_RELATED')!.packets).toBeGreaterThan(0);
   });
 });
