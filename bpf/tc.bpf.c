@@ -5,7 +5,7 @@
  *          frontend → pick a backend (conntrack keeps it) → local: DNAT;
  *                     remote: DNAT + SNAT to the node address, FIB, redirect;
  *          frontend without backend → ICMP port unreachable;
- *          known Service address, unknown port → drop;
+ *          known Service address, unknown port (or a protocol not served) → drop;
  *          ICMP error quoting a translated flow → translate it too;
  *          ARP request for an address this node announces → the reply (lib/arp.h);
  *          IPv6 to a frontend whose backends are all local → DNAT (lib/nodeport6.h).
@@ -41,6 +41,20 @@ static __always_inline int vlan_elsewhere(const struct __sk_buff *ctx)
 	return ctx->vlan_present && (ctx->vlan_tci & 0x0fff);
 }
 
+/* A packet ferry does not translate (another protocol, an ICMP echo or an error about no
+ * flow of ferry's) to an address that is Services' alone (its wildcard entry): dropped.
+ * Left to the kernel, which does not hold the address, it would be routed back out towards
+ * the router that sent it here: a loop that ends with its TTL. A node's address is the
+ * kernel's. */
+static __always_inline int not_served4(const struct pkt4 *p)
+{
+	struct lb4_service *wildcard = lb4_lookup_master(p->daddr, 0, 0, LB_SCOPE_EXTERNAL);
+
+	if (wildcard && (wildcard->flags & LB_F_WILDCARD))
+		return count_drop(DROP_NOT_SERVED, p->len);
+	return CTX_ACT_UNSPEC;
+}
+
 /* Traffic that is not ferry's goes on to the next tc filter (CTX_ACT_UNSPEC), so other
  * users of the device keep working; what ferry translated ends the chain (CTX_ACT_OK). */
 static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
@@ -69,12 +83,15 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 	if (unlikely(p.fragment))
 		return frag4_follow(ctx, &p, lb4_lookup_master(p.daddr, 0, 0, LB_SCOPE_EXTERNAL) != NULL);
 	if (unlikely(p.proto == IPPROTO_ICMP)) {
-		if (icmp4_is_error(p.icmp_type))
-			return icmp_related_ingress(ctx, &p);
-		return CTX_ACT_UNSPEC;
+		if (icmp4_is_error(p.icmp_type)) {
+			rc = icmp_related_ingress(ctx, &p);
+			if (rc != CTX_ACT_UNSPEC)
+				return rc;
+		}
+		return not_served4(&p);
 	}
-	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
-		return CTX_ACT_UNSPEC;
+	if (unlikely(p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP))
+		return not_served4(&p);
 	if (unlikely(p.dsr_opt))
 		return dsr_receive(ctx, &p);
 

@@ -21,6 +21,8 @@
 #include "ct6.h"
 
 #define ICMPV6_ERROR_MAX 4 /* destination unreachable 1, packet too big 2, time exceeded 3, parameter problem 4 */
+#define ICMPV6_NDP_FIRST 133 /* router solicitation .. redirect (137): neighbour discovery */
+#define ICMPV6_NDP_LAST 137
 
 /* What follows the ICMPv6 header of an error: the start of the offending packet. */
 struct icmp6_quote {
@@ -63,9 +65,7 @@ static __always_inline int icmp6_rewrite(struct __ctx_buff *ctx, const struct pk
 /* The ICMPv6 error's type and the quote, if this is an error quoting TCP or UDP. */
 static __always_inline int icmp6_error_quote(struct __ctx_buff *ctx, const struct pkt6 *p, struct icmp6_quote *q)
 {
-	__u8 type;
-
-	if (ctx_load_bytes(ctx, p->l4_off, &type, 1) < 0 || type < 1 || type > ICMPV6_ERROR_MAX)
+	if (p->icmp_type < 1 || p->icmp_type > ICMPV6_ERROR_MAX)
 		return -1;
 	if (ctx_load_bytes(ctx, QUOTE_OFF(p), q, sizeof(*q)) < 0)
 		return -1;

@@ -4,8 +4,9 @@
  * balanced once per flow and DNATed to its backend; the backend's replies leave as the
  * frontend (tc egress); ICMPv6 errors about such flows are translated too
  * (lib/icmp6_related.h). Forwarding IPv6 to other nodes (SNAT, DSR), extension headers and
- * fragments are not built: such packets go to the kernel, and a frontend with a remote
- * backend drops them (DROP_REMOTE_IPV6), counted.
+ * fragments are not built: a frontend with a remote backend drops its packets
+ * (DROP_REMOTE_IPV6), and what tc does not translate to a Service-only address is dropped
+ * (DROP_NOT_SERVED); to other addresses it goes to the kernel.
  *
  * Flows live in ct6 (shared/ct6.h); the backend is the flow hash's slot, so a flow whose
  * entries an overfull map evicted finds the same backend again while the backends stay. */
@@ -135,6 +136,23 @@ static __always_inline int nodeport6_new_flow(struct __ctx_buff *ctx, const stru
 	return CTX_ACT_OK;
 }
 
+/* A packet tc does not translate (another protocol, an extension header, a fragment, an
+ * ICMPv6 echo or an error about no flow of ferry's) to an address that is Services' alone
+ * (its wildcard entry): dropped. Left to the kernel, which does not hold the address, it
+ * would be routed back out, towards the router that sent it here: a loop that ends with
+ * its hop limit. Neighbour discovery and the node's own addresses stay the kernel's. */
+static __always_inline int nodeport6_not_served(const struct pkt6 *p)
+{
+	struct lb6_key key = { .scope = LB_SCOPE_EXTERNAL }; /* port 0, protocol 0: the wildcard */
+	struct lb6_service *wildcard;
+
+	__builtin_memcpy(key.address, p->daddr, 16);
+	wildcard = bpf_map_lookup_elem(&lb6_services, &key);
+	if (wildcard && (wildcard->flags & LB_F_WILDCARD))
+		return count_drop(DROP_NOT_SERVED, p->len);
+	return CTX_ACT_UNSPEC;
+}
+
 /* tc ingress, IPv6: a client's packet for a frontend. A global function (lib/common.h):
  * the IPv4 path pays nothing for it. */
 __ferry_global int nodeport6_ingress(struct __sk_buff *ctx)
@@ -150,10 +168,16 @@ __ferry_global int nodeport6_ingress(struct __sk_buff *ctx)
 	rc = parse_ipv6(ctx, &p);
 	if (rc == PARSE_NOT_IPV4)
 		return NODEPORT6_NOT_IPV6;
-	if (rc == PARSE_OK && p.proto == IPPROTO_ICMPV6)
-		return icmp6_related_ingress(ctx, &p);
-	if (rc != PARSE_OK || (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP))
+	if (rc != PARSE_OK)
 		return CTX_ACT_UNSPEC;
+	if (p.proto == IPPROTO_ICMPV6) {
+		rc = icmp6_related_ingress(ctx, &p);
+		if (rc != CTX_ACT_UNSPEC || (p.icmp_type >= ICMPV6_NDP_FIRST && p.icmp_type <= ICMPV6_NDP_LAST))
+			return rc;
+		return nodeport6_not_served(&p);
+	}
+	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
+		return nodeport6_not_served(&p);
 	ct6_key_set(&client, p.saddr, p.daddr, p.sport, p.dport, p.proto, CT6_DIR_CLIENT);
 	now = ferry_now();
 	held = bpf_map_lookup_elem(&ct6, &client);

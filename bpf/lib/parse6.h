@@ -18,13 +18,14 @@ struct pkt6 {
 	__be16 dport;
 	__u8 proto;
 	__u8 tcp_flags;
-	__u8 pad[2];
+	__u8 icmp_type; /* ICMPv6 */
+	__u8 pad;
 	__u32 l4_off;
 	__u32 len;
 };
 
 /* Ethernet + the fixed IPv6 header + the ports (and TCP flags) when the next header is TCP
- * or UDP. PARSE_NOT_IPV4 here means "not IPv6". Extension headers are not walked: the
+ * or UDP (the type when it is ICMPv6). PARSE_NOT_IPV4 here means "not IPv6". Extension headers are not walked: the
  * caller leaves such packets to the kernel (proto is the first next header). */
 static __always_inline int parse_ipv6(struct __ctx_buff *ctx, struct pkt6 *p)
 {
@@ -49,6 +50,7 @@ static __always_inline int parse_ipv6(struct __ctx_buff *ctx, struct pkt6 *p)
 	p->sport = 0;
 	p->dport = 0;
 	p->tcp_flags = 0;
+	p->icmp_type = 0;
 	if (p->proto == IPPROTO_TCP) {
 		__u8 th[14];
 
@@ -64,6 +66,9 @@ static __always_inline int parse_ipv6(struct __ctx_buff *ctx, struct pkt6 *p)
 			return PARSE_MALFORMED;
 		p->sport = ports[0];
 		p->dport = ports[1];
+	} else if (p->proto == IPPROTO_ICMPV6) {
+		if (ctx_load_bytes(ctx, p->l4_off, &p->icmp_type, 1) < 0)
+			return PARSE_MALFORMED;
 	}
 	return PARSE_OK;
 }

@@ -65,6 +65,9 @@ enum ferry_drop_reason {
 				    * frontend holds (no client-port remap for IPv6 yet) */
 	DROP_REMOTE_IPV6 = 20,     /* IPv6 from outside to a frontend with a backend on another node:
 				    * forwarding IPv6 to other nodes is not built yet */
+	DROP_NOT_SERVED = 21,      /* to a Service-only address, a packet tc does not translate (another
+				    * protocol, an ICMP echo, IPv6 extension headers or fragments): dropped,
+				    * not routed back out */
 	DROP_REASON_MAX = 32,
 };
 

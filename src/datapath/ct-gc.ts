@@ -88,7 +88,10 @@ export function collectConntrack6(map: DatapathMaps['ct6'], now: bigint = monoto
       const client = k.dir === Ct6Dir.CT6_DIR_CLIENT;
       const frontend = client ? { address: k.daddr, port: k.dport, proto: k.proto } : { address: v.addr, port: v.port, proto: k.proto };
       const backend = client ? { address: v.addr, port: v.port } : { address: k.saddr, port: k.sport };
-      if (!serves(frontend, backend) && map.delete(k)) deleted++;
+      if (serves(frontend, backend)) continue;
+      // Read again before the delete: the datapath may have made the key another flow since.
+      const again = map.lookup(k);
+      if (again && again.addr === v.addr && again.port === v.port && map.delete(k)) deleted++;
     }
   }
   return { scanned: all.length, deleted };

@@ -85,6 +85,7 @@ export const DropReason = {
   DROP_TOO_BIG: 18,
   DROP_TUPLE_TAKEN: 19,
   DROP_REMOTE_IPV6: 20,
+  DROP_NOT_SERVED: 21,
   DROP_REASON_MAX: 32,
 } as const;
 

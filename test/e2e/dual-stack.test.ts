@@ -211,5 +211,15 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a dual-stack Service throug
     expect(await eventually(size, (n) => n === 30000)).toBe(30000);
     const related = JSON.parse(ferry('map', 'dump', 'ferry_stats', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ key: string; packets: number }>;
     expect(related.find((x) => x.key === 'STAT_ICMP_RELATED')!.packets).toBeGreaterThan(0);
+
+    // With a default route to the router, as a real node has: a ping to the LB IP, which
+    // tc does not serve, is dropped there rather than routed back until its hop limit ends.
+    await node.ip('-6', 'route', 'replace', 'default', 'via', 'fd00:31::1');
+    const drops = () => (JSON.parse(ferry('map', 'dump', 'ferry_drops', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ key: string; packets: number }>).find((x) => x.key === 'DROP_NOT_SERVED')?.packets ?? 0;
+    const before = drops();
+    const ping = await outside.exec(['ping', '-6', '-n', '-c', '2', '-i', '0.2', '-W', '1', 'fd00:100::1'], { timeoutMs: 10_000 });
+    expect(ping.code).not.toBe(0);
+    expect(ping.stdout).not.toMatch(/exceeded/i);
+    expect(drops()).toBe(before + 2);
   });
 });

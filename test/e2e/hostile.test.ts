@@ -161,6 +161,20 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'hostile traffic against a s
     expect(await counter(2, 'STAT_FRAGMENT')).toBeGreaterThan(0n);
   });
 
+  it('4b. a ping to an LB IP is dropped where it arrives, not routed back and forth until its TTL runs out', async () => {
+    const lb = (await eventually(() => getSvc('echo'), (s) => Boolean(s.status?.loadBalancer?.ingress?.[0]?.ip))).status!.loadBalancer!.ingress![0]!.ip;
+    await eventually(async () => (await sb.net.router.exec(['ip', 'route', 'show', lb])).stdout.match(/via 10\.0\.30\.2\d/g)?.length ?? 0, (n) => n === sb.net.nodes.length, 20_000);
+    const dropped = async () => (await counter(1, 'DROP_NOT_SERVED')) + (await counter(2, 'DROP_NOT_SERVED'));
+    const before = await dropped();
+    // The nodes route everything else to the router, which routes the LB IP to the nodes:
+    // left to a node's kernel, each request would cross that link until its TTL ran out
+    // and come back as "Time to live exceeded".
+    const r = await sb.net.client.exec(['ping', '-n', '-c', '3', '-i', '0.2', '-W', '1', lb], { timeoutMs: 10_000 });
+    expect(r.code).not.toBe(0);
+    expect(r.stdout).not.toMatch(/exceeded/i);
+    expect(await dropped()).toBe(before + 3n);
+  });
+
   it('5. inside a pod, 127.0.0.1:NODEPORT is the pod\'s own; on the node it is the NodePort', async () => {
     const sidecar = podHost('tool-1').spawn([process.execPath, WORKLOADS_BIN, 'whoami', '--port', '30180', '--name', 'sidecar']);
     await eventually(async () => sidecar.output(), (o) => o.includes('listening'), 5000);
