@@ -98,7 +98,6 @@ static __always_inline int icmp6_related_egress(struct __ctx_buff *ctx, const st
 	struct ct6_key k = {};
 	struct icmp6_quote q;
 	struct ct6_entry *reply;
-	__u8 pod[16];
 
 	if (icmp6_error_quote(ctx, p, &q) < 0)
 		return CTX_ACT_UNSPEC;
@@ -107,10 +106,10 @@ static __always_inline int icmp6_related_egress(struct __ctx_buff *ctx, const st
 	reply = bpf_map_lookup_elem(&ct6, &k);
 	if (!reply)
 		return CTX_ACT_UNSPEC;
-	__builtin_memcpy(pod, k.saddr, 16);
-	/* From the pod itself (its port unreachable, say): it leaves from the frontend too. */
-	if (icmp6_rewrite(ctx, p, QUOTE_DADDR_OFF(p), QUOTE_DPORT_OFF(p), pod, reply->addr, q.dport, reply->port,
-			  lb6_addr_equal(p->saddr, pod) ? IP6_SADDR_OFF : 0) < 0)
+	/* The key's source is the pod. From the pod itself (its port unreachable, say): the
+	 * error leaves from the frontend too. */
+	if (icmp6_rewrite(ctx, p, QUOTE_DADDR_OFF(p), QUOTE_DPORT_OFF(p), k.saddr, reply->addr, q.dport, reply->port,
+			  lb6_addr_equal(p->saddr, k.saddr) ? IP6_SADDR_OFF : 0) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	count_stat(STAT_ICMP_RELATED, p->len);
 	return CTX_ACT_OK;
