@@ -8,11 +8,15 @@
 // bpf/tests/xdp_inject.bpf.c writes each frame (UDP datagrams or TCP SYNs from the client's
 // address to node-2's NodePort, over 1024 source ports) and hands it to the dataplane under
 // test as if the frame had arrived there: ferry's xdp_ingress by a tail call, or the stack
-// (XDP_PASS: ferry's tc programs, or kube-proxy-shaped iptables / nftables rules). Sink:
+// (XDP_PASS: ferry's tc programs, on the tcx hooks and as a clsact filter, or kube-proxy-shaped
+// iptables / nftables rules). Sink:
 // bpf/tests/xdp_sink.bpf.c on the switch port node-2 sends into counts and drops what arrives
 // translated (to the pod on node-1, from node-2's address). The whole path runs in the
 // injecting thread (one syscall per run; veth's receive work runs as the batch's softirq).
 // Run as root: npx tsx bench/pps-node.ts [--services 1,10000] [--frames 1000000] [--rounds 5]
+//   [--profile 'ferry tc']: after the rounds, one more run per protocol of that dataplane (at
+//   the first Service count) under `perf record -a -g`; the profile's top symbols are written
+//   beside the report (pps-node-profile-<dataplane>-<proto>.txt), for where a frame's time goes.
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { MiniCluster, type TestService } from '../src/sandbox/mini-cluster.js';
@@ -31,19 +35,29 @@ import { defaultObjectsDir } from '../src/datapath/loader.js';
 import { busyCpuNs, fmtStat, markdownTable, median, progress, publish, stat, type Stat } from './report.js';
 import { be16Constant, be32Constant, injectorSettings, type InjectedFlow } from './inject-frame.js';
 import { macBytes } from '../src/packet/addr.js';
+import { profileWhile } from './perf-profile.js';
+import { detachStrayPrograms } from '../src/datapath/stray-programs.js';
+import { attachTcHooks, type TcAttachMode } from '../src/datapath/tc-hooks.js';
+import { tcxSupported } from '../src/ebpf/link-tcx.js';
 
-const { values } = parseArgs({ options: { services: { type: 'string' }, frames: { type: 'string' }, rounds: { type: 'string' } } });
+const { values } = parseArgs({ options: { services: { type: 'string' }, frames: { type: 'string' }, rounds: { type: 'string' }, profile: { type: 'string' } } });
 const COUNTS = (values.services ?? '1,10000').split(',').map(Number);
 const FRAMES = Number(values.frames ?? 1_000_000);
 const ROUNDS = Number(values.rounds ?? 5);
-const COMMAND = `npx tsx bench/pps-node.ts --services ${COUNTS.join(',')} --frames ${FRAMES} --rounds ${ROUNDS}`;
 
+
+const PROFILE = values.profile as Dataplane | undefined;
+const COMMAND = `npx tsx bench/pps-node.ts --services ${COUNTS.join(',')} --frames ${FRAMES} --rounds ${ROUNDS}${PROFILE ? ` --profile '${PROFILE}'` : ''}`;
 const SINK_PORT = 9000;
 const NODE_PORT = { udp: 30900, tcp: 30901 } as const;
 type Proto = keyof typeof NODE_PORT;
 /** 'xdp bounce': the floor, a forwarder that only readdresses both ends and bounces (bpf/tests/xdp_bounce.bpf.c). */
-const DATAPLANES = ['xdp bounce', 'ferry xdp', 'ferry tc', 'iptables', 'nftables'] as const;
-type Dataplane = (typeof DATAPLANES)[number];
+/** 'ferry tc': its programs on the kernel's tcx hooks where it has them (the agent's default);
+ * 'ferry tc (clsact)': the same programs as a clsact filter, the way before tcx (tcAttach). */
+const ALL_DATAPLANES = ['xdp bounce', 'ferry xdp', 'ferry tc', 'ferry tc (clsact)', 'iptables', 'nftables'] as const;
+type Dataplane = (typeof ALL_DATAPLANES)[number];
+// On a kernel without tcx 'ferry tc' is the clsact filter already.
+const DATAPLANES: readonly Dataplane[] = tcxSupported() ? ALL_DATAPLANES : ALL_DATAPLANES.filter((d) => d !== 'ferry tc (clsact)');
 
 interface Run { pps: number; cpuNsPerPacket: number; lost: number }
 interface Row { dataplane: Dataplane; services: number; proto: Proto; pps: Stat; cpuNsPerPacket: Stat; lost: number; perRoundVsIptables: Stat; programNs?: Record<string, number> }
@@ -65,6 +79,7 @@ const macOf = async (host: { execOk(a: string[]): Promise<string> }, dev: string
 
 async function main(): Promise<void> {
   if (!Number.isInteger(FRAMES) || FRAMES < 10_000) throw new Error('--frames: at least 10000');
+  if (PROFILE !== undefined && !DATAPLANES.includes(PROFILE)) throw new Error(`--profile: one of ${DATAPLANES.join(', ')}`);
   const max = Math.max(...COUNTS);
   progress('pps-node: 2-node testbed ');
   const c = await MiniCluster.create({ nodes: 2, mapSizes: serviceMapSizes(4 * max, 2 * max), xdp: true });
@@ -123,18 +138,28 @@ async function main(): Promise<void> {
     ];
     const rules = (dp: 'iptables' | 'nftables', n: number, proto: Proto, pod: PodInfo) => (dp === 'iptables' ? iptablesRules : nftRules)(n - 1, pod.ip, NODE_PORT[proto], { proto, podPort: SINK_PORT });
     let ferryAttached = true;
+    let tcMode: TcAttachMode = lb.dp.tcMode;
     /** Node-2 set up for one dataplane and protocol; the injector's tail call set. */
     const setUp = async (dp: Dataplane, n: number, proto: Proto): Promise<void> => {
       await lb.host.execOk(['iptables', '-t', 'nat', '-F']);
       await lb.host.execOk(['nft', 'flush', 'ruleset']);
-      const ferry = dp === 'ferry xdp' || dp === 'ferry tc';
+      const ferry = dp === 'ferry xdp' || dp === 'ferry tc' || dp === 'ferry tc (clsact)';
       c.apply(ferry ? services(n) : []);
       // The netfilter rows run with none of ferry's programs on node-2's device: even passing
       // everything on, they run for each packet (tc_ingress and tc_egress 0.06-0.14 µs each here).
-      if (ferry && !ferryAttached) inNetns(lb.host.netns, () => lb.dp.attachDevice(lb.device));
+      if (ferry && !ferryAttached) {
+        inNetns(lb.host.netns, () => lb.dp.attachDevice(lb.device));
+        tcMode = lb.dp.tcMode;
+      }
+      // The clsact row: the same programs moved into a clsact filter (tcx ones taken off), and back.
+      const mode: TcAttachMode = dp === 'ferry tc (clsact)' ? 'clsact' : lb.dp.tcMode;
+      if (ferry && mode !== tcMode) {
+        inNetns(lb.host.netns, () => attachTcHooks({ ingress: lb.dp.tc.program('tc_ingress'), egress: lb.dp.tc.program('tc_egress') }, lb.device, mode, false).forEach((l) => l.disown()));
+        tcMode = mode;
+      }
       if (!ferry && ferryAttached) {
-        inNetns(lb.host.netns, () => (lb.dp.setXdp(lb.device, 'off'), lb.dp.forgetDevice(lb.device)));
-        await lb.host.execOk(['tc', 'qdisc', 'del', 'dev', lb.device, 'clsact']);
+        inNetns(lb.host.netns, () => (lb.dp.setXdp(lb.device, 'off'), lb.dp.forgetDevice(lb.device), detachStrayPrograms([lb.device], new Set())));
+        await lb.host.exec(['tc', 'qdisc', 'del', 'dev', lb.device, 'clsact']); // if the clsact row made one
       }
       ferryAttached = ferry;
       if (ferry) inNetns(lb.host.netns, () => lb.dp.setXdp(lb.device, dp === 'ferry xdp' ? 'native' : 'off'));
@@ -185,6 +210,14 @@ async function main(): Promise<void> {
         }
       }
     }
+    if (PROFILE) {
+      for (const proto of ['udp', 'tcp'] as Proto[]) {
+        await setUp(PROFILE, COUNTS[0]!, proto);
+        run(proto, 4096);
+        await profileWhile(`pps-node-profile-${PROFILE.replace(/[^a-z0-9]+/g, '-').replace(/-$/, '')}-${proto}`, () => void run(proto, FRAMES));
+        progress('p');
+      }
+    }
     await setUp('ferry tc', 1, 'udp'); // rules flushed, ferry attached as the testbed made it
     c.apply([]);
     progress('\n');
@@ -209,13 +242,13 @@ async function main(): Promise<void> {
     const ratios = COUNTS.flatMap((n) => (['udp', 'tcp'] as Proto[]).map((proto) => {
       const m = (dp: Dataplane) => find(dp, n, proto).perRoundVsIptables.median.toFixed(2);
       const nft = median(runs.get(key('ferry tc', n, proto))!.map((x, i) => x.pps / runs.get(key('nftables', n, proto))![i]!.pps)).toFixed(2);
-      return `${n} Services, ${proto === 'udp' ? 'UDP' : 'TCP SYN'}: ferry xdp / iptables ${m('ferry xdp')}, ferry tc / iptables ${m('ferry tc')}, nftables / iptables ${m('nftables')}, ferry tc / nftables ${nft}; the floor (xdp bounce) / iptables ${m('xdp bounce')} (medians of per-round ratios)`;
+      return `${n} Services, ${proto === 'udp' ? 'UDP' : 'TCP SYN'}: ferry xdp / iptables ${m('ferry xdp')}, ferry tc / iptables ${m('ferry tc')}${DATAPLANES.includes('ferry tc (clsact)') ? ` (as a clsact filter ${m('ferry tc (clsact)')}; tcx / clsact ${median(runs.get(key('ferry tc', n, proto))!.map((x, i) => x.pps / runs.get(key('ferry tc (clsact)', n, proto))![i]!.pps)).toFixed(2)})` : ''}, nftables / iptables ${m('nftables')}, ferry tc / nftables ${nft}; the floor (xdp bounce) / iptables ${m('xdp bounce')} (medians of per-round ratios)`;
     }));
     publish({
       name: 'pps-node',
       title: "Packets per second one CPU forwards through a node's NodePort to a remote backend: ferry XDP and tc against kube-proxy-shaped iptables and nftables rules",
       command: COMMAND,
-      method: `a 2-node testbed (MiniCluster, its switch a bridge). The source is the kernel: BPF_PROG_TEST_RUN in XDP live-frames mode (BPF_F_TEST_XDP_LIVE_FRAMES, batches of 64) of bpf/tests/xdp_inject.bpf.c, in node-2's netns on node-2's device, so each frame enters node-2 as if received there: 60-byte UDP datagrams or TCP SYNs from the client's address to node-2's NodePort, cycling over 1024 source ports (the flows known to conntrack after the warm-up, as in steady traffic). ferry xdp: the injector tail-calls ferry's xdp_ingress (the program the agent attaches natively, with its device settings), whose XDP_TX goes out of node-2's device; xdp bounce: it tail-calls a forwarder that only readdresses both ends and bounces (no lookup, no state: the floor, what the testbed itself costs); the others: XDP_PASS, the frame becomes an skb received on node-2's device, through ferry's tc programs (ferry tc) or kube-proxy-shaped rules (bench/kube-proxy-rules.ts, with N−1 ClusterIP fillers; ferry's programs taken off node-2's device for those rows), routed and sent out. The sink is bpf/tests/xdp_sink.bpf.c on the switch's port for node-2 (node-2's veth peer): it counts and drops the frames that arrive translated (to the pod on node-1, from node-2's address), so no further hop is paid. Everything runs in the injecting thread: the run's wall time over the frames the sink counted is the forwarded rate of one CPU. Machine CPU: both CPUs' busy time (/proc/stat) over the run per forwarded packet (about the injecting CPU's alone when nothing else runs). Program ns per frame: one more run of 200000 frames per cell in the first round with kernel.bpf_stats_enabled=1, run time over run count of xdp_inject (which includes the program it tail-calls), tc_ingress and tc_egress (a program that ran for fewer than half the frames is left out). ${FRAMES} frames per run after a 4096-frame warm-up, ${ROUNDS} rounds, each round every dataplane in turn (in a rotated order) and the ratios taken within the round: median [min–max].`,
+      method: `a 2-node testbed (MiniCluster, its switch a bridge). The source is the kernel: BPF_PROG_TEST_RUN in XDP live-frames mode (BPF_F_TEST_XDP_LIVE_FRAMES, batches of 64) of bpf/tests/xdp_inject.bpf.c, in node-2's netns on node-2's device, so each frame enters node-2 as if received there: 60-byte UDP datagrams or TCP SYNs from the client's address to node-2's NodePort, cycling over 1024 source ports (the flows known to conntrack after the warm-up, as in steady traffic). ferry xdp: the injector tail-calls ferry's xdp_ingress (the program the agent attaches natively, with its device settings), whose XDP_TX goes out of node-2's device; xdp bounce: it tail-calls a forwarder that only readdresses both ends and bounces (no lookup, no state: the floor, what the testbed itself costs); the others: XDP_PASS, the frame becomes an skb received on node-2's device, through ferry's tc programs (ferry tc: on the kernel's tcx hooks, as the agent attaches them where the kernel has tcx; ferry tc (clsact): the same programs as a clsact qdisc's cls_bpf filter, as before tcx and on older kernels) or kube-proxy-shaped rules (bench/kube-proxy-rules.ts, with N−1 ClusterIP fillers; ferry's programs taken off node-2's device for those rows), routed and sent out. The sink is bpf/tests/xdp_sink.bpf.c on the switch's port for node-2 (node-2's veth peer): it counts and drops the frames that arrive translated (to the pod on node-1, from node-2's address), so no further hop is paid. Everything runs in the injecting thread: the run's wall time over the frames the sink counted is the forwarded rate of one CPU. Machine CPU: both CPUs' busy time (/proc/stat) over the run per forwarded packet (about the injecting CPU's alone when nothing else runs). Program ns per frame: one more run of 200000 frames per cell in the first round with kernel.bpf_stats_enabled=1, run time over run count of xdp_inject (which includes the program it tail-calls), tc_ingress and tc_egress (a program that ran for fewer than half the frames is left out). ${FRAMES} frames per run after a 4096-frame warm-up, ${ROUNDS} rounds, each round every dataplane in turn (in a rotated order) and the ratios taken within the round: median [min–max].`,
       tables: [table],
       ratios,
       plots: [{

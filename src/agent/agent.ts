@@ -124,7 +124,7 @@ export class Agent {
       snatPortMax: cfg.snatPortMax,
       hashSeed: cfg.hashSeed,
       forwardingMode: cfg.forwardingMode,
-      acceleration: cfg.acceleration,
+      acceleration: cfg.acceleration, tcAttach: cfg.tcAttach,
       maglevTableSize: cfg.maglevTableSize,
       mapSizes: cfg.mapSizes,
       icmpRatePerSec: cfg.icmpRatePerSec,

@@ -5,6 +5,7 @@ import { booleanSetting, configError as bad, hostPortSetting, integerSetting, lo
 import { ACCELERATIONS, DEFAULT_MAP_SIZES, DEFAULT_SNAT_PORTS, type Acceleration, type MapSizes } from '../datapath/loader.js';
 import { isPrime } from '../datapath/maglev.js';
 import { deviceEntryProblem } from './devices.js';
+import { TC_ATTACH_SETTINGS, type TcAttachSetting } from '../datapath/tc-hooks.js';
 
 /**
  * V8 settings the agent runs with (the DaemonSet's command, the sandbox): a small young
@@ -48,6 +49,8 @@ export interface AgentConfig {
    * error), or best-effort (native where the driver has it; elsewhere none, or generic XDP
    * on a device xdpDevices names). */
   acceleration: Acceleration;
+  /** How the tc programs attach: auto (tcx where the kernel has it, Linux 6.6+), tcx, or clsact (tc-hooks.ts). */
+  tcAttach: TcAttachSetting;
   /** Which devices get XDP (generic too, under best-effort): names or patterns among `devices`; empty: all but tunnels and stacked devices, native only (xdp-choice.ts). */
   xdpDevices: string[];
   /** Maglev for external frontends: the table size (a prime, e.g. 16381); 0 keeps the flow hash. */
@@ -92,6 +95,7 @@ export const DEFAULT_CONFIG: AgentConfig = {
   hashSeed: 0,
   forwardingMode: 'snat',
   acceleration: 'none',
+  tcAttach: 'auto',
   xdpDevices: [],
   maglevTableSize: 0,
   snatPortMin: DEFAULT_SNAT_PORTS.min,
@@ -202,6 +206,10 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
       case 'acceleration':
         if (!(ACCELERATIONS as readonly unknown[]).includes(value)) throw bad(where, `is ${JSON.stringify(value)}`, ACCELERATIONS.join(', '));
         out.acceleration = value as Acceleration;
+        break;
+      case 'tcAttach':
+        if (!(TC_ATTACH_SETTINGS as readonly unknown[]).includes(value)) throw bad(where, `is ${JSON.stringify(value)}`, TC_ATTACH_SETTINGS.join(', '));
+        out.tcAttach = value as TcAttachSetting;
         break;
       case 'logLevel':
         out.logLevel = logLevelSetting(where, value);

@@ -1,7 +1,10 @@
-// Where ferry's programs are attached, with their load times: XDP programs and tc filters on
-// devices (in a given network namespace) and cgroup links. Read through bpftool, which walks
-// all three.
+// Where ferry's programs are attached, with their load times: XDP programs, tc filters and
+// tcx programs on devices (in a given network namespace) and cgroup links. Read through
+// bpftool, which walks all but tcx (not before bpftool 7.3), and the kernel's tcx lists.
 import { execFileSync } from 'node:child_process';
+import { tcxProgramIds, tcxSupported } from '../ebpf/link-tcx.js';
+import { linkNames } from '../sys/links.js';
+import { inNetns } from '../sys/netns.js';
 
 export interface Attachment {
   where: string;
@@ -36,6 +39,8 @@ export function attachedPrograms(netns?: string): Attachment[] {
       }
       for (const t of dev.tc ?? []) if (t.name?.startsWith('tc_')) out.push({ where: `tc ${t.kind.replace('clsact/', '')} ${t.devname}`, program: t.name.replace(/:\[\d+\]$/, ''), id: t.id, loaded: loaded(t.id) });
     }
+    const tcx = () => tcxPrograms((id) => progs.get(id)?.name ?? '', loaded);
+    out.push(...(netns ? inNetns(netns, tcx) : tcx()));
     for (const l of bpftool(['link', 'show']) as Array<{ type: string; prog_id: number; attach_type?: string; cgroup_id?: number }>) {
       const name = progs.get(l.prog_id)?.name ?? '';
       if (l.type === 'cgroup' && /^sock[46]_/.test(name)) out.push({ where: `cgroup ${l.attach_type ?? ''} (cgroup id ${l.cgroup_id ?? '?'})`, program: name, id: l.prog_id, loaded: loaded(l.prog_id) });
@@ -44,4 +49,22 @@ export function attachedPrograms(netns?: string): Attachment[] {
   } catch {
     return []; // no bpftool, or not allowed: status still reports the maps
   }
+}
+
+/** ferry's programs (tc_*) in the tcx lists of this network namespace's devices. */
+function tcxPrograms(nameOf: (id: number) => string, loaded: (id: number) => string): Attachment[] {
+  if (!tcxSupported()) return [];
+  const out: Attachment[] = [];
+  for (const ifname of linkNames()) {
+    for (const direction of ['ingress', 'egress'] as const) {
+      let ids: number[];
+      try {
+        ids = tcxProgramIds(ifname, direction);
+      } catch {
+        continue; // the device went meanwhile
+      }
+      for (const id of ids) if (nameOf(id).startsWith('tc_')) out.push({ where: `tcx ${direction} ${ifname}`, program: nameOf(id), id, loaded: loaded(id) });
+    }
+  }
+  return out;
 }

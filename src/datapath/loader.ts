@@ -7,7 +7,6 @@ import { BpfMap } from '../ebpf/map.js';
 import { BpfObject, type Program } from '../ebpf/object.js';
 import { attachCgroup, type CgroupTarget } from '../ebpf/link-cgroup.js';
 import { HostPorts } from './host-ports.js';
-import { attachTc } from '../ebpf/link-tc.js';
 import type { XdpMode } from '../ebpf/link-xdp.js';
 import type { Link } from '../ebpf/link.js';
 import { assertBpffs } from '../ebpf/pinned.js';
@@ -24,7 +23,8 @@ import { rebuildBackendIndex } from './backend-index.js';
 import { isPrime } from './maglev.js';
 import { LayoutMigration, type MigratedMap } from './layout-migration.js';
 import { monotonicNs } from './ct-gc.js';
-import { chainPreviousPrograms, handoverUntil, removeChain } from './handover-chain.js';
+import { chainPreviousPrograms, handoverUntil } from './handover-chain.js';
+import { attachTcHooks, tcAttachMode, type TcAttachMode, type TcAttachSetting } from './tc-hooks.js';
 import type { Codec } from '../ebpf/codec.js';
 
 export { loadXdpObject } from './object-settings.js';
@@ -106,14 +106,14 @@ export interface DatapathConfig {
    * by the driver; a device whose driver cannot is an error), best-effort (native where the
    * driver can; elsewhere generic XDP where the agent's choice allows it, else none). */
   acceleration?: Acceleration;
+  /** How the tc programs attach: tcx (Linux 6.6+), clsact, or auto (tcx where the kernel has it). */
+  tcAttach?: TcAttachSetting;
 }
 
 export const ACCELERATIONS = ['none', 'native', 'best-effort'] as const;
 export type Acceleration = (typeof ACCELERATIONS)[number];
 
 export { XDP_PROGRAM } from './xdp-devices.js';
-
-
 
 /** The socket hooks: IPv4, and IPv6 sockets reaching IPv4 Services through ::ffff:a.b.c.d. */
 export const SOCK_PROGRAMS = ['sock4_connect', 'sock4_sendmsg', 'sock4_recvmsg', 'sock4_getpeername', 'sock6_connect', 'sock6_sendmsg', 'sock6_recvmsg', 'sock6_getpeername', 'sock4_post_bind', 'sock6_post_bind'] as const;
@@ -151,6 +151,7 @@ export class Datapath {
   readonly hopEpoch: HopEpoch;
   /** The devices whose own address the SNAT flows routed out of them take. */
   private readonly snatDevices: SnatDevices;
+  readonly tcMode: TcAttachMode; // how the tc programs attach on this kernel (tc-hooks.ts)
 
   private constructor(tc: BpfObject, sock: BpfObject, sizes: MapSizes, private readonly cfg: DatapathConfig, migration: LayoutMigration) {
     this.pinDir = cfg.pinDir;
@@ -164,6 +165,7 @@ export class Datapath {
     this.xdp = new XdpDevices((mac) => loadXdpObject(this.cfg, this.sizes, mac), this.maps.xdp_tx_devices);
     this.hopEpoch = new HopEpoch(this.maps.ferry_hop_epoch);
     this.snatDevices = new SnatDevices(this.maps.snat4_devices, this.hopEpoch);
+    this.tcMode = tcAttachMode(cfg.tcAttach);
   }
 
   static load(cfg: DatapathConfig): Datapath {
@@ -219,7 +221,7 @@ export class Datapath {
     if (this.migration.catchingUp) {
       // The previous programs wait behind the new ones on `devices` (handover-chain.ts): what
       // the new ones cannot place goes to them instead of being dropped.
-      const chain = chainPreviousPrograms(devices);
+      const chain = chainPreviousPrograms(devices, this.tcMode);
       const chained = chain.links.length > 0;
       this.chain = chain.links;
       this.handoverDeadline = monotonicNs() + HANDOVER_LIMIT_NS;
@@ -251,8 +253,7 @@ export class Datapath {
    * allows (xdp-devices.ts). tc goes first: what XDP passes on finds it.
    */
   attachDevice(ifname: string, xdp: XdpDeviceChoice = {}): void {
-    if (!this.chain.length) removeChain(ifname); // left by an agent that died in its switch
-    const links = [attachTc(this.tc.program(TC_PROGRAM.ingress), { ifname, direction: 'ingress' }), attachTc(this.tc.program(TC_PROGRAM.egress), { ifname, direction: 'egress' })];
+    const links = attachTcHooks({ ingress: this.tc.program(TC_PROGRAM.ingress), egress: this.tc.program(TC_PROGRAM.egress) }, ifname, this.tcMode, this.chain.length > 0);
     try {
       const x = this.xdp.attach(ifname, this.cfg.acceleration ?? 'none', xdp);
       if (x) links.push(x);

@@ -5,14 +5,15 @@
 // still be balanced, against the operator's choice, and after an upgrade across layouts by
 // programs whose maps nobody writes any more. At its start the agent takes them off. Only
 // programs by ferry's names at ferry's places are touched (its filter, the upgrade chain's
-// behind it, and XDP): another user's filter is not ferry's to remove.
+// behind it, ferry's programs by name in a tcx list, and XDP): another user's filter is not
+// ferry's to remove.
 import { DEFAULT_TC_HANDLE, DEFAULT_TC_PRIORITY, detachTcFilter, tcFilterProgramId, type TcDirection } from '../ebpf/link-tc.js';
 import { detachXdpDevice, programNameById, xdpAttached } from '../ebpf/link-xdp.js';
-import { HANDOVER_TC } from './handover-chain.js';
+import { detachTcxProgram, tcxProgramsNamed, tcxSupported } from '../ebpf/link-tcx.js';
+import { HANDOVER_TC, TC_PROGRAM } from './tc-places.js';
 import { XDP_PROGRAM } from './xdp-devices.js';
 
-/** The programs bpf/tc.bpf.c attaches, by direction (the kernel's names for them; the loader attaches them by these). */
-export const TC_PROGRAM: Record<TcDirection, string> = { ingress: 'tc_ingress', egress: 'tc_egress' };
+export { TC_PROGRAM } from './tc-places.js';
 const PLACES = [{ handle: DEFAULT_TC_HANDLE, priority: DEFAULT_TC_PRIORITY }, HANDOVER_TC];
 
 export interface StrayReport {
@@ -37,6 +38,11 @@ export function detachStrayPrograms(devices: readonly string[], served: Readonly
           if (id && programNameById(id) === TC_PROGRAM[direction] && detachTcFilter(ifname, direction, place)) {
             report.removed.push(`tc ${direction} ${ifname}${place === HANDOVER_TC ? ' (upgrade chain)' : ''}`);
           }
+        }
+        if (!tcxSupported()) continue;
+        // Behind the first: an upgrade's chain its agent died in.
+        for (const [i, id] of tcxProgramsNamed(ifname, direction, TC_PROGRAM[direction]).entries()) {
+          if (detachTcxProgram(ifname, direction, id)) report.removed.push(`tcx ${direction} ${ifname}${i > 0 ? ' (upgrade chain)' : ''}`);
         }
       }
       const xdp = xdpAttached(ifname);

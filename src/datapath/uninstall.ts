@@ -7,6 +7,7 @@ import { existsSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { detachTcFilter, type TcDirection } from '../ebpf/link-tc.js';
 import { detachXdpDevice } from '../ebpf/link-xdp.js';
+import { detachTcxProgram } from '../ebpf/link-tcx.js';
 import { inNetns } from '../sys/netns.js';
 import { attachedPrograms } from './attachments.js';
 import { HANDOVER_TC } from './handover-chain.js';
@@ -25,15 +26,16 @@ export interface UninstallReport {
   left: string[];
 }
 
-/** ferry's tc filters (in `netns`, or this one), by device and direction. */
-function ferryTcFilters(netns?: string): Array<{ ifname: string; direction: TcDirection }> {
+/** ferry's tc filters and tcx programs (in `netns`, or this one), by device and direction. */
+function ferryTcFilters(netns?: string): Array<{ ifname: string; direction: TcDirection; tcx?: number }> {
   return attachedPrograms(netns)
-    .filter((a) => a.where.startsWith('tc '))
+    .filter((a) => a.where.startsWith('tc ') || a.where.startsWith('tcx '))
     .map((a) => {
-      const [, direction, ifname] = a.where.split(' ');
-      return { ifname: ifname!, direction: direction as TcDirection };
+      const [kind, direction, ifname] = a.where.split(' ');
+      return { ifname: ifname!, direction: direction as TcDirection, ...(kind === 'tcx' ? { tcx: a.id } : {}) };
     });
 }
+const tcWhere = (f: { ifname: string; direction: TcDirection; tcx?: number }): string => `${f.tcx === undefined ? 'tc' : 'tcx'} ${f.direction} ${f.ifname}`;
 
 /** ferry's XDP programs (in `netns`, or this one): where, and the device. */
 function ferryXdp(netns?: string): Array<{ where: string; ifname: string }> {
@@ -50,9 +52,10 @@ export function uninstall(o: { pinDir: string; netns?: string }): UninstallRepor
   }
   for (const f of ferryTcFilters(o.netns)) {
     // Also a previous build's programs an agent that died in an upgrade's switch left behind ferry's.
-    if (run(() => detachTcFilter(f.ifname, f.direction) || detachTcFilter(f.ifname, f.direction, HANDOVER_TC))) report.tcFilters.push(`tc ${f.direction} ${f.ifname}`);
+    const detach = () => (f.tcx !== undefined ? detachTcxProgram(f.ifname, f.direction, f.tcx) : detachTcFilter(f.ifname, f.direction) || detachTcFilter(f.ifname, f.direction, HANDOVER_TC));
+    if (run(detach)) report.tcFilters.push(tcWhere(f));
   }
-  report.left = [...ferryXdp(o.netns).map((x) => x.where), ...ferryTcFilters(o.netns).map((f) => `tc ${f.direction} ${f.ifname}`)];
+  report.left = [...ferryXdp(o.netns).map((x) => x.where), ...ferryTcFilters(o.netns).map(tcWhere)];
   if (existsSync(o.pinDir)) {
     const pins = readdirSync(o.pinDir);
     report.cgroupLinks = pins.filter((p) => p.startsWith('link_'));
@@ -65,5 +68,5 @@ export function uninstall(o: { pinDir: string; netns?: string }): UninstallRepor
 
 /** What uninstall would take off, without touching it. */
 export function uninstallPlan(o: { pinDir: string; netns?: string }): { xdpPrograms: string[]; tcFilters: string[]; pins: string[] } {
-  return { xdpPrograms: ferryXdp(o.netns).map((x) => x.where), tcFilters: ferryTcFilters(o.netns).map((f) => `tc ${f.direction} ${f.ifname}`), pins: existsSync(o.pinDir) ? readdirSync(o.pinDir).map((p) => join(o.pinDir, p)) : [] };
+  return { xdpPrograms: ferryXdp(o.netns).map((x) => x.where), tcFilters: ferryTcFilters(o.netns).map(tcWhere), pins: existsSync(o.pinDir) ? readdirSync(o.pinDir).map((p) => join(o.pinDir, p)) : [] };
 }

@@ -26,100 +26,8 @@ export const TC_OPTS_SIZE = 32;
 export const BPF_TC_INGRESS = 1;
 export const BPF_TC_EGRESS = 2;
 
-export interface TcHook {
-  sz: number;
-  ifindex: number;
-  attach_point: number;
-  parent: number;
-}
-export interface TcOpts {
-  sz: number;
-  prog_fd: number;
-  flags: number;
-  prog_id: number;
-  handle: number;
-  priority: number;
-}
-
-/** Typed libbpf functions, bound lazily on first use. */
-export interface Libbpf {
-  version: string;
-  numPossibleCpus(): number;
-  errno(): number;
-  objectOpenFile(path: string): Pointer | null;
-  objectLoad(obj: Pointer): number;
-  objectClose(obj: Pointer): void;
-  objectBtf(obj: Pointer): Pointer | null;
-  objectNextMap(obj: Pointer, prev: Pointer | null): Pointer | null;
-  objectNextProgram(obj: Pointer, prev: Pointer | null): Pointer | null;
-  btfRawData(btf: Pointer): Buffer;
-  btfLoadFromKernelById(id: number): Pointer | null;
-  btfFree(btf: Pointer): void;
-  mapName(map: Pointer): string;
-  mapType(map: Pointer): number;
-  mapKeySize(map: Pointer): number;
-  mapValueSize(map: Pointer): number;
-  mapMaxEntries(map: Pointer): number;
-  mapSetMaxEntries(map: Pointer, n: number): number;
-  mapFd(map: Pointer): number;
-  mapReuseFd(map: Pointer, fd: number): number;
-  mapIsInternal(map: Pointer): boolean;
-  mapBtfKeyTypeId(map: Pointer): number;
-  mapBtfValueTypeId(map: Pointer): number;
-  mapInitialValue(map: Pointer): { ptr: Pointer; size: number } | null;
-  mapSetInitialValue(map: Pointer, data: Buffer): number;
-  programName(prog: Pointer): string;
-  programSectionName(prog: Pointer): string;
-  /** The verifier's log for this program's load into `buf` at `level` (4: statistics only). */
-  programSetLog(prog: Pointer, level: number, buf: Buffer): number;
-  programFd(prog: Pointer): number;
-  programType(prog: Pointer): number;
-  programAttachXdp(prog: Pointer, ifindex: number): Pointer | null;
-  /** Attach through netlink (no link: it stays until replaced or detached). */
-  xdpAttach(ifindex: number, progFd: number, flags: number): number;
-  xdpDetach(ifindex: number, flags: number): number;
-  /** The program attached in the mode `flags` names (0: none), or <0. */
-  xdpQueryId(ifindex: number, flags: number): { rc: number; id: number };
-  programAttachCgroup(prog: Pointer, cgroupFd: number): Pointer | null;
-  /** An iterator program as a link (no options: the iterator's default target). */
-  programAttachIter(prog: Pointer): Pointer | null;
-  /** A new read of an iterator link: an fd whose read() runs the program over the objects. */
-  iterCreate(linkFd: number): number;
-  linkFd(link: Pointer): number;
-  linkPin(link: Pointer, path: string): number;
-  linkDestroy(link: Pointer): number;
-  linkDisconnect(link: Pointer): void;
-  tcHookCreate(hook: TcHook): number;
-  tcHookDestroy(hook: TcHook): number;
-  tcAttach(hook: TcHook, opts: TcOpts): number;
-  tcDetach(hook: TcHook, opts: TcOpts): number;
-  /** Fills opts.prog_id with the program of the filter at opts.handle and opts.priority. */
-  tcQuery(hook: TcHook, opts: TcOpts): number;
-  mapLookupElem(fd: number, key: Buffer, value: Buffer): number;
-  mapUpdateElem(fd: number, key: Buffer, value: Buffer, flags: number): number;
-  mapDeleteElem(fd: number, key: Buffer): number;
-  mapGetNextKey(fd: number, key: Buffer | null, next: Buffer): number;
-  mapLookupBatch(fd: number, inBatch: Buffer | null, outBatch: Buffer, keys: Buffer, values: Buffer, count: Buffer): number;
-  mapUpdateBatch(fd: number, keys: Buffer, values: Buffer, count: Buffer, flags: number): number;
-  mapDeleteBatch(fd: number, keys: Buffer, count: Buffer): number;
-  objPin(fd: number, path: string): number;
-  mapCreate(type: number, name: string, keySize: number, valueSize: number, maxEntries: number, flags: number): number;
-  objGet(path: string): number;
-  mapGetFdById(id: number): number;
-  progGetFdById(id: number): number;
-  ringBufferNew(mapFd: number, onSample: (data: Buffer) => void): Pointer | null;
-  ringBufferPoll(rb: Pointer, timeoutMs: number): number;
-  ringBufferFree(rb: Pointer): void;
-  objGetInfoByFd(fd: number, info: Buffer): number;
-  progTestRun(fd: number, opts: Buffer): number;
-  /** Copy `len` bytes of native memory at `ptr` into a Buffer. */
-  readMemory(ptr: Pointer, len: number): Buffer;
-  /** Copy a Buffer into native memory at `ptr`. */
-  writeMemory(ptr: Pointer, data: Buffer): void;
-  /** Address of a Buffer's memory, for pointer fields inside opts structs. */
-  addressOf(buf: Buffer): bigint;
-  close(fd: number): number;
-}
+export type { Libbpf, TcHook, TcOpts } from './libbpf-types.js';
+import type { Libbpf } from './libbpf-types.js';
 
 /** A libbpf message routed through the print callback. level: 0 warn, 1 info, 2 debug. */
 export interface LibbpfMessage {
@@ -242,6 +150,10 @@ function bind(): Libbpf {
   const tcAttach = f('int bpf_tc_attach(bpf_tc_hook *hook, _Inout_ bpf_tc_opts *opts)');
   const tcDetach = f('int bpf_tc_detach(bpf_tc_hook *hook, bpf_tc_opts *opts)');
   const tcQuery = f('int bpf_tc_query(bpf_tc_hook *hook, _Inout_ bpf_tc_opts *opts)');
+  // Its opts as libbpf 1.1 knows them (sz, flags, replace_prog_fd): later versions accept that size.
+  const progAttach = f('int bpf_prog_attach_opts(int prog_fd, int target, int type, void *opts)');
+  const progDetach = f('int bpf_prog_detach2(int prog_fd, int target, int type)');
+  const progQuery = f('int bpf_prog_query(int target, int type, uint32_t query_flags, _Out_ uint32_t *attach_flags, _Out_ uint32_t *ids, _Inout_ uint32_t *count)');
   const lookup = f('int bpf_map_lookup_elem(int fd, void *key, void *value)');
   const update = f('int bpf_map_update_elem(int fd, void *key, void *value, uint64_t flags)');
   const del = f('int bpf_map_delete_elem(int fd, void *key)');
@@ -334,6 +246,19 @@ function bind(): Libbpf {
     tcAttach: (h, o) => tcAttach(h, o),
     tcDetach: (h, o) => tcDetach(h, o),
     tcQuery: (h, o) => tcQuery(h, o),
+    progAttach: (fd, target, type, flags, replaceFd) => {
+      const opts = Buffer.alloc(16);
+      opts.writeBigUInt64LE(16n, 0);
+      opts.writeUInt32LE(flags, 8);
+      opts.writeInt32LE(replaceFd, 12);
+      return progAttach(fd, target, type, opts);
+    },
+    progDetach: (fd, target, type) => progDetach(fd, target, type),
+    progQuery: (target, type, ids) => {
+      const count = [ids.length];
+      const rc = progQuery(target, type, 0, [0], ids, count);
+      return { rc, count: Number(count[0]) };
+    },
     mapLookupElem: (fd, key, value) => lookup(fd, key, value),
     mapUpdateElem: (fd, key, value, flags) => update(fd, key, value, flags),
     mapDeleteElem: (fd, key) => del(fd, key),

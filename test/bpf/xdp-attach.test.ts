@@ -82,7 +82,8 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP attachment by acceleration', () =>
     expect((err as FerryError).message).toMatch(/has no native XDP.*best-effort/);
     expect(d.attachedDevices()).toEqual(['eth0']);
     expect(attached('nonative0')).toBeUndefined();
-    expect(uninstall({ pinDir, netns: host.netns }).tcFilters).toEqual(['tc ingress eth0', 'tc egress eth0']);
+    const kind = d.tcMode === 'tcx' ? 'tcx' : 'tc';
+    expect(uninstall({ pinDir, netns: host.netns }).tcFilters.sort()).toEqual([`${kind} egress eth0`, `${kind} ingress eth0`]);
   });
 
   it('best-effort: native where the driver can; elsewhere nothing (as Cilium), or generic XDP where the agent allows it', () => {

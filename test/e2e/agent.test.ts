@@ -21,6 +21,7 @@ import type { RouteChangesStatus } from '../../src/agent/route-changes.js';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT } from '../harness/paths.js';
+import { TC_KIND, ferryTcPrograms } from '../harness/tc-programs.js';
 
 let c: Sandbox;
 let web1: PodInfo;
@@ -202,14 +203,14 @@ s.connect(53, '10.96.0.30', () => setInterval(() => s.send('q', () => {}), 100))
     const node1 = c.net.node(1);
     await c.stopAgent(node1);
     const agent = await c.startAgent(node1, 60_000, { devices: 'eth0|hot[0-9]+', env: { FERRY_DEVICE_SCAN_SECONDS: '1' } });
-    const filters = async () => (await node1.host.exec(['tc', 'filter', 'show', 'dev', 'hot0', 'ingress'])).stdout;
+    const filters = async () => ferryTcPrograms(node1.host.netns, 'hot0').join(',');
     await node1.host.ip('link', 'add', 'hot0', 'type', 'veth', 'peer', 'name', 'cold0');
     try {
       await node1.host.ip('link', 'set', 'hot0', 'up');
       expect(await eventually(filters, (f) => f.includes('tc_ingress'), 10_000), agent.output().slice(-3000)).toContain('tc_ingress');
       // The log line follows the attach: wait for it too (it lost that race once under load).
       expect(await eventually(async () => agent.output(), (o) => o.includes('"device":"hot0","msg":"device attached"'), 5000)).toMatch(/"device":"hot0","msg":"device attached"/);
-      expect((await node1.host.exec(['tc', 'filter', 'show', 'dev', 'cold0', 'ingress'])).stdout).not.toContain('tc_ingress');
+      expect(ferryTcPrograms(node1.host.netns, 'cold0')).toEqual([]);
     } finally {
       await node1.host.exec(['ip', 'link', 'del', 'hot0']);
     }
@@ -219,7 +220,7 @@ s.connect(53, '10.96.0.30', () => setInterval(() => s.send('q', () => {}), 100))
 
   it('takes its programs off a device the previous agent served and this one does not', async () => {
     const node1 = c.net.node(1);
-    const filters = async () => (await node1.host.exec(['tc', 'filter', 'show', 'dev', 'spare0', 'ingress'])).stdout;
+    const filters = async () => ferryTcPrograms(node1.host.netns, 'spare0').join(',');
     await node1.host.ip('link', 'add', 'spare0', 'type', 'veth', 'peer', 'name', 'spare1');
     try {
       await node1.host.ip('link', 'set', 'spare0', 'up');
@@ -230,7 +231,7 @@ s.connect(53, '10.96.0.30', () => setInterval(() => s.send('q', () => {}), 100))
       expect(await filters()).toContain('tc_ingress');
       const agent = await c.startAgent(node1, 60_000, { devices: 'eth0' });
       expect(await filters()).not.toContain('tc_ingress');
-      expect(agent.output()).toMatch(/"detachedElsewhere":\["tc ingress spare0","tc egress spare0"\]/);
+      expect(agent.output()).toContain(`"detachedElsewhere":["${TC_KIND} ingress spare0","${TC_KIND} egress spare0"]`);
       expect(await hostname(c.net.client, 'http://10.0.30.21:30080/')).toMatch(/^web-/);
     } finally {
       await node1.host.exec(['ip', 'link', 'del', 'spare0']);

@@ -14,6 +14,7 @@ import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
 import { createObject, datapathPackets } from '../harness/sandbox-calls.js';
 import { eventually } from '../harness/wait.js';
+import { TC_KIND } from '../harness/tc-programs.js';
 
 let sb: Sandbox;
 let api: SandboxApi;
@@ -57,7 +58,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a node whose address is on 
   it('the agent serves the bridge, not its port: the previous agent\'s programs on the port are taken off, XDP is generic on the bridge', async () => {
     expect(startLog).toMatch(/"devices":\["br0"\]/);
     const portXdp = sb.net.nodeSwitch.kind === 'bridge' ? 'native' : 'generic'; // a macvlan switch's member has no driver XDP
-    expect(startLog).toContain(`"detachedElsewhere":["tc ingress eth0","tc egress eth0","xdp/${portXdp} eth0"]`);
+    expect(startLog).toContain(`"detachedElsewhere":["${TC_KIND} ingress eth0","${TC_KIND} egress eth0","xdp/${portXdp} eth0"]`);
     const h = sb.net.node(1).host;
     const { xdp } = JSON.parse(await h.execOk(['curl', '-sS', 'http://127.0.0.1:10249/status'])) as { xdp: Record<string, { mode: string; redirectTarget: boolean }> };
     expect(Object.fromEntries(Object.entries(xdp).map(([d, x]) => [d, [x.mode, x.redirectTarget]]))).toEqual({ br0: ['generic', false] });

@@ -21,6 +21,7 @@ import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
 import { createObject, datapathPackets } from '../harness/sandbox-calls.js';
 import { eventually } from '../harness/wait.js';
+import { TC_KIND } from '../harness/tc-programs.js';
 
 let sb: Sandbox;
 let api: SandboxApi;
@@ -152,7 +153,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'Services over a VXLAN overl
     try {
       // The previous agent's programs on the tunnel are taken off (stray-programs.ts).
       const dev = TUNNEL.device;
-      expect(agent.output()).toContain(`"detachedElsewhere":${JSON.stringify([`tc ingress ${dev}`, `tc egress ${dev}`])}`);
+      expect(agent.output()).toContain(`"detachedElsewhere":${JSON.stringify([`${TC_KIND} ingress ${dev}`, `${TC_KIND} egress ${dev}`])}`);
       expect((await get('http://10.0.30.21:30500/')).stdout).toMatch(/RemoteAddr: 10\.0\.30\.21:/);
       const undo = await strictRpFilter(sb.net.node(2).host);
       try {

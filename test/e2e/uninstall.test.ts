@@ -11,6 +11,7 @@ import type { Host } from '../../src/sandbox/netns/testbed.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
 import { eventually } from '../harness/wait.js';
+import { TC_KIND } from '../harness/tc-programs.js';
 
 const FERRY = join(REPO_ROOT, 'bin', 'ferry.js');
 let tb: Testbed;
@@ -48,18 +49,18 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'ferry uninstall', () => {
   it('without --yes says what it would take off and takes off nothing', () => {
     const r = spawnSync(process.execPath, [FERRY, 'uninstall', '--pin-dir', pinDir, '--netns', host.netns], { encoding: 'utf8' });
     expect(r.status).toBe(1);
-    expect(r.stdout).toMatch(/would detach: tc ingress eth0, tc egress eth0|would detach: tc egress eth0, tc ingress eth0/);
+    expect(r.stdout).toMatch(new RegExp(`would detach: ${TC_KIND} (ingress|egress) eth0, ${TC_KIND} (ingress|egress) eth0`));
     expect(r.stderr).toMatch(/stop the agent first/);
-    expect(attachedPrograms(host.netns).filter((a) => a.where.startsWith('tc '))).toHaveLength(2);
+    expect(attachedPrograms(host.netns).filter((a) => a.where.startsWith(`${TC_KIND} `))).toHaveLength(2);
     expect(cgroupHooks(host.cgroup).some((n) => n.startsWith('sock4_'))).toBe(true);
   });
 
   it('with --yes: no tc filter, no socket hook and no pin is left', async () => {
     const r = spawnSync(process.execPath, [FERRY, 'uninstall', '--pin-dir', pinDir, '--netns', host.netns, '--yes'], { encoding: 'utf8' });
     expect(r.status, r.stderr).toBe(0);
-    expect(r.stdout).toMatch(/detached: tc (ingress|egress) eth0, tc (ingress|egress) eth0/);
+    expect(r.stdout).toMatch(new RegExp(`detached: ${TC_KIND} (ingress|egress) eth0, ${TC_KIND} (ingress|egress) eth0`));
     expect(r.stdout).toMatch(/unpinned: [1-9]\d* socket-hook links/);
-    expect(attachedPrograms(host.netns).filter((a) => a.where.startsWith('tc '))).toEqual([]);
+    expect(attachedPrograms(host.netns).filter((a) => a.where.startsWith('tc'))).toEqual([]);
     // The kernel frees an unpinned link (and detaches its hook) a moment later.
     expect(await eventually(async () => cgroupHooks(host.cgroup), (h) => h.length === 0, 5000)).toEqual([]);
     expect(existsSync(pinDir)).toBe(false);

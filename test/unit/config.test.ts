@@ -68,4 +68,10 @@ describe('agent configuration', () => {
     expect(loadConfig({ env: { NODE_NAME: 'n', FERRY_ACCELERATION: 'best-effort' } }).acceleration).toBe('best-effort');
     expect(() => loadConfig({ env: { NODE_NAME: 'n', FERRY_ACCELERATION: 'generic' } })).toThrow(/acceleration .*"generic".*none, native, best-effort/);
   });
+
+  it('takes tcAttach auto, tcx or clsact, and nothing else', () => {
+    expect(loadConfig({ env: { NODE_NAME: 'n' } }).tcAttach).toBe('auto');
+    expect(loadConfig({ env: { NODE_NAME: 'n', FERRY_TC_ATTACH: 'clsact' } }).tcAttach).toBe('clsact');
+    expect(() => loadConfig({ env: { NODE_NAME: 'n', FERRY_TC_ATTACH: 'tcf' } })).toThrow(/tcAttach .*"tcf".*auto, tcx, clsact/);
+  });
 });
