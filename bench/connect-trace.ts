@@ -8,7 +8,7 @@
 // programs add to the node's hop (tc ingress runs after netif_receive_skb; tc egress before
 // net_dev_start_xmit).
 // Run as root: npx tsx bench/connect-trace.ts [--count 300] [--repeat 3]
-import { spawn } from 'node:child_process';
+import { perfRecord } from './perf-profile.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -39,18 +39,7 @@ interface PacketWay { packet: string; hops: Hop[]; total: number[] }
 /** Record the tracepoints while `work` runs; the events, oldest first. */
 async function traced(dir: string, work: () => Promise<void>): Promise<TraceEvent[]> {
   const file = join(dir, 'perf.data');
-  const perf = spawn('perf', ['record', '-q', '-a', ...EVENTS.flatMap((e) => ['-e', e]), '-o', file], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let stderr = '';
-  perf.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-  const exited = new Promise<number | null>((r) => perf.on('exit', (code) => r(code)));
-  await new Promise((r) => setTimeout(r, 1500)); // perf's buffers set up on every CPU
-  try {
-    await work();
-  } finally {
-    perf.kill('SIGINT'); // by the PID we started
-  }
-  const code = await exited;
-  if (code !== 0 && code !== null) throw new Error(`perf record exited ${code}: ${stderr.trim()}`);
+  await perfRecord(EVENTS.flatMap((e) => ['-e', e]), file, work);
   const out = await execOk('perf', ['script', '-i', file, '--ns', '-F', 'time,event,trace'], { timeoutMs: 300_000 });
   return parseEvents(out);
 }

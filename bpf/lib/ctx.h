@@ -13,6 +13,7 @@
 
 #include "common.h"
 #include "csum.h"
+#include <bpf/bpf_core_read.h>
 
 /* Direct packet access up to this offset (a bound the verifier needs); beyond, helpers. */
 #define CTX_DIRECT_MAX_OFF 256
@@ -90,6 +91,23 @@ static __always_inline long ctx_load_bytes(struct __ctx_buff *ctx, __u32 off, vo
 #endif
 }
 
+/* A checksum field after `from` became `to` (RFC 1624), as the kernel's helpers do it. */
+static __always_inline __u16 csum16_replace(__u16 check, __u32 from, __u32 to, __u32 size)
+{
+	__u32 sum = (__u16)~check;
+
+	if (size == 0) {
+		/* `to` is a 32-bit partial sum of the change (the helpers' diff form) */
+		sum += (to & 0xffff) + (to >> 16);
+	} else if (size == 4) {
+		sum += (__u16)~(from & 0xffff) + (__u16)~(from >> 16);
+		sum += (to & 0xffff) + (to >> 16);
+	} else {
+		sum += (__u16)~(from & 0xffff) + (to & 0xffff);
+	}
+	return csum_fold32(sum);
+}
+
 #if CTX_IS_XDP
 
 /* A helper rather than data_end - data: those load as packet pointers, which the
@@ -115,23 +133,6 @@ static __always_inline long ctx_store_bytes(struct xdp_md *ctx, __u32 off, const
 	if (__builtin_constant_p(len) && ctx_store_linear(ctx, off, from, len))
 		return 0;
 	return bpf_xdp_store_bytes(ctx, off, (void *)from, len);
-}
-
-/* A checksum field after `from` became `to` (RFC 1624), as the kernel's helpers do it. */
-static __always_inline __u16 csum16_replace(__u16 check, __u32 from, __u32 to, __u32 size)
-{
-	__u32 sum = (__u16)~check;
-
-	if (size == 0) {
-		/* `to` is a 32-bit partial sum of the change (the helpers' diff form) */
-		sum += (to & 0xffff) + (to >> 16);
-	} else if (size == 4) {
-		sum += (__u16)~(from & 0xffff) + (__u16)~(from >> 16);
-		sum += (to & 0xffff) + (to >> 16);
-	} else {
-		sum += (__u16)~(from & 0xffff) + (to & 0xffff);
-	}
-	return csum_fold32(sum);
 }
 
 static __always_inline long ctx_l3_csum_replace(struct xdp_md *ctx, __u32 off, __u32 from, __u32 to, __u64 size)
@@ -160,6 +161,12 @@ static __always_inline long ctx_l4_csum_replace(struct xdp_md *ctx, __u32 off, _
 	if ((flags & BPF_F_MARK_MANGLED_0) && !check)
 		check = 0xffff;
 	return ctx_store_bytes(ctx, off, &check, sizeof(check), 0);
+}
+
+/* A frame's checksums are all whole: XDP runs before anything could leave one partial. */
+static __always_inline int ctx_l4_csum_whole(const struct xdp_md *ctx)
+{
+	return 1;
 }
 
 /* Insert (delta > 0) or remove (delta < 0) bytes right after a 20-byte IPv4 header: the
@@ -231,6 +238,28 @@ static __always_inline long ctx_l4_csum_replace(struct __sk_buff *ctx, __u32 off
 	return bpf_l4_csum_replace(ctx, off, from, to, flags);
 }
 
+/* The skb's checksum state, as far as ctx_l4_csum_whole reads it: the running kernel's
+ * layout (CO-RE, relocated by libbpf from the kernel's BTF). */
+struct sk_buff {
+	__u8 ip_summed : 2;
+} __attribute__((preserve_access_index));
+
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym; /* the verifier makes it a register move */
+
+#define CHECKSUM_UNNECESSARY 1 /* linux/skbuff.h: 0 NONE, 1 UNNECESSARY, 2 COMPLETE, 3 PARTIAL */
+
+/* Does the L4 checksum field hold the whole checksum, so that it may be updated in place
+ * (ctx_l4_csum_update, no helper call)? Yes for CHECKSUM_NONE and CHECKSUM_UNNECESSARY
+ * (a NIC, a veth, XDP's skbs); not for CHECKSUM_PARTIAL (the field holds the pseudo
+ * header's sum, the device completes it) nor CHECKSUM_COMPLETE (skb->csum, the sum of the
+ * packet a NIC reported, changes with it): those take bpf_l4_csum_replace, which knows them. */
+static __always_inline int ctx_l4_csum_whole(struct __sk_buff *ctx)
+{
+	struct sk_buff *skb = bpf_cast_to_kern_ctx(ctx);
+
+	return BPF_CORE_READ_BITFIELD(skb, ip_summed) <= CHECKSUM_UNNECESSARY;
+}
+
 static __always_inline long ctx_adjust_room_net4(struct __sk_buff *ctx, int delta)
 {
 	return bpf_skb_adjust_room(ctx, delta, BPF_ADJ_ROOM_NET, 0);
@@ -277,5 +306,23 @@ static __always_inline int ctx_redirect(struct __sk_buff *ctx, __u32 ifindex)
 }
 
 #endif
+
+/* A checksum field that holds the whole checksum (see ctx_l4_csum_whole) updated in place
+ * by the partial sum `diff` of a change, as bpf_l4_csum_replace would: a UDP checksum of 0
+ * means "none" and stays 0 (BPF_F_MARK_MANGLED_0), and a computed 0 is sent as 0xffff.
+ * `store`: ctx_store_bytes flags. */
+static __always_inline long ctx_l4_csum_update(struct __ctx_buff *ctx, __u32 off, __u32 diff, __u64 flags, __u64 store)
+{
+	__u16 check;
+
+	if (ctx_load_bytes(ctx, off, &check, sizeof(check)) < 0)
+		return -1;
+	if ((flags & BPF_F_MARK_MANGLED_0) && !check)
+		return 0;
+	check = csum16_replace(check, 0, diff, 0);
+	if ((flags & BPF_F_MARK_MANGLED_0) && !check)
+		check = 0xffff;
+	return ctx_store_bytes(ctx, off, &check, sizeof(check), store);
+}
 
 #endif

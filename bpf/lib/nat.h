@@ -108,9 +108,10 @@ _Static_assert(__builtin_offsetof(struct eth_ipv4_head, ip) - __builtin_offsetof
  * write of the Ethernet header and the IPv4 header with its checksum computed here (with
  * `route`, a successful route lookup's MACs written in the same store; NULL: the MACs are
  * left, for a route whose neighbour the kernel resolves), one write of both
- * ports, and one L4 checksum update each for the pseudo-header (addresses) and the ports
- * (a checksum the sender left partial takes the first only, which the kernel's helper
- * knows). The TTL goes down by one: forwarding to another host is routing. The words are
+ * ports, and the L4 checksum: where it is whole (ctx_l4_csum_whole: a NIC's, a veth's,
+ * XDP's) one update in place for addresses and ports together; else the kernel's helper,
+ * once for the pseudo-header (addresses) and once for the ports (a checksum the sender
+ * left partial takes the first only, which the helper knows). The TTL goes down by one: forwarding to another host is routing. The words are
  * summed as they lie in memory, so the byte order takes care of itself. The parser put the
  * IPv4 header right after the Ethernet header (l3_off is ETH_HLEN). */
 static __always_inline int nat4_rewrite_forwarded(struct __ctx_buff *ctx, const struct pkt4 *p, __be32 saddr, __be16 sport,
@@ -144,12 +145,23 @@ static __always_inline int nat4_rewrite_forwarded(struct __ctx_buff *ctx, const 
 		return -1;
 	if (!csum)
 		return 0;
-	if (!p->fragment && ctx_l4_csum_replace(ctx, csum, 0, addrs, BPF_F_PSEUDO_HDR | l4_csum_flags(p)) < 0)
-		return -1;
+	if (ctx_l4_csum_whole(ctx)) {
+		/* One update in place for the addresses and the ports: no helper call. */
+		sum = p->fragment ? 0 : addrs;
+		if (ports.word != old_ports.word)
+			sum = csum32_replace(sum, old_ports.word, ports.word);
+		if (ctx_l4_csum_update(ctx, csum, sum, l4_csum_flags(p), CTX_STORE_DIRECT) < 0)
+			return -1;
+	} else {
+		/* Apart: for a checksum left partial the ports are not in the pseudo header. */
+		if (!p->fragment && ctx_l4_csum_replace(ctx, csum, 0, addrs, BPF_F_PSEUDO_HDR | l4_csum_flags(p)) < 0)
+			return -1;
+		if (ports.word != old_ports.word &&
+		    ctx_l4_csum_replace(ctx, csum, 0, csum32_replace(0, old_ports.word, ports.word), l4_csum_flags(p)) < 0)
+			return -1;
+	}
 	if (ports.word == old_ports.word)
 		return 0;
-	if (ctx_l4_csum_replace(ctx, csum, 0, csum32_replace(0, old_ports.word, ports.word), l4_csum_flags(p)) < 0)
-		return -1;
 	return ctx_store_bytes(ctx, p->l4_off, &ports, sizeof(ports), CTX_STORE_DIRECT);
 }
 
