@@ -36,7 +36,7 @@ hist_opts() { echo --history.created="$created" --history.author=ferry --history
 for c in mmdebstrap umoci skopeo; do
   command -v "$c" >/dev/null || { echo "image: $c is missing (make setup)" >&2; exit 1; }
 done
-for f in dist/cli/main.js build/bpf/tc.bpf.o build/bpf/sock.bpf.o build/bpf/sock_term.bpf.o; do
+for f in dist/cli/main.js build/bpf/tc.bpf.o build/bpf/tc_compat.bpf.o build/bpf/sock.bpf.o build/bpf/sock_term.bpf.o; do
   [ -e "$f" ] || { echo "image: $f is missing (make build first)" >&2; exit 1; }
 done
 mkdir -p "$OUT"

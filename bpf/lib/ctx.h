@@ -145,24 +145,6 @@ static __always_inline long ctx_l3_csum_replace(struct xdp_md *ctx, __u32 off, _
 	return ctx_store_bytes(ctx, off, &check, sizeof(check), 0);
 }
 
-/* As bpf_l4_csum_replace: the size in the low bits of `flags` (0: `to` is the change's
- * partial sum, `from` unused); a UDP checksum of 0 means
- * "none" and stays 0 (BPF_F_MARK_MANGLED_0), and a computed 0 is sent as 0xffff. The
- * pseudo-header flag needs nothing here: a full checksum covers the addresses anyway. */
-static __always_inline long ctx_l4_csum_replace(struct xdp_md *ctx, __u32 off, __u32 from, __u32 to, __u64 flags)
-{
-	__u16 check;
-
-	if (ctx_load_bytes(ctx, off, &check, sizeof(check)) < 0)
-		return -1;
-	if ((flags & BPF_F_MARK_MANGLED_0) && !check)
-		return 0;
-	check = csum16_replace(check, from, to, flags & 0xf);
-	if ((flags & BPF_F_MARK_MANGLED_0) && !check)
-		check = 0xffff;
-	return ctx_store_bytes(ctx, off, &check, sizeof(check), 0);
-}
-
 /* A frame's checksums are all whole: XDP runs before anything could leave one partial. */
 static __always_inline int ctx_l4_csum_whole(const struct xdp_md *ctx)
 {
@@ -238,6 +220,13 @@ static __always_inline long ctx_l4_csum_replace(struct __sk_buff *ctx, __u32 off
 	return bpf_l4_csum_replace(ctx, off, from, to, flags);
 }
 
+#ifdef FERRY_NO_KERN_CTX
+/* A kernel without bpf_cast_to_kern_ctx (tc_compat.bpf.c): the helper for every checksum. */
+static __always_inline int ctx_l4_csum_whole(struct __sk_buff *ctx)
+{
+	return 0;
+}
+#else
 /* The skb's checksum state, as far as ctx_l4_csum_whole reads it: the running kernel's
  * layout (CO-RE, relocated by libbpf from the kernel's BTF). */
 struct sk_buff {
@@ -259,6 +248,7 @@ static __always_inline int ctx_l4_csum_whole(struct __sk_buff *ctx)
 
 	return BPF_CORE_READ_BITFIELD(skb, ip_summed) <= CHECKSUM_UNNECESSARY;
 }
+#endif
 
 static __always_inline long ctx_adjust_room_net4(struct __sk_buff *ctx, int delta)
 {
@@ -307,11 +297,12 @@ static __always_inline int ctx_redirect(struct __sk_buff *ctx, __u32 ifindex)
 
 #endif
 
-/* A checksum field that holds the whole checksum (see ctx_l4_csum_whole) updated in place
- * by the partial sum `diff` of a change, as bpf_l4_csum_replace would: a UDP checksum of 0
- * means "none" and stays 0 (BPF_F_MARK_MANGLED_0), and a computed 0 is sent as 0xffff.
- * `store`: ctx_store_bytes flags. */
-static __always_inline long ctx_l4_csum_update(struct __ctx_buff *ctx, __u32 off, __u32 diff, __u64 flags, __u64 store)
+/* A checksum field that holds the whole checksum (see ctx_l4_csum_whole) updated in place,
+ * as bpf_l4_csum_replace would: the size in the low bits of `flags` (0: `to` is the
+ * change's partial sum, `from` unused); a UDP checksum of 0 means "none" and stays 0
+ * (BPF_F_MARK_MANGLED_0), and a computed 0 is sent as 0xffff. The pseudo-header flag needs
+ * nothing here: a whole checksum covers the addresses anyway. `store`: ctx_store_bytes flags. */
+static __always_inline long ctx_l4_csum_update(struct __ctx_buff *ctx, __u32 off, __u32 from, __u32 to, __u64 flags, __u64 store)
 {
 	__u16 check;
 
@@ -319,10 +310,18 @@ static __always_inline long ctx_l4_csum_update(struct __ctx_buff *ctx, __u32 off
 		return -1;
 	if ((flags & BPF_F_MARK_MANGLED_0) && !check)
 		return 0;
-	check = csum16_replace(check, 0, diff, 0);
+	check = csum16_replace(check, from, to, flags & 0xf);
 	if ((flags & BPF_F_MARK_MANGLED_0) && !check)
 		check = 0xffff;
 	return ctx_store_bytes(ctx, off, &check, sizeof(check), store);
 }
+
+#if CTX_IS_XDP
+/* XDP has no skb: every checksum it sees is whole, and updated in place. */
+static __always_inline long ctx_l4_csum_replace(struct xdp_md *ctx, __u32 off, __u32 from, __u32 to, __u64 flags)
+{
+	return ctx_l4_csum_update(ctx, off, from, to, flags, 0);
+}
+#endif
 
 #endif

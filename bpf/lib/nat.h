@@ -111,9 +111,10 @@ _Static_assert(__builtin_offsetof(struct eth_ipv4_head, ip) - __builtin_offsetof
  * ports, and the L4 checksum: where it is whole (ctx_l4_csum_whole: a NIC's, a veth's,
  * XDP's) one update in place for addresses and ports together; else the kernel's helper,
  * once for the pseudo-header (addresses) and once for the ports (a checksum the sender
- * left partial takes the first only, which the helper knows). The TTL goes down by one: forwarding to another host is routing. The words are
- * summed as they lie in memory, so the byte order takes care of itself. The parser put the
- * IPv4 header right after the Ethernet header (l3_off is ETH_HLEN). */
+ * left partial takes the first only, which the helper knows). The TTL goes down by one:
+ * forwarding to another host is routing. The words are summed as they lie in memory, so
+ * the byte order takes care of itself. The parser put the IPv4 header right after the
+ * Ethernet header (l3_off is ETH_HLEN). */
 static __always_inline int nat4_rewrite_forwarded(struct __ctx_buff *ctx, const struct pkt4 *p, __be32 saddr, __be16 sport,
 						  __be32 daddr, __be16 dport, const struct bpf_fib_lookup *route)
 {
@@ -150,7 +151,7 @@ static __always_inline int nat4_rewrite_forwarded(struct __ctx_buff *ctx, const 
 		sum = p->fragment ? 0 : addrs;
 		if (ports.word != old_ports.word)
 			sum = csum32_replace(sum, old_ports.word, ports.word);
-		if (ctx_l4_csum_update(ctx, csum, sum, l4_csum_flags(p), CTX_STORE_DIRECT) < 0)
+		if (ctx_l4_csum_update(ctx, csum, 0, sum, l4_csum_flags(p), CTX_STORE_DIRECT) < 0)
 			return -1;
 	} else {
 		/* Apart: for a checksum left partial the ports are not in the pseudo header. */

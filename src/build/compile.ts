@@ -105,6 +105,14 @@ export function bpfSources(root: string): string[] {
   return out;
 }
 
+/** A source's bytes, then those of the programs it includes (`#include "tc.bpf.c"`: a variant
+ * build of another program), so that a change to the included one is not taken from the cache. */
+function sourceParts(source: string): Buffer[] {
+  const text = readFileSync(source);
+  const included = [...text.toString('utf8').matchAll(/^#include "([^"]+\.bpf\.c)"/gm)].map((m) => readFileSync(join(dirname(source), m[1]!)));
+  return [text, ...included];
+}
+
 function walkHeaders(dir: string, out: string[]): void {
   if (!existsSync(dir)) return;
   for (const f of readdirSync(dir).sort()) {
@@ -164,8 +172,10 @@ export async function compileAll(o: CompileOptions): Promise<CompiledObject[]> {
   const queue = [...sources];
   const worker = async () => {
     for (let s = queue.shift(); s; s = queue.shift()) {
-      const hash = createHash('sha256').update(commonDigest).update(readFileSync(s)).digest('hex').slice(0, 20);
-      const cached = join(cacheDir, `${hash}.o`);
+      const hash = createHash('sha256').update(commonDigest);
+      for (const part of sourceParts(s)) hash.update(part);
+      const digest = hash.digest('hex').slice(0, 20);
+      const cached = join(cacheDir, `${digest}.o`);
       const object = objectPath(o.root, s, outDir);
       mkdirSync(dirname(object), { recursive: true });
       const hit = !o.force && existsSync(cached);
@@ -180,7 +190,7 @@ export async function compileAll(o: CompileOptions): Promise<CompiledObject[]> {
         }
       }
       copyFileSync(cached, object);
-      results.push({ source: s, object, cached: hit, hash });
+      results.push({ source: s, object, cached: hit, hash: digest });
     }
   };
   await Promise.all([worker(), worker()]);

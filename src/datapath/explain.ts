@@ -26,6 +26,7 @@ import { readServiceTable, type ServiceTable } from './service-table.js';
 import { flowHash4 } from './reference/hash.js';
 import { sockDecision, type SockLookup } from './reference/sock.js';
 import { emptyService } from './write-plan.js';
+import { tcObjectFile } from './tc-object.js';
 
 export interface ExplainRequest {
   src: string;
@@ -244,7 +245,7 @@ type TwinMap = (n: MapName) => BpfMap<unknown, unknown>;
  * newer than the agent). Its maps start empty: the caller copies what the packet reads. */
 function openTwin(r: ExplainRequest, live: DatapathReader, pinned: readonly MapName[]): { twin: BpfObject; rodata: Buffer; copy: TwinMap } {
   const rodata = readPinnedArrayValue(join(r.pinDir, RODATA_PIN));
-  const twin = BpfObject.open(join(r.objectsDir, 'tc.bpf.o'));
+  const twin = BpfObject.open(join(r.objectsDir, tcObjectFile()));
   try {
     twin.setRodataBytes(rodata);
     for (const n of pinned) twin.setMaxEntries(n, live[n].maxEntries);

@@ -25,6 +25,7 @@ import { LayoutMigration, type MigratedMap } from './layout-migration.js';
 import { monotonicNs } from './ct-gc.js';
 import { chainPreviousPrograms, handoverUntil } from './handover-chain.js';
 import { attachTcHooks, tcAttachMode, type TcAttachMode, type TcAttachSetting } from './tc-hooks.js';
+import { tcObjectFile } from './tc-object.js';
 import type { Codec } from '../ebpf/codec.js';
 
 export { loadXdpObject } from './object-settings.js';
@@ -81,7 +82,7 @@ export function defaultObjectsDir(): string {
 export const RODATA_PIN = 'tc_rodata';
 
 export interface DatapathConfig {
-  /** Directory with tc.bpf.o and sock.bpf.o. */
+  /** Directory with tc.bpf.o (or tc_compat.bpf.o: tc-object.ts) and sock.bpf.o. */
   objectsDir: string;
   /** bpffs directory for pins (one per ferry instance). */
   pinDir: string;
@@ -112,7 +113,6 @@ export interface DatapathConfig {
 
 export const ACCELERATIONS = ['none', 'native', 'best-effort'] as const;
 export type Acceleration = (typeof ACCELERATIONS)[number];
-
 export { XDP_PROGRAM } from './xdp-devices.js';
 
 /** The socket hooks: IPv4, and IPv6 sockets reaching IPv4 Services through ::ffff:a.b.c.d. */
@@ -177,7 +177,7 @@ export class Datapath {
     }
     // Pinned maps of an older layout, or of other sizes, are migrated rather than refused.
     const migration = new LayoutMigration();
-    const tc = BpfObject.open(join(cfg.objectsDir, 'tc.bpf.o'));
+    const tc = BpfObject.open(join(cfg.objectsDir, tcObjectFile()));
     let sock: BpfObject | undefined;
     try {
       configureObject(tc, cfg, sizes, migration.decide);

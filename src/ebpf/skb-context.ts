@@ -1,7 +1,7 @@
 // Test-run contexts (struct __sk_buff for tc, struct xdp_md for XDP) and other kernel
 // struct offsets, laid out from the running kernel's BTF rather than written down here.
 import { readFileSync } from 'node:fs';
-import { Btf } from './btf.js';
+import { Btf, BtfKind } from './btf.js';
 import { ErrorCode, FerryError } from '../errors.js';
 
 let kernel: Btf | undefined;
@@ -19,6 +19,12 @@ export function kernelStruct(name: string): { size: number; offset(member: strin
       return m.bitOffset / 8;
     },
   };
+}
+
+/** Does the kernel's BTF have a function (a kfunc programs may call) of this name? */
+export function kernelHasFunc(name: string): boolean {
+  kernel ??= Btf.parse(readFileSync('/sys/kernel/btf/vmlinux'));
+  return kernel.types.some((t) => t.kind === BtfKind.Func && t.name === name);
 }
 
 export function skbContext(fields: { ifindex?: number; mark?: number }): Buffer {

@@ -2,9 +2,13 @@
 // exact packet each must produce (the table is src/sandbox/fixtures/tc.ts, which the
 // benchmarks time too), then the paths that need more than one packet and a table. Maps
 // are seeded through the same ServiceWriter the agent uses.
+import { mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
+import { TC_COMPAT_OBJECT, TC_OBJECT, tcObjectFile } from '../../src/datapath/tc-object.js';
 import { Stat } from '../../src/datapath/layouts.js';
-import { DEFAULT_SNAT_PORTS } from '../../src/datapath/loader.js';
+import { DEFAULT_SNAT_PORTS, defaultObjectsDir } from '../../src/datapath/loader.js';
 import type { FrontendSpec } from '../../src/model/frontend.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
@@ -25,6 +29,30 @@ afterAll(async () => {
   await node?.close();
 });
 beforeEach(() => node.flushState());
+
+// The build for kernels without bpf_cast_to_kern_ctx (tc_compat.bpf.o, src/datapath/tc-object.ts):
+// every checksum by the kernel's helper, the same packets out.
+describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures, the build for kernels before 6.2', () => {
+  let compat: DatapathNode;
+  let dir: string;
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'ferry-compat-'));
+    for (const f of readdirSync(defaultObjectsDir())) if (f.endsWith('.bpf.o')) symlinkSync(join(defaultObjectsDir(), f === TC_OBJECT ? TC_COMPAT_OBJECT : f), join(dir, f));
+    expect(tcObjectFile()).toBe(TC_OBJECT); // this kernel has the kfunc: the compat build only by the link above
+    compat = await datapathNode({ objectsDir: dir });
+    compat.writer.apply(services);
+  });
+  afterAll(async () => {
+    await compat?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  beforeEach(() => compat.flushState());
+  for (const f of TC_FIXTURES) {
+    it(f.description, () => {
+      expectFixture(compat, f);
+    });
+  }
+});
 
 describeWith(['root', 'bpffs', 'netns'], 'tc datapath fixtures', () => {
   for (const f of TC_FIXTURES) {

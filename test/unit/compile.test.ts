@@ -40,6 +40,19 @@ describe('ferry compile', () => {
     rmSync(join(root, 'bpf', 'extra.h'));
   });
 
+  it('rebuilds a variant build when the program it includes changes (tc_compat.bpf.c includes tc.bpf.c)', async () => {
+    source('ok.bpf.c', ok);
+    source('variant.bpf.c', '#define VARIANT\n#include "ok.bpf.c"\n');
+    const variantOf = (r: Awaited<ReturnType<typeof compileAll>>) => r.find((o) => o.object.endsWith('variant.bpf.o'))!;
+    const before = variantOf(await compileAll({ root }));
+    source('ok.bpf.c', ok.replace('return 0;', 'return 1;'));
+    const after = variantOf(await compileAll({ root }));
+    expect(after.hash).not.toBe(before.hash);
+    expect(after.cached).toBe(false);
+    rmSync(join(root, 'bpf', 'variant.bpf.c'));
+    source('ok.bpf.c', ok);
+  });
+
   it('reports the first error as file:line:col with the full output as detail', async () => {
     source('bad.bpf.c', 'int broken(void) { return undefined_symbol; }\n');
     const err = await compileAll({ root }).catch((e: unknown) => e);
