@@ -130,6 +130,7 @@ const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks:
   { name: 'new flow, remote backend (SNAT), the route by a listed SNAT device', id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'], snatDevice: 'route' },
   { name: 'established flow, local backend', id: 'nodeport-local-established', hooks: ['tc', 'xdp'] },
   { name: 'established flow, remote backend (SNAT)', id: 'nodeport-remote-established', hooks: ['tc', 'xdp'] },
+  { name: 'established flow, remote backend (DSR, no option)', id: 'dsr-established', hooks: ['tc', 'xdp'] },
   { name: 'reply to an SNATed flow', id: 'snat-reply', hooks: ['tc', 'xdp'] },
   { name: 'DSR SYN, flow in conntrack (IPv4 option added)', id: 'dsr-annotated-established', hooks: ['tc', 'xdp'] },
   // What every other packet pays: pod-to-pod across nodes, and the host's own traffic to its address (which carries NodePorts).

@@ -151,6 +151,11 @@ static __always_inline int ctx_l4_csum_whole(const struct xdp_md *ctx)
 	return 1;
 }
 
+static __always_inline int ctx_l4_csum_partial(const struct xdp_md *ctx)
+{
+	return 0;
+}
+
 /* Insert (delta > 0) or remove (delta < 0) bytes right after a 20-byte IPv4 header: the
  * Ethernet and IPv4 headers move, the rest stays where it is. */
 static __always_inline long ctx_adjust_room_net4(struct xdp_md *ctx, int delta)
@@ -226,6 +231,11 @@ static __always_inline int ctx_l4_csum_whole(struct __sk_buff *ctx)
 {
 	return 0;
 }
+
+static __always_inline int ctx_l4_csum_partial(struct __sk_buff *ctx)
+{
+	return 0;
+}
 #else
 /* The skb's checksum state, as far as ctx_l4_csum_whole reads it: the running kernel's
  * layout (CO-RE, relocated by libbpf from the kernel's BTF). */
@@ -236,6 +246,7 @@ struct sk_buff {
 extern void *bpf_cast_to_kern_ctx(void *obj) __ksym; /* the verifier makes it a register move */
 
 #define CHECKSUM_UNNECESSARY 1 /* linux/skbuff.h: 0 NONE, 1 UNNECESSARY, 2 COMPLETE, 3 PARTIAL */
+#define CHECKSUM_PARTIAL 3
 
 /* Does the L4 checksum field hold the whole checksum, so that it may be updated in place
  * (ctx_l4_csum_update, no helper call)? Yes for CHECKSUM_NONE and CHECKSUM_UNNECESSARY
@@ -247,6 +258,17 @@ static __always_inline int ctx_l4_csum_whole(struct __sk_buff *ctx)
 	struct sk_buff *skb = bpf_cast_to_kern_ctx(ctx);
 
 	return BPF_CORE_READ_BITFIELD(skb, ip_summed) <= CHECKSUM_UNNECESSARY;
+}
+
+/* Did the sender leave the L4 checksum partial (CHECKSUM_PARTIAL: the field holds the
+ * pseudo header's sum, the device completes it over the rest)? Then a change of the ports
+ * leaves the field as it is (bpf_l4_csum_replace does nothing there), and only an address
+ * change (the pseudo header) moves it. */
+static __always_inline int ctx_l4_csum_partial(struct __sk_buff *ctx)
+{
+	struct sk_buff *skb = bpf_cast_to_kern_ctx(ctx);
+
+	return BPF_CORE_READ_BITFIELD(skb, ip_summed) == CHECKSUM_PARTIAL;
 }
 #endif
 

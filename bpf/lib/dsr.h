@@ -111,14 +111,17 @@ static __always_inline int nodeport_dsr(struct __ctx_buff *ctx, const struct pkt
 		return fib4_unusable(p->len);
 	if (!with_opt && fib4_mtu_exceeded(ctx, fib.ifindex, &mtu))
 		return icmp4_too_big(ctx, p, mtu);
-	if (nat4_rewrite_endpoint(ctx, p, NAT_DST, b->address, b->port, CTX_STORE_DIRECT) < 0 ||
-	    ipv4_dec_ttl(ctx, p) < 0)
+	/* Written as a forwarded packet is (lib/nat.h), the source kept: the IPv4 header with
+	 * the TTL, the MACs and the ports in one store each, the L4 checksum in place where it
+	 * is whole. The option goes in after: the headers move with their new contents. */
+	if (nat4_rewrite_forwarded(ctx, p, p->saddr, p->sport, b->address, b->port,
+				   route == BPF_FIB_LKUP_RET_SUCCESS ? &fib : NULL) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	if (with_opt && dsr4_push(ctx, p, vip, vport) < 0)
 		return count_drop(DROP_DSR_OPTION, p->len);
 	frag4_record(p, p->saddr, b->address, FRAG_ACT_REDIRECT);
 	count_stat(STAT_FWD_DSR, p->len);
-	return fib4_send(ctx, &fib, route);
+	return fib4_send_addressed(ctx, &fib, route);
 }
 
 /* Which frontend a DSR option names, as this node knows it: a LoadBalancer IP or

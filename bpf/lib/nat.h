@@ -166,6 +166,75 @@ static __always_inline int nat4_rewrite_forwarded(struct __ctx_buff *ctx, const 
 	return ctx_store_bytes(ctx, p->l4_off, &ports, sizeof(ports), CTX_STORE_DIRECT);
 }
 
+/* The IPv4 header from its checksum to the destination address, as it lies in the packet:
+ * what translating one end rewrites, in one store. */
+struct ipv4_addr_part {
+	__sum16 check;
+	__be32 saddr;
+	__be32 daddr;
+} __attribute__((packed));
+
+/* One end of a packet translated for a local backend's flow: `side`'s address to `addr`,
+ * and the ports to `ports` (the other end's port may change too: a remapped flow's client
+ * port, contest.h). The IPv4 checksum is computed here and written with the addresses in
+ * one store. The L4 checksum: where the skb holds it whole (ctx_l4_csum_whole), one update
+ * here for addresses and ports; else the kernel's helper for the addresses (the pseudo
+ * header), and for the ports unless the sender left the checksum partial, which a port
+ * change leaves as it is. Then the ports in one store. Three stores or helper calls where
+ * nat4_rewrite_endpoint makes five to six. `store`: ctx_store_bytes flags. */
+static __always_inline int nat4_rewrite_end(struct __ctx_buff *ctx, const struct pkt4 *p, enum nat_side side, __be32 addr,
+					    union l4_ports ports, __u64 store)
+{
+	union l4_ports old_ports = { .sport = p->sport, .dport = p->dport };
+	struct ipv4_addr_part h = { .saddr = p->saddr, .daddr = p->daddr };
+	__u32 csum = l4_csum_off(p);
+	__u32 addrs, port_sum;
+
+	if (!csum || p->fragment) {
+		if (nat4_rewrite_endpoint(ctx, p, side, addr, side == NAT_SRC ? ports.sport : ports.dport, store) < 0)
+			return -1;
+		return side == NAT_SRC ? nat4_rewrite_port(ctx, p, NAT_DST, p->dport, ports.dport, store)
+				       : nat4_rewrite_port(ctx, p, NAT_SRC, p->sport, ports.sport, store);
+	}
+	addrs = csum32_replace(0, side == NAT_SRC ? p->saddr : p->daddr, addr);
+	port_sum = csum32_replace(0, old_ports.word, ports.word);
+	if (ctx_load_bytes(ctx, IP_CSUM_OFF(p), &h.check, sizeof(h.check)) < 0)
+		return -1;
+	h.check = csum_fold32(csum32_add((__u16)~h.check, addrs));
+	if (side == NAT_SRC)
+		h.saddr = addr;
+	else
+		h.daddr = addr;
+	if (ctx_store_bytes(ctx, IP_CSUM_OFF(p), &h, sizeof(h), store) < 0)
+		return -1;
+	if (ctx_l4_csum_whole(ctx)) {
+		if (ctx_l4_csum_update(ctx, csum, 0, csum32_add(addrs, port_sum), l4_csum_flags(p), store) < 0)
+			return -1;
+	} else {
+		if (ctx_l4_csum_replace(ctx, csum, 0, addrs, BPF_F_PSEUDO_HDR | l4_csum_flags(p)) < 0)
+			return -1;
+		if (ports.word != old_ports.word && !ctx_l4_csum_partial(ctx) &&
+		    ctx_l4_csum_replace(ctx, csum, 0, port_sum, l4_csum_flags(p)) < 0)
+			return -1;
+	}
+	if (ports.word == old_ports.word)
+		return 0;
+	return ctx_store_bytes(ctx, p->l4_off, &ports, sizeof(ports), store);
+}
+
+/* A packet to a local backend (tc ingress): its destination endpoint, and a remapped
+ * flow's source port (`sport`; 0 keeps it), rewritten in place (nat4_rewrite_end). A
+ * global function (lib/common.h): its frame is not nodeport_send's, which has no room left
+ * under the 512-byte stack of tc_ingress and its callees. */
+__ferry_global int nat4_rewrite_to_local(struct __ctx_buff *ctx, const struct pkt4 *p, __be32 daddr, __be16 dport,
+					 __be16 sport)
+{
+	if (!p)
+		return -1;
+	return nat4_rewrite_end(ctx, p, NAT_DST, daddr, (union l4_ports){ .sport = sport ? sport : p->sport, .dport = dport },
+				CTX_STORE_DIRECT);
+}
+
 /* Forwarding to another host is routing: the TTL goes down by one. */
 static __always_inline int ipv4_dec_ttl(struct __ctx_buff *ctx, const struct pkt4 *p)
 {

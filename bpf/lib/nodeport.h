@@ -91,8 +91,8 @@ static __always_inline int nodeport_reply_local(struct __ctx_buff *ctx, const st
 {
 	ct4_track_reply(p, nat, now);
 	/* ... and to the client's own port, where its tuple was remapped (contest.h). */
-	if (nat4_rewrite_endpoint(ctx, p, NAT_SRC, nat->frontend_addr, nat->frontend_port, 0) < 0 ||
-	    nat4_rewrite_port(ctx, p, NAT_DST, p->dport, nat->client_port, 0) < 0)
+	if (nat4_rewrite_end(ctx, p, NAT_SRC, nat->frontend_addr,
+			     (union l4_ports){ .sport = nat->frontend_port, .dport = nat->client_port }, 0) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
 	frag4_record(p, nat->frontend_addr, p->daddr, FRAG_ACT_PASS);
 	count_stat(STAT_REPLY_LOCAL, p->len);
@@ -274,8 +274,7 @@ __ferry_global int nodeport_send(struct __ctx_buff *ctx, const struct pkt4 *p, s
 	STAGE_END(10);
 	if (flags & CT_F_LOCAL) {
 		/* A remapped flow (contest.h) reaches the pod from its other client port. */
-		if (nat4_rewrite_endpoint(ctx, p, NAT_DST, b->address, b->port, CTX_STORE_DIRECT) < 0 ||
-		    (ct->nat_port && nat4_rewrite_port(ctx, p, NAT_SRC, p->sport, ct->nat_port, CTX_STORE_DIRECT) < 0))
+		if (nat4_rewrite_to_local(ctx, p, b->address, b->port, ct->nat_port) < 0)
 			return count_drop(DROP_CSUM_FAILED, p->len);
 		frag4_record(p, p->saddr, b->address, FRAG_ACT_PASS);
 		count_stat(STAT_FWD_LOCAL, p->len);

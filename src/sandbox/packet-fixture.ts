@@ -43,13 +43,16 @@ export interface FixtureTarget {
   counter(name: string): bigint;
 }
 
+/** The layers of `packet` whose checksum is wrong, as problems. */
+export function checksumProblems(packet: Buffer): string[] {
+  return decodePacket(packet)
+    .filter((l) => 'checksumValid' in l.fields && l.fields.checksumValid !== true)
+    .map((l) => `${l.name} checksum is wrong`);
+}
+
 /** The problems with `got` against `want`: layer differences and bad checksums. */
 export function packetProblems(got: Buffer, want: Buffer): string[] {
-  const problems = diffPackets(want, got).lines.map((l) => `packet ${l}`);
-  for (const l of decodePacket(got)) {
-    if ('checksumValid' in l.fields && l.fields.checksumValid !== true) problems.push(`${l.name} checksum is wrong`);
-  }
-  return problems;
+  return [...diffPackets(want, got).lines.map((l) => `packet ${l}`), ...checksumProblems(got)];
 }
 
 /** Throw a readable report unless `got` is `want` with every checksum right. */

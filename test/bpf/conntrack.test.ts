@@ -7,6 +7,7 @@ import { CtFlags, Stat, type Ct4Key, type Nat4Entry } from '../../src/datapath/l
 import type { FrontendSpec } from '../../src/model/frontend.js';
 import { buildPacket, eth, icmp, ipv4, payload, tcp, udp } from '../../src/packet/build.js';
 import { CLIENT_IP, NODE_IP, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { checksumProblems } from '../../src/sandbox/packet-fixture.js';
 import { describeWith } from '../harness/requirements.js';
 
 let node: DatapathNode;
@@ -209,8 +210,10 @@ describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
     // The other frontend's SYN reaches the pod from another client port (netfilter would
     // remap it too); before, it took the live connection's replies, whose client answered
     // them with a reset that ended the live connection at the pod.
-    const [remapped, podPort] = portsOf(node.run('tc_ingress', toOther('S')).data);
+    const remappedSyn = node.run('tc_ingress', toOther('S')).data;
+    const [remapped, podPort] = portsOf(remappedSyn);
     expect(podPort).toBe(8080);
+    expect(checksumProblems(remappedSyn)).toEqual([]); // both ports and the address changed at once
     expect(remapped).not.toBe(62007);
     expect(remapped).toBeGreaterThanOrEqual(1024);
     expect(total(node.dp, 'ferry_stats', Stat.STAT_LOCAL_REMAPPED)).toBe(1n);
@@ -244,8 +247,10 @@ describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
     const udpTo = (dport: number) => buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), udp({ sport: 5000, dport }), payload('q')]);
     const answer = (dport: number) => buildPacket([eth(), ipv4({ src: '10.244.1.5', dst: CLIENT_IP }), udp({ sport: 5353, dport }), payload('a')]);
     expect(portsOf(node.run('tc_ingress', udpTo(30054)).data)).toEqual([5000, 5353]);
-    const [remapped] = portsOf(node.run('tc_ingress', udpTo(30055)).data);
+    const remappedDatagram = node.run('tc_ingress', udpTo(30055)).data;
+    const [remapped] = portsOf(remappedDatagram);
     expect(remapped).not.toBe(5000);
+    expect(checksumProblems(remappedDatagram)).toEqual([]);
     // Before, the newest flow owned the tuple: the first flow's answers left as 30055,
     // which its client (a socket connected to 30054) never sees.
     expect(portsOf(node.run('tc_egress', answer(5000)).data)).toEqual([30054, 5000]);

@@ -9,7 +9,7 @@ import { ReferenceModel, serviceKey, type Decision, type ServiceTables, type Tup
 import type { FrontendSpec } from '../../src/model/frontend.js';
 import { buildPacket, eth, ipv4, tcp, udp } from '../../src/packet/build.js';
 import { decodePacket } from '../../src/packet/decode.js';
-import { TcVerdict, XdpVerdict } from '../../src/sandbox/packet-fixture.js';
+import { TcVerdict, XdpVerdict, checksumProblems } from '../../src/sandbox/packet-fixture.js';
 import { NODE_IP, NODE_MAC, ROUTER_MAC, datapathNode, total, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { describeWith } from '../harness/requirements.js';
 import { rng } from '../harness/rng.js';
@@ -147,6 +147,9 @@ function compare(t: Tuple, want: Decision, retval: number, out: Buffer, model: R
   const layers = decodePacket(out);
   const ip = layers.find((l) => l.name === 'ipv4')?.fields;
   const l4 = layers.find((l) => l.name === 'tcp' || l.name === 'udp')?.fields;
+  // A translated packet's checksums (the in-place updates and the helpers alike).
+  const badSum = want.verdict === 'local' || want.verdict === 'remote' ? checksumProblems(out)[0] : undefined;
+  if (badSum) return `${want.verdict}: ${badSum}`;
   switch (want.verdict) {
     case 'pass':
       return retval === TcVerdict.UNSPEC && ip?.dst === t.daddr && l4?.dport === t.dport ? undefined : `expected pass, got verdict ${retval} dst ${ip?.dst}:${l4?.dport}`;
