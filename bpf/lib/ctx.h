@@ -237,7 +237,7 @@ static __always_inline int ctx_l4_csum_partial(struct __sk_buff *ctx)
 	return 0;
 }
 #else
-/* The skb's checksum state, as far as ctx_l4_csum_whole reads it: the running kernel's
+/* The skb's checksum state, as far as ctx_ip_summed reads it: the running kernel's
  * layout (CO-RE, relocated by libbpf from the kernel's BTF). */
 struct sk_buff {
 	__u8 ip_summed : 2;
@@ -248,6 +248,14 @@ extern void *bpf_cast_to_kern_ctx(void *obj) __ksym; /* the verifier makes it a 
 #define CHECKSUM_UNNECESSARY 1 /* linux/skbuff.h: 0 NONE, 1 UNNECESSARY, 2 COMPLETE, 3 PARTIAL */
 #define CHECKSUM_PARTIAL 3
 
+/* The skb's ip_summed: how much of its L4 checksum the field holds (below). */
+static __always_inline __u8 ctx_ip_summed(struct __sk_buff *ctx)
+{
+	struct sk_buff *skb = bpf_cast_to_kern_ctx(ctx);
+
+	return BPF_CORE_READ_BITFIELD(skb, ip_summed);
+}
+
 /* Does the L4 checksum field hold the whole checksum, so that it may be updated in place
  * (ctx_l4_csum_update, no helper call)? Yes for CHECKSUM_NONE and CHECKSUM_UNNECESSARY
  * (a NIC, a veth, XDP's skbs); not for CHECKSUM_PARTIAL (the field holds the pseudo
@@ -255,9 +263,7 @@ extern void *bpf_cast_to_kern_ctx(void *obj) __ksym; /* the verifier makes it a 
  * packet a NIC reported, changes with it): those take bpf_l4_csum_replace, which knows them. */
 static __always_inline int ctx_l4_csum_whole(struct __sk_buff *ctx)
 {
-	struct sk_buff *skb = bpf_cast_to_kern_ctx(ctx);
-
-	return BPF_CORE_READ_BITFIELD(skb, ip_summed) <= CHECKSUM_UNNECESSARY;
+	return ctx_ip_summed(ctx) <= CHECKSUM_UNNECESSARY;
 }
 
 /* Did the sender leave the L4 checksum partial (CHECKSUM_PARTIAL: the field holds the
@@ -266,9 +272,7 @@ static __always_inline int ctx_l4_csum_whole(struct __sk_buff *ctx)
  * change (the pseudo header) moves it. */
 static __always_inline int ctx_l4_csum_partial(struct __sk_buff *ctx)
 {
-	struct sk_buff *skb = bpf_cast_to_kern_ctx(ctx);
-
-	return BPF_CORE_READ_BITFIELD(skb, ip_summed) == CHECKSUM_PARTIAL;
+	return ctx_ip_summed(ctx) == CHECKSUM_PARTIAL;
 }
 #endif
 
