@@ -90,6 +90,29 @@ union l4_ports {
 	__u32 word;
 };
 
+/* The L4 checksum (at `csum`) after the addresses changed by the partial sum `addrs` (left
+ * out without `with_addrs`: a later fragment's checksum does not cover them) and the
+ * ports from `old` to `now`. Where the skb holds it whole (ctx_l4_csum_whole) one update
+ * in place, no helper call; else the kernel's helper, for the addresses (the pseudo
+ * header) and for the ports, unless the sender left the checksum partial: a port change
+ * leaves such a field as it is (the helper would do nothing). `store`: ctx_store_bytes
+ * flags. */
+static __always_inline int nat4_l4_csum_translate(struct __ctx_buff *ctx, const struct pkt4 *p, __u32 csum, __u32 addrs,
+						  int with_addrs, union l4_ports old, union l4_ports now, __u64 store)
+{
+	__u32 port_sum = csum32_replace(0, old.word, now.word);
+
+	if (ctx_l4_csum_whole(ctx))
+		return ctx_l4_csum_update(ctx, csum, 0, with_addrs ? csum32_add(addrs, port_sum) : port_sum,
+					  l4_csum_flags(p), store) < 0 ? -1 : 0;
+	if (with_addrs && ctx_l4_csum_replace(ctx, csum, 0, addrs, BPF_F_PSEUDO_HDR | l4_csum_flags(p)) < 0)
+		return -1;
+	if (old.word != now.word && !ctx_l4_csum_partial(ctx) &&
+	    ctx_l4_csum_replace(ctx, csum, 0, port_sum, l4_csum_flags(p)) < 0)
+		return -1;
+	return 0;
+}
+
 /* The Ethernet header and the first 20 bytes of IPv4, as they lie from the frame's start,
  * two bytes ahead so that the IPv4 words are 4-byte aligned. */
 struct eth_ipv4_head {
@@ -108,10 +131,8 @@ _Static_assert(__builtin_offsetof(struct eth_ipv4_head, ip) - __builtin_offsetof
  * write of the Ethernet header and the IPv4 header with its checksum computed here (with
  * `route`, a successful route lookup's MACs written in the same store; NULL: the MACs are
  * left, for a route whose neighbour the kernel resolves), one write of both
- * ports, and the L4 checksum: where it is whole (ctx_l4_csum_whole: a NIC's, a veth's,
- * XDP's) one update in place for addresses and ports together; else the kernel's helper,
- * once for the pseudo-header (addresses) and once for the ports (a checksum the sender
- * left partial takes the first only, which the helper knows). The TTL goes down by one:
+ * ports, and the L4 checksum (nat4_l4_csum_translate: in place where whole, else by the
+ * kernel's helper). The TTL goes down by one:
  * forwarding to another host is routing. The words are summed as they lie in memory, so
  * the byte order takes care of itself. The parser put the IPv4 header right after the
  * Ethernet header (l3_off is ETH_HLEN). */
@@ -146,21 +167,8 @@ static __always_inline int nat4_rewrite_forwarded(struct __ctx_buff *ctx, const 
 		return -1;
 	if (!csum)
 		return 0;
-	if (ctx_l4_csum_whole(ctx)) {
-		/* One update in place for the addresses and the ports: no helper call. */
-		sum = p->fragment ? 0 : addrs;
-		if (ports.word != old_ports.word)
-			sum = csum32_replace(sum, old_ports.word, ports.word);
-		if (ctx_l4_csum_update(ctx, csum, 0, sum, l4_csum_flags(p), CTX_STORE_DIRECT) < 0)
-			return -1;
-	} else {
-		/* Apart: for a checksum left partial the ports are not in the pseudo header. */
-		if (!p->fragment && ctx_l4_csum_replace(ctx, csum, 0, addrs, BPF_F_PSEUDO_HDR | l4_csum_flags(p)) < 0)
-			return -1;
-		if (ports.word != old_ports.word &&
-		    ctx_l4_csum_replace(ctx, csum, 0, csum32_replace(0, old_ports.word, ports.word), l4_csum_flags(p)) < 0)
-			return -1;
-	}
+	if (nat4_l4_csum_translate(ctx, p, csum, addrs, !p->fragment, old_ports, ports, CTX_STORE_DIRECT) < 0)
+		return -1;
 	if (ports.word == old_ports.word)
 		return 0;
 	return ctx_store_bytes(ctx, p->l4_off, &ports, sizeof(ports), CTX_STORE_DIRECT);
@@ -177,18 +185,16 @@ struct ipv4_addr_part {
 /* One end of a packet translated for a local backend's flow: `side`'s address to `addr`,
  * and the ports to `ports` (the other end's port may change too: a remapped flow's client
  * port, contest.h). The IPv4 checksum is computed here and written with the addresses in
- * one store. The L4 checksum: where the skb holds it whole (ctx_l4_csum_whole), one update
- * here for addresses and ports; else the kernel's helper for the addresses (the pseudo
- * header), and for the ports unless the sender left the checksum partial, which a port
- * change leaves as it is. Then the ports in one store. Three stores or helper calls where
- * nat4_rewrite_endpoint makes five to six. `store`: ctx_store_bytes flags. */
+ * one store; the L4 checksum as nat4_l4_csum_translate updates it; then the ports in one
+ * store. Three stores or helper calls where nat4_rewrite_endpoint makes five to six.
+ * `store`: ctx_store_bytes flags. */
 static __always_inline int nat4_rewrite_end(struct __ctx_buff *ctx, const struct pkt4 *p, enum nat_side side, __be32 addr,
 					    union l4_ports ports, __u64 store)
 {
 	union l4_ports old_ports = { .sport = p->sport, .dport = p->dport };
 	struct ipv4_addr_part h = { .saddr = p->saddr, .daddr = p->daddr };
 	__u32 csum = l4_csum_off(p);
-	__u32 addrs, port_sum;
+	__u32 addrs;
 
 	if (!csum || p->fragment) {
 		if (nat4_rewrite_endpoint(ctx, p, side, addr, side == NAT_SRC ? ports.sport : ports.dport, store) < 0)
@@ -197,7 +203,6 @@ static __always_inline int nat4_rewrite_end(struct __ctx_buff *ctx, const struct
 				       : nat4_rewrite_port(ctx, p, NAT_SRC, p->sport, ports.sport, store);
 	}
 	addrs = csum32_replace(0, side == NAT_SRC ? p->saddr : p->daddr, addr);
-	port_sum = csum32_replace(0, old_ports.word, ports.word);
 	if (ctx_load_bytes(ctx, IP_CSUM_OFF(p), &h.check, sizeof(h.check)) < 0)
 		return -1;
 	h.check = csum_fold32(csum32_add((__u16)~h.check, addrs));
@@ -207,16 +212,8 @@ static __always_inline int nat4_rewrite_end(struct __ctx_buff *ctx, const struct
 		h.daddr = addr;
 	if (ctx_store_bytes(ctx, IP_CSUM_OFF(p), &h, sizeof(h), store) < 0)
 		return -1;
-	if (ctx_l4_csum_whole(ctx)) {
-		if (ctx_l4_csum_update(ctx, csum, 0, csum32_add(addrs, port_sum), l4_csum_flags(p), store) < 0)
-			return -1;
-	} else {
-		if (ctx_l4_csum_replace(ctx, csum, 0, addrs, BPF_F_PSEUDO_HDR | l4_csum_flags(p)) < 0)
-			return -1;
-		if (ports.word != old_ports.word && !ctx_l4_csum_partial(ctx) &&
-		    ctx_l4_csum_replace(ctx, csum, 0, port_sum, l4_csum_flags(p)) < 0)
-			return -1;
-	}
+	if (nat4_l4_csum_translate(ctx, p, csum, addrs, 1, old_ports, ports, store) < 0)
+		return -1;
 	if (ports.word == old_ports.word)
 		return 0;
 	return ctx_store_bytes(ctx, p->l4_off, &ports, sizeof(ports), store);
