@@ -10,6 +10,7 @@
 #include "lib/common.h"
 #include "lib/config.h"
 #include "lib/maps.h"
+#include "lib/clock.h"
 #include "lib/hash.h"
 #include "lib/lb.h"
 #include "lib/lb6.h"

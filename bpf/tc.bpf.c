@@ -18,6 +18,7 @@
 #include "lib/common.h"
 #include "lib/config.h"
 #include "lib/maps.h"
+#include "lib/clock.h"
 #include "lib/parse.h"
 #include "lib/lb.h"
 #include "lib/ct.h"

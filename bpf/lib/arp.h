@@ -5,6 +5,7 @@
 #define FERRY_LIB_ARP_H
 
 #include "maps.h"
+#include "clock.h"
 
 #define ARP_HTYPE_ETHER 1
 #define ARP_OP_REQUEST 1

@@ -44,15 +44,6 @@
 
 #define NSEC_PER_SEC 1000000000ULL
 
-/* The clock of lifetimes and once-a-second decisions: CLOCK_MONOTONIC as the last tick
- * left it (at most a tick, 1-4 ms, behind), read from memory rather than from the clock
- * source, which costs tens of ns a packet on a VM (kvm-clock). The agent reads
- * CLOCK_MONOTONIC; a tick is nothing against lifetimes of seconds. */
-static __always_inline __u64 ferry_now(void)
-{
-	return bpf_ktime_get_coarse_ns();
-}
-
 /* Markers along a packet's path for bench/packet-stages.ts, which builds the program with
  * FERRY_STAGE_STOP=n to return at marker n and so time the path up to it. Nothing in any
  * other build. */

@@ -20,6 +20,7 @@
 
 #include "config.h"
 #include "maps.h"
+#include "clock.h"
 #include "ct.h"
 #include "hash.h"
 

@@ -7,6 +7,7 @@
 
 #include "config.h"
 #include "maps.h"
+#include "clock.h"
 #include "nat.h"
 #include "icmp.h"
 #include "ct.h"

@@ -23,7 +23,9 @@ static __always_inline int icmp4_allowed(void)
 {
 	__u32 zero = 0;
 	struct icmp_bucket *b = bpf_map_lookup_elem(&icmp_ratelimit, &zero);
-	__u64 now = ferry_now();
+	/* The clock itself, not ferry_now's per-CPU copy: an error is no forwarded packet's
+	 * path, and the copy's bookkeeping would cost this frame, deep in calls, stack. */
+	__u64 now = bpf_ktime_get_coarse_ns();
 	__u64 cap = (__u64)icmp_burst * 1000;
 	__u64 elapsed, added;
 

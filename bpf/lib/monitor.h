@@ -5,6 +5,7 @@
 #define FERRY_LIB_MONITOR_H
 
 #include "maps.h"
+#include "clock.h"
 #include "parse.h"
 
 static __always_inline __u32 monitor_flags(void)

@@ -6,6 +6,7 @@
 
 #include "config.h"
 #include "maps.h"
+#include "clock.h"
 #include "parse.h"
 #include "hash.h"
 #include "lb.h"

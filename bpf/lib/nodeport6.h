@@ -15,6 +15,7 @@
 
 #include "config.h"
 #include "maps.h"
+#include "clock.h"
 #include "parse6.h"
 #include "hash.h"
 #include "csum.h"

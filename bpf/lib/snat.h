@@ -5,6 +5,7 @@
 
 #include "config.h"
 #include "maps.h"
+#include "clock.h"
 #include "ct.h"
 #include "lb.h"
 #include "fib.h"

@@ -57,10 +57,14 @@ struct ferry_event {
 	__u32 pad2;
 };
 
-/* What count_drop/count_stat last recorded on this CPU, for the event of this packet. */
+/* What count_drop/count_stat last recorded on this CPU, for the event of this packet;
+ * and this CPU's copy of the coarse clock (ferry_now, lib/maps.h) with the tick it was
+ * read in. */
 struct ferry_scratch {
 	__u32 last_drop;
 	__u32 last_stat;
+	__u64 clock_jiffies;
+	__u64 clock_ns; /* 0: not read yet */
 };
 
 #endif

@@ -147,7 +147,7 @@ function planFor(m: PinnedMismatch): Plan {
   const base = { path: m.path, chain: [], fromLayout: LAYOUT_VERSION };
   const spec = mapSpecs[m.name as MapName] as { key: Codec<unknown>; value: Codec<unknown>; scratch?: boolean } | undefined;
   // Nothing to copy: a ring buffer's events were for the old readers, scratch space lives
-  // for one packet (and may hold a struct of an older layout).
+  // for one packet or is read again when missing (and may hold a struct of an older layout).
   if (m.info.type === MapType.Ringbuf || spec?.scratch) return { ...base, kind: 'none', key: u32Codec, value: u32Codec };
   if (!spec) throw unknownLayout(m, 'ferry does not know this map');
   if (m.info.type === MapType.HashOfMaps || m.info.type === MapType.ArrayOfMaps) return { ...base, kind: 'map-references', key: spec.key, value: spec.value };

@@ -302,7 +302,7 @@ export const handoverCodec = structCodec('ferry_handover', { untilNs: { type: 'u
 export const hopEpochCodec = structCodec('ferry_hop_epoch', { sinceNs: { type: 'u64' } });
 export const monitorCodec = structCodec('ferry_monitor', { flags: { type: 'u32' }, pad: { type: 'pad', length: 4 } });
 export const monitorLeaseCodec = structCodec('ferry_monitor_lease', { untilNs: { type: 'u64' }, owner: { type: 'u32' }, pad: { type: 'pad', length: 4 } });
-export const scratchCodec = structCodec('ferry_scratch', { lastDrop: { type: 'u32' }, lastStat: { type: 'u32' } });
+export const scratchCodec = structCodec('ferry_scratch', { lastDrop: { type: 'u32' }, lastStat: { type: 'u32' }, clockJiffies: { type: 'u64' }, clockNs: { type: 'u64' } });
 export const eventCodec = structCodec('ferry_event', {
   tsNs: { type: 'u64' },
   type: { type: 'u32' },
@@ -329,8 +329,8 @@ export const counterCodec = structCodec('ferry_counter', { packets: { type: 'u64
 /**
  * Every datapath map: its codecs, the setting that resizes it, whether it is a sparse
  * array (indexed by an id, an all-zero slot is absent: MapOptions.sparse), and whether it
- * is scratch space whose contents live for one packet (an upgrade replaces it empty,
- * whatever its layout was).
+ * is scratch space whose contents live for one packet or are read again when missing (an
+ * upgrade replaces it empty, whatever its layout was).
  */
 export const mapSpecs = {
   lb4_services: { key: lb4KeyCodec, value: lb4ServiceCodec, sizeSetting: 'mapSizes.services' },

@@ -70,6 +70,25 @@ describeWith(['root', 'bpffs', 'netns'], 'conntrack', () => {
     expect(ctTtl().ttl).toBeLessThanOrEqual(LIFETIMES.tcpClosing);
   });
 
+  it('stamps lifetimes by the monotonic clock as the last tick left it, read again when the tick moves (each CPU keeps a copy)', async () => {
+    const SEC = 1_000_000_000n;
+    // A tick is 1-10 ms (HZ 1000 to 100); the copy may lag one tick more at a tick's edge. A
+    // copy never read again would lag by the pauses between flows (60 ms each).
+    const LAG = 25_000_000n;
+    for (let i = 0; i < 4; i++) {
+      const sport = 62040 + i;
+      const before = monotonicNs();
+      node.run('tc_ingress', toNodePort(sport, 'S'));
+      const after = monotonicNs();
+      const entry = node.dp.maps.ct4.entries().find(([k]) => k.sport === sport)?.[1];
+      expect(entry).toBeDefined();
+      const stamped = entry!.expiresNs - BigInt(LIFETIMES.tcpSyn) * SEC;
+      expect(stamped).toBeLessThanOrEqual(after);
+      expect(stamped).toBeGreaterThan(before - LAG);
+      await new Promise((r) => setTimeout(r, 60));
+    }
+  });
+
   it('writes a flow\'s lifetime (and its reply binding) when its state changes or the lifetime moves a second, not on every packet', async () => {
     const expires = () => ({ ct: node.dp.maps.ct4.entries()[0]![1].expiresNs, nat: node.dp.maps.nat4.entries()[0]![1].expiresNs });
     node.run('tc_ingress', toNodePort(62020, 'S'));

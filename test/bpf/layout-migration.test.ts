@@ -95,9 +95,11 @@ describeWith(['root', 'bpffs', 'netns'], 'upgrading the pinned maps across layou
     expect(ct).toMatchObject({ fromLayout: 1, copied: 1, caughtUp: 1, dropped: 0 });
     // Conntrack (layouts 2 and 4) and the reply bindings (layouts 3 and 4) changed shape, and
     // the master entries (layout 5: their first slots); the counters grew a slot (a resize,
-    // layout unchanged); the backends became an array (another type, the same entries);
-    // every other map was adopted as it was.
-    expect(node.dp.migrated.map((m) => m.map).sort()).toEqual(['ct4', 'ferry_stats', 'lb4_backends', 'lb4_services', 'nat4']);
+    // layout unchanged); the backends became an array (another type, the same entries); the
+    // per-CPU scratch grew the clock's copy (replaced empty); every other map was adopted as
+    // it was.
+    expect(node.dp.migrated.map((m) => m.map).sort()).toEqual(['ct4', 'ferry_scratch', 'ferry_stats', 'lb4_backends', 'lb4_services', 'nat4']);
+    expect(node.dp.migrated.find((m) => m.map === 'ferry_scratch')).toMatchObject({ copied: 0, dropped: 0 });
     const services = node.dp.migrated.find((m) => m.map === 'lb4_services');
     expect(services).toMatchObject({ fromLayout: 4, dropped: 0 }); // the shape of layouts 1 to 4
     expect(services?.copied).toBeGreaterThan(TC_SERVICES.length);
