@@ -8,7 +8,8 @@
  *          known Service address, unknown port (or a protocol not served) → drop;
  *          ICMP error quoting a translated flow → translate it too;
  *          ARP request for an address this node announces → the reply (lib/arp.h);
- *          IPv6 to a frontend whose backends are all local → DNAT (lib/nodeport6.h).
+ *          IPv6 to a frontend whose backends are all local → DNAT (lib/nodeport6.h);
+ *          IPv6 to a frontend without backend → ICMPv6 port unreachable (lib/icmp6.h).
  * egress:  reply from a local backend (IPv4 or IPv6) → source back to the frontend; what ingress
  *          forwarded out of this device passes untouched (FERRY_MARK_FORWARDED, lib/ctx.h).
  *
@@ -28,6 +29,7 @@
 #include "lib/frag.h"
 #include "lib/nodeport.h"
 #include "lib/nodeport6.h"
+#include "lib/icmp6.h"
 #include "lib/monitor.h"
 #include "lib/arp.h"
 
@@ -76,6 +78,8 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 
 	if (unlikely(rc == PARSE_NOT_IPV4)) {
 		rc = nodeport6_ingress(ctx);
+		if (rc == NODEPORT6_REJECT)
+			return icmp6_reject(ctx);
 		return rc == NODEPORT6_NOT_IPV6 ? arp_respond(ctx) : rc;
 	}
 	if (unlikely(rc == PARSE_MALFORMED))

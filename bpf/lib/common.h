@@ -21,6 +21,10 @@
 #define AF_INET 2
 #endif
 
+#ifndef PACKET_HOST
+#define PACKET_HOST 0 /* skb->pkt_type: addressed to this host (linux/if_packet.h) */
+#endif
+
 #ifndef PACKET_OTHERHOST
 #define PACKET_OTHERHOST 3 /* skb->pkt_type: addressed to another host (linux/if_packet.h) */
 #endif

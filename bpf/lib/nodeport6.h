@@ -5,7 +5,8 @@
  * frontend (tc egress); ICMPv6 errors about such flows are translated too
  * (lib/icmp6_related.h). Forwarding IPv6 to other nodes (SNAT, DSR), extension headers and
  * fragments are not built: a frontend with a remote backend drops its packets
- * (DROP_REMOTE_IPV6), and what tc does not translate to a Service-only address is dropped
+ * (DROP_REMOTE_IPV6), one with no backend has them answered with port unreachable
+ * (lib/icmp6.h), and what tc does not translate to a Service-only address is dropped
  * (DROP_NOT_SERVED); to other addresses it goes to the kernel.
  *
  * Flows live in ct6 (shared/ct6.h); the backend is the flow hash's slot, so a flow whose
@@ -27,6 +28,9 @@
 /* What a tc program's IPv6 entry returns for a frame that is not IPv6 (the caller goes on
  * with it): no TC_ACT_* value. */
 #define NODEPORT6_NOT_IPV6 0x1000
+/* ... and for a packet to a frontend with no backend: the caller answers it with port
+ * unreachable (icmp6_reject, lib/icmp6.h), in a frame of its own. */
+#define NODEPORT6_REJECT 0x1001
 
 static __always_inline __u32 fold6(const __u8 *a)
 {
@@ -115,6 +119,8 @@ static __always_inline int nodeport6_new_flow(struct __ctx_buff *ctx, const stru
 		return count_drop(DROP_UNKNOWN_PORT, p->len);
 	if (found == LB_EMPTY_DROP)
 		return count_drop(DROP_NO_LOCAL_BACKEND, p->len);
+	if (found == LB_NO_BACKEND)
+		return NODEPORT6_REJECT;
 	if (found != LB_FOUND || !svc)
 		return count_drop(DROP_NO_BACKEND, p->len);
 	if (!(svc->flags & LB_F_LOCAL_ONLY))

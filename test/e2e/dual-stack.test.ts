@@ -190,6 +190,19 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a dual-stack Service throug
     expect((await outside.exec(['curl', '-gsS', '--max-time', '2', 'http://[fd00:100::1]:81/'], { timeoutMs: 8000 })).code).toBe(28); // timed out
     // The node's own services on its IPv6 address are untouched.
     expect(await hostname(outside, 'http://[fd00:30::1]:9099/')).toBe('node-1-host');
+    // A Service with no endpoint: port unreachable from its LB IP (kube-proxy's REJECT), so
+    // the client's connect() is refused at once rather than timing out.
+    applyObject(c, 'services', {
+      metadata: { name: 'empty6', namespace: 'default' },
+      spec: { type: 'LoadBalancer', loadBalancerClass: 'example.com/other', clusterIP: '10.96.0.64', clusterIPs: ['10.96.0.64', 'fd00:96::64'], ipFamilies: ['IPv4', 'IPv6'], ipFamilyPolicy: 'RequireDualStack', ports: [{ name: 'http', port: 80, nodePort: 30614, protocol: 'TCP' }] },
+      status: { loadBalancer: { ingress: [{ ip: 'fd00:100::4' }] } },
+    } as V1Service);
+    await router.ip('-6', 'route', 'replace', 'fd00:100::4/128', 'via', 'fd00:31::21');
+    const connectError = async () => (await outside.exec([process.execPath, '-e', "require('node:net').connect({ host: 'fd00:100::4', port: 80, timeout: 3000 }).on('error', (e) => { console.log(e.code); process.exit(0); }).on('timeout', () => { console.log('timeout'); process.exit(0); }).on('connect', () => { console.log('connected'); process.exit(0); })"], { timeoutMs: 8000 })).stdout.trim();
+    const stat = (key: string) => (JSON.parse(ferry('map', 'dump', 'ferry_stats', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ key: string; packets: number }>).find((x) => x.key === key)?.packets ?? 0;
+    const rejectedBefore = stat('STAT_ICMP_REJECT');
+    expect(await eventually(connectError, (e) => e === 'ECONNREFUSED')).toBe('ECONNREFUSED');
+    expect(stat('STAT_ICMP_REJECT')).toBeGreaterThan(rejectedBefore);
 
     // Path MTU: the router's link to the client carries 1280 bytes, the client's own 1500
     // (so its MSS asks for full segments). The router answers the pod's first full segment
