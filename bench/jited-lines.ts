@@ -30,19 +30,26 @@ export function jitedLines(fd: number): JitedLines {
   const nJited = first.readUInt32LE(at('nr_jited_line_info'));
   if (!nLines || nLines !== nJited) throw new Error(`the program has no JIT line info (${nLines} records, ${nJited} addresses)`);
   const lineBuf = koffi.alloc('uint8_t', nLines * LINE_INFO_SIZE);
-  const addrBuf = koffi.alloc('uint64_t', nJited);
-  const info = Buffer.alloc(layout.size);
-  info.writeUInt32LE(nLines, at('nr_line_info'));
-  info.writeUInt32LE(LINE_INFO_SIZE, at('line_info_rec_size'));
-  info.writeBigUInt64LE(koffi.address(lineBuf), at('line_info'));
-  info.writeUInt32LE(nJited, at('nr_jited_line_info'));
-  info.writeUInt32LE(8, at('jited_line_info_rec_size'));
-  info.writeBigUInt64LE(koffi.address(addrBuf), at('jited_line_info'));
-  if (libbpf().objGetInfoByFd(fd, info) < 0) throw new Error('bpf_prog_info: the line info could not be read');
-  const records = Buffer.from(koffi.decode(lineBuf, 'uint8_t', nLines * LINE_INFO_SIZE));
-  const addrs: bigint[] = koffi.decode(addrBuf, 'uint64_t', nJited).map((a: number | bigint) => BigInt(a));
-  koffi.free(lineBuf);
-  koffi.free(addrBuf);
+  const addrBuf = koffi.alloc('uint8_t', nJited * 8);
+  let records: Buffer;
+  let addrs: bigint[];
+  try {
+    const info = Buffer.alloc(layout.size);
+    info.writeUInt32LE(nLines, at('nr_line_info'));
+    info.writeUInt32LE(LINE_INFO_SIZE, at('line_info_rec_size'));
+    info.writeBigUInt64LE(koffi.address(lineBuf), at('line_info'));
+    info.writeUInt32LE(nJited, at('nr_jited_line_info'));
+    info.writeUInt32LE(8, at('jited_line_info_rec_size'));
+    info.writeBigUInt64LE(koffi.address(addrBuf), at('jited_line_info'));
+    if (libbpf().objGetInfoByFd(fd, info) < 0) throw new Error('bpf_prog_info: the line info could not be read');
+    records = Buffer.from(koffi.decode(lineBuf, 'uint8_t', nLines * LINE_INFO_SIZE));
+    // As bytes: a kernel address is past 2^53, which a JS number cannot hold exactly.
+    const raw = Buffer.from(koffi.decode(addrBuf, 'uint8_t', nJited * 8));
+    addrs = Array.from({ length: nJited }, (_, i) => raw.readBigUInt64LE(i * 8));
+  } finally {
+    koffi.free(lineBuf);
+    koffi.free(addrBuf);
+  }
   const source = xlatedSource(first.readUInt32LE(at('id')));
   const table = addrs.map((addr, i) => ({ addr, line: source.get(records.readUInt32LE(i * LINE_INFO_SIZE)) ?? '?' })).sort((a, b) => (a.addr < b.addr ? -1 : a.addr > b.addr ? 1 : 0));
   return {

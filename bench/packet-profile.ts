@@ -1,8 +1,10 @@
-// Where one case's time goes inside the kernel: a fixture's packet run by PROG_TEST_RUN as
+// Where one case's time goes inside the kernel: a tc fixture's packet run by PROG_TEST_RUN as
 // single runs (as bench/packet-cost.ts times it) for a few seconds while `perf record -a -g`
-// samples every CPU, then the symbols under the program (the program's own code, the
-// helpers and the kernel functions they call), by share of the program's samples.
-// Run as root: npx tsx bench/packet-profile.ts --case nodeport-remote-established [--seconds 5]
+// samples every CPU; then the program's samples by the helper they were under (with the
+// kernel functions beneath), by leaf symbol, and the program's own samples by source line
+// (bench/jited-lines.ts). `--new-flow PORT`: the case is a new flow to that frontend port,
+// whose entries are deleted before each run (bench/new-flow.ts), as packet-cost does.
+// Run as root: npx tsx bench/packet-profile.ts --case nodeport-remote-established [--seconds 5] [--new-flow PORT]
 import { parseArgs } from 'node:util';
 import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
