@@ -1,5 +1,6 @@
 /* Carries every shared enum into BTF, so a test can check the TypeScript mirrors of the
- * enums against the C headers (enums used only as constants never reach BTF). Never
+ * enums against the C headers (enums used only as constants never reach BTF), and the ring
+ * buffer's record (no map's type names it: the programs only reserve its size). Never
  * loaded in production. */
 #include "lib/common.h"
 #include "shared/lb.h"
@@ -30,6 +31,7 @@ struct ferry_enum_witness {
 	enum host_ports_slot host_ports_slot;
 	enum local_remap local_remap;
 	enum ct6_dir ct6_dir;
+	struct ferry_event event;
 };
 
 const volatile struct ferry_enum_witness ferry_enum_witness = {};

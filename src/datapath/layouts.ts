@@ -302,27 +302,11 @@ export const handoverCodec = structCodec('ferry_handover', { untilNs: { type: 'u
 export const hopEpochCodec = structCodec('ferry_hop_epoch', { sinceNs: { type: 'u64' } });
 export const monitorCodec = structCodec('ferry_monitor', { flags: { type: 'u32' }, pad: { type: 'pad', length: 4 } });
 export const monitorLeaseCodec = structCodec('ferry_monitor_lease', { untilNs: { type: 'u64' }, owner: { type: 'u32' }, pad: { type: 'pad', length: 4 } });
-export const scratchCodec = structCodec('ferry_scratch', { lastDrop: { type: 'u32' }, lastStat: { type: 'u32' }, clockJiffies: { type: 'u64' }, clockNs: { type: 'u64' } });
-export const eventCodec = structCodec('ferry_event', {
-  tsNs: { type: 'u64' },
-  type: { type: 'u32' },
-  reason: { type: 'u32' },
-  saddr: { type: 'ipv4' },
-  daddr: { type: 'ipv4' },
-  sport: { type: 'be16' },
-  dport: { type: 'be16' },
-  proto: { type: 'u8' },
-  hook: { type: 'u8' },
-  pad: { type: 'pad', length: 2 },
-  outSaddr: { type: 'ipv4' },
-  outDaddr: { type: 'ipv4' },
-  outSport: { type: 'be16' },
-  outDport: { type: 'be16' },
-  ifindex: { type: 'u32' },
-  verdict: { type: 'u32' },
-  pad2: { type: 'pad', length: 4 },
+const address16 = { type: 'bytes', length: 16 } as const;
+export const scratchCodec = structCodec('ferry_scratch', {
+  lastDrop: { type: 'u32' }, lastStat: { type: 'u32' }, clockJiffies: { type: 'u64' }, clockNs: { type: 'u64' },
+  inSaddr: address16, inDaddr: address16, inSport: { type: 'be16' }, inDport: { type: 'be16' }, inProto: { type: 'u8' }, inFamily: { type: 'u8' }, inPad: { type: 'pad', length: 2 },
 });
-export type FerryEvent = ReturnType<typeof eventCodec.decode>;
 
 export const counterCodec = structCodec('ferry_counter', { packets: { type: 'u64' }, bytes: { type: 'u64' } });
 

@@ -1,10 +1,11 @@
-// Datapath events for `ferry monitor`: drops (with reason and 5-tuple) and traces of
-// translations from the ring buffer. The programs send them only while the switch in
+// Datapath events for `ferry monitor`: drops (with reason and 5-tuple, IPv4 or IPv6) and
+// traces of translations from the ring buffer. The programs send them only while the switch in
 // ferry_monitor asks and the monitor's lease (ferry_monitor_lease) holds; watching takes
 // the lease, renews it, turns the switch on and, on the way out, both off again.
 import { join } from 'node:path';
 import { monotonicNs } from './ct-gc.js';
-import { DropReason, EventType, Hook, MonitorFlags, Stat, eventCodec, protoName, type FerryEvent } from './layouts.js';
+import { addressText, decodeEvent, endpointText, type FerryEvent } from './event-layout.js';
+import { DropReason, EventType, Hook, MonitorFlags, Stat, protoName } from './layouts.js';
 import { ErrorCode, FerryError, errnoError } from '../errors.js';
 import { libbpf } from '../ebpf/libbpf.js';
 import { RingBufferReader } from '../ebpf/ringbuf.js';
@@ -22,21 +23,26 @@ export interface DatapathEvent {
   reason: string;
   /** trace: the packet as it left. */
   out?: string;
-  raw: FerryEvent;
+  /** The record's fields, addresses as text (`ferry monitor -o json`). */
+  raw: EventFields;
 }
+
+/** A record with its addresses as text. */
+export type EventFields = Omit<FerryEvent, 'saddr' | 'daddr' | 'outSaddr' | 'outDaddr'> & { saddr: string; daddr: string; outSaddr: string; outDaddr: string };
 
 const nameOf = (names: Record<string, number>, v: number, prefix: string) => (Object.entries(names).find(([, x]) => x === v)?.[0] ?? String(v)).replace(prefix, '').toLowerCase();
 
 export function describeEvent(e: FerryEvent): DatapathEvent {
   const kind: EventKind = e.type === EventType.EVENT_DROP ? 'drop' : 'trace';
+  const text = (b: Buffer) => addressText(e.family, b);
   return {
     kind,
     hook: e.hook === Hook.HOOK_TC_EGRESS ? 'egress' : e.hook === Hook.HOOK_XDP ? 'xdp' : 'ingress',
     tsNs: Number(e.tsNs),
-    tuple: `${e.saddr}:${e.sport} → ${e.daddr}:${e.dport}/${protoName(e.proto)}`,
+    tuple: `${endpointText(e.family, e.saddr, e.sport)} → ${endpointText(e.family, e.daddr, e.dport)}/${protoName(e.proto)}`,
     reason: kind === 'drop' ? nameOf(DropReason, e.reason, 'DROP_') : nameOf(Stat, e.reason, 'STAT_'),
-    ...(kind === 'trace' ? { out: `${e.outSaddr}:${e.outSport} → ${e.outDaddr}:${e.outDport}` } : {}),
-    raw: e,
+    ...(kind === 'trace' ? { out: `${endpointText(e.family, e.outSaddr, e.outSport)} → ${endpointText(e.family, e.outDaddr, e.outDport)}` } : {}),
+    raw: { ...e, saddr: text(e.saddr), daddr: text(e.daddr), outSaddr: text(e.outSaddr), outDaddr: text(e.outDaddr) },
   };
 }
 
@@ -65,7 +71,7 @@ export async function watchEvents(o: WatchOptions, signal: AbortSignal): Promise
     const reader = new RingBufferReader('ferry_events', fd, (data) => {
       if (o.count > 0 && seen >= o.count) return;
       seen++;
-      o.onEvent(describeEvent(eventCodec.decode(data)));
+      o.onEvent(describeEvent(decodeEvent(data)));
     });
     const monitor = dp.writable('ferry_monitor');
     // A datapath from before the lease (an agent older than this CLI) has no such map: its

@@ -1,6 +1,7 @@
 // The C/TypeScript contract: every shared struct codec against the BTF of the datapath
 // objects, every enum mirror against the C enums (carried into BTF by contract.bpf.c).
 import { expect, it } from 'vitest';
+import { eventCodec } from '../../src/datapath/event-layout.js';
 import { mapSpecs, sharedEnums } from '../../src/datapath/layouts.js';
 import type { Codec } from '../../src/ebpf/codec.js';
 import { assertEnums, enumDiff } from '../../src/ebpf/enum-check.js';
@@ -23,6 +24,17 @@ describeWith(['root'], 'C/TypeScript contract', () => {
       } finally {
         obj.close();
       }
+    }
+  });
+
+  it('the ring buffer record (struct ferry_event) matches the BTF of the headers', () => {
+    const obj = BpfObject.open(bpfObject('tests/contract'));
+    try {
+      const record = obj.btf.struct('ferry_event');
+      expect(record, 'struct ferry_event in BTF').toBeDefined();
+      expect(eventCodec.diff(obj.btf, record!.id)).toEqual([]);
+    } finally {
+      obj.close();
     }
   });
 
