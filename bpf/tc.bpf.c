@@ -8,7 +8,8 @@
  *          known Service address, unknown port (or a protocol not served) → drop;
  *          ICMP error quoting a translated flow → translate it too;
  *          ARP request for an address this node announces → the reply (lib/arp.h);
- *          IPv6 to a frontend whose backends are all local → DNAT (lib/nodeport6.h);
+ *          IPv6 to a frontend → local backend: DNAT (lib/nodeport6.h); remote: DNAT + SNAT
+ *          to the node's IPv6 address, FIB, redirect, and its replies back (lib/snat6.h);
  *          IPv6 to a frontend without backend → ICMPv6 port unreachable (lib/icmp6.h).
  * egress:  reply from a local backend (IPv4 or IPv6) → source back to the frontend; what ingress
  *          forwarded out of this device passes untouched (FERRY_MARK_FORWARDED, lib/ctx.h).
@@ -80,6 +81,12 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 		rc = nodeport6_ingress(ctx);
 		if (rc == NODEPORT6_REJECT)
 			return icmp6_reject(ctx);
+		if (rc == NODEPORT6_REMOTE) {
+			rc = nodeport6_snat_flow(ctx);
+			return rc == CTX_ACT_OK ? nodeport6_forward(ctx) : rc;
+		}
+		if (rc == NODEPORT6_REPLY)
+			return nodeport6_reply_remote(ctx);
 		return rc == NODEPORT6_NOT_IPV6 ? arp_respond(ctx) : rc;
 	}
 	if (unlikely(rc == PARSE_MALFORMED))

@@ -9,6 +9,9 @@
 #include "shared/ct.h"
 
 const volatile __be32 snat_ipv4 = 0;        /* the node address remote flows leave from */
+/* ... and its IPv6 address, in network order; all zero: none, IPv6 to remote backends is
+ * dropped (DROP_REMOTE_IPV6). */
+const volatile __u32 snat_ipv6[4] = {};
 const volatile __u16 snat_port_min = 61000; /* SNAT source ports, host order; keep them */
 const volatile __u16 snat_port_max = 65535; /* out of ip_local_port_range */
 const volatile __u32 snat_retries = 8;      /* probe-sequence tries when the client's port is taken */

@@ -1,13 +1,13 @@
 /* IPv6 north-south on tc: a packet from outside for an IPv6 NodePort, LoadBalancer IP or
- * externalIP whose backends are all on this node (LB_F_LOCAL_ONLY: what an
- * externalTrafficPolicy of Local gives, or a Service whose endpoints all run here) is
- * balanced once per flow and DNATed to its backend; the backend's replies leave as the
- * frontend (tc egress); ICMPv6 errors about such flows are translated too
- * (lib/icmp6_related.h). Forwarding IPv6 to other nodes (SNAT, DSR), extension headers and
- * fragments are not built: a frontend with a remote backend drops its packets
- * (DROP_REMOTE_IPV6), one with no backend has them answered with port unreachable
- * (lib/icmp6.h), and what tc does not translate to a Service-only address is dropped
- * (DROP_NOT_SERVED); to other addresses it goes to the kernel.
+ * externalIP is balanced once per flow; to a backend on this node it is DNATed, the
+ * backend's replies leave as the frontend (tc egress), and ICMPv6 errors about such flows
+ * are translated too (lib/icmp6_related.h); to a backend on another node it is DNATed and
+ * SNATed to the node's IPv6 address (lib/snat6.h: this file only tells tc_ingress which
+ * packets are that path's; without a node IPv6 address they are dropped,
+ * DROP_REMOTE_IPV6). DSR, extension headers and fragments are not built: a frontend with
+ * no backend has its packets answered with port unreachable (lib/icmp6.h), and what tc
+ * does not translate to a Service-only address is dropped (DROP_NOT_SERVED); to other
+ * addresses it goes to the kernel.
  *
  * Flows live in ct6 (shared/ct6.h); the backend is the flow hash's slot, so a flow whose
  * entries an overfull map evicted finds the same backend again while the backends stay. */
@@ -18,12 +18,12 @@
 #include "maps.h"
 #include "clock.h"
 #include "parse6.h"
-#include "hash.h"
-#include "csum.h"
+#include "nat6.h"
 #include "ct.h"
 #include "lb6.h"
 #include "ct6.h"
 #include "icmp6_related.h"
+#include "snat6.h"
 
 /* What a tc program's IPv6 entry returns for a frame that is not IPv6 (the caller goes on
  * with it): no TC_ACT_* value. */
@@ -31,51 +31,11 @@
 /* ... and for a packet to a frontend with no backend: the caller answers it with port
  * unreachable (icmp6_reject, lib/icmp6.h), in a frame of its own. */
 #define NODEPORT6_REJECT 0x1001
-
-static __always_inline __u32 fold6(const __u8 *a)
-{
-	const __u32 *w = (const __u32 *)a;
-
-	return w[0] ^ w[1] ^ w[2] ^ w[3];
-}
-
-static __always_inline __u32 flow_hash6(const struct pkt6 *p)
-{
-	__u32 init = FERRY_HASH_INIT + hash_seed;
-
-	return hash_final(fold6(p->saddr) + init, fold6(p->daddr) + init,
-			  ((__u32)p->sport | ((__u32)p->dport << 16)) + p->proto + init);
-}
-
-/* Rewrite one end of a packet (its address at `addr_off`, its port at `port_off`) from
- * from/from_port to to/to_port. IPv6 has no header checksum: the L4 checksum takes the
- * address change as a pseudo-header change (one helper call with the summed difference),
- * the port change as a plain one; a checksum the sender left partial takes the first only,
- * which the helper knows. */
-static __always_inline int nat6_rewrite(struct __ctx_buff *ctx, const struct pkt6 *p, __u32 addr_off, __u32 port_off,
-					const __u8 *from, const __u8 *to, __be16 from_port, __be16 to_port)
-{
-	__u32 csum_off = p->l4_off + (p->proto == IPPROTO_TCP ? 16 : 6);
-	__u64 mangled0 = p->proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
-	__u32 diff = csum_diff16(from, to);
-	__u8 addr[16];
-
-	__builtin_memcpy(addr, to, 16);
-	/* BPF_F_IPV6: IPv6 has no header checksum to take the address change, so a received
-	 * packet's whole-packet sum (CHECKSUM_COMPLETE) does not move; without it the helper
-	 * moves it as for IPv4. A kernel from before that fix (2025, in the stable series too)
-	 * refuses the flag: then without it. */
-	if (ctx_l4_csum_replace(ctx, csum_off, 0, diff, BPF_F_PSEUDO_HDR | FERRY_F_IPV6 | mangled0) < 0 &&
-	    ctx_l4_csum_replace(ctx, csum_off, 0, diff, BPF_F_PSEUDO_HDR | mangled0) < 0)
-		return -1;
-	if (ctx_store_bytes(ctx, addr_off, addr, 16, 0) < 0)
-		return -1;
-	if (from_port == to_port)
-		return 0;
-	if (ctx_l4_csum_replace(ctx, csum_off, from_port, to_port, sizeof(to_port) | mangled0) < 0)
-		return -1;
-	return ctx_store_bytes(ctx, port_off, &to_port, sizeof(to_port), 0);
-}
+/* ... for a client's packet of a flow to a backend on another node: the caller has
+ * nodeport6_snat_flow and nodeport6_forward (lib/snat6.h) take it; and for a remote
+ * backend's reply to such a flow, nodeport6_reply_remote. */
+#define NODEPORT6_REMOTE 0x1002
+#define NODEPORT6_REPLY 0x1003
 
 /* Write both directions of a flow with their lifetime from now. The reply direction is
  * written only where no live flow of another frontend holds it: `fresh` says the flow
@@ -123,13 +83,11 @@ static __always_inline int nodeport6_new_flow(struct __ctx_buff *ctx, const stru
 		return NODEPORT6_REJECT;
 	if (found != LB_FOUND || !svc)
 		return count_drop(DROP_NO_BACKEND, p->len);
-	if (!(svc->flags & LB_F_LOCAL_ONLY))
-		return count_drop(DROP_REMOTE_IPV6, p->len);
 	b = lb6_select_slot(&key, svc, flow_hash6(p));
 	if (!b)
 		return count_drop(DROP_BACKEND_MISSING, p->len);
 	if (!(b->flags & LB_BACKEND_F_LOCAL))
-		return count_drop(DROP_REMOTE_IPV6, p->len);
+		return snat6_on() ? NODEPORT6_REMOTE : count_drop(DROP_REMOTE_IPV6, p->len);
 	if (p->proto == IPPROTO_TCP && !(p->tcp_flags & TCP_SYN))
 		count_stat(STAT_CT_MIDSTREAM, 0);
 	__builtin_memcpy(flow->addr, b->address, 16);
@@ -185,13 +143,23 @@ __ferry_global int nodeport6_ingress(struct __sk_buff *ctx)
 	}
 	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
 		return nodeport6_not_served(&p);
+	if (snat6_is_node(p.daddr)) {
+		ct6_key_set(&client, p.saddr, p.daddr, p.sport, p.dport, p.proto, CT6_DIR_REPLY);
+		if (bpf_map_lookup_elem(&nat6, &client))
+			return NODEPORT6_REPLY;
+	}
 	ct6_key_set(&client, p.saddr, p.daddr, p.sport, p.dport, p.proto, CT6_DIR_CLIENT);
 	now = ferry_now();
 	held = bpf_map_lookup_elem(&ct6, &client);
 	if (held && !ct_expired(held->expires_ns, now) &&
 	    !(p.proto == IPPROTO_TCP && (held->flags & CT_F_CLOSING) && (p.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN)) {
-		__u8 flags = ct6_flags_client(&p, held->flags);
-		__u64 expires = now + ct_lifetime_ns(p.proto, flags);
+		__u8 flags;
+		__u64 expires;
+
+		if (held->flags & CT_F_SNAT)
+			return NODEPORT6_REMOTE; /* its state is lib/snat6.h's */
+		flags = ct6_flags_client(&p, held->flags);
+		expires = now + ct_lifetime_ns(p.proto, flags);
 
 		flow = *held;
 		if (flags != held->flags || expires >= held->expires_ns + CT_REFRESH_NS) {

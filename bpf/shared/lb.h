@@ -34,8 +34,8 @@ enum lb_flags {
 	 * through DSR, or through SNAT, whatever the node's mode. */
 	LB_F_FWD_DSR = 1 << 8,
 	LB_F_FWD_SNAT = 1 << 9,
-	/* IPv6 external entries: every backend is on this node, so tc may DNAT the frontend's
-	 * packets from outside (lib/nodeport6.h); IPv6 to other nodes is not forwarded yet. */
+	/* IPv6 external entries: every backend is on this node (shown by `ferry service list`;
+	 * tc decides per flow by its backend's LB_BACKEND_F_LOCAL, lib/nodeport6.h). */
 	LB_F_LOCAL_ONLY = 1 << 10,
 };
 

@@ -33,7 +33,9 @@ enum ferry_stat {
 				    * another client port at the pod (bpf/lib/contest.h) */
 	STAT_FWD_LOCAL6 = 20,      /* IPv6 north-south to a backend on this node (DNAT) */
 	STAT_REPLY_LOCAL6 = 21,    /* IPv6 reply from a local backend, source restored on egress */
-	STAT_MAX = 22,
+	STAT_FWD_REMOTE6 = 22,     /* IPv6 north-south to another node (DNAT + SNAT, redirected) */
+	STAT_REPLY_REMOTE6 = 23,   /* IPv6 reply to an SNATed flow, restored and redirected */
+	STAT_MAX = 24,
 };
 
 enum ferry_drop_reason {
@@ -63,8 +65,8 @@ enum ferry_drop_reason {
 				    * not set: the kernel would fragment it, ferry does not */
 	DROP_TUPLE_TAKEN = 19,     /* IPv6: a new flow whose local pod's tuple a live flow of another
 				    * frontend holds (no client-port remap for IPv6 yet) */
-	DROP_REMOTE_IPV6 = 20,     /* IPv6 from outside to a frontend with a backend on another node:
-				    * forwarding IPv6 to other nodes is not built yet */
+	DROP_REMOTE_IPV6 = 20,     /* IPv6 from outside to a frontend with a backend on another node,
+				    * on a node with no IPv6 address for such flows to leave from */
 	DROP_NOT_SERVED = 21,      /* to a Service-only address, a packet tc does not translate (another
 				    * protocol, an ICMP echo, IPv6 extension headers or fragments): dropped,
 				    * not routed back out */

@@ -14,7 +14,7 @@
  * converter: an agent upgrading from the previous layout then migrates the live maps
  * instead of refusing them. */
 enum ferry_layout {
-	FERRY_LAYOUT_VERSION = 5,
+	FERRY_LAYOUT_VERSION = 6,
 };
 
 #endif

@@ -119,7 +119,7 @@ export class Agent {
     const datapath = Datapath.load({
       objectsDir: cfg.objectsDir || defaultObjectsDir(),
       pinDir: cfg.pinDir,
-      snatIPv4,
+      snatIPv4, snatIPv6: cfg.snatIPv6 || view.addresses6?.[0],
       snatPortMin: cfg.snatPortMin,
       snatPortMax: cfg.snatPortMax,
       hashSeed: cfg.hashSeed,
@@ -150,7 +150,7 @@ export class Agent {
       throw e;
     }
     for (const m of datapath.migrated) log.info({ ...m, toLayout: LAYOUT_VERSION }, m.fromLayout === LAYOUT_VERSION ? 'map resized, entries kept' : 'map migrated to the new layout');
-    log.info({ pinDir: cfg.pinDir, devices, devicesFrom: cfg.devices.length ? 'config' : 'node addresses and default routes', cgroup: cfg.cgroupRoot, snatIPv4, forwarding: cfg.forwardingMode, xdp: datapath.xdpModes(), ...(datapath.migrated.length ? { switchAt, switchMs } : {}), ...(handover ? { handover } : {}), ...(strays.removed.length ? { detachedElsewhere: strays.removed } : {}), ...(strays.failed.length ? { detachElsewhereFailed: strays.failed } : {}), adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length, hostPorts: datapath.hostPorts?.status() }, 'datapath loaded');
+    log.info({ pinDir: cfg.pinDir, devices, devicesFrom: cfg.devices.length ? 'config' : 'node addresses and default routes', cgroup: cfg.cgroupRoot, snatIPv4, snatIPv6: cfg.snatIPv6 || view.addresses6?.[0] || 'none (IPv6 to remote backends dropped)', forwarding: cfg.forwardingMode, xdp: datapath.xdpModes(), ...(datapath.migrated.length ? { switchAt, switchMs } : {}), ...(handover ? { handover } : {}), ...(strays.removed.length ? { detachedElsewhere: strays.removed } : {}), ...(strays.failed.length ? { detachElsewhereFailed: strays.failed } : {}), adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length, hostPorts: datapath.hostPorts?.status() }, 'datapath loaded');
 
     health.syncNode(node);
     const serviceHealth = new ServiceHealthServers(health, cfg.healthCheckBindAddress, (svc, e) => log.error({ service: svc, err: e.message }, 'cannot serve the health check node port'));

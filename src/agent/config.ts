@@ -1,6 +1,6 @@
 // Agent configuration: defaults, then a YAML file, then environment (FERRY_*), then flags.
 // Every key is validated; an error says which key, what is wrong and what is allowed.
-import { isIP, isIPv4 } from 'node:net';
+import { isIP, isIPv4, isIPv6 } from 'node:net';
 import { booleanSetting, configError as bad, hostPortSetting, integerSetting, logLevelSetting, readConfigFile, settingsFromEnv, type LogLevel } from '../config-file.js';
 import { ACCELERATIONS, DEFAULT_MAP_SIZES, DEFAULT_SNAT_PORTS, type Acceleration, type MapSizes } from '../datapath/loader.js';
 import { isPrime } from '../datapath/maglev.js';
@@ -24,6 +24,8 @@ export interface AgentConfig {
   devices: string[];
   /** The address remote flows are SNATed to; default: the node's first InternalIP. */
   snatIPv4: string;
+  /** ... IPv6 flows; default: the node's first IPv6 InternalIP (none: IPv6 to remote backends is dropped). */
+  snatIPv6: string;
   /** Extra node addresses serving NodePorts (beyond the Node object's). */
   nodePortAddresses: string[];
   pinDir: string;
@@ -79,6 +81,7 @@ export const DEFAULT_CONFIG: AgentConfig = {
   kubeconfig: '',
   devices: [],
   snatIPv4: '',
+  snatIPv6: '',
   nodePortAddresses: [],
   pinDir: '/sys/fs/bpf/ferry',
   objectsDir: '',
@@ -143,6 +146,10 @@ export function mergeConfig(base: AgentConfig, input: Record<string, unknown>, s
       case 'snatIPv4':
         if (typeof value !== 'string' || (value !== '' && !isIPv4(value))) throw bad(where, `is ${JSON.stringify(value)}`, 'an IPv4 address');
         out.snatIPv4 = value;
+        break;
+      case 'snatIPv6':
+        if (typeof value !== 'string' || (value !== '' && (!isIPv6(value) || value.includes('%')))) throw bad(where, `is ${JSON.stringify(value)}`, 'an IPv6 address');
+        out.snatIPv6 = value;
         break;
       case 'devices':
       case 'xdpDevices':

@@ -1,6 +1,6 @@
 // The agent's conntrack GC: expired flows and bindings, flows of backends or frontends the
 // writer no longer holds, and retired backend ids no flow uses any more.
-import { collectConntrack, collectConntrack6, collectOrphans } from '../datapath/ct-gc.js';
+import { collectConntrack, collectConntrack6, collectNat6, collectOrphans } from '../datapath/ct-gc.js';
 import type { DatapathMaps } from '../datapath/loader.js';
 import type { ServiceWriter } from '../datapath/writer.js';
 import type { AgentMetrics } from './metrics.js';
@@ -23,5 +23,7 @@ export function collectGarbage(maps: DatapathMaps, writer: ServiceWriter, metric
   writer.releaseRetiredBackends(o.backendIdsInFlows);
   const r6 = collectConntrack6(maps.ct6, undefined, (f, b) => writer.servesFlow6(f, b));
   metrics.ctCollected.inc({ map: 'ct6' }, r6.deleted);
-  return { ct4: r.ctScanned - r.ctDeleted - o.ctDeleted, nat4: r.natScanned - r.natDeleted - o.natDeleted, ct6: r6.scanned - r6.deleted, lb4_sock_rev: [...maps.lb4_sock_rev.keys()].length };
+  const n6 = collectNat6(maps.nat6, undefined, (f, b) => writer.servesFlow6(f, b));
+  metrics.ctCollected.inc({ map: 'nat6' }, n6.deleted);
+  return { ct4: r.ctScanned - r.ctDeleted - o.ctDeleted, nat4: r.natScanned - r.natDeleted - o.natDeleted, ct6: r6.scanned - r6.deleted, nat6: n6.scanned - n6.deleted, lb4_sock_rev: [...maps.lb4_sock_rev.keys()].length };
 }

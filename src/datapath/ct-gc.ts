@@ -97,6 +97,19 @@ export function collectConntrack6(map: DatapathMaps['ct6'], now: bigint = monoto
   return { scanned: all.length, deleted };
 }
 
+/** IPv6 SNAT bindings past their expiry, and with `serves`, those of a frontend that no
+ * longer holds their backend (as collectConntrack6: the port goes back to the range). */
+export function collectNat6(map: DatapathMaps['nat6'], now: bigint = monotonicNs(), serves?: Serves6): { scanned: number; deleted: number } {
+  const all = map.entries();
+  let deleted = deleteStillExpired(map, all.filter(([, v]) => v.expiresNs < now).map(([k]) => k), now);
+  for (const [k, v] of serves ? all : []) {
+    if (v.expiresNs < now || serves!({ address: v.frontendAddr, port: v.frontendPort, proto: k.proto }, { address: k.saddr, port: k.sport })) continue;
+    const again = map.lookup(k);
+    if (again && again.clientAddr === v.clientAddr && again.clientPort === v.clientPort && map.delete(k)) deleted++;
+  }
+  return { scanned: all.length, deleted };
+}
+
 /** A backend endpoint as a set key: a nat4 key's source (saddr, sport, proto) or a backend's address, port and protocol. */
 const endpointKey = (address: string, port: number, proto: number): string => `${address}:${port}/${proto}`;
 
@@ -215,9 +228,10 @@ export function collectOrphans(maps: OrphanMaps, liveFrontends?: Iterable<Endpoi
  * Empty conntrack and NAT (an operator's `ferry ct flush`): every flow is balanced and
  * routed anew (the backends' shared hops are cleared too).
  */
-export function clearConntrack(maps: Pick<DatapathMaps, 'ct4' | 'nat4'> & Partial<Pick<DatapathMaps, 'lb4_backend_hops' | 'ct6'>>): { ct: number; nat: number } {
+export function clearConntrack(maps: Pick<DatapathMaps, 'ct4' | 'nat4'> & Partial<Pick<DatapathMaps, 'lb4_backend_hops' | 'ct6' | 'nat6'>>): { ct: number; nat: number } {
   maps.lb4_backend_hops?.deleteBatch([...maps.lb4_backend_hops.keys()]);
-  // IPv6 flows (both directions in one map) count as conntrack entries.
+  // IPv6 flows and bindings count as conntrack and NAT entries.
   const ct6 = maps.ct6?.deleteBatch([...maps.ct6.keys()]) ?? 0;
-  return { ct: maps.ct4.deleteBatch([...maps.ct4.keys()]) + ct6, nat: maps.nat4.deleteBatch([...maps.nat4.keys()]) };
+  const nat6 = maps.nat6?.deleteBatch([...maps.nat6.keys()]) ?? 0;
+  return { ct: maps.ct4.deleteBatch([...maps.ct4.keys()]) + ct6, nat: maps.nat4.deleteBatch([...maps.nat4.keys()]) + nat6 };
 }

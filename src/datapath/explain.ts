@@ -54,6 +54,8 @@ const STAT_TEXT: Record<string, string> = {
   STAT_FWD_LOCAL: 'forwarded to a backend on this node (DNAT only; the client address is kept)',
   STAT_FWD_LOCAL6: 'forwarded to a backend on this node (IPv6: DNAT only; the client address is kept)',
   STAT_FWD_REMOTE: 'forwarded to a backend on another node with SNAT to this node',
+  STAT_FWD_REMOTE6: 'forwarded to a backend on another node with SNAT to this node\'s IPv6 address',
+  STAT_REPLY_REMOTE6: 'a reply to an SNATed IPv6 flow, restored and sent back to its client',
   STAT_FWD_DSR: 'forwarded to a backend on another node by DSR (the frontend rides in an IPv4 option)',
   STAT_REPLY_REMOTE: 'a reply to an SNATed flow, restored and sent back to its client',
   STAT_ICMP_REJECT: 'no backend: answered ICMP port unreachable (the client sees ECONNREFUSED)',
@@ -269,8 +271,8 @@ function decisionLines(copy: TwinMap, lines: string[], known: boolean): void {
   if (!stats.length && !drops.length) lines.push(known ? 'decision: nothing to do' : 'decision: not a Service address: passed on untouched');
 }
 
-/** An IPv6 packet from outside through the twin (bpf/lib/nodeport6.h): DNAT to a local
- * backend, or why not. */
+/** An IPv6 packet from outside through the twin (bpf/lib/nodeport6.h, snat6.h): DNAT to a
+ * local backend, DNAT + SNAT to a remote one, or why not. */
 function explainPacket6(r: ExplainRequest, live: DatapathReader, pinned: readonly MapName[]): Explanation {
   const { twin, copy } = openTwin(r, live, pinned);
   try {
@@ -286,7 +288,6 @@ function explainPacket6(r: ExplainRequest, live: DatapathReader, pinned: readonl
       lines.push(`frontend [${r.dst}]:${r.dport}/${r.proto}, flags ${flagText(svc.flags)}, ${svc.count} backend(s)`);
       if (svc.count) lines.push(`backends: ${backendList6(live, r.dst, r.dport, proto, LbScope.LB_SCOPE_EXTERNAL).join(', ')}`);
       if (svc.flags & LbFlags.LB_F_DROP_WHEN_EMPTY) lines.push('policy: externalTrafficPolicy=Local (only this node\'s endpoints; none means drop)');
-      if (svc.count && !(svc.flags & LbFlags.LB_F_LOCAL_ONLY)) lines.push('a backend is on another node: IPv6 is not forwarded to other nodes yet');
     }
     const run = () => {
       const l4 = proto === 6 ? tcp({ sport: r.sport, dport: r.dport, flags: held ? 'A' : 'S' }) : udp({ sport: r.sport, dport: r.dport });
@@ -296,7 +297,7 @@ function explainPacket6(r: ExplainRequest, live: DatapathReader, pinned: readonl
     const res = r.netns ? inNetns(r.netns, run) : run();
     decisionLines(copy, lines, Boolean(svc));
     const made = copy('ct6').lookup(client) as { addr: string; port: number } | undefined;
-    const backend = made && res.retval === 0 ? `[${made.addr}]:${made.port}` : undefined;
+    const backend = made && (res.retval === 0 || res.retval === 7) ? `[${made.addr}]:${made.port}` : undefined;
     if (backend) lines.push(`backend: ${backend}`);
     const ip = decodePacket(res.data).find((l) => l.name === 'ipv6')?.fields;
     if (ip) lines.push(`packet out: [${ip.src}] → [${ip.dst}]`);

@@ -105,7 +105,7 @@ function flatten(name: MapName, k: Record<string, unknown> | number, v: Record<s
     else if (Buffer.isBuffer(x)) row[f] = x.toString('utf8').replace(/\0.*$/s, '');
     else row[f] = x as string | number;
   }
-  if ((name === 'ct4' || name === 'nat4') && typeof row.flags === 'number') row.flags = flagNames(row.flags, CtFlags, 'CT_F_');
+  if ((name === 'ct4' || name === 'nat4' || name === 'ct6' || name === 'nat6') && typeof row.flags === 'number') row.flags = flagNames(row.flags, CtFlags, 'CT_F_');
   return row;
 }
 
@@ -134,7 +134,8 @@ export function listFlows(pinDir: string, filter: { service?: string; backend?: 
       flow: `[${k.saddr}]:${k.sport} → [${k.daddr}]:${k.dport}/${protoName(k.proto)}`,
       frontend: `[${k.daddr}]:${k.dport}`,
       backend: `[${v.addr}]:${v.port}`,
-      nat: '-',
+      // SNAT: the port it leaves from, on the node's IPv6 address (snatIPv6).
+      nat: v.flags & CtFlags.CT_F_SNAT ? `[node]:${v.natPort}` : '-',
       device: '-',
       nextHop: '-',
       flags: flagNames(v.flags, CtFlags, 'CT_F_'),
@@ -167,7 +168,7 @@ export function listFlows(pinDir: string, filter: { service?: string; backend?: 
 /** Delete every conntrack and NAT entry (what `ferry ct flush --yes` does). */
 export function flushConntrack(pinDir: string): { ct: number; nat: number } {
   // An agent from before lb4_backend_hops has no such pin.
-  return PinnedDatapath.with(pinDir, (dp) => clearConntrack({ ct4: dp.writable('ct4'), nat4: dp.writable('nat4'), ...(dp.pinned().includes('lb4_backend_hops') ? { lb4_backend_hops: dp.writable('lb4_backend_hops') } : {}), ...(dp.pinned().includes('ct6') ? { ct6: dp.writable('ct6') } : {}) }));
+  return PinnedDatapath.with(pinDir, (dp) => clearConntrack({ ct4: dp.writable('ct4'), nat4: dp.writable('nat4'), ...(dp.pinned().includes('lb4_backend_hops') ? { lb4_backend_hops: dp.writable('lb4_backend_hops') } : {}), ...(dp.pinned().includes('ct6') ? { ct6: dp.writable('ct6') } : {}), ...(dp.pinned().includes('nat6') ? { nat6: dp.writable('nat6') } : {}) }));
 }
 
 export interface FrontendRow {

@@ -3,6 +3,7 @@
 // one it finds in a layout it does not know, it refuses. When bpf/shared changes a struct
 // a pinned map holds: bump FERRY_LAYOUT_VERSION, and add the old codec and its converter.
 import { structCodec, type Codec } from '../ebpf/codec.js';
+import { ct6EntryV5Codec, ct6KeyCodec, type Ct6Entry } from './layouts6.js';
 import { ct4KeyCodec, lb4KeyCodec, type Ct4Entry, type Lb4Service, type MapName, type Nat4Entry } from './layouts.js';
 
 export interface PastLayout {
@@ -118,6 +119,14 @@ export const layoutHistory: Partial<Record<MapName, PastLayout[]>> = {
       key: ct4KeyCodec as Codec<unknown>,
       value: nat4EntryV3Codec as Codec<unknown>,
       upgrade: (key, value) => ({ key, value: { ...(value as ReturnType<typeof nat4EntryV3Codec.decode>), ...noHop } satisfies Nat4Entry }),
+    },
+  ],
+  ct6: [
+    {
+      version: 5,
+      key: ct6KeyCodec as Codec<unknown>,
+      value: ct6EntryV5Codec as Codec<unknown>,
+      upgrade: (key, value) => ({ key, value: { ...(value as ReturnType<typeof ct6EntryV5Codec.decode>), natPort: 0 } satisfies Ct6Entry }),
     },
   ],
   lb4_services: [

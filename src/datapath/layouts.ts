@@ -4,7 +4,7 @@
 import { ipv4Codec, structCodec, u32Codec, u64Codec, u8Codec, type Codec } from '../ebpf/codec.js';
 import type { BpfMap } from '../ebpf/map.js';
 import type { ProtoName } from '../model/frontend.js';
-import { Ct6Dir, ct6EntryCodec, ct6KeyCodec, lb6AffinityKeyCodec, lb6AffinityValueCodec, lb6KeyCodec, lb6ServiceCodec, lb6SockKeyCodec, lb6SockValueCodec } from './layouts6.js';
+import { Ct6Dir, ct6EntryCodec, ct6KeyCodec, nat6EntryCodec, lb6AffinityKeyCodec, lb6AffinityValueCodec, lb6KeyCodec, lb6ServiceCodec, lb6SockKeyCodec, lb6SockValueCodec } from './layouts6.js';
 
 export const LbScope = { LB_SCOPE_EXTERNAL: 0, LB_SCOPE_INTERNAL: 1 } as const;
 
@@ -60,7 +60,9 @@ export const Stat = {
   STAT_LOCAL_REMAPPED: 19,
   STAT_FWD_LOCAL6: 20,
   STAT_REPLY_LOCAL6: 21,
-  STAT_MAX: 22,
+  STAT_FWD_REMOTE6: 22,
+  STAT_REPLY_REMOTE6: 23,
+  STAT_MAX: 24,
 } as const;
 
 export const DropReason = {
@@ -101,7 +103,7 @@ export const LocalRemap = { LOCAL_REMAP_TRIES: 8 } as const;
 export const MonitorFlags = { MONITOR_DROPS: 1 << 0, MONITOR_TRACES: 1 << 1 } as const;
 export const Hook = { HOOK_TC_INGRESS: 0, HOOK_TC_EGRESS: 1, HOOK_XDP: 2 } as const;
 /** The pinned maps' layout (bpf/shared/types.h); older ones are in layout-history.ts. */
-export const Layout = { FERRY_LAYOUT_VERSION: 5 } as const;
+export const Layout = { FERRY_LAYOUT_VERSION: 6 } as const;
 export const LAYOUT_VERSION = Layout.FERRY_LAYOUT_VERSION;
 
 /** lb4_addr_filter's slots (src/datapath/address-filter.ts). */
@@ -341,6 +343,7 @@ export const mapSpecs = {
   nat4: { key: ct4KeyCodec, value: nat4EntryCodec, sizeSetting: 'mapSizes.nat' },
   // IPv6 north-south flows to local backends, both directions (layouts6.ts).
   ct6: { key: ct6KeyCodec, value: ct6EntryCodec, sizeSetting: 'mapSizes.conntrack' },
+  nat6: { key: ct6KeyCodec, value: nat6EntryCodec, sizeSetting: 'mapSizes.nat' },
   frag4: { key: frag4KeyCodec, value: frag4EntryCodec, sizeSetting: 'mapSizes.fragments' },
   node4_addrs: { key: ipv4Codec, value: node4ValueCodec, sizeSetting: 'mapSizes.nodes' },
   l2_owned: { key: l2KeyCodec, value: l2EntryCodec, sizeSetting: 'mapSizes.l2Addresses' },

@@ -68,6 +68,28 @@ export const ct6EntryCodec = structCodec('ct6_entry', {
   addr: { type: 'ipv6' },
   port: { type: 'be16' },
   flags: { type: 'u8' },
-  pad: { type: 'pad', length: 5 },
+  pad: { type: 'pad', length: 1 },
+  natPort: { type: 'be16' },
+  pad2: { type: 'pad', length: 2 },
 });
 export type Ct6Entry = ReturnType<typeof ct6EntryCodec.decode>;
+
+/** Layouts 5 and before: before IPv6 SNAT (no port). */
+export const ct6EntryV5Codec = structCodec('ct6_entry', {
+  expiresNs: { type: 'u64' },
+  addr: { type: 'ipv6' },
+  port: { type: 'be16' },
+  flags: { type: 'u8' },
+  pad: { type: 'pad', length: 5 },
+});
+
+export const nat6EntryCodec = structCodec('nat6_entry', {
+  expiresNs: { type: 'u64' },
+  clientAddr: { type: 'ipv6' },
+  frontendAddr: { type: 'ipv6' },
+  clientPort: { type: 'be16' },
+  frontendPort: { type: 'be16' },
+  flags: { type: 'u8' },
+  pad: { type: 'pad', length: 3 },
+});
+export type Nat6Entry = ReturnType<typeof nat6EntryCodec.decode>;

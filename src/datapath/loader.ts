@@ -86,8 +86,9 @@ export interface DatapathConfig {
   objectsDir: string;
   /** bpffs directory for pins (one per ferry instance). */
   pinDir: string;
-  /** The node address remote flows are SNATed to. */
+  /** The node addresses remote flows are SNATed to; without an IPv6 one, IPv6 to remote backends is dropped. */
   snatIPv4: string;
+  snatIPv6?: string;
   snatPortMin?: number;
   snatPortMax?: number;
   /** How remote backends are reached: snat (default), dsr, or hybrid (DSR for TCP, SNAT for UDP). */
@@ -101,8 +102,7 @@ export interface DatapathConfig {
   /** The host's network namespace (its cookie), where NodePorts answer on loopback; 0: the initial one. */
   hostNetnsCookie?: bigint;
   /** ICMP errors the datapath sends, per CPU: messages a second and burst. */
-  icmpRatePerSec?: number;
-  icmpBurst?: number;
+  icmpRatePerSec?: number; icmpBurst?: number;
   /** XDP before tc on the external devices, as Cilium names it: none (tc only), native (run
    * by the driver; a device whose driver cannot is an error), best-effort (native where the
    * driver can; elsewhere generic XDP where the agent's choice allows it, else none). */
@@ -171,7 +171,7 @@ export class Datapath {
   static load(cfg: DatapathConfig): Datapath {
     assertBpffs(cfg.pinDir);
     const sizes: MapSizes = { ...DEFAULT_MAP_SIZES, ...cfg.mapSizes };
-    ipv4FromString(cfg.snatIPv4); // refused early when malformed
+    ipv4FromString(cfg.snatIPv4); // refused early when malformed (snatIPv6: configureObject)
     if (cfg.maglevTableSize && !isPrime(cfg.maglevTableSize)) {
       throw new FerryError({ code: ErrorCode.Config, op: 'load datapath', cause: `maglevTableSize ${cfg.maglevTableSize} is not prime`, hint: 'use a prime such as 16381, 4093 or 1021' });
     }

@@ -3,7 +3,10 @@
 // forward packets, the forwarding constants (lib/config.h).
 import { join } from 'node:path';
 import { BpfObject } from '../ebpf/object.js';
+import { isIPv6 } from 'node:net';
 import { ipv4FromString } from '../ebpf/codec.js';
+import { ErrorCode, FerryError } from '../errors.js';
+import { ipv6Bytes } from '../packet/addr.js';
 import { FwdMode, mapOptions, type MapName } from './layouts.js';
 import { DEFAULT_SNAT_PORTS, type DatapathConfig, type MapSizes } from './loader.js';
 import type { LayoutMigration } from './layout-migration.js';
@@ -29,6 +32,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   ct4: 'conntrack',
   nat4: 'nat',
   ct6: 'conntrack',
+  nat6: 'nat',
   frag4: 'fragments',
   node4_addrs: 'nodes',
   l2_owned: 'l2Addresses',
@@ -58,6 +62,10 @@ export function configureObject(obj: BpfObject, cfg: DatapathConfig, sizes: MapS
   const snat = ipv4FromString(cfg.snatIPv4);
   // The constant holds the address in network byte order, as the packet does.
   obj.setConstant('snat_ipv4', Buffer.from([snat >>> 24, (snat >>> 16) & 255, (snat >>> 8) & 255, snat & 255]).readUInt32LE(0));
+  if (cfg.snatIPv6) {
+    if (!isIPv6(cfg.snatIPv6) || cfg.snatIPv6.includes('%')) throw new FerryError({ code: ErrorCode.Config, op: 'load datapath', cause: `snatIPv6 "${cfg.snatIPv6}" is not an IPv6 address` });
+    obj.setConstant('snat_ipv6', ipv6Bytes(cfg.snatIPv6));
+  }
   obj.pinMaps({ dir: cfg.pinDir, ...(replace ? { replace } : {}) });
 }
 

@@ -26,6 +26,11 @@ export const OTHER_NODE_MAC = '02:00:00:00:30:22';
 /** The packet builder's default destination MAC, so that a frame built with eth() is addressed to this node. */
 export const NODE_MAC = '02:00:00:00:00:02';
 export const CLIENT_IP = '10.0.10.2';
+/** The node's IPv6 address on the same link, and its neighbours' (IPv6 fixtures, lib/snat6.h). */
+export const NODE_IP6 = 'fd00:30::21';
+export const ROUTER_IP6 = 'fd00:30::1';
+export const OTHER_NODE_IP6 = 'fd00:30::22';
+export const REMOTE_POD_CIDR6 = 'fd00:244:2::/64';
 /** The node's flow-hash seed (fixtures that name a hashed choice compute it with this). */
 export const NODE_HASH_SEED = 0x5eed;
 export const LOCAL_POD_CIDR = '10.244.1.0/24';
@@ -74,9 +79,15 @@ export async function datapathNode(cfg: Partial<DatapathConfig> = {}, prepare?: 
     await tb.route(host, '10.0.100.0/24', ROUTER_IP);
     await tb.route(host, REMOTE_POD_CIDR, OTHER_NODE_IP);
     await host.execOk(['sysctl', '-qw', 'net.ipv4.ip_forward=1']);
+    await host.execOk(['sysctl', '-qw', 'net.ipv6.conf.all.forwarding=1']);
+    await host.ip('-6', 'addr', 'add', `${NODE_IP6}/64`, 'dev', 'eth0', 'nodad');
+    await host.ip('-6', 'neigh', 'replace', ROUTER_IP6, 'lladdr', ROUTER_MAC, 'dev', 'eth0', 'nud', 'permanent');
+    await host.ip('-6', 'neigh', 'replace', OTHER_NODE_IP6, 'lladdr', OTHER_NODE_MAC, 'dev', 'eth0', 'nud', 'permanent');
+    await host.ip('-6', 'route', 'replace', 'fd00:10::/64', 'via', ROUTER_IP6);
+    await host.ip('-6', 'route', 'replace', REMOTE_POD_CIDR6, 'via', OTHER_NODE_IP6);
     mkdirSync(pinDir);
     await prepare?.(pinDir, host);
-    dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: NODE_IP, hashSeed: NODE_HASH_SEED, hostNetnsCookie: netnsCookie(host.netns), ...cfg });
+    dp = Datapath.load({ objectsDir: defaultObjectsDir(), pinDir, snatIPv4: NODE_IP, snatIPv6: NODE_IP6, hashSeed: NODE_HASH_SEED, hostNetnsCookie: netnsCookie(host.netns), ...cfg });
     const d = dp;
     const writer = new ServiceWriter(d.maps, { maglevTableSize: d.maglevTableSize });
     const nodes = new NodeAddressWriter(d.maps.node4_addrs);

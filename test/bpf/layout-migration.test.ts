@@ -173,7 +173,7 @@ describeWith(['root', 'bpffs'], 'resizing and refusing pinned maps', () => {
       for (let i = 0; i < 100; i++) first.maps.ct4.update({ saddr: '10.1.0.1', daddr: '10.2.0.1', sport: 1000 + i, dport: 80, proto: 6 }, entry);
       // IPv6 flows live in ct6, sized by the same setting.
       const key6 = { saddr: 'fd00:10::2', daddr: 'fd00:100::10', sport: 20000, dport: 80, proto: 6, dir: 0 };
-      const entry6 = { expiresNs: 5n, addr: 'fd00:244:1::5', port: 8080, flags: 1 };
+      const entry6 = { expiresNs: 5n, addr: 'fd00:244:1::5', port: 8080, flags: 1, natPort: 0 };
       first.maps.ct6.update(key6, entry6);
       first.release();
       const second = load(8192);
@@ -233,11 +233,22 @@ describeWith(['root', 'bpffs'], 'resizing and refusing pinned maps', () => {
     }
   });
 
+  it('a layout 5 IPv6 flow becomes a layout 6 one of the same size, with no SNAT port', () => {
+    const [v5] = layoutHistory.ct6!;
+    expect(v5!.version).toBe(5);
+    const key = { saddr: 'fd00:10::2', daddr: 'fd00:100::10', sport: 20000, dport: 80, proto: 6, dir: 0 };
+    const old = { expiresNs: 5n, addr: 'fd00:244:1::5', port: 8080, flags: 1 };
+    const bytes = v5!.value.encode(old);
+    expect(bytes.length).toBe(mapSpecs.ct6.value.size);
+    const { value } = v5!.upgrade(key, v5!.value.decode(bytes));
+    expect(mapSpecs.ct6.value.decode(mapSpecs.ct6.value.encode(value as never))).toEqual({ ...old, natPort: 0 });
+  });
+
   it('the fields that tell one flow from another have their names in every past layout (old entries are judged unconverted)', () => {
     for (const [map, fields] of Object.entries(FLOW_IDENTITY_FIELDS)) {
       const codecs = [mapSpecs[map as MapName].value as Codec<unknown>, ...(layoutHistory[map as MapName] ?? []).map((l) => l.value)];
-      // ct6 came with layout 5 and has no past layout yet; the others have.
-      expect(codecs.length, map).toBeGreaterThan(map === 'ct6' ? 0 : 1);
+      // nat6 came with layout 6 and has no past layout yet; the others have.
+      expect(codecs.length, map).toBeGreaterThan(map === 'nat6' ? 0 : 1);
       for (const codec of codecs) for (const f of fields!) expect(codec.offsetOf?.(f), `${map} ${codec.size} bytes: ${f}`).toBeTypeOf('number');
     }
   });

@@ -1,7 +1,7 @@
 // What `ferry monitor` is told, by PROG_TEST_RUN with the monitor's switch on and its lease
 // held: a drop's tuple and reason, a trace's packet before and after, for IPv4 and for
-// IPv6 (tc's IPv6 path: DNAT to a local backend, its reply, a frontend with a remote
-// backend, a rejected connection), at ingress and egress; and nothing for a packet of
+// IPv6 (tc's IPv6 path: DNAT to a local backend, its reply, a port no Service has, a
+// rejected connection), at ingress and egress; and nothing for a packet of
 // neither family.
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
@@ -56,9 +56,9 @@ describeWith(['root', 'bpffs', 'netns'], 'monitor events', () => {
   });
 
   it('IPv6: a drop, a DNAT, its reply at egress and a rejected connection, with their addresses', () => {
-    const [remote] = eventsOf('tc_ingress', tc6('ipv6-remote-backend').input, TcVerdict.SHOT);
-    expect(remote).toMatchObject({ kind: 'drop', hook: 'ingress', reason: 'remote_ipv6', tuple: `[${CLIENT6}]:${CLIENT6_PORT} → [${LB6}]:81/tcp` });
-    expect(remote!.raw).toMatchObject({ family: 6, saddr: CLIENT6, daddr: LB6, sport: CLIENT6_PORT, dport: 81 });
+    const [unknown] = eventsOf('tc_ingress', tc6('ipv6-unknown-port').input, TcVerdict.SHOT);
+    expect(unknown).toMatchObject({ kind: 'drop', hook: 'ingress', reason: 'unknown_port', tuple: `[${CLIENT6}]:${CLIENT6_PORT} → [${LB6}]:82/tcp` });
+    expect(unknown!.raw).toMatchObject({ family: 6, saddr: CLIENT6, daddr: LB6, sport: CLIENT6_PORT, dport: 82 });
 
     const [dnat] = eventsOf('tc_ingress', tc6('ipv6-lb-local').input, TcVerdict.OK);
     expect(dnat).toMatchObject({ kind: 'trace', reason: 'fwd_local6', tuple: `[${CLIENT6}]:${CLIENT6_PORT} → [${LB6}]:80/tcp`, out: `[${CLIENT6}]:${CLIENT6_PORT} → [${LOCAL_POD6}]:8080` });

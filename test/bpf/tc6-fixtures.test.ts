@@ -6,12 +6,13 @@
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { BackendFlags, CtFlags, CtLifetime, LbFlags, LbScope } from '../../src/datapath/layouts.js';
 import { Ct6Dir } from '../../src/datapath/layouts6.js';
-import { collectConntrack6, monotonicNs } from '../../src/datapath/ct-gc.js';
+import { collectConntrack6, collectNat6, monotonicNs } from '../../src/datapath/ct-gc.js';
 import { buildPacket, eth, ipv6, payload, tcp, udp } from '../../src/packet/build.js';
 import { TcVerdict, expectFixture } from '../../src/sandbox/packet-fixture.js';
-import { NODE_MAC, ROUTER_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { NODE_MAC, OTHER_NODE_MAC, ROUTER_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { TC_SERVICES } from '../../src/sandbox/fixtures/tc.js';
-import { CLIENT6, CLIENT6_PORT, LB6, LOCAL_POD6, NODE6, TC6_FIXTURES, TC6_SERVICES } from '../../src/sandbox/fixtures/tc6.js';
+import { CLIENT6, CLIENT6_PORT, LB6, LOCAL_POD6, NODE6, REMOTE_POD6, TC6_FIXTURES, TC6_SERVICES } from '../../src/sandbox/fixtures/tc6.js';
+import { decodePacket } from '../../src/packet/decode.js';
 import { describeWith } from '../harness/requirements.js';
 
 let node: DatapathNode;
@@ -108,5 +109,106 @@ describeWith(['root', 'bpffs', 'netns'], 'tc IPv6 north-south fixtures', () => {
     const out = node.run('tc_egress', fromPod('SA'));
     expect(out.retval).toBe(TcVerdict.OK);
     expect(out.data.subarray(14 + 8, 14 + 24).equals(buildPacket([ipv6({ src: LB6, dst: CLIENT6 })]).subarray(8, 24))).toBe(true);
+  });
+});
+
+describeWith(['root', 'bpffs', 'netns'], 'tc IPv6 to backends on other nodes (SNAT)', () => {
+  const fromClient = (src: string, flags: string, seq = 1000) => buildPacket([fromRouter, ipv6({ src, dst: LB6, hopLimit: 63 }), tcp({ sport: CLIENT6_PORT, dport: 84, flags, seq })]);
+  const fromBackend = (dport: number, flags: string) => buildPacket([eth({ src: OTHER_NODE_MAC, dst: NODE_MAC }), ipv6({ src: REMOTE_POD6, dst: NODE6, hopLimit: 64 }), tcp({ sport: 8080, dport, flags, seq: 1, ack: 1001 })]);
+  const fields = (data: Buffer) => Object.fromEntries(decodePacket(data).map((l) => [l.name, l.fields])) as Record<string, Record<string, unknown>>;
+  const binding = () => node.dp.maps.nat6.entries().map(([k, v]) => ({ port: k.dport, client: `${v.clientAddr}.${v.clientPort}`, flags: v.flags, lifetimeS: Number(v.expiresNs - monotonicNs()) / 1e9 }));
+
+  it('two clients on one port to one backend leave from two ports, and each reply finds its own client', () => {
+    const other = 'fd00:10::3';
+    const first = node.run('tc_ingress', fromClient(CLIENT6, 'S'));
+    const second = node.run('tc_ingress', fromClient(other, 'S'));
+    expect([first.retval, second.retval]).toEqual([TcVerdict.REDIRECT, TcVerdict.REDIRECT]);
+    const ports = [fields(first.data).tcp!.sport, fields(second.data).tcp!.sport] as number[];
+    expect(ports[0]).toBe(CLIENT6_PORT); // its own port, free and in the SNAT range
+    expect(ports[1]).not.toBe(CLIENT6_PORT);
+    expect(ports[1]).toBeGreaterThanOrEqual(1024);
+    expect(ports[1]).toBeLessThanOrEqual(29999);
+    for (const [i, to] of [[0, CLIENT6], [1, other]] as const) {
+      const back = node.run('tc_ingress', fromBackend(ports[i]!, 'SA'));
+      expect(back.retval).toBe(TcVerdict.REDIRECT);
+      expect(fields(back.data).ipv6).toMatchObject({ src: LB6, dst: to });
+      expect(fields(back.data).tcp).toMatchObject({ sport: 84, dport: CLIENT6_PORT });
+    }
+    expect(binding().map((b) => b.client).sort()).toEqual([`${CLIENT6}.${CLIENT6_PORT}`, `${other}.${CLIENT6_PORT}`]);
+  });
+
+  it('the flow and its binding live as long as each other: SYN, then established (6 h) after the answer and the next segment, then closing', () => {
+    expect(node.run('tc_ingress', fromClient(CLIENT6, 'S')).retval).toBe(TcVerdict.REDIRECT);
+    expect(binding()).toHaveLength(1);
+    expect(binding()[0]!.lifetimeS).toBeLessThanOrEqual(CtLifetime.CT_LIFETIME_TCP_SYN);
+    expect(node.run('tc_ingress', fromBackend(CLIENT6_PORT, 'SA')).retval).toBe(TcVerdict.REDIRECT);
+    expect(binding()[0]!.flags & CtFlags.CT_F_SEEN_REPLY).toBeTruthy();
+    expect(node.run('tc_ingress', fromClient(CLIENT6, 'A', 1001)).retval).toBe(TcVerdict.REDIRECT);
+    const flow = dir(Ct6Dir.CT6_DIR_CLIENT);
+    expect(flow).toMatchObject({ addr: `${REMOTE_POD6}.8080` });
+    expect(flow.flags & (CtFlags.CT_F_SNAT | CtFlags.CT_F_ESTABLISHED)).toBe(CtFlags.CT_F_SNAT | CtFlags.CT_F_ESTABLISHED);
+    expect(flow.lifetimeS).toBeGreaterThan(CtLifetime.CT_LIFETIME_TCP_ESTABLISHED - 5);
+    expect(binding()[0]!.flags & CtFlags.CT_F_ESTABLISHED).toBeTruthy();
+    expect(binding()[0]!.lifetimeS).toBeGreaterThan(CtLifetime.CT_LIFETIME_TCP_ESTABLISHED - 5);
+    expect(node.run('tc_ingress', fromBackend(CLIENT6_PORT, 'FA')).retval).toBe(TcVerdict.REDIRECT);
+    expect(binding()[0]!.lifetimeS).toBeLessThanOrEqual(CtLifetime.CT_LIFETIME_TCP_CLOSING);
+    expect(dir(Ct6Dir.CT6_DIR_CLIENT).lifetimeS).toBeLessThanOrEqual(CtLifetime.CT_LIFETIME_TCP_CLOSING);
+  });
+
+  it('a port whose flow was reset goes to the next client, and the old flow no longer sends through it', () => {
+    expect(node.run('tc_ingress', fromClient(CLIENT6, 'S')).retval).toBe(TcVerdict.REDIRECT);
+    expect(node.run('tc_ingress', fromBackend(CLIENT6_PORT, 'R')).retval).toBe(TcVerdict.REDIRECT); // the backend refused it
+    const next = node.run('tc_ingress', fromClient('fd00:10::4', 'S'));
+    expect(fields(next.data).tcp!.sport).toBe(CLIENT6_PORT); // taken over: the first flow is over
+    expect(binding().map((b) => b.client)).toEqual([`fd00:10::4.${CLIENT6_PORT}`]);
+    // The first client's entry went with its binding: its next segment is a new flow, on another port.
+    expect(flows().filter((f) => f.from === `${CLIENT6}.${CLIENT6_PORT}`)).toEqual([]);
+    const again = node.run('tc_ingress', fromClient(CLIENT6, 'S', 7000));
+    expect(fields(again.data).tcp!.sport).not.toBe(CLIENT6_PORT);
+    expect(binding()).toHaveLength(2);
+  });
+
+  it('a binding a full nat6 lost is written again by the flow\'s next lifetime write, on the same port', () => {
+    expect(node.run('tc_ingress', fromClient(CLIENT6, 'S')).retval).toBe(TcVerdict.REDIRECT);
+    const [k] = node.dp.maps.nat6.entries()[0]!;
+    node.dp.maps.nat6.delete(k);
+    expect(node.run('tc_ingress', fromBackend(CLIENT6_PORT, 'SA')).retval).toBe(TcVerdict.UNSPEC); // no binding: the host's
+    // The flow's lifetime falls due (as a second after its last write does).
+    const [ck, cv] = node.dp.maps.ct6.entries().find(([key]) => key.dir === Ct6Dir.CT6_DIR_CLIENT)!;
+    node.dp.maps.ct6.update(ck, { ...cv, expiresNs: monotonicNs() + 2_000_000_000n });
+    const midstream = node.counter('STAT_CT_MIDSTREAM');
+    expect(node.run('tc_ingress', fromClient(CLIENT6, 'A', 1001)).retval).toBe(TcVerdict.REDIRECT);
+    expect(node.counter('STAT_CT_MIDSTREAM')).toBe(midstream); // the live flow's own write, not a new flow's
+    expect(binding()).toMatchObject([{ port: CLIENT6_PORT, client: `${CLIENT6}.${CLIENT6_PORT}` }]);
+    expect(node.run('tc_ingress', fromBackend(CLIENT6_PORT, 'SA')).retval).toBe(TcVerdict.REDIRECT);
+  });
+
+  it('the collector deletes bindings past their expiry and those of a backend the frontend no longer holds', () => {
+    expect(node.run('tc_ingress', fromClient(CLIENT6, 'S')).retval).toBe(TcVerdict.REDIRECT);
+    expect(node.run('tc_ingress', fromClient('fd00:10::3', 'S')).retval).toBe(TcVerdict.REDIRECT);
+    const serves = (f: { address: string; port: number; proto: number }, b: { address: string; port: number }) => node.writer.servesFlow6(f, b);
+    expect(collectNat6(node.dp.maps.nat6, monotonicNs(), serves)).toEqual({ scanned: 2, deleted: 0 });
+    const [k, v] = node.dp.maps.nat6.entries()[0]!;
+    node.dp.maps.nat6.update(k, { ...v, expiresNs: 1n });
+    expect(collectNat6(node.dp.maps.nat6, monotonicNs(), serves)).toEqual({ scanned: 2, deleted: 1 });
+    const moved = TC6_SERVICES.map((f) => (f.address === LB6 && f.port === 84 ? { ...f, backends: [{ address: 'fd00:244:2::9', port: 8080, local: false }] } : f));
+    try {
+      node.writer.apply([...TC_SERVICES, ...moved]);
+      expect(collectNat6(node.dp.maps.nat6, monotonicNs(), serves)).toEqual({ scanned: 1, deleted: 1 });
+    } finally {
+      node.writer.apply([...TC_SERVICES, ...TC6_SERVICES]);
+    }
+  });
+
+  it('a node with no IPv6 address for flows to leave from drops them, counted (DROP_REMOTE_IPV6)', async () => {
+    const bare = await datapathNode({ snatIPv6: undefined });
+    try {
+      expect(bare.writer.apply([...TC_SERVICES, ...TC6_SERVICES]).failures).toEqual([]);
+      expect(bare.run('tc_ingress', fromClient(CLIENT6, 'S')).retval).toBe(TcVerdict.SHOT);
+      expect(bare.counter('DROP_REMOTE_IPV6')).toBe(1n);
+      expect(bare.run('tc_ingress', client(LB6, 80, 'S')).retval).toBe(TcVerdict.OK); // local backends still served
+    } finally {
+      await bare.close();
+    }
   });
 });

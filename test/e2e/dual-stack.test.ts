@@ -8,7 +8,7 @@
 // socket hooks), and the health check node port answers there. A client outside reaches
 // them over IPv6 through the router once the sandbox's links get IPv6 addresses (tc's
 // IPv6 path: DNAT to this node's backend, the client's address kept).
-import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
+import type { V1Service } from '@kubernetes/client-node';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -16,38 +16,15 @@ import type { Host } from '../../src/sandbox/netns/testbed.js';
 import type { PodInfo } from '../../src/sandbox/network.js';
 import type { Sandbox } from '../../src/sandbox/sandbox.js';
 import { agentCluster, applyObject, podWith, sliceFor } from '../harness/agent-cluster.js';
+import { WHOAMI6, addIPv6, ip6, linkIPv6, slice6 } from '../harness/ipv6-pods.js';
 import { REPO_ROOT } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
 import { eventually } from '../harness/wait.js';
-
-const NODE_GATEWAY6 = 'fd00:10:244:1::1';
-const ip6 = (pod: PodInfo) => `fd00:10:244:1::${pod.ip.split('.')[3]}`;
-
-/** An HTTP server on the pod's IPv6 address that says who it is and who asked. */
-const WHOAMI6 = `
-const [addr, name, port] = JSON.parse(process.argv[1]);
-require('node:http').createServer((q, s) => s.end('Hostname: ' + name + '\\nRemoteAddr: ' + q.socket.remoteAddress + '\\n')).listen(port ?? 8080, addr);`;
 
 let c: Sandbox;
 let web1: PodInfo;
 let web2: PodInfo;
 let client: PodInfo;
-
-/** An IPv6 address for a pod, routed by its node (what a dual-stack CNI sets up). */
-async function addIPv6(pod: PodInfo): Promise<void> {
-  const node = pod.node.host;
-  const nodeSide = `v${pod.name}`.slice(0, 15);
-  await node.ip('-6', 'addr', 'replace', `${NODE_GATEWAY6}/128`, 'dev', nodeSide, 'nodad');
-  await node.ip('-6', 'route', 'replace', `${ip6(pod)}/128`, 'dev', nodeSide);
-  await pod.host.ip('-6', 'addr', 'add', `${ip6(pod)}/128`, 'dev', 'eth0', 'nodad');
-  await pod.host.ip('-6', 'route', 'replace', NODE_GATEWAY6, 'dev', 'eth0');
-  await pod.host.ip('-6', 'route', 'replace', 'default', 'via', NODE_GATEWAY6, 'dev', 'eth0');
-}
-
-function slice6(service: string, pods: PodInfo[], port = 8080): V1EndpointSlice {
-  const s = sliceFor(service, pods.map((pod) => ({ pod })), [{ name: 'http', port }], `${service}-v6`);
-  return { ...s, addressType: 'IPv6', endpoints: s.endpoints.map((e, i) => ({ ...e, addresses: [ip6(pods[i]!)] })) };
-}
 
 const dual: V1Service = {
   metadata: { name: 'dual', namespace: 'default' },
@@ -160,21 +137,9 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a dual-stack Service throug
   it('IPv6 from outside: a client behind the router reaches the ETP=Local LB IP, NodePort and externalIP through tc, from its own address', async () => {
     const { router, client: outside } = c.net;
     const node = c.net.node(1).host;
-    // The sandbox's links are IPv4 only: IPv6 on the client network (fd00:10::/64) and the
-    // node network (fd00:31::/64), with static neighbours (no wait for discovery), and the
-    // router sending the node's IPv6 address and the Service's IPv6 addresses to the node.
-    const mac = async (h: Host, dev: string) => (JSON.parse(await h.ip('-j', 'link', 'show', dev)) as Array<{ address: string }>)[0]!.address;
-    await router.execOk(['sysctl', '-qw', 'net.ipv6.conf.all.forwarding=1']);
-    await outside.ip('-6', 'addr', 'add', 'fd00:10::2/64', 'dev', 'eth0', 'nodad');
-    await router.ip('-6', 'addr', 'add', 'fd00:10::1/64', 'dev', 'clients', 'nodad');
-    await router.ip('-6', 'addr', 'add', 'fd00:31::1/64', 'dev', 'nodes', 'nodad');
-    await node.ip('-6', 'addr', 'add', 'fd00:31::21/64', 'dev', 'eth0', 'nodad');
-    await outside.ip('-6', 'neigh', 'replace', 'fd00:10::1', 'lladdr', await mac(router, 'clients'), 'dev', 'eth0', 'nud', 'permanent');
-    await router.ip('-6', 'neigh', 'replace', 'fd00:10::2', 'lladdr', await mac(outside, 'eth0'), 'dev', 'clients', 'nud', 'permanent');
-    await router.ip('-6', 'neigh', 'replace', 'fd00:31::21', 'lladdr', await mac(node, 'eth0'), 'dev', 'nodes', 'nud', 'permanent');
-    await node.ip('-6', 'neigh', 'replace', 'fd00:31::1', 'lladdr', await mac(router, 'nodes'), 'dev', 'eth0', 'nud', 'permanent');
-    await outside.ip('-6', 'route', 'replace', 'default', 'via', 'fd00:10::1');
-    await node.ip('-6', 'route', 'replace', 'fd00:10::/64', 'via', 'fd00:31::1');
+    // The sandbox's links are IPv4 only: IPv6 on them, and the router sending the node's
+    // IPv6 address and the Service's IPv6 addresses to the node.
+    await linkIPv6({ router, client: outside, nodes: [node] });
     for (const a of ['fd00:30::1', 'fd00:100::1', 'fd00:e::1']) await router.ip('-6', 'route', 'replace', `${a}/128`, 'via', 'fd00:31::21');
     for (const url of ['http://[fd00:100::1]/', 'http://[fd00:30::1]:30612/', 'http://[fd00:e::1]/']) {
       const said = await eventually(async () => (await outside.exec(['curl', '-gsS', '--max-time', '3', url], { timeoutMs: 8000 })).stdout, (o) => o.includes('Hostname: web-2-v6'));

@@ -25,6 +25,8 @@ describe('agent configuration', () => {
   it.each([
     [{ syncPeriodSeconds: 0 }, 'config syncPeriodSeconds (from flags): is 0 (an integer in 1..86400)'],
     [{ snatIPv4: '10.0.0.300' }, 'config snatIPv4 (from flags): is "10.0.0.300" (an IPv4 address)'],
+    [{ snatIPv6: '10.0.0.1' }, 'config snatIPv6 (from flags): is "10.0.0.1" (an IPv6 address)'],
+    [{ snatIPv6: 'fe80::1%eth0' }, 'config snatIPv6 (from flags): is "fe80::1%eth0" (an IPv6 address)'],
     [{ healthzBindAddress: 'nope' }, 'config healthzBindAddress (from flags): is "nope" (HOST:PORT, e.g. 0.0.0.0:10256, or "" to disable)'],
     [{ devices: 'a-very-long-interface-name' }, 'config devices (from flags): has an entry that is an interface name longer than 15 characters (interface names (at most 15 characters) or patterns such as enp.*)'],
     [{ mapSizes: { cache: 5 } }, /^config mapSizes\.cache \(from flags\): is not a map size \(services, backends, /],

@@ -128,6 +128,7 @@ describe('generated malformed objects', () => {
       ['devices', [5, [5], [''], ['a'.repeat(100)], { eth0: true }]],
       ['forwardingMode', ['fast', 1, ['dsr']]],
       ['snatIPv4', ['10.0.0', 'x', 12]],
+      ['snatIPv6', ['fd00::1::2', '10.0.0.1', 6, ['fd00::1']]],
       ['hashSeed', [-1, 2 ** 33, 'seed']],
       ['mapSizes', ['big', 5, { services: 1 }, { services: 'many' }, { nope: 1024 }, { conntrack: 2 ** 30 }]],
       ['maglevTableSize', [4, 100, 'prime', -7]],

@@ -1,0 +1,54 @@
+/* The IPv6 maps (shared/lb6.h, shared/ct6.h), part of lib/maps.h. */
+#ifndef FERRY_LIB_MAPS6_H
+#define FERRY_LIB_MAPS6_H
+
+/* IPv6 Services at the socket hooks (shared/lb6.h), sized as their IPv4 counterparts. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lb6_key);
+	__type(value, struct lb6_service);
+} lb6_services SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct lb6_affinity_key);
+	__type(value, struct lb6_affinity_value);
+} lb6_affinity SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct lb6_sock_key);
+	__type(value, struct lb6_sock_value);
+} lb6_sock_rev SEC(".maps");
+
+/* An IPv6 frontend's master key → its Service port's name, for the CLI (never read here). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 131072);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lb6_key);
+	__type(value, struct lb4_frontend_name);
+} lb6_names SEC(".maps");
+
+/* IPv6 north-south flows (shared/ct6.h): the client's direction of every flow and the
+ * reply's of a local one, sized as ct4. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct ct6_key);
+	__type(value, struct ct6_entry);
+} ct6 SEC(".maps");
+
+/* IPv6 SNAT bindings of flows to remote backends (struct nat6_entry), sized as nat4. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct ct6_key);
+	__type(value, struct nat6_entry);
+} nat6 SEC(".maps");
+
+#endif
