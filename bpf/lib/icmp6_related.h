@@ -4,7 +4,12 @@
  * every segment larger than the path (a PMTU black hole).
  *
  * ingress: an error about a reply that left as the frontend (quoting frontend → client),
- *          sent to the frontend: to the pod, quoting pod → client.
+ *          sent to the frontend: to the pod, quoting pod → client; a remote pod's (an
+ *          SNATed flow, lib/snat6.h): to that pod, quoting pod → node:port, which the
+ *          kernel forwards to the pod's node.
+ *          An error about a client's packet SNATed towards a remote pod (quoting
+ *          node:port → pod), sent to the node: to the client quoting client → frontend,
+ *          and from the frontend where the pod sent it (the kernel routes it on).
  * egress:  an error about a client's packet after its DNAT (quoting client → pod), from the
  *          pod or from this node: to the client quoting client → frontend, and from the
  *          frontend where the pod sent it.
@@ -19,6 +24,7 @@
 #include "parse6.h"
 #include "lb6.h"
 #include "ct6.h"
+#include "nat6.h"
 
 #define ICMPV6_ERROR_MAX 4 /* destination unreachable 1, packet too big 2, time exceeded 3, parameter problem 4 */
 #define ICMPV6_NDP_FIRST 133 /* router solicitation .. redirect (137): neighbour discovery */
@@ -72,6 +78,30 @@ static __always_inline int icmp6_error_quote(struct __ctx_buff *ctx, const struc
 	return q->ip.nexthdr == IPPROTO_TCP || q->ip.nexthdr == IPPROTO_UDP ? 0 : -1;
 }
 
+/* tc ingress: an error sent to the node about a client's packet it SNATed (quoting
+ * node:port → backend): the flow's binding names the client and the frontend. `k` is the
+ * caller's key, free to reuse. */
+static __always_inline int icmp6_related_snat(struct __ctx_buff *ctx, const struct pkt6 *p, const struct icmp6_quote *q,
+					      struct ct6_key *k)
+{
+	struct nat6_entry *nat;
+
+	if (!snat6_is_node(p->daddr) || !lb6_addr_equal((const __u8 *)&q->ip.saddr, p->daddr))
+		return CTX_ACT_UNSPEC;
+	ct6_key_set(k, &q->ip.daddr, &q->ip.saddr, q->dport, q->sport, q->ip.nexthdr, CT6_DIR_REPLY);
+	nat = bpf_map_lookup_elem(&nat6, k);
+	if (!nat)
+		return CTX_ACT_UNSPEC;
+	/* From the backend itself (its port unreachable, say): from the frontend too. */
+	if (icmp6_rewrite(ctx, p, QUOTE_SADDR_OFF(p), QUOTE_SPORT_OFF(p), k->daddr, nat->client_addr, q->sport, nat->client_port,
+			  IP6_DADDR_OFF) < 0 ||
+	    icmp6_rewrite(ctx, p, QUOTE_DADDR_OFF(p), QUOTE_DPORT_OFF(p), k->saddr, nat->frontend_addr, q->dport, nat->frontend_port,
+			  lb6_addr_equal(p->saddr, k->saddr) ? IP6_SADDR_OFF : 0) < 0)
+		return count_drop(DROP_CSUM_FAILED, p->len);
+	count_stat(STAT_ICMP_RELATED, p->len);
+	return CTX_ACT_OK;
+}
+
 /* tc ingress: an error sent to the frontend about one of its replies. */
 static __always_inline int icmp6_related_ingress(struct __ctx_buff *ctx, const struct pkt6 *p)
 {
@@ -84,10 +114,18 @@ static __always_inline int icmp6_related_ingress(struct __ctx_buff *ctx, const s
 	/* The reply went frontend → client: the client's direction of its flow names the pod. */
 	ct6_key_set(&k, &q.ip.daddr, &q.ip.saddr, q.dport, q.sport, q.ip.nexthdr, CT6_DIR_CLIENT);
 	flow = bpf_map_lookup_elem(&ct6, &k);
-	if (!flow || !lb6_addr_equal(p->daddr, k.daddr))
+	if (!flow)
+		return icmp6_related_snat(ctx, p, &q, &k);
+	if (!lb6_addr_equal(p->daddr, k.daddr))
 		return CTX_ACT_UNSPEC;
 	if (icmp6_rewrite(ctx, p, QUOTE_SADDR_OFF(p), QUOTE_SPORT_OFF(p), k.daddr, flow->addr, q.sport, flow->port, IP6_DADDR_OFF) < 0)
 		return count_drop(DROP_CSUM_FAILED, p->len);
+	/* The backend's reply left it for the node's address and port: so must the quote. */
+	if (flow->flags & CT_F_SNAT) {
+		snat6_node_address(k.daddr); /* the key's frontend is not needed any more */
+		if (icmp6_rewrite(ctx, p, QUOTE_DADDR_OFF(p), QUOTE_DPORT_OFF(p), k.saddr, k.daddr, q.dport, flow->nat_port, 0) < 0)
+			return count_drop(DROP_CSUM_FAILED, p->len);
+	}
 	count_stat(STAT_ICMP_RELATED, p->len);
 	return CTX_ACT_OK;
 }

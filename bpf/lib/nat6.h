@@ -53,4 +53,29 @@ static __always_inline int nat6_rewrite(struct __ctx_buff *ctx, const struct pkt
 	return ctx_store_bytes(ctx, port_off, &to_port, sizeof(to_port), 0);
 }
 
+/* The node's IPv6 address (snat_ipv6), read word by word: a .rodata constant the loader
+ * sets, which a plain (non-volatile) read would fold to its all-zero initializer. */
+/* Is there a node IPv6 address for flows to leave from? */
+static __always_inline int snat6_on(void)
+{
+	return (snat_ipv6[0] | snat_ipv6[1] | snat_ipv6[2] | snat_ipv6[3]) != 0;
+}
+
+static __always_inline int snat6_is_node(const __u8 *addr)
+{
+	const __u32 *w = (const __u32 *)addr;
+
+	return snat6_on() && w[0] == snat_ipv6[0] && w[1] == snat_ipv6[1] && w[2] == snat_ipv6[2] && w[3] == snat_ipv6[3];
+}
+
+static __always_inline void snat6_node_address(__u8 *out)
+{
+	__u32 *w = (__u32 *)out;
+
+	w[0] = snat_ipv6[0];
+	w[1] = snat_ipv6[1];
+	w[2] = snat_ipv6[2];
+	w[3] = snat_ipv6[3];
+}
+
 #endif

@@ -10,11 +10,12 @@
  * one's lifetime), nodeport6_forward (the client's packet out to the backend) and
  * nodeport6_reply_remote (the backend's reply out to the client).
  *
- * Not built for IPv6: ICMPv6 errors about such flows (an error quoting one is left to the
- * kernel), Packet Too Big and Time Exceeded (a packet larger than the route's MTU, or with
- * its hop limit spent, is dropped and counted), the host's sockets asked about a port
- * (the SNAT range lies outside the ephemeral one by default), DSR, XDP, and the upgrade
- * switch's hand-over of flows. */
+ * ICMPv6 errors about such flows are translated by lib/icmp6_related.h. Not built for
+ * IPv6: this node's own Packet Too Big and Time Exceeded (a packet larger than the route's
+ * MTU, or with its hop limit spent, is dropped and counted), the host's sockets asked
+ * about a port (the SNAT range lies outside the ephemeral one by default), a kept next
+ * hop (the FIB is asked for every packet), DSR, XDP, and the upgrade switch's hand-over of
+ * flows. */
 #ifndef FERRY_LIB_SNAT6_H
 #define FERRY_LIB_SNAT6_H
 
@@ -34,29 +35,6 @@
 #endif
 
 #define IP6_HOP_LIMIT_OFF (ETH_HLEN + offsetof(struct ipv6hdr, hop_limit))
-
-/* Is there a node IPv6 address for flows to leave from? */
-static __always_inline int snat6_on(void)
-{
-	return (snat_ipv6[0] | snat_ipv6[1] | snat_ipv6[2] | snat_ipv6[3]) != 0;
-}
-
-static __always_inline int snat6_is_node(const __u8 *addr)
-{
-	const __u32 *w = (const __u32 *)addr;
-
-	return snat6_on() && w[0] == snat_ipv6[0] && w[1] == snat_ipv6[1] && w[2] == snat_ipv6[2] && w[3] == snat_ipv6[3];
-}
-
-static __always_inline void snat6_node_address(__u8 *out)
-{
-	__u32 *w = (__u32 *)out;
-
-	w[0] = snat_ipv6[0];
-	w[1] = snat_ipv6[1];
-	w[2] = snat_ipv6[2];
-	w[3] = snat_ipv6[3];
-}
 
 static __always_inline int snat6_binding_ours(const struct nat6_entry *b, const struct nat6_entry *want)
 {

@@ -105,4 +105,24 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'IPv6 to a backend on anothe
     expect(events.find((e) => e.reasonName === 'fwd_remote6')).toMatchObject({ family: 6, daddr: LB6, outSaddr: nodeLink6(1), outDaddr: ip6(web) });
     expect(events.find((e) => e.reasonName === 'reply_remote6')).toMatchObject({ family: 6, outSaddr: LB6, outDaddr: 'fd00:10::2' });
   });
+
+  it('path MTU: a Packet Too Big about a reply reaches the pod on the other node, so a large response arrives over a 1280-byte hop', async () => {
+    // The router's link to the client carries 1280 bytes, the client's own 1500 (so its MSS
+    // asks for full segments). The router answers the pod's first full segment with a
+    // Packet Too Big sent to the LB IP; node 1 hands it on to the pod quoting the pod's own
+    // tuple (pod → node 1:port), or the response would never arrive.
+    web.host.spawn([process.execPath, '-e', `require('node:http').createServer((q, s) => s.end('x'.repeat(30000))).listen(8083, '${ip6(web)}')`]);
+    applyObject(c, 'services', { ...remote6, metadata: { name: 'big6', namespace: 'default' }, spec: { ...remote6.spec, clusterIP: 'fd00:96::66', clusterIPs: ['fd00:96::66'], ports: [{ name: 'http', port: 80, nodePort: NODE_PORT + 1, protocol: 'TCP' }] }, status: { loadBalancer: { ingress: [{ ip: 'fd00:100::6' }] } } });
+    const s = { metadata: { name: 'big6-v6', namespace: 'default', labels: { 'kubernetes.io/service-name': 'big6' } }, addressType: 'IPv6', endpoints: [{ addresses: [ip6(web)], conditions: { ready: true }, nodeName: web.node.name }], ports: [{ name: 'http', port: 8083, protocol: 'TCP' }] };
+    applyObject(c, 'endpointslices', s as never);
+    await c.net.router.ip('-6', 'route', 'replace', 'fd00:100::6/128', 'via', nodeLink6(1));
+    await c.net.router.ip('link', 'set', 'clients', 'mtu', '1280');
+    const size = async () => {
+      const r = await c.net.client.exec(['curl', '-gsS', '--max-time', '5', '-o', '/dev/null', '-w', '%{size_download}', 'http://[fd00:100::6]/'], { timeoutMs: 10_000 });
+      return r.code === 0 ? Number(r.stdout) : -r.code;
+    };
+    expect(await eventually(size, (n) => n === 30000)).toBe(30000);
+    const stats = JSON.parse(ferry('map', 'dump', 'ferry_stats', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ key: string; packets: number }>;
+    expect(stats.find((x) => x.key === 'STAT_ICMP_RELATED')?.packets).toBeGreaterThan(0);
+  });
 });
