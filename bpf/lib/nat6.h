@@ -1,5 +1,5 @@
-/* What IPv6 translation shares (lib/nodeport6.h, lib/snat6.h): the flow hash and the
- * rewrite of one end of a packet. */
+/* What IPv6 translation shares (lib/nodeport6.h, lib/snat6.h, lib/icmp6_related.h): the
+ * flow hash, the rewrite of one end of a packet, and the node's IPv6 address. */
 #ifndef FERRY_LIB_NAT6_H
 #define FERRY_LIB_NAT6_H
 
@@ -53,9 +53,9 @@ static __always_inline int nat6_rewrite(struct __ctx_buff *ctx, const struct pkt
 	return ctx_store_bytes(ctx, port_off, &to_port, sizeof(to_port), 0);
 }
 
-/* The node's IPv6 address (snat_ipv6), read word by word: a .rodata constant the loader
- * sets, which a plain (non-volatile) read would fold to its all-zero initializer. */
-/* Is there a node IPv6 address for flows to leave from? */
+/* The node's IPv6 address for remote flows (snat_ipv6: all zero when it has none), read
+ * word by word: a .rodata constant the loader sets, which a plain (non-volatile) read, as
+ * through a cast pointer, would fold to its all-zero initializer. */
 static __always_inline int snat6_on(void)
 {
 	return (snat_ipv6[0] | snat_ipv6[1] | snat_ipv6[2] | snat_ipv6[3]) != 0;
