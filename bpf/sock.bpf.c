@@ -3,9 +3,9 @@
  * node's addresses and loopback, LoadBalancer IPs and externalIPs. No per-packet NAT.
  * recvmsg()/getpeername() map the backend back to the Service address, so UDP replies
  * appear to come from the address the client sent to. loadBalancerSourceRanges apply here
- * too, by the namespace's address (lb4_netns_sources). IPv6 sockets are translated when
+ * too, by the namespace's address (lib/sock_policy.h). IPv6 sockets are translated when
  * they reach an IPv4 Service through an IPv4-mapped address (::ffff:a.b.c.d), and when
- * they reach an IPv6 ClusterIP (lb6_services: the IPv6 family of a dual-stack or IPv6
+ * they reach an IPv6 frontend (lb6_services: the IPv6 family of a dual-stack or IPv6
  * Service). */
 #include "lib/common.h"
 #include "lib/config.h"
@@ -14,67 +14,7 @@
 #include "lib/hash.h"
 #include "lib/lb.h"
 #include "lib/lb6.h"
-
-#define SYS_REJECT 0
-#define SYS_PROCEED 1
-
-#ifndef ECONNREFUSED
-#define ECONNREFUSED 111
-#endif
-#ifndef EPERM
-#define EPERM 1
-#endif
-
-/* Is this the host's network namespace (the agent's, as configured)? kube-proxy answers
- * NodePorts on loopback there only: a pod's own 127.0.0.1:port is its own (a sidecar's,
- * say); and only the host's binds can hold an SNAT port. */
-static __always_inline int is_host_netns(__u64 cookie)
-{
-	return host_netns_cookie ? cookie == host_netns_cookie : cookie == bpf_get_netns_cookie(NULL);
-}
-
-/* Refuse the call with ECONNREFUSED, as a TCP client of kube-proxy's REJECT sees. */
-static __always_inline int sock_refuse(void)
-{
-	count_stat(STAT_SOCK_REJECT, 0);
-	bpf_set_retval(-ECONNREFUSED);
-	return SYS_REJECT;
-}
-
-/* loadBalancerSourceRanges, decided before any translation or refusal as on the tc path
- * (kube-proxy checks them for pods and the host too). connect() has no source address yet:
- * the host's connections leave from the node's address, a pod's from the address the agent
- * recorded for its namespace; a namespace it has not recorded is refused too (a pod whose
- * ranges would not allow it must not slip through before the agent sees it). Refused with
- * EPERM: a policy's refusal, unlike "no backend" (ECONNREFUSED). An ETP=Local LB IP found
- * in the internal scope takes its ranges from its external entry. */
-static __always_inline int sock_source_refused(struct bpf_sock_addr *ctx, __be32 addr, __be16 port, __u8 proto, __u8 scope,
-					       struct lb4_service *svc)
-{
-	struct lb4_netns_source *src;
-	__u64 netns;
-	__be32 saddr;
-
-	if (scope == LB_SCOPE_INTERNAL && (svc->flags & LB_F_LOAD_BALANCER))
-		svc = lb4_lookup_master(addr, port, proto, LB_SCOPE_EXTERNAL);
-	if (!svc || !(svc->flags & LB_F_SOURCE_RANGES))
-		return 0;
-	netns = bpf_get_netns_cookie(ctx);
-	if (is_host_netns(netns)) {
-		saddr = snat_ipv4;
-	} else {
-		src = bpf_map_lookup_elem(&lb4_netns_sources, &netns);
-		if (!src) {
-			count_drop(DROP_SOURCE_UNKNOWN, 0);
-			return 1;
-		}
-		saddr = src->address;
-	}
-	if (lb4_source_allowed(svc, saddr))
-		return 0;
-	count_drop(DROP_SOURCE_RANGE, 0);
-	return 1;
-}
+#include "lib/sock_policy.h"
 
 /* The Service decision for a destination (IPv4, or IPv4-mapped on an IPv6 socket): left
  * alone, refused, or *addr / *port rewritten to a backend. */
@@ -215,6 +155,10 @@ static __always_inline int sock_lb6(struct bpf_sock_addr *ctx)
 	found = lb6_lookup(&key, &svc);
 	if (found == LB_NOT_SERVICE)
 		return SYS_PROCEED;
+	if (svc && sock6_source_refused(ctx, &key, svc)) {
+		bpf_set_retval(-EPERM);
+		return SYS_REJECT;
+	}
 	if (found != LB_FOUND)
 		return sock_refuse();
 	cookie = bpf_get_socket_cookie(ctx);

@@ -34,4 +34,29 @@ const volatile __u32 ct_lifetime_tcp_established = CT_LIFETIME_TCP_ESTABLISHED;
 const volatile __u32 ct_lifetime_tcp_closing = CT_LIFETIME_TCP_CLOSING;
 const volatile __u32 ct_lifetime_nontcp = CT_LIFETIME_NONTCP;
 
+/* The node's IPv6 address for remote flows (snat_ipv6: all zero when it has none), read
+ * word by word: a .rodata constant the loader sets, which a plain (non-volatile) read, as
+ * through a cast pointer, would fold to its all-zero initializer. */
+static __always_inline int snat6_on(void)
+{
+	return (snat_ipv6[0] | snat_ipv6[1] | snat_ipv6[2] | snat_ipv6[3]) != 0;
+}
+
+static __always_inline int snat6_is_node(const __u8 *addr)
+{
+	const __u32 *w = (const __u32 *)addr;
+
+	return snat6_on() && w[0] == snat_ipv6[0] && w[1] == snat_ipv6[1] && w[2] == snat_ipv6[2] && w[3] == snat_ipv6[3];
+}
+
+static __always_inline void snat6_node_address(__u8 *out)
+{
+	__u32 *w = (__u32 *)out;
+
+	w[0] = snat_ipv6[0];
+	w[1] = snat_ipv6[1];
+	w[2] = snat_ipv6[2];
+	w[3] = snat_ipv6[3];
+}
+
 #endif

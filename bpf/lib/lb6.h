@@ -54,6 +54,23 @@ static __always_inline int lb6_lookup(struct lb6_key *key, struct lb6_service **
 	return lb6_lookup_scope(key, LB_SCOPE_EXTERNAL, out);
 }
 
+/* May this source use the frontend `key` names (its master `svc`)? Always, unless it has
+ * loadBalancerSourceRanges: then only a source in one of them (lb6_src_ranges). */
+static __always_inline int lb6_source_allowed(const struct lb6_key *key, const struct lb6_service *svc, const __u8 *saddr)
+{
+	struct lb6_src_range_key k = {
+		.prefixlen = LB6_SRC_RANGE_FRONTEND_BITS + 128,
+		.port = key->port,
+		.proto = key->proto,
+	};
+
+	if (!(svc->flags & LB_F_SOURCE_RANGES))
+		return 1;
+	__builtin_memcpy(k.frontend, key->address, 16);
+	__builtin_memcpy(k.source, saddr, 16);
+	return bpf_map_lookup_elem(&lb6_src_ranges, &k) != NULL;
+}
+
 /* The backend slot for a hash: slot (hash % count) + 1 of the frontend `key` names. */
 static __always_inline struct lb6_service *lb6_select_slot(struct lb6_key *key, const struct lb6_service *svc, __u32 hash)
 {

@@ -34,6 +34,24 @@ struct {
 	__type(value, struct lb4_frontend_name);
 } lb6_names SEC(".maps");
 
+/* loadBalancerSourceRanges of IPv6 LoadBalancer IPs (shared/lb6.h), sized as IPv4's. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lb6_src_range_key);
+	__type(value, __u8);
+} lb6_src_ranges SEC(".maps");
+
+/* Network namespace cookie → its IPv6 source address, as lb4_netns_sources. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u64);
+	__type(value, struct lb6_netns_source);
+} lb6_netns_sources SEC(".maps");
+
 /* IPv6 north-south flows (shared/ct6.h): the client's direction of every flow and the
  * reply's of a local one, sized as ct4. */
 struct {

@@ -1,5 +1,5 @@
 /* What IPv6 translation shares (lib/nodeport6.h, lib/snat6.h, lib/icmp6_related.h): the
- * flow hash, the rewrite of one end of a packet, and the node's IPv6 address. */
+ * flow hash and the rewrite of one end of a packet (the node's IPv6 address: lib/config.h). */
 #ifndef FERRY_LIB_NAT6_H
 #define FERRY_LIB_NAT6_H
 
@@ -51,31 +51,6 @@ static __always_inline int nat6_rewrite(struct __ctx_buff *ctx, const struct pkt
 	if (ctx_l4_csum_replace(ctx, csum_off, from_port, to_port, sizeof(to_port) | mangled0) < 0)
 		return -1;
 	return ctx_store_bytes(ctx, port_off, &to_port, sizeof(to_port), 0);
-}
-
-/* The node's IPv6 address for remote flows (snat_ipv6: all zero when it has none), read
- * word by word: a .rodata constant the loader sets, which a plain (non-volatile) read, as
- * through a cast pointer, would fold to its all-zero initializer. */
-static __always_inline int snat6_on(void)
-{
-	return (snat_ipv6[0] | snat_ipv6[1] | snat_ipv6[2] | snat_ipv6[3]) != 0;
-}
-
-static __always_inline int snat6_is_node(const __u8 *addr)
-{
-	const __u32 *w = (const __u32 *)addr;
-
-	return snat6_on() && w[0] == snat_ipv6[0] && w[1] == snat_ipv6[1] && w[2] == snat_ipv6[2] && w[3] == snat_ipv6[3];
-}
-
-static __always_inline void snat6_node_address(__u8 *out)
-{
-	__u32 *w = (__u32 *)out;
-
-	w[0] = snat_ipv6[0];
-	w[1] = snat_ipv6[1];
-	w[2] = snat_ipv6[2];
-	w[3] = snat_ipv6[3];
 }
 
 #endif

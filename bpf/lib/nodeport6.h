@@ -73,6 +73,9 @@ static __always_inline int nodeport6_new_flow(struct __ctx_buff *ctx, const stru
 
 	__builtin_memcpy(key.address, p->daddr, 16);
 	found = lb6_lookup_scope(&key, LB_SCOPE_EXTERNAL, &svc);
+	/* loadBalancerSourceRanges: decided before any translation or reject. */
+	if (svc && !lb6_source_allowed(&key, svc, p->saddr))
+		return count_drop(DROP_SOURCE_RANGE, p->len);
 	if (found == LB_NOT_SERVICE)
 		return CTX_ACT_UNSPEC;
 	if (found == LB_UNKNOWN_PORT)
@@ -92,7 +95,7 @@ static __always_inline int nodeport6_new_flow(struct __ctx_buff *ctx, const stru
 		count_stat(STAT_CT_MIDSTREAM, 0);
 	__builtin_memcpy(flow->addr, b->address, 16);
 	flow->port = b->port;
-	flow->flags = ct6_flags_client(p, CT_F_LOCAL);
+	flow->flags = ct6_flags_client(p, CT_F_LOCAL | ((svc->flags & LB_F_SOURCE_RANGES) ? CT_F_RANGED : 0));
 	rc = ct6_write(p, client, flow, now, 1);
 	if (rc == -2)
 		return count_drop(DROP_TUPLE_TAKEN, p->len);
@@ -116,6 +119,19 @@ static __always_inline int nodeport6_not_served(const struct pkt6 *p)
 	if (wildcard && (wildcard->flags & LB_F_WILDCARD))
 		return count_drop(DROP_NOT_SERVED, p->len);
 	return CTX_ACT_UNSPEC;
+}
+
+/* A flow of a frontend with loadBalancerSourceRanges (CT_F_RANGED) looks its frontend up
+ * on every packet, as IPv4's: a source its ranges no longer allow loses the flow. A
+ * frontend gone is the agent's to flush, as for unranged flows. */
+static __always_inline int ct6_source_denied(const struct pkt6 *p)
+{
+	struct lb6_key key = { .port = p->dport, .proto = p->proto, .scope = LB_SCOPE_EXTERNAL };
+	struct lb6_service *svc;
+
+	__builtin_memcpy(key.address, p->daddr, 16);
+	svc = bpf_map_lookup_elem(&lb6_services, &key);
+	return svc && !lb6_source_allowed(&key, svc, p->saddr);
 }
 
 /* tc ingress, IPv6: a client's packet for a frontend. A global function (lib/common.h):
@@ -156,6 +172,8 @@ __ferry_global int nodeport6_ingress(struct __sk_buff *ctx)
 		__u8 flags;
 		__u64 expires;
 
+		if ((held->flags & CT_F_RANGED) && ct6_source_denied(&p))
+			return count_drop(DROP_SOURCE_RANGE, p.len);
 		if (held->flags & CT_F_SNAT)
 			return NODEPORT6_REMOTE; /* its state is lib/snat6.h's */
 		flags = ct6_flags_client(&p, held->flags);

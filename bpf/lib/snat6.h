@@ -166,8 +166,8 @@ static __always_inline void snat6_keep(const struct pkt6 *p, struct ct6_key *rep
 }
 
 /* The external frontend's backend slot for a new flow's hash (as nodeport6_new_flow chose
- * it); NULL when the frontend has none any more. */
-static __always_inline struct lb6_service *snat6_flow_backend(const struct pkt6 *p, __u32 hash)
+ * it); NULL when the frontend has none any more. *ranged: its flows are CT_F_RANGED. */
+static __always_inline struct lb6_service *snat6_flow_backend(const struct pkt6 *p, __u32 hash, __u8 *ranged)
 {
 	struct lb6_key key = { .port = p->dport, .proto = p->proto };
 	struct lb6_service *svc;
@@ -175,6 +175,7 @@ static __always_inline struct lb6_service *snat6_flow_backend(const struct pkt6 
 	__builtin_memcpy(key.address, p->daddr, 16);
 	if (lb6_lookup_scope(&key, LB_SCOPE_EXTERNAL, &svc) != LB_FOUND || !svc)
 		return NULL;
+	*ranged = (svc->flags & LB_F_SOURCE_RANGES) ? CT_F_RANGED : 0;
 	return lb6_select_slot(&key, svc, hash);
 }
 
@@ -191,6 +192,7 @@ __ferry_global int nodeport6_snat_flow(struct __sk_buff *ctx)
 	struct ct6_entry *held;
 	struct lb6_service *b;
 	struct pkt6 p;
+	__u8 ranged = 0;
 	__be16 port;
 	__u32 hash;
 	__u64 now;
@@ -213,7 +215,7 @@ __ferry_global int nodeport6_snat_flow(struct __sk_buff *ctx)
 		return CTX_ACT_OK;
 	}
 	hash = flow_hash6(&p);
-	b = snat6_flow_backend(&p, hash);
+	b = snat6_flow_backend(&p, hash, &ranged);
 	if (!b || (b->flags & LB_BACKEND_F_LOCAL))
 		return count_drop(DROP_BACKEND_MISSING, p.len); /* the backends changed since tc_ingress looked */
 	if (p.proto == IPPROTO_TCP && !(p.tcp_flags & TCP_SYN))
@@ -231,7 +233,7 @@ __ferry_global int nodeport6_snat_flow(struct __sk_buff *ctx)
 	ct6_key_set(&client, p.saddr, p.daddr, p.sport, p.dport, p.proto, CT6_DIR_CLIENT); /* the reserve's scratch */
 	e.flow = (struct ct6_entry){ .expires_ns = now + ct_lifetime_ns(p.proto, CT_F_SNAT), .port = b->port, .nat_port = port };
 	__builtin_memcpy(e.flow.addr, b->address, 16);
-	e.flow.flags = ct6_flags_client(&p, CT_F_SNAT);
+	e.flow.flags = ct6_flags_client(&p, CT_F_SNAT | ranged);
 	if (bpf_map_update_elem(&ct6, &client, &e.flow, BPF_ANY) < 0)
 		return count_drop(DROP_CT_MAP_FULL, p.len);
 	return CTX_ACT_OK;

@@ -63,4 +63,24 @@ struct lb6_sock_value {
 	__u8 pad[2];
 };
 
+/* Key of lb6_src_ranges (an LPM trie): one entry per (frontend, CIDR) of a LoadBalancer
+ * IP's loadBalancerSourceRanges. The frontend (its address, port and protocol) is the
+ * first 160 bits, always matched whole: prefixlen = 160 + the CIDR's length. */
+struct lb6_src_range_key {
+	__u32 prefixlen;
+	__u8 frontend[16];
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+	__u8 source[16];
+};
+
+#define LB6_SRC_RANGE_FRONTEND_BITS 160
+
+/* A network namespace's IPv6 source address (lb6_netns_sources, keyed by its cookie):
+ * what the socket hooks check loadBalancerSourceRanges by, as connect() has none yet. */
+struct lb6_netns_source {
+	__u8 address[16];
+};
+
 #endif

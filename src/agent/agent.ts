@@ -162,7 +162,7 @@ export class Agent {
     let reconciler: Reconciler | undefined;
     const staleSockets = StaleUdpSockets.start(datapath, log, metrics);
     // Before any Service is synced: the socket hooks refuse a pod at a ranged LB IP until its namespace is known.
-    const netnsSources = NetnsSourceScanner.start(datapath.maps.lb4_netns_sources, log, metrics);
+    const netnsSources = NetnsSourceScanner.start(datapath.maps, log, metrics);
     let unfreeable = -1;
     let announcer: Announcer | undefined;
     const onError = (what: string) => (err: unknown, retryInMs: number) => log.warn({ watch: what, err: (err as Error)?.message ?? String(err), retryInMs }, 'watch failed; the datapath keeps its state');

@@ -1,7 +1,7 @@
 // The agent's side of loadBalancerSourceRanges at the socket hooks: every network
 // namespace it can see (the runtime's pins under /run/netns, and processes' namespaces
 // where it shares the host's PID namespace) is entered, and its cookie and address are
-// written to lb4_netns_sources (src/datapath/netns-sources.ts). A pod's connect() to a
+// written to lb4_netns_sources, its IPv6 one to lb6_netns_sources (src/datapath/netns-sources.ts). A pod's connect() to a
 // ranged LoadBalancer IP is refused until its namespace is there, so a new pin is looked
 // at at once, and again while the CNI has not given it an address yet.
 import { watch, type FSWatcher } from 'node:fs';
@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import { NetnsSources } from '../datapath/netns-sources.js';
 import type { DatapathMaps } from '../datapath/layouts.js';
 import { listNetns } from '../sys/netns-list.js';
-import { readNetnsSource } from '../sys/netns-source.js';
+import { readNetnsSource, type NetnsSource } from '../sys/netns-source.js';
 import { netnsCookie } from '../sys/socket.js';
 import type { AgentMetrics } from './metrics.js';
 
@@ -22,9 +22,11 @@ const AFTER_PIN_MS = [200, 1000, 3000];
 export interface NetnsSourcesStatus {
   namespaces: number;
   recorded: number;
+  /** Namespaces whose IPv6 address is recorded (those with one). */
+  recorded6?: number;
   /** Namespaces without an address yet, or with several and no eth0. */
   unaddressed: number;
-  /** Left out: lb4_netns_sources is full. */
+  /** Left out: lb4_netns_sources or lb6_netns_sources is full. */
   full: number;
   lastPass?: { at: string; ms: number };
 }
@@ -35,17 +37,19 @@ export class NetnsSourceScanner {
   private watcher: FSWatcher | undefined;
   private last: NetnsSourcesStatus = { namespaces: 0, recorded: 0, unaddressed: 0, full: 0 };
   /** What each listed namespace said last: one that cannot be read for a moment keeps it. */
-  private readonly seen = new Map<string, { cookie: bigint; address: string | undefined }>();
+  private readonly seen = new Map<string, NetnsSource>();
 
   constructor(
     private readonly sources: NetnsSources,
     private readonly log: Logger,
     private readonly metrics: AgentMetrics,
     private readonly list: () => string[] = () => listNetns({ pinDirs: [PIN_DIR] }),
+    private readonly sources6?: NetnsSources,
   ) {}
 
-  static start(map: DatapathMaps['lb4_netns_sources'], log: Logger, metrics: AgentMetrics): NetnsSourceScanner {
-    const s = new NetnsSourceScanner(new NetnsSources(map), log.child({ part: 'netns-sources' }), metrics);
+  static start(maps: Pick<DatapathMaps, 'lb4_netns_sources'> & Partial<Pick<DatapathMaps, 'lb6_netns_sources'>>, log: Logger, metrics: AgentMetrics): NetnsSourceScanner {
+    const v6 = maps.lb6_netns_sources && new NetnsSources(maps.lb6_netns_sources);
+    const s = new NetnsSourceScanner(new NetnsSources(maps.lb4_netns_sources), log.child({ part: 'netns-sources' }), metrics, undefined, v6);
     s.passLogged();
     s.timer = setInterval(() => s.passLogged(), PASS_MS);
     s.timer.unref();
@@ -66,6 +70,7 @@ export class NetnsSourceScanner {
   pass(): NetnsSourcesStatus {
     const t0 = performance.now();
     const want = new Map<bigint, string>();
+    const want6 = new Map<bigint, string>();
     // The agent's own namespace is the host's: the hooks use the node's address there.
     const own = netnsCookie();
     const paths = this.list();
@@ -86,18 +91,22 @@ export class NetnsSourceScanner {
       namespaces++;
       if (s.address) want.set(s.cookie, s.address);
       else unaddressed++;
+      if (s.address6) want6.set(s.cookie, s.address6);
     }
     let sync;
+    let full6 = 0;
     try {
       sync = this.sources.sync(want);
+      full6 = this.sources6?.sync(want6).full ?? 0;
     } catch (e) {
       this.log.error({ err: (e as Error).message }, 'cannot write the namespaces\' source addresses');
       return this.last;
     }
-    if (sync.full > 0 && sync.full !== this.last.full) this.log.error({ left: sync.full, capacity: this.sources.capacity }, 'lb4_netns_sources is full: pods of the namespaces left out are refused at LoadBalancer IPs with source ranges');
+    const full = sync.full + full6;
+    if (full > 0 && full !== this.last.full) this.log.error({ left: sync.full, left6: full6, capacity: this.sources.capacity }, 'lb4_netns_sources or lb6_netns_sources is full: pods of the namespaces left out are refused at LoadBalancer IPs with source ranges');
     this.metrics.netnsSources.set(this.sources.size);
-    this.metrics.netnsSourcesFull.set(sync.full);
-    this.last = { namespaces, recorded: this.sources.size, unaddressed, full: sync.full, lastPass: { at: new Date().toISOString(), ms: Math.round(performance.now() - t0) } };
+    this.metrics.netnsSourcesFull.set(full);
+    this.last = { namespaces, recorded: this.sources.size, ...(this.sources6 ? { recorded6: this.sources6.size } : {}), unaddressed, full, lastPass: { at: new Date().toISOString(), ms: Math.round(performance.now() - t0) } };
     return this.last;
   }
 

@@ -259,6 +259,6 @@ export function snatLine(devices: readonly SnatDevice[]): string {
 }
 
 export function netnsSourcesLine(n: NetnsSourcesStatus): string {
-  const extra = `${n.unaddressed ? `; ${n.unaddressed} without an address` : ''}${n.full ? `; ${n.full} left out: lb4_netns_sources is full` : ''}`;
+  const extra = `${n.recorded6 !== undefined ? `, ${n.recorded6} with an IPv6 one` : ''}${n.unaddressed ? `; ${n.unaddressed} without an address` : ''}${n.full ? `; ${n.full} left out: lb4_netns_sources or lb6_netns_sources is full` : ''}`;
   return `${n.recorded} of ${n.namespaces} namespaces' addresses known to the socket hooks (loadBalancerSourceRanges)${extra}`;
 }

@@ -5,6 +5,7 @@
 // decision (reference/sock.ts, held against the real hooks by a differential test) is
 // worked out from the live maps: cgroup programs cannot be test-run.
 import { join } from 'node:path';
+import { isIPv6 } from 'node:net';
 import { BackendFlags, LbFlags, LbScope, Stat, DropReason, mapOptions, mapSpecs, type MapName } from './layouts.js';
 import type { Codec } from '../ebpf/codec.js';
 import { ErrorCode, FerryError, errnoError } from '../errors.js';
@@ -18,6 +19,7 @@ import { interfaceInfo } from '../sys/interfaces.js';
 import { skbContext } from '../ebpf/skb-context.js';
 import { buildPacket, eth, ipv4, ipv6, tcp, udp } from '../packet/build.js';
 import { decodePacket } from '../packet/decode.js';
+import { ipv6Bytes, ipv6Text } from '../packet/addr.js';
 import { inNetns } from '../sys/netns.js';
 import { RODATA_PIN } from './loader.js';
 import { PinnedDatapath, type DatapathReader } from './pinned-view.js';
@@ -92,14 +94,16 @@ function backendList(table: ServiceTable, address: string, port: number, proto: 
 
 /** The maps as the reference decision reads them: an IPv6 master entry (lb6_services) as
  * an IPv4 one, whose count, flags and affinity are all the reference uses of it. */
-export function sockLookup(maps: Pick<DatapathReader, 'lb4_services' | 'lb6_services' | 'lb4_src_ranges'>): SockLookup {
+export function sockLookup(maps: Pick<DatapathReader, 'lb4_services' | 'lb6_services' | 'lb4_src_ranges'> & Partial<Pick<DatapathReader, 'lb6_src_ranges'>>): SockLookup {
   return {
     master: (address, port, p, scope) => {
       if (!address.includes(':')) return maps.lb4_services.lookup({ address, port, proto: p, scope, slot: 0 });
       const v = maps.lb6_services.lookup({ address, port, proto: p, scope, slot: 0 });
       return v && { ...emptyService, count: v.count, flags: v.flags, affinityTimeout: v.affinityTimeout };
     },
-    sourceAllowed: (revNatId, source) => maps.lb4_src_ranges.lookup({ prefixlen: 64, revNatId, source }) !== undefined,
+    sourceAllowed: (f, source) => f.address.includes(':')
+      ? maps.lb6_src_ranges?.lookup({ prefixlen: 160 + 128, frontend: f.address, port: f.port, proto: f.proto, source }) !== undefined
+      : maps.lb4_src_ranges.lookup({ prefixlen: 64, revNatId: f.revNatId, source }) !== undefined,
   };
 }
 
@@ -117,7 +121,9 @@ function explainSocket(r: ExplainRequest, maps: DatapathReader, pinned: readonly
   const proto = r.proto === 'tcp' ? 6 : 17;
   const lines = [`connect()/sendmsg() from a ${r.from === 'pod' ? 'pod' : 'host process'} to ${r.dst}:${r.dport}/${r.proto} (cgroup socket hooks)`];
   // The source is --src: the node's address for the host; for a pod, only if the agent recorded a namespace with it.
-  const recorded = r.from === 'host' || !pinned.includes('lb4_netns_sources') || maps.lb4_netns_sources.entries().some(([, v]) => v.address === r.src);
+  const sources = r.dst.includes(':') ? 'lb6_netns_sources' : 'lb4_netns_sources';
+  const src = r.src.includes(':') && isIPv6(r.src) ? ipv6Text(ipv6Bytes(r.src)) : r.src;
+  const recorded = r.from === 'host' || !pinned.includes(sources) || maps[sources].entries().some(([, v]) => v.address === src);
   const d = sockDecision(sockLookup(maps), { address: r.dst, port: r.dport, proto, fromHost: r.from === 'host', source: recorded ? r.src : undefined });
   if (d.verdict === 'unchanged') {
     lines.push(r.from === 'pod' && r.dst.startsWith('127.') ? 'a pod\'s loopback is its own (NodePorts answer on loopback in the host\'s namespace only): the socket connects unchanged' : 'not a Service address: the socket connects unchanged');
@@ -137,7 +143,7 @@ function explainSocket(r: ExplainRequest, maps: DatapathReader, pinned: readonly
   if (d.verdict === 'denied') {
     lines.push(d.reason === 'source-range'
       ? `${r.src} is not in its loadBalancerSourceRanges: the call fails with EPERM`
-      : `loadBalancerSourceRanges apply, and no network namespace with address ${r.src} is recorded (lb4_netns_sources, filled by the agent): a pod's call fails with EPERM`);
+      : `loadBalancerSourceRanges apply, and no network namespace with address ${r.src} is recorded (${sources}, filled by the agent): a pod's call fails with EPERM`);
     return { lines, verdict: 'denied' };
   }
   lines.push(`backends: ${(f.address.includes(':') ? backendList6(maps, f.address, r.dport, proto, f.scope) : backendList(readServiceTable(maps), f.address, r.dport, proto, f.scope)).join(', ')}`);
@@ -277,6 +283,7 @@ function explainPacket6(r: ExplainRequest, live: DatapathReader, pinned: readonl
   const { twin, copy } = openTwin(r, live, pinned);
   try {
     copyAll(live.lb6_services, copy('lb6_services'));
+    if (pinned.includes('lb6_src_ranges')) copyAll(live.lb6_src_ranges, copy('lb6_src_ranges'));
     const proto = r.proto === 'tcp' ? 6 : 17;
     const client = { saddr: r.src, daddr: r.dst, sport: r.sport, dport: r.dport, proto, dir: Ct6Dir.CT6_DIR_CLIENT };
     const held = live.ct6.lookup(client);
@@ -288,6 +295,7 @@ function explainPacket6(r: ExplainRequest, live: DatapathReader, pinned: readonl
       lines.push(`frontend [${r.dst}]:${r.dport}/${r.proto}, flags ${flagText(svc.flags)}, ${svc.count} backend(s)`);
       if (svc.count) lines.push(`backends: ${backendList6(live, r.dst, r.dport, proto, LbScope.LB_SCOPE_EXTERNAL).join(', ')}`);
       if (svc.flags & LbFlags.LB_F_DROP_WHEN_EMPTY) lines.push('policy: externalTrafficPolicy=Local (only this node\'s endpoints; none means drop)');
+      if (svc.flags & LbFlags.LB_F_SOURCE_RANGES) lines.push('policy: loadBalancerSourceRanges apply');
     }
     const run = () => {
       const l4 = proto === 6 ? tcp({ sport: r.sport, dport: r.dport, flags: held ? 'A' : 'S' }) : udp({ sport: r.sport, dport: r.dport });

@@ -238,6 +238,7 @@ function ipv6Frontends(entries: Array<[Lb6Key, Lb6Service]>, names: ReadonlyMap<
         ...(k.scope === LbScope.LB_SCOPE_INTERNAL ? ['internal'] : []),
         ...(v.affinityTimeout ? [`affinity=${v.affinityTimeout}s`] : []),
         ...(v.flags & LbFlags.LB_F_DROP_WHEN_EMPTY ? ['local-policy'] : []),
+        ...(v.flags & LbFlags.LB_F_SOURCE_RANGES ? ['source-ranges'] : []),
         // tc DNATs it from outside (every backend on this node); else only the socket hooks balance it.
         ...(v.flags & LbFlags.LB_F_LOCAL_ONLY ? ['local-only'] : []),
       ],

@@ -4,7 +4,7 @@
 import { ipv4Codec, structCodec, u32Codec, u64Codec, u8Codec, type Codec } from '../ebpf/codec.js';
 import type { BpfMap } from '../ebpf/map.js';
 import type { ProtoName } from '../model/frontend.js';
-import { Ct6Dir, ct6EntryCodec, ct6KeyCodec, nat6EntryCodec, lb6AffinityKeyCodec, lb6AffinityValueCodec, lb6KeyCodec, lb6ServiceCodec, lb6SockKeyCodec, lb6SockValueCodec } from './layouts6.js';
+import { Ct6Dir, ct6EntryCodec, ct6KeyCodec, nat6EntryCodec, lb6AffinityKeyCodec, lb6AffinityValueCodec, lb6KeyCodec, lb6ServiceCodec, lb6SockKeyCodec, lb6SockValueCodec, lb6SrcRangeKeyCodec, lb6NetnsSourceCodec } from './layouts6.js';
 
 export const LbScope = { LB_SCOPE_EXTERNAL: 0, LB_SCOPE_INTERNAL: 1 } as const;
 
@@ -337,8 +337,10 @@ export const mapSpecs = {
   lb6_sock_rev: { key: lb6SockKeyCodec, value: lb6SockValueCodec, sizeSetting: 'mapSizes.sockReverse' },
   // An IPv6 frontend's master key → `namespace/name:port`, for the CLI.
   lb6_names: { key: lb6KeyCodec, value: lb4FrontendNameCodec, sizeSetting: 'mapSizes.reverseNat' },
+  lb6_src_ranges: { key: lb6SrcRangeKeyCodec, value: u8Codec, sizeSetting: 'mapSizes.sourceRanges' },
   // Keyed by a network namespace's cookie.
   lb4_netns_sources: { key: u64Codec, value: lb4NetnsSourceCodec, sizeSetting: undefined },
+  lb6_netns_sources: { key: u64Codec, value: lb6NetnsSourceCodec, sizeSetting: undefined },
   ct4: { key: ct4KeyCodec, value: ct4EntryCodec, sizeSetting: 'mapSizes.conntrack' },
   nat4: { key: ct4KeyCodec, value: nat4EntryCodec, sizeSetting: 'mapSizes.nat' },
   // IPv6 north-south flows to local backends, both directions (layouts6.ts).

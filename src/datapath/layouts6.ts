@@ -93,3 +93,17 @@ export const nat6EntryCodec = structCodec('nat6_entry', {
   pad: { type: 'pad', length: 3 },
 });
 export type Nat6Entry = ReturnType<typeof nat6EntryCodec.decode>;
+
+export const lb6SrcRangeKeyCodec = structCodec('lb6_src_range_key', {
+  prefixlen: { type: 'u32' },
+  frontend: { type: 'ipv6' },
+  port: { type: 'be16' },
+  proto: { type: 'u8' },
+  pad: { type: 'pad', length: 1 },
+  source: { type: 'ipv6' },
+});
+export type Lb6SrcRangeKey = ReturnType<typeof lb6SrcRangeKeyCodec.decode>;
+
+export const lb6NetnsSourceCodec = structCodec('lb6_netns_source', {
+  address: { type: 'ipv6' },
+});

@@ -1,8 +1,9 @@
-// The source addresses of the node's network namespaces (lb4_netns_sources, keyed by netns
-// cookie): the socket hooks check loadBalancerSourceRanges by them, as connect() has no
-// source address yet. The map holds exactly what the last sync was given.
+// The source addresses of the node's network namespaces (lb4_netns_sources and
+// lb6_netns_sources, keyed by netns cookie): the socket hooks check
+// loadBalancerSourceRanges by them, as connect() has no source address yet. The map holds
+// exactly what the last sync was given.
+import type { BpfMap } from '../ebpf/map.js';
 import { ErrorCode, FerryError } from '../errors.js';
-import type { DatapathMaps } from './layouts.js';
 
 export interface NetnsSourcesSync {
   written: number;
@@ -14,7 +15,7 @@ export interface NetnsSourcesSync {
 export class NetnsSources {
   private readonly written = new Map<bigint, string>();
 
-  constructor(private readonly map: DatapathMaps['lb4_netns_sources']) {
+  constructor(private readonly map: BpfMap<bigint, { address: string }>) {
     for (const [cookie, v] of map.entries()) this.written.set(cookie, v.address);
   }
 

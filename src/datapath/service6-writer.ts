@@ -17,6 +17,7 @@ import type { Lb6Key, Lb6Service } from './layouts6.js';
 import { kindFlag, serviceOf, type WriteFailure } from './write-plan.js';
 import { ownsItsAddress } from './scoped-frontend.js';
 import { decodeName } from './service-table.js';
+import { Range6Table, rangeFrontend, rangeId, type Lb6SrcRanges } from './source-ranges6.js';
 import type { ApplyStats } from './writer.js';
 
 interface Entry {
@@ -85,8 +86,9 @@ const EMPTY: Omit<Lb6Service, 'address'> = { port: 0, count: 0, flags: 0, draini
 
 const canonical = (a: string): string => ipv6Text(ipv6Bytes(a));
 
-/** The entries one frontend needs, by key id; or why it cannot have them. */
-function frontendEntries(f: FrontendSpec, into: Map<string, Entry>): string | undefined {
+/** The entries one frontend needs, by key id, and its source-range entries (lb6_src_ranges);
+ * or why it cannot have them. */
+function frontendEntries(f: FrontendSpec, into: Map<string, Entry>, ranges: Set<string>, rangesMap: boolean): string | undefined {
   const proto = Proto[f.proto];
   if (!isIPv6(f.address) || (f.proto !== 'TCP' && f.proto !== 'UDP') || !Number.isInteger(f.port) || f.port < 1 || f.port > 65535) {
     return `${f.address} port ${f.port}/${f.proto} is not an IPv6 TCP or UDP frontend`;
@@ -104,6 +106,14 @@ function frontendEntries(f: FrontendSpec, into: Map<string, Entry>): string | un
   const slotFlags = (b: BackendSpec) => (b.local ? BackendFlags.LB_BACKEND_F_LOCAL : 0) | (b.terminating ? BackendFlags.LB_BACKEND_F_TERMINATING : 0);
   const sorted = (list: BackendSpec[]) => list.map((b) => ({ address: canonical(b.address), port: b.port, flags: slotFlags(b) })).sort((a, b) => (a.address === b.address ? a.port - b.port : a.address < b.address ? -1 : 1));
   const drainingSlots = sorted(draining);
+  // loadBalancerSourceRanges: LB IPs only (model/service6.ts gives them no other kind).
+  const ranged = f.kind === 'LoadBalancer' && (f.sourceRanges?.length ?? 0) > 0;
+  if (ranged && !rangesMap) return 'loadBalancerSourceRanges: this datapath has no lb6_src_ranges map';
+  for (const cidr of ranged ? f.sourceRanges! : []) {
+    const id = rangeId(rangeFrontend(address, f.port, proto), cidr);
+    if (!id) return `loadBalancerSourceRanges entry "${cidr}" is not an IPv6 CIDR`;
+    ranges.add(id);
+  }
   const put = (e: Entry) => into.set(keyId(e.key), e);
   // The external scope serves packets from outside (tc) and, where no internal entry
   // exists, this node's pods and host; the internal one (ETP=Local: the cluster
@@ -115,7 +125,7 @@ function frontendEntries(f: FrontendSpec, into: Map<string, Entry>): string | un
     if (external && ownsItsAddress(f)) put({ key: key(0, 0, 0), value: { ...EMPTY, address: '::', flags: LbFlags.LB_F_WILDCARD } });
     // tc takes a frontend from outside only while every backend it may choose is on this node.
     const localOnly = external && backends.every((b) => b.flags & BackendFlags.LB_BACKEND_F_LOCAL);
-    const flags = kindFlag[f.kind] | (dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0) | (localOnly ? LbFlags.LB_F_LOCAL_ONLY : 0);
+    const flags = kindFlag[f.kind] | (dropWhenEmpty ? LbFlags.LB_F_DROP_WHEN_EMPTY : 0) | (localOnly ? LbFlags.LB_F_LOCAL_ONLY : 0) | (external && ranged ? LbFlags.LB_F_SOURCE_RANGES : 0);
     put({ key: key(0), value: { ...EMPTY, address: '::', count: backends.length, flags, draining: drainingSlots.length, affinityTimeout: f.affinityTimeout ?? 0 }, name: f.service });
     // The draining after the backends, never counted among them: kept for their UDP sockets.
     [...backends, ...drainingSlots].forEach((b, i) => put({ key: key(i + 1), value: { ...EMPTY, address: b.address, port: b.port, flags: b.flags } }));
@@ -137,11 +147,15 @@ export class Service6Writer {
 
   /** The names lb6_names holds, by master key id. */
   private heldNames = new Map<string, Entry>();
+  /** lb6_src_ranges: who needs each entry, what the map holds. */
+  private readonly ranges: Range6Table | undefined;
 
   constructor(
     private readonly map: BpfMap<Lb6Key, Lb6Service>,
     private readonly names?: Lb6Names,
+    rangesMap?: Lb6SrcRanges,
   ) {
+    this.ranges = rangesMap && new Range6Table(rangesMap);
     this.restore();
   }
 
@@ -150,6 +164,7 @@ export class Service6Writer {
     for (const [key, value] of this.map.entries()) this.held.set(keyId(key), { key, value });
     this.heldNames.clear();
     for (const [key, { name }] of this.names?.entries() ?? []) this.heldNames.set(keyId(key), { key, value: { ...EMPTY, address: '::' }, name: decodeName(name) });
+    this.ranges?.restore();
   }
 
   /** Does the frontend's external entry still hold this backend, chosen or draining (the
@@ -192,7 +207,8 @@ export class Service6Writer {
   private write(groups: ReadonlyMap<string, FrontendSpec[]>, whole: boolean): Apply6Stats {
     const failures: WriteFailure[] = [];
     const touched = new Set<string>();
-    const take = (name: string, wanted: Map<string, Entry> | undefined) => {
+    const take = (name: string, wanted: Map<string, Entry> | undefined, ranges?: ReadonlySet<string>) => {
+      this.ranges?.take(name, ranges);
       for (const id of this.byService.get(name)?.keys() ?? []) {
         this.refs.set(id, this.refs.get(id)! - 1);
         touched.add(id);
@@ -216,18 +232,25 @@ export class Service6Writer {
     const freed = new Set([...touched].filter((id) => this.held.has(id) && gone(id)));
     const used = whole ? new Set([...this.held.keys(), ...[...this.refs.keys()].filter(live)]).size : this.held.size;
     let room = this.map.maxEntries - used + freed.size;
+    // lb6_src_ranges: the entries of frontends gone with their Services go first (their
+    // masters are deleted first), the rest that no Service needs at the end.
+    const stays = (frontend: string) => live(`${frontend}|${LbScope.LB_SCOPE_EXTERNAL}|0`);
+    const rangesFreed = new Set(this.ranges?.orphaned(stays));
+    let rangeRoom = this.ranges ? this.ranges.capacity - this.ranges.size + rangesFreed.size : 0;
     // A Service this writer has not written since it read the map (a restart) keeps the
     // entries the map holds of its frontends when it cannot have new ones.
     const keepHeld = (name: string, wanted: Map<string, Entry>) => {
       if (this.byService.has(name)) return;
       const masters = new Set([...wanted.keys()].map(masterOf));
       const kept = new Map([...this.held].filter(([id]) => masters.has(masterOf(id))).map(([id, e]) => [id, { ...e, name: this.heldNames.get(id)?.name }]));
-      if (kept.size > 0) take(name, kept);
+      const frontends = new Set([...masters].map((m) => m.split('|').slice(0, 3).join('|')));
+      if (kept.size > 0) take(name, kept, this.ranges?.heldFor(frontends));
     };
     for (const [name, frontends] of groups) {
       const wanted = new Map<string, Entry>();
+      const ranges = new Set<string>();
       let why: string | undefined;
-      for (const f of frontends) why ??= frontendEntries(f, wanted);
+      for (const f of frontends) why ??= frontendEntries(f, wanted, ranges, this.ranges !== undefined);
       if (why) {
         failures.push({ service: name, code: ErrorCode.Codec, error: why });
         keepHeld(name, wanted); // it keeps what it had
@@ -240,8 +263,15 @@ export class Service6Writer {
         keepHeld(name, wanted);
         continue;
       }
+      const freshRanges = [...ranges].filter((id) => !this.ranges!.live(id) && (!this.ranges!.holds(id) || rangesFreed.has(id))).length;
+      if (freshRanges > rangeRoom) {
+        failures.push({ service: name, code: ErrorCode.MapFull, error: `needs ${freshRanges} entries in lb6_src_ranges, ${rangeRoom} left (raise mapSizes.sourceRanges)` });
+        keepHeld(name, wanted);
+        continue;
+      }
       room -= fresh;
-      take(name, wanted);
+      rangeRoom -= freshRanges;
+      take(name, wanted, ranges);
     }
     // A full apply: what the map holds that no Service needs (a previous agent's) goes too.
     const candidates = whole ? new Set([...this.held.keys(), ...this.refs.keys()]) : touched;
@@ -273,11 +303,14 @@ export class Service6Writer {
     };
     try {
       goneFirst.forEach(remove);
+      this.ranges?.remove([...rangesFreed].filter((id) => !this.ranges!.live(id)));
+      this.ranges?.write(this.ranges.missing());
       for (const e of writes) {
         this.map.update(e.key, e.value);
         this.held.set(keyId(e.key), e);
       }
       shrunk.forEach(remove);
+      this.ranges?.remove(this.ranges.stale());
       this.writeNames(whole ? new Set([...candidates, ...this.heldNames.keys()]) : candidates);
     } catch (err) {
       // The map holds part of the change: start the next apply from what it holds.

@@ -44,7 +44,7 @@ export interface ApplyStats {
   ipv6UdpSlotsReplaced?: number;
 }
 
-export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_backend_ids' | 'lb4_reverse_nat' | 'lb4_src_ranges' | 'lb4_maglev' | 'lb4_names' | 'lb4_addr_filter'> & Partial<Pick<DatapathMaps, 'lb6_services' | 'lb6_names'>>;
+export type ServiceMaps = Pick<DatapathMaps, 'lb4_services' | 'lb4_backends' | 'lb4_backend_ids' | 'lb4_reverse_nat' | 'lb4_src_ranges' | 'lb4_maglev' | 'lb4_names' | 'lb4_addr_filter'> & Partial<Pick<DatapathMaps, 'lb6_services' | 'lb6_names' | 'lb6_src_ranges'>>;
 
 /** A frontend's id in one lookup scope: the writer's key for it (kept, so flattened). */
 const scopedFid = (f: Parameters<typeof frontendId>[0], scope: number) => flat(`${frontendId(f)}#${scope}`);
@@ -95,7 +95,7 @@ export class ServiceWriter implements WriterState {
     this.revNatIds = new IdAllocator('reverse-NAT', maps.lb4_reverse_nat.maxEntries, 'mapSizes.reverseNat');
     this.capacity = { services: maps.lb4_services.maxEntries, sourceRanges: maps.lb4_src_ranges.maxEntries };
     this.addressFilter = new ServiceAddressFilter(maps.lb4_addr_filter);
-    this.ipv6 = maps.lb6_services && new Service6Writer(maps.lb6_services, maps.lb6_names);
+    this.ipv6 = maps.lb6_services && new Service6Writer(maps.lb6_services, maps.lb6_names, maps.lb6_src_ranges);
     this.restore();
   }
 

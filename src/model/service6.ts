@@ -4,6 +4,7 @@
 // does not forward IPv6 to other nodes yet). Pure: no I/O.
 import { isIPv6 } from 'node:net';
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
+import { ipv6InCidr } from '../packet/addr.js';
 import { flat } from './flat-string.js';
 import { orNone, type BackendSpec, type FrontendKind, type FrontendSpec, type ProtoName } from './frontend.js';
 import { backendsOn, clusterEndpoints, localEndpoints, mergeSlices, portKey, type Endpoint, type NodeContext } from './endpoints.js';
@@ -35,6 +36,16 @@ export interface Node6Context extends NodeContext {
   clusterNodeAddresses?: ReadonlySet<string>;
 }
 
+/**
+ * The IPv6 loadBalancerSourceRanges (trimmed; kube-proxy's IPv6 pass takes this family's
+ * alone). If a node's IPv6 address is in one, traffic from the LB IP itself is allowed
+ * too (`ip/128`), as IPv4's.
+ */
+function ipv6SourceRanges(svc: V1Service, node: Node6Context): { ranges: string[]; withSelf: boolean } {
+  const ranges = (svc.spec?.loadBalancerSourceRanges ?? []).map((r) => r.trim()).filter((r) => isIPv6(r.split('/')[0] ?? ''));
+  return { ranges, withSelf: ranges.length > 0 && (node.addresses6 ?? []).some((a) => ranges.some((r) => ipv6InCidr(a, r))) };
+}
+
 /** The IPv6 LoadBalancer IPs of a LoadBalancer Service (ipMode VIP or unset), the rest reported. */
 function ipv6LoadBalancerIPs(svc: V1Service, ignored: string[]): string[] {
   if (svc.spec?.type !== 'LoadBalancer') return [];
@@ -43,13 +54,6 @@ function ipv6LoadBalancerIPs(svc: V1Service, ignored: string[]): string[] {
     if (!ing.ip || !isIPv6(ing.ip)) continue;
     if (ing.ipMode && ing.ipMode !== 'VIP') ignored.push(`LoadBalancer ingress ${ing.ip} with ipMode ${ing.ipMode}`);
     else out.push(ing.ip);
-  }
-  // kube-proxy's IPv6 proxier takes the IPv6 ranges alone; ferry has no IPv6 source-range
-  // check yet, so an IPv6 LB IP with IPv6 ranges is not programmed rather than left open.
-  const ranges6 = (svc.spec.loadBalancerSourceRanges ?? []).filter((r) => isIPv6(r.trim().split('/')[0] ?? ''));
-  if (ranges6.length > 0 && out.length > 0) {
-    for (const ip of out) ignored.push(`IPv6 LoadBalancer ingress ${ip} with IPv6 loadBalancerSourceRanges (not built for IPv6)`);
-    return [];
   }
   return out;
 }
@@ -69,6 +73,7 @@ export function ipv6Frontends(svc: V1Service, slices: V1EndpointSlice[], node: N
   const itpLocal = spec.internalTrafficPolicy === 'Local';
   const isNodePortType = spec.type === 'NodePort' || spec.type === 'LoadBalancer';
   const lbIPs = ipv6LoadBalancerIPs(svc, out.ignored);
+  const sourceRanges = ipv6SourceRanges(svc, node);
   const externalIPs = (spec.externalIPs ?? []).filter((ip) => isIPv6(ip));
   const nodeAddress = (a: string) => node.clusterNodeAddresses?.has(a) || (node.addresses6 ?? []).includes(a);
   for (const ip of lbIPs) if (nodeAddress(ip)) out.nodeAddresses.push({ address: ip, kind: 'LoadBalancer' });
@@ -120,6 +125,7 @@ export function ipv6Frontends(svc: V1Service, slices: V1EndpointSlice[], node: N
     for (const ip of lbIPs) {
       const f = outside('LoadBalancer', ip, p.port);
       if (nodeAddress(ip)) f.serviceOnlyAddress = false;
+      if (sourceRanges.ranges.length > 0) f.sourceRanges = sourceRanges.withSelf ? [...sourceRanges.ranges, `${ip}/128`] : sourceRanges.ranges;
       out.frontends.push(f);
     }
     for (const ip of externalIPs) out.frontends.push(outside('ExternalIP', ip, p.port));

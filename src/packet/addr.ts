@@ -69,3 +69,20 @@ export function ipv4InCidr(ip: string, cidr: string): boolean {
   const mask = n === 0 ? 0 : (0xffffffff << (32 - n)) >>> 0;
   return ((toInt(ip) & mask) >>> 0) === ((toInt(net!) & mask) >>> 0);
 }
+
+/** An IPv6 address with the bits past `bits` cleared. */
+export function ipv6Masked(ip: string, bits: number): Buffer {
+  const b = ipv6Bytes(ip);
+  for (let i = 0; i < 16; i++) {
+    const keep = Math.max(0, Math.min(8, bits - i * 8));
+    b[i]! &= (0xff << (8 - keep)) & 0xff;
+  }
+  return b;
+}
+
+/** Is an IPv6 address inside an IPv6 CIDR (`fd00::/8`)? */
+export function ipv6InCidr(ip: string, cidr: string): boolean {
+  const [net, bits] = cidr.split('/');
+  const n = Number(bits ?? 128);
+  return ipv6Masked(ip, n).equals(ipv6Masked(net!, n));
+}

@@ -60,7 +60,7 @@ export class FerryPods {
         groups: security.supplementalGroups,
         workingDir: '/opt/ferry',
         binds: [
-          ...launch.mounts.map((m) => ({ path: m.mountPath, source: m.hostPath, readOnly: m.readOnly, ...(m.mountPath === '/sys/fs/bpf' ? { propagation: 'HostToContainer' as const } : {}) })),
+          ...launch.mounts.map((m) => ({ path: m.mountPath, source: m.hostPath, readOnly: m.readOnly, ...(m.hostToContainer ? { propagation: 'HostToContainer' as const } : {}) })),
           { path: SERVICE_ACCOUNT_DIR, source: launch.serviceAccountDir, readOnly: true },
         ],
       });

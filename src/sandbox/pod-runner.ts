@@ -15,7 +15,7 @@ export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccoun
 const IMAGE_ROOT = '/opt/ferry';
 
 type EnvVar = { name: string; value?: string; valueFrom?: { fieldRef?: { fieldPath: string } } & Record<string, unknown> };
-type Mount = { name: string; mountPath: string; readOnly?: boolean };
+type Mount = { name: string; mountPath: string; readOnly?: boolean; mountPropagation?: string };
 type Volume = { name: string; configMap?: { name: string }; hostPath?: { path: string }; emptyDir?: object };
 export type Workload = {
   kind: string;
@@ -44,7 +44,7 @@ export interface PodLaunch {
   /** Where the ServiceAccount's files are on this machine. */
   serviceAccountDir: string;
   /** Volumes by mountPath: the directory on this machine (configMap, emptyDir) or the hostPath. */
-  mounts: Array<{ mountPath: string; hostPath: string; readOnly: boolean; kind: 'configMap' | 'emptyDir' | 'hostPath' }>;
+  mounts: Array<{ mountPath: string; hostPath: string; readOnly: boolean; kind: 'configMap' | 'emptyDir' | 'hostPath'; hostToContainer?: boolean }>;
 }
 
 /** What running `container` of `w` on a node takes; `root`: where /opt/ferry is on this machine. */
@@ -63,7 +63,7 @@ export function podLaunch(w: Workload, container: string, ctx: PodContext, root:
     const v = pod.volumes?.find((x) => x.name === m.name);
     if (!v) throw new Error(`${w.metadata.name}/${container}: volumeMount ${m.name} names no volume`);
     if (v.hostPath) {
-      mounts.push({ mountPath: m.mountPath, hostPath: v.hostPath.path, readOnly: Boolean(m.readOnly), kind: 'hostPath' });
+      mounts.push({ mountPath: m.mountPath, hostPath: v.hostPath.path, readOnly: Boolean(m.readOnly), kind: 'hostPath', ...(m.mountPropagation === 'HostToContainer' ? { hostToContainer: true } : {}) });
       continue;
     }
     const dir = join(ctx.dir, 'volumes', m.name);
@@ -108,10 +108,13 @@ export function podLaunch(w: Workload, container: string, ctx: PodContext, root:
 
 /**
  * argv that runs `launch` with its service account directory bind-mounted at the real path,
- * in a mount namespace of its own (nothing is mounted on this machine's view).
+ * in a mount namespace of its own (nothing is mounted on this machine's view). It is a
+ * slave of this machine's: what is mounted here later still reaches it, as the
+ * DaemonSet's HostToContainer volumes (the namespace pins the runtime makes under
+ * /run/netns after the agent started; a private namespace never saw them).
  */
 export function withServiceAccount(launch: PodLaunch, argv: readonly string[]): string[] {
   mkdirSync(SERVICE_ACCOUNT_DIR, { recursive: true }); // an empty mount point (/var/run is a tmpfs)
   const script = 'mount --bind "$0" "$1" && shift && exec "$@"';
-  return ['unshare', '--mount', '--propagation', 'private', 'sh', '-c', script, launch.serviceAccountDir, SERVICE_ACCOUNT_DIR, ...argv];
+  return ['unshare', '--mount', '--propagation', 'slave', 'sh', '-c', script, launch.serviceAccountDir, SERVICE_ACCOUNT_DIR, ...argv];
 }

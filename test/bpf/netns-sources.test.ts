@@ -8,7 +8,7 @@ import { NetnsSourceScanner, type NetnsSourcesStatus } from '../../src/agent/net
 import { AgentMetrics } from '../../src/agent/metrics.js';
 import { counterTotal, resetCounters } from '../../src/datapath/counters.js';
 import { NetnsSources } from '../../src/datapath/netns-sources.js';
-import { datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { NODE_IP6, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
 import { WORKLOADS_BIN } from '../../src/sandbox/workloads/spawn.js';
 import { exec } from '../../src/sys/exec.js';
@@ -36,7 +36,7 @@ afterAll(async () => {
   await n?.close();
 });
 
-const scanner = (paths: () => string[]) => new NetnsSourceScanner(new NetnsSources(n.dp.maps.lb4_netns_sources), pino({ level: 'silent' }), new AgentMetrics(), paths);
+const scanner = (paths: () => string[]) => new NetnsSourceScanner(new NetnsSources(n.dp.maps.lb4_netns_sources), pino({ level: 'silent' }), new AgentMetrics(), paths, new NetnsSources(n.dp.maps.lb6_netns_sources));
 const path = (h: Host) => `/run/netns/${h.netns}`;
 
 /** Passes until `done` (or `ms`), as the agent's own passes go on: an interface counts once it runs, which the kernel tells a moment after a veth's ends are up. */
@@ -50,8 +50,8 @@ async function passUntil(s: NetnsSourceScanner, done: (st: NetnsSourcesStatus) =
 }
 
 /** What connect() to the LB IP gets from a pod: EPERM is the hooks' refusal; anything else means it was rewritten and sent. */
-async function connectFrom(h: Host): Promise<string> {
-  const r = await h.exec([process.execPath, WORKLOADS_BIN, 'connect-probe', '--targets', `[${LB_IP}]:80/tcp`], { timeoutMs: 30_000 });
+async function connectFrom(h: Host, target = `[${LB_IP}]:80/tcp`): Promise<string> {
+  const r = await h.exec([process.execPath, WORKLOADS_BIN, 'connect-probe', '--targets', target], { timeoutMs: 30_000 });
   expect(r.code, r.stderr).toBe(0);
   return (JSON.parse(r.stdout.trim()) as { result: string }).result;
 }
@@ -122,5 +122,31 @@ describeWith(['root', 'netns', 'bpffs', 'cgroup2'], 'namespace source addresses 
     scanner(() => paths).pass();
     expect(n.dp.maps.lb4_netns_sources.lookup(netnsCookie(podB.netns))?.address).toBe('10.244.1.99');
     expect(await connectFrom(podB)).not.toBe('EPERM');
+  });
+
+  it('IPv6: a namespace\'s IPv6 address is recorded apart (never a link-local one), and an IPv6 LB IP\'s ranges allow or refuse pods and the host by it', async () => {
+    const LB6 = 'fd00:100::77';
+    await podA.ip('-6', 'addr', 'add', 'fd00:244:1::10/64', 'dev', 'eth0', 'nodad');
+    await podB.ip('-6', 'addr', 'add', 'fd00:244:2::20/64', 'dev', 'veth-b', 'nodad');
+    const paths = [path(podA), path(podB), path(bare)];
+    const st = await passUntil(scanner(() => paths), (x) => x.recorded6 === 2);
+    expect(st).toMatchObject({ recorded6: 2 });
+    expect(n.dp.maps.lb6_netns_sources.lookup(netnsCookie(podA.netns))?.address).toBe('fd00:244:1::10');
+    expect(n.dp.maps.lb6_netns_sources.lookup(netnsCookie(bare.netns))).toBeUndefined(); // its lo's ::1 and link-locals do not count
+    const remote = [{ address: 'fd00:244:9::9', port: 8080, local: false }];
+    expect(n.writer.apply([
+      { address: LB6, port: 80, proto: 'TCP', kind: 'LoadBalancer', backends: remote, sourceRanges: ['fd00:244:1::/64'], service: 'default/ranged6:http' },
+      // The node's own IPv6 address (the host's source) in a range of another port.
+      { address: LB6, port: 81, proto: 'TCP', kind: 'LoadBalancer', backends: remote, sourceRanges: [`${NODE_IP6}/128`], service: 'default/ranged6:host' },
+    ]).failures).toEqual([]);
+    resetCounters(n.dp.maps);
+    expect(await connectFrom(podA, `[${LB6}]:80/tcp`)).not.toBe('EPERM');
+    expect(await connectFrom(podB, `[${LB6}]:80/tcp`)).toBe('EPERM');
+    expect(await connectFrom(bare, `[${LB6}]:80/tcp`)).toBe('EPERM');
+    expect(await connectFrom(n.host, `[${LB6}]:80/tcp`)).toBe('EPERM');
+    expect(await connectFrom(n.host, `[${LB6}]:81/tcp`)).not.toBe('EPERM');
+    expect(await connectFrom(podA, `[${LB6}]:81/tcp`)).toBe('EPERM');
+    expect(counterTotal(n.dp.maps, 'DROP_SOURCE_RANGE').packets).toBe(3n);
+    expect(counterTotal(n.dp.maps, 'DROP_SOURCE_UNKNOWN').packets).toBe(1n);
   });
 });

@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { BackendFlags, CtFlags, CtLifetime, LbFlags, LbScope } from '../../src/datapath/layouts.js';
 import { Ct6Dir } from '../../src/datapath/layouts6.js';
+import { resetCounters } from '../../src/datapath/counters.js';
 import { collectConntrack6, collectNat6, monotonicNs } from '../../src/datapath/ct-gc.js';
 import { buildPacket, eth, ipv6, payload, tcp, udp } from '../../src/packet/build.js';
 import { TcVerdict, expectFixture } from '../../src/sandbox/packet-fixture.js';
@@ -198,6 +199,29 @@ describeWith(['root', 'bpffs', 'netns'], 'tc IPv6 to backends on other nodes (SN
     } finally {
       node.writer.apply([...TC_SERVICES, ...TC6_SERVICES]);
     }
+  });
+
+  it('loadBalancerSourceRanges: a flow whose source its frontend\'s ranges no longer allow loses it at its next packet, local or SNATed', () => {
+    const closed = TC6_SERVICES.map((f) => (f.sourceRanges && f.sourceRanges.length > 1 ? { ...f, sourceRanges: ['fd00:99::/64'] } : f.port === 87 ? { ...f, sourceRanges: ['fd00:10::3/128'] } : f));
+    expect(node.run('tc_ingress', client(LB6, 85, 'S')).retval).toBe(TcVerdict.OK);
+    expect(node.run('tc_ingress', client(LB6, 87, 'S')).retval).toBe(TcVerdict.REDIRECT);
+    // Both flows are marked: their packets look the frontend up.
+    expect(flows().filter((f) => f.dir === Ct6Dir.CT6_DIR_CLIENT).every((f) => f.flags & CtFlags.CT_F_RANGED)).toBe(true);
+    expect(node.run('tc_ingress', client(LB6, 85, 'A', 1001)).retval).toBe(TcVerdict.OK);
+    try {
+      expect(node.writer.apply([...TC_SERVICES, ...closed]).failures).toEqual([]);
+      resetCounters(node.dp.maps);
+      expect(node.run('tc_ingress', client(LB6, 85, 'A', 1001)).retval).toBe(TcVerdict.SHOT);
+      expect(node.run('tc_ingress', client(LB6, 87, 'A', 1001)).retval).toBe(TcVerdict.SHOT);
+      expect(node.counter('DROP_SOURCE_RANGE')).toBe(2n);
+    } finally {
+      node.writer.apply([...TC_SERVICES, ...TC6_SERVICES]);
+    }
+    // Allowed again: the flows go on.
+    expect(node.run('tc_ingress', client(LB6, 85, 'A', 1001)).retval).toBe(TcVerdict.OK);
+    // An unranged flow is not marked.
+    expect(node.run('tc_ingress', client(LB6, 84, 'S')).retval).toBe(TcVerdict.REDIRECT);
+    expect(flows().find((f) => f.to === `${LB6}.84` && f.dir === Ct6Dir.CT6_DIR_CLIENT)!.flags & CtFlags.CT_F_RANGED).toBe(0);
   });
 
   it('a node with no IPv6 address for flows to leave from drops them, counted (DROP_REMOTE_IPV6)', async () => {

@@ -7,7 +7,8 @@
 // a pod and the host reach IPv6 NodePorts there, and IPv6 LB IPs and externalIPs (the
 // socket hooks), and the health check node port answers there. A client outside reaches
 // them over IPv6 through the router once the sandbox's links get IPv6 addresses (tc's
-// IPv6 path: DNAT to this node's backend, the client's address kept).
+// IPv6 path: DNAT to this node's backend, the client's address kept), where an LB IP's
+// IPv6 loadBalancerSourceRanges let in only whom they name, outside and in.
 import type { V1Service } from '@kubernetes/client-node';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -199,5 +200,33 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'a dual-stack Service throug
     expect(ping.code).not.toBe(0);
     expect(ping.stdout).not.toMatch(/exceeded/i);
     expect(drops()).toBe(before + 2);
+  });
+
+  it('IPv6 loadBalancerSourceRanges: a client outside in a range reaches the LB IP, others are dropped; a pod is allowed or refused by its recorded IPv6 address', async () => {
+    const { router, client: outside } = c.net;
+    const ranged = (ranges: string[]): V1Service => ({
+      metadata: { name: 'ranged6', namespace: 'default' },
+      spec: {
+        type: 'LoadBalancer', loadBalancerClass: 'example.com/other', externalTrafficPolicy: 'Local', clusterIP: '10.96.0.65', clusterIPs: ['10.96.0.65', 'fd00:96::65'], ipFamilies: ['IPv4', 'IPv6'], ipFamilyPolicy: 'RequireDualStack',
+        loadBalancerSourceRanges: ranges, ports: [{ name: 'http', port: 80, nodePort: 30615, protocol: 'TCP' }],
+      },
+      status: { loadBalancer: { ingress: [{ ip: 'fd00:100::5' }] } },
+    } as V1Service);
+    // An IPv4 range beside: kube-proxy's IPv6 pass takes the IPv6 ones alone.
+    applyObject(c, 'services', ranged(['fd00:10::2/128', '10.0.0.0/8']));
+    applyObject(c, 'endpointslices', slice6('ranged6', [web2]));
+    await router.ip('-6', 'route', 'replace', 'fd00:100::5/128', 'via', 'fd00:31::21');
+    const fromOutside = async () => (await outside.exec(['curl', '-gsS', '--max-time', '2', '-o', '/dev/null', 'http://[fd00:100::5]/'], { timeoutMs: 8000 }).then((r) => r.code));
+    expect(await eventually(fromOutside, (code) => code === 0)).toBe(0);
+    // The pod's address is in no range: its connect() is refused (EPERM; curl cannot connect).
+    expect(await hostname(client.host, 'http://[fd00:100::5]/')).toBe('error 7');
+    const rows = JSON.parse(ferry('service', 'list', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ frontend: string; flags: string[] }>;
+    expect(rows.find((x) => x.frontend === '[fd00:100::5]:80/tcp' && !x.flags.includes('internal'))?.flags).toContain('source-ranges');
+    // Ranges that name the pod and not the client: the other way round.
+    applyObject(c, 'services', ranged([`${ip6(client)}/128`]));
+    expect(await eventually(() => hostname(client.host, 'http://[fd00:100::5]/'), (h) => h === 'web-2-v6')).toBe('web-2-v6');
+    expect(await eventually(fromOutside, (code) => code === 28)).toBe(28); // dropped: timed out
+    const drops = (JSON.parse(ferry('map', 'dump', 'ferry_drops', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ key: string; packets: number }>).find((x) => x.key === 'DROP_SOURCE_RANGE')?.packets ?? 0;
+    expect(drops).toBeGreaterThan(0);
   });
 });

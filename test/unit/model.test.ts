@@ -108,16 +108,23 @@ describe('which Services are programmed', () => {
     expect(np.dropWhenEmpty).toBe(false);
   });
 
-  it('IPv6 LB IPs: IPv6 loadBalancerSourceRanges leave them out (no IPv6 range check yet), IPv4 ranges do not apply to them; no IPv6 family, no IPv6 LB IP', () => {
+  it('IPv6 LB IPs take the IPv6 loadBalancerSourceRanges alone (trimmed; a node address in one lets the LB IP itself in); no IPv6 family, no IPv6 LB IP', () => {
     const lb = (ranges: string[], families = ['IPv4', 'IPv6']) => svc({
       type: 'LoadBalancer', clusterIPs: ['10.96.0.10', 'fd00::10'].slice(0, families.length), ipFamilies: families,
       ports: [{ name: 'http', port: 80, nodePort: 30080 }], spec: { loadBalancerSourceRanges: ranges },
-      status: { loadBalancer: { ingress: [{ ip: 'fd00:100::1' }] } },
+      status: { loadBalancer: { ingress: [{ ip: 'fd00:100::1' }, { ip: '10.0.100.1' }] } },
     });
-    const lbIPs = (s: V1Service) => serviceFrontends(s, [], NODE).frontends.filter((f) => f.kind === 'LoadBalancer').map((f) => f.address);
-    expect(lbIPs(lb(['10.0.0.0/8']))).toEqual(['fd00:100::1']);
-    expect(lbIPs(lb(['10.0.0.0/8', ' fd00:1::/64']))).toEqual([]);
-    expect(serviceFrontends(lb(['fd00:1::/64']), [], NODE).ignored).toEqual(['IPv6 LoadBalancer ingress fd00:100::1 with IPv6 loadBalancerSourceRanges (not built for IPv6)']);
+    const byKind = (s: V1Service, node: typeof NODE & { addresses6?: string[] } = NODE) => serviceFrontends(s, [], node).frontends.filter((f) => f.kind === 'LoadBalancer');
+    // IPv4 ranges alone: the IPv6 LB IP is open, the IPv4 one ranged.
+    expect(byKind(lb(['10.1.0.0/16'])).map((f) => [f.address, f.sourceRanges])).toEqual([['10.0.100.1', ['10.1.0.0/16']], ['fd00:100::1', undefined]]);
+    const both = byKind(lb(['10.1.0.0/16', ' fd00:1::/64']));
+    expect(both.map((f) => [f.address, f.sourceRanges])).toEqual([['10.0.100.1', ['10.1.0.0/16']], ['fd00:100::1', ['fd00:1::/64']]]);
+    expect(serviceFrontends(lb(['fd00:1::/64']), [], NODE).ignored).toEqual([]);
+    // This node's IPv6 address in a range: the LB IP as source is allowed too.
+    const inRange = byKind(lb(['fd00:30::/64']), { ...NODE, addresses6: ['fd00:30::21'] });
+    expect(inRange.find((f) => f.address === 'fd00:100::1')?.sourceRanges).toEqual(['fd00:30::/64', 'fd00:100::1/128']);
+    // Only LB IPs are ranged: the IPv6 NodePort stays open.
+    expect(serviceFrontends(lb(['fd00:1::/64']), [], { ...NODE, addresses6: ['fd00:30::21'] }).frontends.filter((f) => f.kind === 'NodePort' && f.address.includes(':')).map((f) => f.sourceRanges)).toEqual([undefined]);
     expect(serviceFrontends(lb([], ['IPv4']), [], NODE).ignored).toEqual(['IPv6 LoadBalancer ingress fd00:100::1 (the Service has no IPv6 ClusterIP)']);
   });
 

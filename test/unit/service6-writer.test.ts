@@ -4,7 +4,9 @@
 import { describe, expect, it } from 'vitest';
 import { ErrorCode, FerryError } from '../../src/errors.js';
 import type { BpfMap } from '../../src/ebpf/map.js';
-import type { Lb6Key, Lb6Service } from '../../src/datapath/layouts6.js';
+import type { Lb6Key, Lb6Service, Lb6SrcRangeKey } from '../../src/datapath/layouts6.js';
+import { LbFlags } from '../../src/datapath/layouts.js';
+import type { Lb6SrcRanges } from '../../src/datapath/source-ranges6.js';
 import { Service6Writer, splitFamilies, withIPv6, type Lb6Names } from '../../src/datapath/service6-writer.js';
 import type { ApplyStats } from '../../src/datapath/writer.js';
 import type { BackendSpec, FrontendSpec } from '../../src/model/frontend.js';
@@ -171,6 +173,82 @@ describe('the names of IPv6 frontends (lb6_names)', () => {
     const again = writer();
     again.apply([{ ...fe(80, 'web'), service: 'default/web:http' }]);
     expect(text()).toEqual(['fd00:96::10/80/6 default/web:http']);
+  });
+});
+
+describe('loadBalancerSourceRanges of IPv6 LB IPs (lb6_src_ranges)', () => {
+  /** An LPM map in memory writing into the lb6_services map's log, so that the order of both shows. */
+  const rangesOn = (m: MemoryMap, maxEntries = 64) => {
+    const held = new Map<string, Lb6SrcRangeKey>();
+    const id = (k: Lb6SrcRangeKey) => `${k.frontend}/${k.port}/${k.proto} ${k.source}/${k.prefixlen - 160}`;
+    const map = {
+      maxEntries,
+      keys: () => [...held.values()],
+      update: (k: Lb6SrcRangeKey) => {
+        if (!held.has(id(k)) && held.size >= maxEntries) throw new FerryError({ code: ErrorCode.MapFull, op: 'update lb6_src_ranges', cause: 'full' });
+        m.log.push(`range ${id(k)}`);
+        held.set(id(k), k);
+      },
+      delete: (k: Lb6SrcRangeKey) => {
+        m.log.push(`unrange ${id(k)}`);
+        return held.delete(id(k));
+      },
+    };
+    return { held, map: map as unknown as Lb6SrcRanges };
+  };
+  const lb = (ranges: string[] | undefined, service = 'lb', port = 80): FrontendSpec => ({ ...fe(port, service, backends(1), 'fd00:100::1'), kind: 'LoadBalancer', ...(ranges ? { sourceRanges: ranges } : {}) });
+  const RANGED = LbFlags.LB_F_LOAD_BALANCER | LbFlags.LB_F_SOURCE_RANGES;
+
+  it('writes a frontend\'s ranges before the master that turns their check on, and removes them after it is off', () => {
+    const m = new MemoryMap(64);
+    const r = rangesOn(m);
+    const w = new Service6Writer(m as unknown as BpfMap<Lb6Key, Lb6Service>, undefined, r.map);
+    expect(w.apply([lb(['fd00:1::/64', 'fd00:2::7/128'])]).failures).toEqual([]);
+    expect(m.log.splice(0)).toEqual(['range fd00:100::1/80/6 fd00:1::/64', 'range fd00:100::1/80/6 fd00:2::7/128', 'write 80#1 fd00:244::1', 'write 0#0 count 0', 'write 80#0 count 1']);
+    expect(m.entries().find(([k]) => k.port === 80 && k.slot === 0)![1].flags).toBe(RANGED);
+    // Host bits are cleared (the LPM key holds the network).
+    w.apply([lb(['fd00:1::99/64'])]);
+    expect(m.log.splice(0)).toEqual(['unrange fd00:100::1/80/6 fd00:2::7/128']);
+    // Ranges gone: the master first, then its entries.
+    w.apply([lb(undefined)]);
+    expect(m.log.splice(0)).toEqual(['write 80#0 count 1', 'unrange fd00:100::1/80/6 fd00:1::/64']);
+    expect(m.entries().find(([k]) => k.port === 80 && k.slot === 0)![1].flags).toBe(LbFlags.LB_F_LOAD_BALANCER);
+    // Ranged again, then the Service goes: its master is deleted before its ranges.
+    w.apply([lb(['fd00:1::/64'])]);
+    m.log.length = 0;
+    w.apply([]);
+    expect(m.log.indexOf('delete 80#0')).toBeGreaterThanOrEqual(0);
+    expect(m.log.indexOf('unrange fd00:100::1/80/6 fd00:1::/64')).toBeGreaterThan(m.log.indexOf('delete 80#0'));
+    expect(r.held.size).toBe(0);
+  });
+
+  it('a Service whose ranges do not fit keeps what it had; a bad CIDR or a datapath without the map is its failure alone', () => {
+    const m = new MemoryMap(64);
+    const r = rangesOn(m, 2);
+    const w = new Service6Writer(m as unknown as BpfMap<Lb6Key, Lb6Service>, undefined, r.map);
+    expect(w.apply([lb(['fd00:1::/64'])]).failures).toEqual([]);
+    const s = w.apply([lb(['fd00:1::/64', 'fd00:2::/64', 'fd00:3::/64'])]);
+    expect(s.failures).toEqual([{ service: 'default/lb', code: ErrorCode.MapFull, error: 'needs 2 entries in lb6_src_ranges, 1 left (raise mapSizes.sourceRanges)' }]);
+    expect([...r.held.keys()]).toEqual(['fd00:100::1/80/6 fd00:1::/64']);
+    // Another Service going in the same sync frees its entries first: then it fits.
+    expect(w.apply([lb(['fd00:9::/64'], 'other', 81)]).failures).toEqual([]);
+    expect(w.apply([lb(['fd00:1::/64', 'fd00:2::/64'])]).failures).toEqual([]);
+    expect([...r.held.keys()].sort()).toEqual(['fd00:100::1/80/6 fd00:1::/64', 'fd00:100::1/80/6 fd00:2::/64']);
+    const bad = w.apply([lb(['fd00:1::/64', '10.0.0.0/8'], 'v4range', 82), lb(['fd00:1::/64'])]);
+    expect(bad.failures).toEqual([{ service: 'default/v4range', code: ErrorCode.Codec, error: 'loadBalancerSourceRanges entry "10.0.0.0/8" is not an IPv6 CIDR' }]);
+    const without = writerOn(new MemoryMap(64)).apply([lb(['fd00:1::/64']), fe(81, 'plain')]);
+    expect(without.failures).toEqual([{ service: 'default/lb', code: ErrorCode.Codec, error: 'loadBalancerSourceRanges: this datapath has no lb6_src_ranges map' }]);
+  });
+
+  it('a restarted writer reads the ranges back: the same state writes nothing, ranges no Service needs go', () => {
+    const m = new MemoryMap(64);
+    const r = rangesOn(m);
+    new Service6Writer(m as unknown as BpfMap<Lb6Key, Lb6Service>, undefined, r.map).apply([lb(['fd00:1::/64']), lb(['fd00:5::/64'], 'gone', 81)]);
+    m.log.length = 0;
+    const s = new Service6Writer(m as unknown as BpfMap<Lb6Key, Lb6Service>, undefined, r.map).apply([lb(['fd00:1::/64'])]);
+    expect(s.entriesWritten).toBe(0);
+    expect(m.log.filter((l) => l.startsWith('range'))).toEqual([]);
+    expect([...r.held.keys()]).toEqual(['fd00:100::1/80/6 fd00:1::/64']);
   });
 });
 

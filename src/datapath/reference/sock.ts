@@ -8,8 +8,9 @@ import { LbFlags, LbScope, Proto, type Lb4Service } from '../layouts.js';
 export interface SockLookup {
   /** The master entry (slot 0) of a frontend, if there is one. */
   master(address: string, port: number, proto: number, scope: number): Lb4Service | undefined;
-  /** Is `source` in the loadBalancerSourceRanges of the frontend with this reverse-NAT id? */
-  sourceAllowed(revNatId: number, source: string): boolean;
+  /** Is `source` in the loadBalancerSourceRanges of the frontend (IPv4: by its reverse-NAT
+   * id; IPv6: by its address, port and protocol)? */
+  sourceAllowed(frontend: { address: string; port: number; proto: number; revNatId: number }, source: string): boolean;
 }
 
 export interface SockRequest {
@@ -19,7 +20,7 @@ export interface SockRequest {
   /** From the host's network namespace (else a pod's): only there NodePorts answer on loopback. */
   fromHost: boolean;
   /** The address the namespace's connections leave from: the node's for the host, the one
-   * recorded in lb4_netns_sources for a pod; undefined when none is recorded. */
+   * recorded in lb4_netns_sources (lb6_netns_sources) for a pod; undefined when none is recorded. */
   source: string | undefined;
 }
 
@@ -76,7 +77,7 @@ export function sockDecision(l: SockLookup, r: SockRequest): SockDecision {
   const ranged = hit.scope === LbScope.LB_SCOPE_INTERNAL && hit.svc.flags & LbFlags.LB_F_LOAD_BALANCER ? l.master(address, r.port, r.proto, LbScope.LB_SCOPE_EXTERNAL) : hit.svc;
   if (ranged && ranged.flags & LbFlags.LB_F_SOURCE_RANGES) {
     if (r.source === undefined) return { verdict: 'denied', reason: 'source-unknown', frontend };
-    if (!l.sourceAllowed(ranged.revNatId, r.source)) return { verdict: 'denied', reason: 'source-range', frontend };
+    if (!l.sourceAllowed({ address, port: r.port, proto: r.proto, revNatId: ranged.revNatId }, r.source)) return { verdict: 'denied', reason: 'source-range', frontend };
   }
   if (hit.svc.count === 0) return { verdict: 'refused', reason: 'no-backend', frontend };
   return { verdict: 'rewritten', frontend };
