@@ -10,7 +10,8 @@
  *          ARP request for an address this node announces → the reply (lib/arp.h);
  *          IPv6 to a frontend → local backend: DNAT (lib/nodeport6.h); remote: DNAT + SNAT
  *          to the node's IPv6 address, FIB, redirect, and its replies back (lib/snat6.h);
- *          IPv6 to a frontend without backend → ICMPv6 port unreachable (lib/icmp6.h).
+ *          IPv6 to a frontend without backend → ICMPv6 port unreachable (lib/icmp6.h);
+ *          one too big for the route to another node, or out of hops → the node's error.
  * egress:  reply from a local backend (IPv4 or IPv6) → source back to the frontend; what ingress
  *          forwarded out of this device passes untouched (FERRY_MARK_FORWARDED, lib/ctx.h).
  *
@@ -80,14 +81,21 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 	if (unlikely(rc == PARSE_NOT_IPV4)) {
 		rc = nodeport6_ingress(ctx);
 		if (rc == NODEPORT6_REJECT)
-			return icmp6_reject(ctx);
+			return icmp6_send_error(ctx, ICMP6_ERR_PORT_UNREACH, 0);
 		if (rc == NODEPORT6_REMOTE) {
 			rc = nodeport6_snat_flow(ctx);
-			return rc == CTX_ACT_OK ? nodeport6_forward(ctx) : rc;
+			if (rc == CTX_ACT_OK)
+				rc = nodeport6_forward(ctx);
+		} else if (rc == NODEPORT6_REPLY) {
+			rc = nodeport6_reply_remote(ctx);
+		} else if (rc == NODEPORT6_NOT_IPV6) {
+			return arp_respond(ctx);
 		}
-		if (rc == NODEPORT6_REPLY)
-			return nodeport6_reply_remote(ctx);
-		return rc == NODEPORT6_NOT_IPV6 ? arp_respond(ctx) : rc;
+		if (rc == NODEPORT6_HOP_LIMIT)
+			return icmp6_send_error(ctx, ICMP6_ERR_HOP_LIMIT, 0);
+		if (rc >= NODEPORT6_TOO_BIG)
+			return icmp6_send_error(ctx, ICMP6_ERR_TOO_BIG, rc - NODEPORT6_TOO_BIG);
+		return rc;
 	}
 	if (unlikely(rc == PARSE_MALFORMED))
 		return count_drop(DROP_MALFORMED, ctx->len);

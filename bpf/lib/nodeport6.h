@@ -29,7 +29,7 @@
  * with it): no TC_ACT_* value. */
 #define NODEPORT6_NOT_IPV6 0x1000
 /* ... and for a packet to a frontend with no backend: the caller answers it with port
- * unreachable (icmp6_reject, lib/icmp6.h), in a frame of its own. */
+ * unreachable (icmp6_send_error, lib/icmp6.h), in a frame of its own. */
 #define NODEPORT6_REJECT 0x1001
 /* ... for a client's packet of a flow to a backend on another node: the caller has
  * nodeport6_snat_flow and nodeport6_forward (lib/snat6.h) take it; and for a remote

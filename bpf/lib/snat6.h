@@ -10,10 +10,9 @@
  * one's lifetime), nodeport6_forward (the client's packet out to the backend) and
  * nodeport6_reply_remote (the backend's reply out to the client).
  *
- * ICMPv6 errors about such flows are translated by lib/icmp6_related.h. Not built for
- * IPv6: this node's own Packet Too Big and Time Exceeded (a packet larger than the route's
- * MTU, or with its hop limit spent, is dropped and counted), the host's sockets asked
- * about a port (the SNAT range lies outside the ephemeral one by default), a kept next
+ * ICMPv6 errors about such flows are translated by lib/icmp6_related.h; this node's own
+ * (packet too big for the route's device, hop limit spent) are sent by the caller. Not
+ * built for IPv6: the host's sockets asked about a port (the SNAT range lies outside the ephemeral one by default), a kept next
  * hop (the FIB is asked for every packet), DSR, XDP, and the upgrade switch's hand-over of
  * flows. */
 #ifndef FERRY_LIB_SNAT6_H
@@ -35,6 +34,13 @@
 #endif
 
 #define IP6_HOP_LIMIT_OFF (ETH_HLEN + offsetof(struct ipv6hdr, hop_limit))
+
+/* What nodeport6_forward and nodeport6_reply_remote return (no TC_ACT_* value) for a
+ * packet this node, as a router, answers with an ICMPv6 error (icmp6_send_error, lib/
+ * icmp6.h: the caller's frame, not theirs): its hop limit spent, or too big for the device
+ * its route leaves by (NODEPORT6_TOO_BIG + that MTU). */
+#define NODEPORT6_HOP_LIMIT 0x1004
+#define NODEPORT6_TOO_BIG 0x10000
 
 static __always_inline int snat6_binding_ours(const struct nat6_entry *b, const struct nat6_entry *want)
 {
@@ -249,8 +255,10 @@ static __always_inline int nat6_forward(struct __sk_buff *ctx, const struct pkt6
 	__u32 mtu;
 	long rc;
 
-	if (ctx_load_bytes(ctx, IP6_HOP_LIMIT_OFF, &hops, 1) < 0 || hops <= 1)
-		return count_drop(DROP_TTL_EXCEEDED, p->len);
+	if (ctx_load_bytes(ctx, IP6_HOP_LIMIT_OFF, &hops, 1) < 0)
+		return count_drop(DROP_MALFORMED, p->len);
+	if (hops <= 1)
+		return NODEPORT6_HOP_LIMIT;
 	fib.family = AF_INET6;
 	fib.ifindex = ctx_fib_ifindex(ctx);
 	fib.l4_protocol = p->proto;
@@ -259,10 +267,14 @@ static __always_inline int nat6_forward(struct __sk_buff *ctx, const struct pkt6
 	__builtin_memcpy(fib.ipv6_src, saddr, 16);
 	__builtin_memcpy(fib.ipv6_dst, daddr, 16);
 	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	/* The lookup measures the packet against the route's device (a GSO packet passes it:
+	 * its segments are measured below). */
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return NODEPORT6_TOO_BIG + (fib.mtu_result > 0xffff ? 0xffff : fib.mtu_result);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return count_drop(DROP_FIB_FAILED, p->len);
 	if (fib4_mtu_exceeded(ctx, fib.ifindex, &mtu))
-		return count_drop(DROP_TOO_BIG, p->len);
+		return NODEPORT6_TOO_BIG + (mtu > 0xffff ? 0xffff : mtu);
 	hops--;
 	if (nat6_rewrite(ctx, p, IP6_DADDR_OFF, p->l4_off + 2, p->daddr, daddr, p->dport, dport) < 0 ||
 	    nat6_rewrite(ctx, p, IP6_SADDR_OFF, p->l4_off, p->saddr, saddr, p->sport, sport) < 0 ||

@@ -10,9 +10,9 @@ import { resetCounters } from '../../src/datapath/counters.js';
 import { collectConntrack6, collectNat6, monotonicNs } from '../../src/datapath/ct-gc.js';
 import { buildPacket, eth, ipv6, payload, tcp, udp } from '../../src/packet/build.js';
 import { TcVerdict, expectFixture } from '../../src/sandbox/packet-fixture.js';
-import { NODE_MAC, OTHER_NODE_MAC, ROUTER_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { NODE_MAC, OTHER_NODE_IP6, OTHER_NODE_MAC, REMOTE_POD_CIDR6, ROUTER_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { TC_SERVICES } from '../../src/sandbox/fixtures/tc.js';
-import { CLIENT6, CLIENT6_PORT, LB6, LOCAL_POD6, NODE6, REMOTE_POD6, TC6_FIXTURES, TC6_SERVICES } from '../../src/sandbox/fixtures/tc6.js';
+import { CLIENT6, CLIENT6_PORT, LB6, LOCAL_POD6, NODE6, REMOTE_POD6, TC6_FIXTURES, TC6_SERVICES, errorOut6 } from '../../src/sandbox/fixtures/tc6.js';
 import { decodePacket } from '../../src/packet/decode.js';
 import { describeWith } from '../harness/requirements.js';
 
@@ -222,6 +222,29 @@ describeWith(['root', 'bpffs', 'netns'], 'tc IPv6 to backends on other nodes (SN
     // An unranged flow is not marked.
     expect(node.run('tc_ingress', client(LB6, 84, 'S')).retval).toBe(TcVerdict.REDIRECT);
     expect(flows().find((f) => f.to === `${LB6}.84` && f.dir === Ct6Dir.CT6_DIR_CLIENT)!.flags & CtFlags.CT_F_RANGED).toBe(0);
+  });
+
+  it('a segment too big for the device its route to the backend leaves by: Packet Too Big with that MTU, from the address it was sent to, back to its sender', async () => {
+    // The other node's pods behind eth1, a hop of the IPv6 minimum MTU.
+    const peer = await node.tb.addHost('peer6');
+    await node.tb.link({ host: node.host, ifname: 'eth1' }, { host: peer, ifname: 'eth0' });
+    await node.host.ip('link', 'set', 'eth1', 'mtu', '1280');
+    await node.host.ip('-6', 'addr', 'add', 'fd00:41::1/64', 'dev', 'eth1', 'nodad');
+    await node.host.ip('-6', 'neigh', 'replace', 'fd00:41::2', 'lladdr', OTHER_NODE_MAC, 'dev', 'eth1', 'nud', 'permanent');
+    await node.host.ip('-6', 'route', 'replace', REMOTE_POD_CIDR6, 'via', 'fd00:41::2', 'dev', 'eth1');
+    try {
+      expect(node.run('tc_ingress', fromClient(CLIENT6, 'S')).retval).toBe(TcVerdict.REDIRECT); // a SYN fits
+      const big = buildPacket([fromRouter, ipv6({ src: CLIENT6, dst: LB6, hopLimit: 63 }), tcp({ sport: CLIENT6_PORT, dport: 84, flags: 'A', seq: 1001 }), payload(Buffer.alloc(1300, 0x62))]);
+      resetCounters(node.dp.maps);
+      const r = node.run('tc_ingress', big);
+      expect(r.retval).toBe(TcVerdict.REDIRECT);
+      expect(r.data.equals(errorOut6(LB6, 2, 0, 1280, big)), 'packet too big, MTU 1280, quoting the segment as it came').toBe(true);
+      expect(node.counter('STAT_ICMP_FRAG_NEEDED')).toBe(1n);
+      expect(node.counter('STAT_FWD_REMOTE6')).toBe(0n);
+    } finally {
+      await node.host.ip('-6', 'route', 'replace', REMOTE_POD_CIDR6, 'via', OTHER_NODE_IP6, 'dev', 'eth0');
+      await node.host.ip('link', 'del', 'eth1');
+    }
   });
 
   it('a node with no IPv6 address for flows to leave from drops them, counted (DROP_REMOTE_IPV6)', async () => {
