@@ -1,7 +1,8 @@
 // The cost of a packet in the tc and XDP programs, from PROG_TEST_RUN's kernel timing: a
 // new flow, an established flow, a reply to an SNATed flow and a DSR packet (the option
 // added), packets passed on, and at tc egress a local backend's reply and a packet that is
-// none, with 1 and with N Services loaded, against an empty program of the same hook.
+// none, and on tc the same for IPv6 from outside (src/sandbox/fixtures/tc6.ts), with 1 and
+// with N Services loaded, against an empty program of the same hook.
 // Every case is timed as single runs: PROG_TEST_RUN repeats a program on the same buffer,
 // so after the first repeat a translating program would see its own output (the node's
 // address, the backend's port: a flow it does not know), and a repeated timing measures
@@ -19,14 +20,16 @@ import { BpfObject } from '../src/ebpf/object.js';
 import { testRun } from '../src/ebpf/test-run.js';
 import { inNetns } from '../src/sys/netns.js';
 import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../src/sandbox/datapath-node.js';
-import { CLIENT_PORT, TC_SERVICES, fixture, syn } from '../src/sandbox/fixtures/tc.js';
+import { CLIENT_PORT, TC_FIXTURES, TC_SERVICES, fixture, syn } from '../src/sandbox/fixtures/tc.js';
+import { CLIENT6, CLIENT6_PORT, LB6, TC6_FIXTURES, TC6_SERVICES } from '../src/sandbox/fixtures/tc6.js';
+import { Ct6Dir } from '../src/datapath/layouts6.js';
 import { buildPacket, eth, ipv4, tcp } from '../src/packet/build.js';
 import { decodePacket } from '../src/packet/decode.js';
 import { TcVerdict, runFixture, type PacketFixture } from '../src/sandbox/packet-fixture.js';
 import { skbContext, xdpContext } from '../src/ebpf/skb-context.js';
 import { serviceMapSizes } from './map-sizes.js';
 import { CHUNK, interleaved } from './interleave.js';
-import { flowForgetter } from './new-flow.js';
+import { flowForgetter, flowForgetter6 } from './new-flow.js';
 import { barChart } from './plot.js';
 import { fmtStat, markdownTable, progress, publish, ratio, stat, type Stat } from './report.js';
 
@@ -70,8 +73,8 @@ function wideFlow(node: DatapathNode): { sport: number; input: Buffer } {
 }
 
 /** The fixture, checked once on a clean state (setup included, through XDP then tc). */
-function checked(node: DatapathNode, id: string): PacketFixture {
-  const f = fixture(id);
+function checked(node: DatapathNode, id: string, table = TC_FIXTURES): PacketFixture {
+  const f = fixture(id, table);
   node.flushState();
   const out = runFixture(node, f);
   if (!out.ok) throw new Error(`fixture ${id} does not hold: ${out.problems.join('; ')}`);
@@ -117,7 +120,7 @@ function snatDeviceFlow(node: DatapathNode, which: SnatDevice): { sport: number;
 }
 
 type Hook = 'tc' | 'xdp';
-const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[]; askHost?: boolean; wide?: boolean; egress?: () => Buffer; snatDevice?: SnatDevice }> = [
+const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[]; askHost?: boolean; wide?: boolean; egress?: () => Buffer; snatDevice?: SnatDevice; ipv6?: boolean }> = [
   { name: 'new flow, local backend', id: 'nodeport-local', fresh: { dport: 30080 }, hooks: ['tc'] },
   { name: 'new flow, remote backend (SNAT)', id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'] },
   // The same with host_ports untrusted, as before the socket hooks marked the host's binds:
@@ -139,27 +142,37 @@ const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks:
   // tc egress: a local backend's reply, and what every other packet leaving the node pays.
   { name: 'egress: reply from a local backend', id: 'local-reply', hooks: ['tc'] },
   { name: "egress: leaving, no local backend's reply (passed on)", id: 'leaving', hooks: ['tc'], egress: leavingPacket },
+  // IPv6 from outside (tc only: XDP passes IPv6 on), the fixtures of src/sandbox/fixtures/tc6.ts.
+  { name: 'IPv6: new flow, local backend', id: 'ipv6-lb-local', fresh: { dport: 80 }, hooks: ['tc'], ipv6: true },
+  { name: 'IPv6: new flow, remote backend (SNAT)', id: 'ipv6-snat-remote', fresh: { dport: 84 }, hooks: ['tc'], ipv6: true },
+  { name: 'IPv6: established flow, local backend', id: 'ipv6-lb-local-established', hooks: ['tc'], ipv6: true },
+  { name: 'IPv6: established flow, remote backend (SNAT)', id: 'ipv6-snat-established', hooks: ['tc'], ipv6: true },
+  { name: 'IPv6: reply to an SNATed flow', id: 'ipv6-snat-reply', hooks: ['tc'], ipv6: true },
+  { name: 'IPv6 egress: reply from a local backend', id: 'ipv6-local-reply', hooks: ['tc'], ipv6: true },
 ];
 
 /** One run of a case on a node, ready to be timed: the fixture checked, and for a new
  * flow the flow forgotten before each run. */
 function runner(node: DatapathNode, c: (typeof CASES)[number], hook: Hook): () => number {
   const skb = skbContext({ ifindex: node.ifindex });
-  const tcProgram = c.egress || (!c.wide && fixture(c.id).program === 'tc_egress') ? 'tc_egress' : 'tc_ingress';
+  const table = c.ipv6 ? TC6_FIXTURES : TC_FIXTURES;
+  const tcProgram = c.egress || (!c.wide && fixture(c.id, table).program === 'tc_egress') ? 'tc_egress' : 'tc_ingress';
   const run = (data: Buffer) => inNetns(node.host.netns, () => (hook === 'tc'
     ? testRun(node.program(tcProgram), { data, ctx: skb })
     : testRun(node.program(XDP_PROGRAM), { data, ctx: xdpContext(node.ifindex, data.length) })).durationNs);
   // A build from before host_ports (compare-builds' base) has no such case.
   const hostPorts = (node.dp.maps as Partial<typeof node.dp.maps>).host_ports;
   if (hostPorts) hostPorts.update(layouts.HostPortsSlot.HOST_PORTS_TRUSTED, c.askHost ? 0n : 1n);
-  const f = c.wide ? wideFlow(node) : c.egress ? leaving(node, c.egress()) : c.snatDevice ? snatDeviceFlow(node, c.snatDevice) : { sport: CLIENT_PORT, input: checked(node, c.id).input };
+  const f = c.wide ? wideFlow(node) : c.egress ? leaving(node, c.egress()) : c.snatDevice ? snatDeviceFlow(node, c.snatDevice) : { sport: c.ipv6 ? CLIENT6_PORT : CLIENT_PORT, input: checked(node, c.id, table).input };
   if (!c.fresh) return () => run(f.input);
   // The key the runs delete must be the flow's, or every run after the first times an established flow.
-  const key = { saddr: CLIENT_IP, daddr: NODE_IP, sport: f.sport, dport: c.fresh.dport, proto: 6 };
+  const key4 = { saddr: CLIENT_IP, daddr: NODE_IP, sport: f.sport, dport: c.fresh.dport, proto: 6 };
+  const key6 = { saddr: CLIENT6, daddr: LB6, sport: f.sport, dport: c.fresh.dport, proto: 6, dir: Ct6Dir.CT6_DIR_CLIENT };
   run(f.input);
-  if (!node.dp.maps.ct4.lookup(key)) throw new Error(`${c.id}: no conntrack entry at ${JSON.stringify(key)}`);
+  const held = c.ipv6 ? node.dp.maps.ct6.lookup(key6) : node.dp.maps.ct4.lookup(key4);
+  if (!held) throw new Error(`${c.id}: no conntrack entry at ${JSON.stringify(c.ipv6 ? key6 : key4)}`);
   // A new flow each time: its conntrack entry and its reply entries go (bench/new-flow.ts).
-  const forget = flowForgetter(node, key);
+  const forget = c.ipv6 ? flowForgetter6(node, key6) : flowForgetter(node, key4);
   return () => {
     forget();
     return run(f.input);
@@ -185,9 +198,9 @@ async function main(): Promise<void> {
       tc: () => inNetns(probe.host.netns, () => testRun(empty.tc.program('pass'), { data: packet, ctx: skbContext({ ifindex: probe.ifindex }) }).durationNs),
       xdp: () => inNetns(probe.host.netns, () => testRun(empty.xdp.program('xdp_pass'), { data: packet, ctx: xdpContext(probe.ifindex, packet.length) }).durationNs),
     };
-    nodes.one.writer.apply([...TC_SERVICES, WIDE]);
+    nodes.one.writer.apply([...TC_SERVICES, WIDE, ...TC6_SERVICES]);
     const t0 = Date.now();
-    nodes.many.writer.apply([...filler(MANY), ...TC_SERVICES, WIDE]);
+    nodes.many.writer.apply([...filler(MANY), ...TC_SERVICES, WIDE, ...TC6_SERVICES]);
     const loadMs = Date.now() - t0;
     const rows: Array<{ case: string; hook: Hook } & Cell> = [];
     for (const c of CASES) {

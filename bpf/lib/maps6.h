@@ -69,4 +69,13 @@ struct {
 	__type(value, struct nat6_entry);
 } nat6 SEC(".maps");
 
+/* Next hops of forwarded IPv6 packets by destination (shared/ct6.h): an LRU, so that the
+ * clients' addresses an outsider can vary cost lookups, never room. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct fib6_hop_key);
+	__type(value, struct fib6_hop);
+} fib6_hops SEC(".maps");
+
 #endif

@@ -11,10 +11,10 @@
  * nodeport6_reply_remote (the backend's reply out to the client).
  *
  * ICMPv6 errors about such flows are translated by lib/icmp6_related.h; this node's own
- * (packet too big for the route's device, hop limit spent) are sent by the caller. Not
- * built for IPv6: the host's sockets asked about a port (the SNAT range lies outside the ephemeral one by default), a kept next
- * hop (the FIB is asked for every packet), DSR, XDP, and the upgrade switch's hand-over of
- * flows. */
+ * (packet too big for the route's device, hop limit spent) are sent by the caller. Next
+ * hops are kept per destination (lib/fib6.h). Not built for IPv6: the host's sockets asked
+ * about a port (the SNAT range lies outside the ephemeral one by default), DSR, XDP, and
+ * the upgrade switch's hand-over of flows. */
 #ifndef FERRY_LIB_SNAT6_H
 #define FERRY_LIB_SNAT6_H
 
@@ -27,6 +27,7 @@
 #include "ct6.h"
 #include "lb6.h"
 #include "fib.h"
+#include "fib6.h"
 #include "snat.h"
 
 #ifndef AF_INET6
@@ -266,7 +267,7 @@ static __always_inline int nat6_forward(struct __sk_buff *ctx, const struct pkt6
 	fib.dport = dport;
 	__builtin_memcpy(fib.ipv6_src, saddr, 16);
 	__builtin_memcpy(fib.ipv6_dst, daddr, 16);
-	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	rc = fib6_route(ctx, &fib, ferry_now());
 	/* The lookup measures the packet against the route's device (a GSO packet passes it:
 	 * its segments are measured below). */
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)

@@ -53,4 +53,22 @@ struct nat6_entry {
 	__u8 pad[3];
 };
 
+/* fib6_hops: the next hop IPv6 packets this node forwards take to an address, as the FIB
+ * gave it for a packet from `saddr` arriving on `from_ifindex` (the route depends on no
+ * more where no rule or multipath hash looks at ports: FERRY_HOPS_PER_FLOW unset). Kept
+ * for a second and until the agent reports a route change (ferry_hop_epoch): an IPv6
+ * lookup costs more than the rest of a forwarded packet. */
+struct fib6_hop_key {
+	__u8 daddr[16];
+	__u8 saddr[16];
+	__u32 from_ifindex;
+	__u8 pad[4];
+};
+
+struct fib6_hop {
+	__u64 looked_up_ns; /* CLOCK_MONOTONIC (the datapath's coarse clock) */
+	__u32 ifindex;      /* the device it leaves by */
+	__u8 macs[12];      /* the next hop's MAC, then the device's */
+};
+
 #endif

@@ -27,6 +27,7 @@ import { Ct6Dir } from './layouts6.js';
 import { readServiceTable, type ServiceTable } from './service-table.js';
 import { flowHash4 } from './reference/hash.js';
 import { sockDecision, type SockLookup } from './reference/sock.js';
+import { sourceLookupKey } from './source-ranges6.js';
 import { emptyService } from './write-plan.js';
 import { tcObjectFile } from './tc-object.js';
 
@@ -102,7 +103,7 @@ export function sockLookup(maps: Pick<DatapathReader, 'lb4_services' | 'lb6_serv
       return v && { ...emptyService, count: v.count, flags: v.flags, affinityTimeout: v.affinityTimeout };
     },
     sourceAllowed: (f, source) => f.address.includes(':')
-      ? maps.lb6_src_ranges?.lookup({ prefixlen: 160 + 128, frontend: f.address, port: f.port, proto: f.proto, source }) !== undefined
+      ? maps.lb6_src_ranges?.lookup(sourceLookupKey(f.address, f.port, f.proto, source)) !== undefined
       : maps.lb4_src_ranges.lookup({ prefixlen: 64, revNatId: f.revNatId, source }) !== undefined,
   };
 }

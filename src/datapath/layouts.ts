@@ -4,7 +4,7 @@
 import { ipv4Codec, structCodec, u32Codec, u64Codec, u8Codec, type Codec } from '../ebpf/codec.js';
 import type { BpfMap } from '../ebpf/map.js';
 import type { ProtoName } from '../model/frontend.js';
-import { Ct6Dir, ct6EntryCodec, ct6KeyCodec, nat6EntryCodec, lb6AffinityKeyCodec, lb6AffinityValueCodec, lb6KeyCodec, lb6ServiceCodec, lb6SockKeyCodec, lb6SockValueCodec, lb6SrcRangeKeyCodec, lb6NetnsSourceCodec } from './layouts6.js';
+import { Ct6Dir, ct6EntryCodec, ct6KeyCodec, nat6EntryCodec, lb6AffinityKeyCodec, lb6AffinityValueCodec, lb6KeyCodec, lb6ServiceCodec, lb6SockKeyCodec, lb6SockValueCodec, lb6SrcRangeKeyCodec, lb6NetnsSourceCodec, fib6HopKeyCodec, fib6HopCodec } from './layouts6.js';
 
 export const LbScope = { LB_SCOPE_EXTERNAL: 0, LB_SCOPE_INTERNAL: 1 } as const;
 
@@ -346,6 +346,8 @@ export const mapSpecs = {
   // IPv6 north-south flows to local backends, both directions (layouts6.ts).
   ct6: { key: ct6KeyCodec, value: ct6EntryCodec, sizeSetting: 'mapSizes.conntrack' },
   nat6: { key: ct6KeyCodec, value: nat6EntryCodec, sizeSetting: 'mapSizes.nat' },
+  // Next hops of forwarded IPv6 packets by destination (written by the datapath).
+  fib6_hops: { key: fib6HopKeyCodec, value: fib6HopCodec, sizeSetting: undefined },
   frag4: { key: frag4KeyCodec, value: frag4EntryCodec, sizeSetting: 'mapSizes.fragments' },
   node4_addrs: { key: ipv4Codec, value: node4ValueCodec, sizeSetting: 'mapSizes.nodes' },
   l2_owned: { key: l2KeyCodec, value: l2EntryCodec, sizeSetting: 'mapSizes.l2Addresses' },

@@ -107,3 +107,16 @@ export type Lb6SrcRangeKey = ReturnType<typeof lb6SrcRangeKeyCodec.decode>;
 export const lb6NetnsSourceCodec = structCodec('lb6_netns_source', {
   address: { type: 'ipv6' },
 });
+
+export const fib6HopKeyCodec = structCodec('fib6_hop_key', {
+  daddr: { type: 'ipv6' },
+  saddr: { type: 'ipv6' },
+  fromIfindex: { type: 'u32' },
+  pad: { type: 'pad', length: 4 },
+});
+
+export const fib6HopCodec = structCodec('fib6_hop', {
+  lookedUpNs: { type: 'u64' },
+  ifindex: { type: 'u32' },
+  macs: { type: 'bytes', length: 12 },
+});

@@ -35,6 +35,7 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   nat4: 'nat',
   ct6: 'conntrack',
   nat6: 'nat',
+  fib6_hops: undefined,
   frag4: 'fragments',
   node4_addrs: 'nodes',
   l2_owned: 'l2Addresses',

@@ -17,7 +17,7 @@ import type { Lb6Key, Lb6Service } from './layouts6.js';
 import { kindFlag, serviceOf, type WriteFailure } from './write-plan.js';
 import { ownsItsAddress } from './scoped-frontend.js';
 import { decodeName } from './service-table.js';
-import { Range6Table, rangeFrontend, rangeId, type Lb6SrcRanges } from './source-ranges6.js';
+import { Range6Table, frontendOfId, rangeFrontend, rangeId, type Lb6SrcRanges } from './source-ranges6.js';
 import type { ApplyStats } from './writer.js';
 
 interface Entry {
@@ -243,7 +243,7 @@ export class Service6Writer {
       if (this.byService.has(name)) return;
       const masters = new Set([...wanted.keys()].map(masterOf));
       const kept = new Map([...this.held].filter(([id]) => masters.has(masterOf(id))).map(([id, e]) => [id, { ...e, name: this.heldNames.get(id)?.name }]));
-      const frontends = new Set([...masters].map((m) => m.split('|').slice(0, 3).join('|')));
+      const frontends = new Set([...masters].map(frontendOfId));
       if (kept.size > 0) take(name, kept, this.ranges?.heldFor(frontends));
     };
     for (const [name, frontends] of groups) {

@@ -18,13 +18,17 @@ export const rangeFrontend = (address: string, port: number, proto: number): str
 
 /** The entry id of one CIDR of a frontend, or undefined when it is no IPv6 CIDR. */
 export function rangeId(frontend: string, cidr: string): string | undefined {
-  const [net, bits, extra] = cidr.split('/');
-  const n = Number(bits ?? 128);
-  if (extra !== undefined || !isIPv6(net ?? '') || net!.includes('%') || !Number.isInteger(n) || n < 0 || n > 128) return undefined;
+  const [net, bits = '128', extra] = cidr.split('/');
+  const n = Number(bits);
+  if (extra !== undefined || !/^\d{1,3}$/.test(bits) || n > 128 || !isIPv6(net ?? '') || net!.includes('%')) return undefined;
   return `${frontend}|${n}|${ipv6Text(ipv6Masked(net!, n))}`;
 }
 
-const frontendOfId = (id: string): string => id.split('|').slice(0, 3).join('|');
+/** The frontend (`address|port|proto`) of a range's id, or of an lb6_services key id. */
+export const frontendOfId = (id: string): string => id.split('|').slice(0, 3).join('|');
+
+/** The key that asks whether `source` may use a frontend: the whole frontend and the whole source. */
+export const sourceLookupKey = (address: string, port: number, proto: number, source: string): Lb6SrcRangeKey => ({ prefixlen: FRONTEND_BITS + 128, frontend: address, port, proto, source });
 
 const keyOf = (id: string): Lb6SrcRangeKey => {
   const [frontend, port, proto, bits, source] = id.split('|');

@@ -1,5 +1,5 @@
-// The kernel's route, rule, link and neighbour changes, as `ip -4 monitor label route neigh
-// link rule` reports them, sorted into those that can make a next hop a flow keeps wrong and
+// The kernel's route, rule, link and neighbour changes of both families, as `ip monitor
+// label route neigh link rule` reports them (IPv6's forwarded packets keep hops too), sorted into those that can make a next hop a flow keeps wrong and
 // those that cannot. Any route, policy rule or link change can. A neighbour only when its
 // MAC changes or it fails: its reachability states (REACHABLE, STALE, DELAY, PROBE) come and
 // go every few seconds for every neighbour and change nothing a kept hop holds; a deletion
@@ -45,7 +45,7 @@ export class NeighbourMacs {
   }
 }
 
-/** Does one line of `ip -4 monitor label route neigh link rule` make kept hops possibly stale? */
+/** Does one line of `ip monitor label route neigh link rule` make kept hops possibly stale? */
 export function staleningLine(line: string, neighbours: NeighbourMacs): boolean {
   if (line.startsWith('[ROUTE]') || line.startsWith('[LINK]') || line.startsWith('[RULE]')) return true;
   if (line.startsWith('[NEIGH]')) return neighbours.observe(line.slice('[NEIGH]'.length));
@@ -154,7 +154,7 @@ export class RouteMonitor {
     const startedAt = Date.now();
     this.retryAt = undefined;
     this.starts++;
-    const ipMonitor = ['ip', ...this.ipArgs('-4', 'monitor', 'label', 'route', 'neigh', 'link', 'rule')];
+    const ipMonitor = ['ip', ...this.ipArgs('monitor', 'label', 'route', 'neigh', 'link', 'rule')];
     const [cmd, ...args] = this.withSetpriv ? ['setpriv', '--pdeathsig', 'KILL', '--', ...ipMonitor] : ipMonitor;
     const child = spawn(cmd!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     this.child = child;
@@ -192,7 +192,7 @@ export class RouteMonitor {
     // ip subscribes first thing; by the time a second ip has listed the neighbours, the
     // first one hears every change. Learn the neighbours as they are, then count the start
     // as a change.
-    const shown = await exec('ip', this.ipArgs('-4', 'neigh', 'show'), { timeoutMs: 10_000 });
+    const shown = await exec('ip', this.ipArgs('neigh', 'show'), { timeoutMs: 10_000 });
     for (const line of shown.stdout.split('\n')) if (line) this.neighbours.seed(line);
     this.changed(MONITOR_STARTED);
   }

@@ -27,7 +27,7 @@ describeWith(['root', 'bpffs', 'netns', 'btf'], 'direct packet writes in the tc 
     const info = Buffer.alloc(kernelStruct('bpf_prog_info').size);
     if (libbpf().objGetInfoByFd(node.program(program).fd, info) < 0) throw new Error(`no info for ${program}`);
     const id = info.readUInt32LE(kernelStruct('bpf_prog_info').offset('id'));
-    const insns = JSON.parse(execFileSync('bpftool', ['-j', 'prog', 'dump', 'xlated', 'id', String(id)], { encoding: 'utf8' })) as Array<{ disasm: string }>;
+    const insns = JSON.parse(execFileSync('bpftool', ['-j', 'prog', 'dump', 'xlated', 'id', String(id)], { encoding: 'utf8', maxBuffer: 256 << 20 })) as Array<{ disasm: string }>;
     return insns.flatMap((i) => /\) call ([a-z_0-9]+)/.exec(i.disasm)?.[1] ?? []);
   };
 

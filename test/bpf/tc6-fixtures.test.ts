@@ -9,6 +9,7 @@ import { Ct6Dir } from '../../src/datapath/layouts6.js';
 import { resetCounters } from '../../src/datapath/counters.js';
 import { collectConntrack6, collectNat6, monotonicNs } from '../../src/datapath/ct-gc.js';
 import { buildPacket, eth, ipv6, payload, tcp, udp } from '../../src/packet/build.js';
+import { macText } from '../../src/packet/addr.js';
 import { TcVerdict, expectFixture } from '../../src/sandbox/packet-fixture.js';
 import { NODE_MAC, OTHER_NODE_IP6, OTHER_NODE_MAC, REMOTE_POD_CIDR6, ROUTER_MAC, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { TC_SERVICES } from '../../src/sandbox/fixtures/tc.js';
@@ -232,6 +233,7 @@ describeWith(['root', 'bpffs', 'netns'], 'tc IPv6 to backends on other nodes (SN
     await node.host.ip('-6', 'addr', 'add', 'fd00:41::1/64', 'dev', 'eth1', 'nodad');
     await node.host.ip('-6', 'neigh', 'replace', 'fd00:41::2', 'lladdr', OTHER_NODE_MAC, 'dev', 'eth1', 'nud', 'permanent');
     await node.host.ip('-6', 'route', 'replace', REMOTE_POD_CIDR6, 'via', 'fd00:41::2', 'dev', 'eth1');
+    node.dp.hopEpoch.invalidate(); // as the agent's route monitor reports it: kept hops go
     try {
       expect(node.run('tc_ingress', fromClient(CLIENT6, 'S')).retval).toBe(TcVerdict.REDIRECT); // a SYN fits
       const big = buildPacket([fromRouter, ipv6({ src: CLIENT6, dst: LB6, hopLimit: 63 }), tcp({ sport: CLIENT6_PORT, dport: 84, flags: 'A', seq: 1001 }), payload(Buffer.alloc(1300, 0x62))]);
@@ -244,6 +246,32 @@ describeWith(['root', 'bpffs', 'netns'], 'tc IPv6 to backends on other nodes (SN
     } finally {
       await node.host.ip('-6', 'route', 'replace', REMOTE_POD_CIDR6, 'via', OTHER_NODE_IP6, 'dev', 'eth0');
       await node.host.ip('link', 'del', 'eth1');
+      node.dp.hopEpoch.invalidate();
+    }
+  });
+
+  it('next hops are kept per destination (fib6_hops): a route change reaches the packets after the agent reports it, or at once where routes depend on ports', async () => {
+    const hopMac = (r: { data: Buffer }) => macText(r.data.subarray(0, 6));
+    const moved = '02:00:00:00:00:77';
+    expect(hopMac(node.run('tc_ingress', fromClient(CLIENT6, 'S')))).toBe(OTHER_NODE_MAC);
+    // The route moves, unreported: the next packet takes the kept hop.
+    await node.host.ip('-6', 'neigh', 'replace', 'fd00:30::77', 'lladdr', moved, 'dev', 'eth0', 'nud', 'permanent');
+    await node.host.ip('-6', 'route', 'replace', REMOTE_POD_CIDR6, 'via', 'fd00:30::77');
+    try {
+      expect(hopMac(node.run('tc_ingress', fromClient(CLIENT6, 'A', 1001)))).toBe(OTHER_NODE_MAC);
+      expect(node.dp.maps.fib6_hops.entries().filter(([k]) => k.daddr === REMOTE_POD6).map(([k, v]) => [k.saddr, macText(v.macs.subarray(0, 6))])).toEqual([[NODE6, OTHER_NODE_MAC]]);
+      // Reported: the next packet looks the route up again.
+      node.dp.hopEpoch.invalidate();
+      await new Promise((r) => setTimeout(r, 20)); // past the datapath clock's tick
+      expect(hopMac(node.run('tc_ingress', fromClient(CLIENT6, 'A', 1001)))).toBe(moved);
+      // Routes by ports: nothing kept is used, each packet is looked up.
+      await node.host.ip('-6', 'route', 'replace', REMOTE_POD_CIDR6, 'via', OTHER_NODE_IP6);
+      node.dp.hopEpoch.setPerFlow(true);
+      expect(hopMac(node.run('tc_ingress', fromClient(CLIENT6, 'A', 1001)))).toBe(OTHER_NODE_MAC);
+    } finally {
+      node.dp.hopEpoch.setPerFlow(false);
+      await node.host.ip('-6', 'route', 'replace', REMOTE_POD_CIDR6, 'via', OTHER_NODE_IP6);
+      node.dp.hopEpoch.invalidate();
     }
   });
 

@@ -53,6 +53,9 @@ describeWith(['root', 'netns'], 'route changes reach the datapath', () => {
       await step(() => ip('neigh', 'replace', '10.0.10.9', 'lladdr', '02:00:00:00:00:09', 'dev', 'eth0'), kernel('NEIGH', '10.0.10.9'));
       await step(() => ip('route', 'add', '10.77.0.0/16', 'via', '10.0.10.2'), kernel('ROUTE', '10.77.0.0/16'));
       await step(() => ip('route', 'del', '10.77.0.0/16'), kernel('ROUTE', 'Deleted 10.77.0.0/16'));
+      // IPv6's too: forwarded IPv6 packets keep hops (bpf/lib/fib6.h).
+      await step(() => ip('-6', 'route', 'add', 'fd00:77::/64', 'dev', 'eth0'), kernel('ROUTE', 'fd00:77::/64'));
+      await step(() => ip('-6', 'neigh', 'replace', 'fd00:10::9', 'lladdr', '02:00:00:00:00:19', 'dev', 'eth0'), kernel('NEIGH', 'fd00:10::9'));
       await step(() => ip('rule', 'add', 'ipproto', 'udp', 'dport', '53', 'table', '100'), (c) => c === RULE_CHANGED);
       await step(() => ip('link', 'set', 'eth0', 'mtu', '1400'), kernel('LINK', 'mtu 1400'));
     } finally {
@@ -107,6 +110,11 @@ describeWith(['root', 'netns'], 'route changes reach the datapath', () => {
       await until(() => epoch.sinceNs > since);
       expect(epoch.perFlow).toBe(true); // a route change keeps the flag
       await ip('rule', 'del', 'pref', '100');
+      await perFlow(watch, false);
+      // An IPv6 rule by port counts as well.
+      await ip('-6', 'rule', 'add', 'pref', '100', 'ipproto', 'udp', 'dport', '53', 'lookup', '100');
+      expect(await perFlow(watch, true)).toBe('IPv6: policy rule selects by protocol, port or TOS: 100: from all ipproto udp dport 53 lookup 100');
+      await ip('-6', 'rule', 'del', 'pref', '100');
       await perFlow(watch, false);
       watch.stop();
       // The multipath sysctls change without a message: read again every policyRecheckMs.

@@ -1,6 +1,6 @@
 import type { NetworkInterfaceInfo } from 'node:os';
 import { describe, expect, it } from 'vitest';
-import { defaultRouteDevice, sourceAddress } from '../../src/sys/netns-source.js';
+import { defaultRouteDevice, defaultRouteDevice6, sourceAddress } from '../../src/sys/netns-source.js';
 
 const v4 = (address: string, internal = false): NetworkInterfaceInfo => ({ address, netmask: '255.255.255.0', family: 'IPv4', mac: '00:00:00:00:00:00', internal, cidr: `${address}/24` });
 const v6 = (address: string): NetworkInterfaceInfo => ({ address, netmask: 'ffff:ffff:ffff:ffff::', family: 'IPv6', mac: '00:00:00:00:00:00', internal: false, cidr: `${address}/64`, scopeid: 0 });
@@ -26,5 +26,18 @@ describe('a namespace\'s source address', () => {
     expect(defaultRouteDevice([head, row('eth0', '000200C0', 0, '00FFFFFF'), row('net1', '00000000', 200, '00000000'), row('eth0', '00000000', 100, '00000000')].join('\n'))).toBe('eth0');
     expect(defaultRouteDevice([head, row('eth0', '000200C0', 0, '00FFFFFF')].join('\n'))).toBeUndefined();
     expect(defaultRouteDevice('')).toBeUndefined();
+  });
+  it('IPv6: chosen the same way, never a link-local address', () => {
+    expect(sourceAddress({ lo: [v6('::1')], eth0: [v6('fe80::1'), v6('fd00:10:244:1::5'), v4('10.244.1.5')] }, undefined, 'IPv6')).toBe('fd00:10:244:1::5');
+    expect(sourceAddress({ eth0: [v6('fe80::1')], net1: [v6('fd00:5::5')] }, 'net1', 'IPv6')).toBe('fd00:5::5');
+    expect(sourceAddress({ eth0: [v6('fe80::1'), v4('10.244.1.5')] }, undefined, 'IPv6')).toBeUndefined();
+  });
+  it('finds the IPv6 default route\'s device in /proc/net/ipv6_route (::/0, the lowest metric; not lo\'s unreachable one)', () => {
+    const z = '0'.repeat(32);
+    const row = (dest: string, len: string, metric: string, dev: string) => `${dest} ${len} ${z} 00 fd000000000000000000000000000001 ${metric} 00000001 00000000 00000003 ${dev.padStart(8)}`;
+    const text = [row('fd000000000000000000000000000000', '40', '00000100', 'eth0'), row(z, '00', 'ffffffff', 'lo'), row(z, '00', '00000400', 'net1'), row(z, '00', '00000200', 'eth0')].join('\n');
+    expect(defaultRouteDevice6(text)).toBe('eth0');
+    expect(defaultRouteDevice6(row('fd000000000000000000000000000000', '40', '00000100', 'eth0'))).toBeUndefined();
+    expect(defaultRouteDevice6('')).toBeUndefined();
   });
 });

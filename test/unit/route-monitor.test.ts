@@ -1,4 +1,4 @@
-// Which lines of `ip -4 monitor label route neigh link rule` can make a kept next hop wrong,
+// Which lines of `ip monitor label route neigh link rule` can make a kept next hop wrong,
 // how often the changes are reported, and when routes depend on a flow's ports.
 import { describe, expect, it } from 'vitest';
 import { ChangeThrottle } from '../../src/agent/route-changes.js';

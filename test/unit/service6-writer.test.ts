@@ -6,7 +6,7 @@ import { ErrorCode, FerryError } from '../../src/errors.js';
 import type { BpfMap } from '../../src/ebpf/map.js';
 import type { Lb6Key, Lb6Service, Lb6SrcRangeKey } from '../../src/datapath/layouts6.js';
 import { LbFlags } from '../../src/datapath/layouts.js';
-import type { Lb6SrcRanges } from '../../src/datapath/source-ranges6.js';
+import { rangeFrontend, rangeId, type Lb6SrcRanges } from '../../src/datapath/source-ranges6.js';
 import { Service6Writer, splitFamilies, withIPv6, type Lb6Names } from '../../src/datapath/service6-writer.js';
 import type { ApplyStats } from '../../src/datapath/writer.js';
 import type { BackendSpec, FrontendSpec } from '../../src/model/frontend.js';
@@ -238,6 +238,14 @@ describe('loadBalancerSourceRanges of IPv6 LB IPs (lb6_src_ranges)', () => {
     expect(bad.failures).toEqual([{ service: 'default/v4range', code: ErrorCode.Codec, error: 'loadBalancerSourceRanges entry "10.0.0.0/8" is not an IPv6 CIDR' }]);
     const without = writerOn(new MemoryMap(64)).apply([lb(['fd00:1::/64']), fe(81, 'plain')]);
     expect(without.failures).toEqual([{ service: 'default/lb', code: ErrorCode.Codec, error: 'loadBalancerSourceRanges: this datapath has no lb6_src_ranges map' }]);
+  });
+
+  it('a CIDR is an IPv6 network and a length of 0..128, host bits cleared; anything else is no range', () => {
+    const f = rangeFrontend('fd00:100::1', 80, 6);
+    expect(rangeId(f, 'FD00:1::99/64')).toBe('fd00:100::1|80|6|64|fd00:1::');
+    expect(rangeId(f, 'fd00:1::7')).toBe('fd00:100::1|80|6|128|fd00:1::7');
+    expect(rangeId(f, '::/0')).toBe('fd00:100::1|80|6|0|::');
+    for (const bad of ['fd00::/', 'fd00::/129', 'fd00::/-1', 'fd00::/6e1', 'fd00::/64/1', '10.0.0.0/8', 'fe80::1%eth0/64', '']) expect(rangeId(f, bad), bad).toBeUndefined();
   });
 
   it('a restarted writer reads the ranges back: the same state writes nothing, ranges no Service needs go', () => {
