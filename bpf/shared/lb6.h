@@ -75,7 +75,9 @@ struct lb6_src_range_key {
 	__u8 source[16];
 };
 
-#define LB6_SRC_RANGE_FRONTEND_BITS 160
+enum lb6_src_range_bits {
+	LB6_SRC_RANGE_FRONTEND_BITS = 160, /* the key's frontend part, matched whole */
+};
 
 /* A network namespace's IPv6 source address (lb6_netns_sources, keyed by its cookie):
  * what the socket hooks check loadBalancerSourceRanges by, as connect() has none yet. */

@@ -6,6 +6,7 @@
 #include "shared/lb.h"
 #include "shared/ct.h"
 #include "shared/ct6.h"
+#include "shared/lb6.h"
 #include "shared/metrics.h"
 #include "shared/events.h"
 
@@ -31,6 +32,7 @@ struct ferry_enum_witness {
 	enum host_ports_slot host_ports_slot;
 	enum local_remap local_remap;
 	enum ct6_dir ct6_dir;
+	enum lb6_src_range_bits lb6_src_range_bits;
 	struct ferry_event event;
 };
 

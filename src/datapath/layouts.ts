@@ -4,7 +4,7 @@
 import { ipv4Codec, structCodec, u32Codec, u64Codec, u8Codec, type Codec } from '../ebpf/codec.js';
 import type { BpfMap } from '../ebpf/map.js';
 import type { ProtoName } from '../model/frontend.js';
-import { Ct6Dir, ct6EntryCodec, ct6KeyCodec, nat6EntryCodec, lb6AffinityKeyCodec, lb6AffinityValueCodec, lb6KeyCodec, lb6ServiceCodec, lb6SockKeyCodec, lb6SockValueCodec, lb6SrcRangeKeyCodec, lb6NetnsSourceCodec, fib6HopKeyCodec, fib6HopCodec } from './layouts6.js';
+import { Ct6Dir, Lb6SrcRangeBits, ct6EntryCodec, ct6KeyCodec, nat6EntryCodec, lb6AffinityKeyCodec, lb6AffinityValueCodec, lb6KeyCodec, lb6ServiceCodec, lb6SockKeyCodec, lb6SockValueCodec, lb6SrcRangeKeyCodec, lb6NetnsSourceCodec, fib6HopKeyCodec, fib6HopCodec } from './layouts6.js';
 
 export const LbScope = { LB_SCOPE_EXTERNAL: 0, LB_SCOPE_INTERNAL: 1 } as const;
 
@@ -134,6 +134,7 @@ export const sharedEnums: Record<string, Record<string, number>> = {
   host_ports_slot: HostPortsSlot,
   local_remap: LocalRemap,
   ct6_dir: Ct6Dir,
+  lb6_src_range_bits: Lb6SrcRangeBits,
 };
 
 export const lb4KeyCodec = structCodec('lb4_key', {

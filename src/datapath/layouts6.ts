@@ -51,6 +51,8 @@ export const lb6SockValueCodec = structCodec('lb6_sock_value', {
 });
 
 export const Ct6Dir = { CT6_DIR_CLIENT: 0, CT6_DIR_REPLY: 1 } as const;
+/** An lb6_src_ranges key's frontend part, in bits: always matched whole. */
+export const Lb6SrcRangeBits = { LB6_SRC_RANGE_FRONTEND_BITS: 160 } as const;
 
 export const ct6KeyCodec = structCodec('ct6_key', {
   saddr: { type: 'ipv6' },

@@ -6,10 +6,10 @@
 import { isIPv6 } from 'node:net';
 import type { BpfMap } from '../ebpf/map.js';
 import { ipv6Masked, ipv6Text } from '../packet/addr.js';
-import type { Lb6SrcRangeKey } from './layouts6.js';
+import { Lb6SrcRangeBits, type Lb6SrcRangeKey } from './layouts6.js';
 
-/** The frontend's part of the key, in bits (shared/lb6.h LB6_SRC_RANGE_FRONTEND_BITS). */
-const FRONTEND_BITS = 160;
+/** The frontend's part of the key, in bits (BTF-checked against shared/lb6.h). */
+const FRONTEND_BITS = Lb6SrcRangeBits.LB6_SRC_RANGE_FRONTEND_BITS;
 
 export type Lb6SrcRanges = BpfMap<Lb6SrcRangeKey, number>;
 
@@ -73,9 +73,13 @@ export class Range6Table {
     return new Set([...this.held].filter((id) => frontends.has(frontendOfId(id))));
   }
 
-  /** The Service needs exactly `ids` now (none: it goes). */
+  /** The Service needs exactly `ids` now (none: it goes). An entry nobody needs leaves `refs`. */
   take(name: string, ids: ReadonlySet<string> | undefined): void {
-    for (const id of this.byService.get(name) ?? []) this.refs.set(id, this.refs.get(id)! - 1);
+    for (const id of this.byService.get(name) ?? []) {
+      const n = this.refs.get(id)! - 1;
+      if (n > 0) this.refs.set(id, n);
+      else this.refs.delete(id);
+    }
     if (ids && ids.size > 0) this.byService.set(name, new Set(ids));
     else this.byService.delete(name);
     for (const id of ids ?? []) this.refs.set(id, (this.refs.get(id) ?? 0) + 1);
@@ -88,7 +92,7 @@ export class Range6Table {
 
   /** Entries needed and not held: written before the masters that turn their check on. */
   missing(): string[] {
-    return [...this.refs.keys()].filter((id) => this.live(id) && !this.held.has(id));
+    return [...this.refs.keys()].filter((id) => !this.held.has(id));
   }
 
   /** Held entries no Service needs: removed after the masters that stop using them. */
@@ -108,6 +112,5 @@ export class Range6Table {
       this.map.delete(keyOf(id));
       this.held.delete(id);
     }
-    for (const [id, n] of this.refs) if (n <= 0) this.refs.delete(id);
   }
 }
