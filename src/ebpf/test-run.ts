@@ -113,6 +113,10 @@ export function runLiveFrames(program: Program, input: LiveFramesInput): { wallN
   const rc = lb.progTestRun(program.fd, opts);
   const wallNs = Number(process.hrtime.bigint() - t0);
   void [dataIn, ctxIn];
+  if (rc === -1 && process.getuid?.() === 0) {
+    // EPERM as root: the kernel itself refuses the mode (seen on 6.18.44-fc-v1300).
+    throw new FerryError({ code: ErrorCode.Permission, op, cause: 'this kernel refuses XDP live-frames test runs (EPERM as root)', hint: 'the packet rate benchmarks need a kernel that allows BPF_F_TEST_XDP_LIVE_FRAMES' });
+  }
   if (rc < 0) throw errnoError(op, rc, ErrorCode.TestRun);
   return { wallNs };
 }
