@@ -82,15 +82,14 @@ static __always_inline int tc_ingress_packet(struct __sk_buff *ctx)
 		rc = nodeport6_ingress(ctx);
 		if (rc == NODEPORT6_REJECT)
 			return icmp6_send_error(ctx, ICMP6_ERR_PORT_UNREACH, 0);
-		if (rc == NODEPORT6_REMOTE) {
-			rc = nodeport6_snat_flow(ctx);
-			if (rc == CTX_ACT_OK)
-				rc = nodeport6_forward(ctx);
-		} else if (rc == NODEPORT6_REPLY) {
-			rc = nodeport6_reply_remote(ctx);
-		} else if (rc == NODEPORT6_NOT_IPV6) {
+		if (rc == NODEPORT6_NOT_IPV6)
 			return arp_respond(ctx);
-		}
+		if (rc == NODEPORT6_FRAGMENT)
+			rc = frag6_follow(ctx);
+		else if (rc == NODEPORT6_REMOTE)
+			rc = nodeport6_snat_flow(ctx);
+		if (rc == NODEPORT6_FORWARD)
+			rc = nodeport6_forward(ctx);
 		if (rc == NODEPORT6_HOP_LIMIT)
 			return icmp6_send_error(ctx, ICMP6_ERR_HOP_LIMIT, 0);
 		if (rc >= NODEPORT6_TOO_BIG)
@@ -143,6 +142,8 @@ static __always_inline int tc_egress_packet(struct __sk_buff *ctx)
 	rc = parse_ipv4(ctx, &p);
 	if (unlikely(rc == PARSE_NOT_IPV4)) {
 		rc = nodeport6_egress(ctx);
+		if (rc == NODEPORT6_FRAGMENT)
+			return frag6_follow_egress(ctx);
 		return rc == NODEPORT6_NOT_IPV6 ? CTX_ACT_UNSPEC : rc;
 	}
 	if (rc != PARSE_OK)

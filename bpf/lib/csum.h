@@ -32,6 +32,31 @@ static __always_inline __u32 csum_diff16(const __u8 *from, const __u8 *to)
 	return csum32_replace(diff, f[3], t[3]);
 }
 
+/* `acc` plus the change from one 16-byte address to another, in 64 bits (the carries are
+ * folded once, by csum64_fold: a chain of csum32_replace keeps more values live than BPF
+ * has registers when both addresses change, and the compiler spills them to the stack). */
+static __always_inline __u64 csum64_diff16(__u64 acc, const __u8 *from, const __u8 *to)
+{
+	const __u32 *f = (const __u32 *)from, *t = (const __u32 *)to;
+
+	acc += (__u32)~f[0];
+	acc += t[0];
+	acc += (__u32)~f[1];
+	acc += t[1];
+	acc += (__u32)~f[2];
+	acc += t[2];
+	acc += (__u32)~f[3];
+	return acc + t[3];
+}
+
+/* A 64-bit sum of 32-bit words (at most 2^32 of them) as a 32-bit partial sum. */
+static __always_inline __u32 csum64_fold(__u64 acc)
+{
+	acc = (acc & 0xffffffff) + (acc >> 32);
+	acc = (acc & 0xffffffff) + (acc >> 32);
+	return (__u32)acc;
+}
+
 /* A partial sum folded to 16 bits and complemented: the checksum field's value. */
 static __always_inline __u16 csum_fold32(__u32 csum)
 {

@@ -78,4 +78,35 @@ struct {
 	__type(value, struct fib6_hop);
 } fib6_hops SEC(".maps");
 
+/* How fragmented IPv6 datagrams' first fragments were translated (shared/ct6.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct frag6_key);
+	__type(value, struct frag6_entry);
+} frag6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct frag6_record);
+} frag6_scratch SEC(".maps");
+
+/* A forwarded IPv6 packet as parsed, and its new ends, from the function that decided
+ * them to the ones after it (lib/snat6.h). Per CPU, living for one packet, as ct4_fresh. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pkt6);
+} pkt6_handoff SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nat6_ends);
+} nat6_handoff SEC(".maps");
+
 #endif

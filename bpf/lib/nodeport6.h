@@ -2,12 +2,13 @@
  * externalIP is balanced once per flow; to a backend on this node it is DNATed, the
  * backend's replies leave as the frontend (tc egress), and ICMPv6 errors about such flows
  * are translated too (lib/icmp6_related.h); to a backend on another node it is DNATed and
- * SNATed to the node's IPv6 address (lib/snat6.h: this file only tells tc_ingress which
- * packets are that path's; without a node IPv6 address they are dropped,
- * DROP_REMOTE_IPV6). DSR, extension headers and fragments are not built: a frontend with
- * no backend has its packets answered with port unreachable (lib/icmp6.h), and what tc
- * does not translate to a Service-only address is dropped (DROP_NOT_SERVED); to other
- * addresses it goes to the kernel.
+ * SNATed to the node's IPv6 address (lib/snat6.h: this file tells tc_ingress which
+ * packets are that path's, and hands those that need no state written straight to its
+ * forward; without a node IPv6 address they are dropped, DROP_REMOTE_IPV6). Fragments
+ * follow their first (lib/frag6.h). DSR and extension headers other than a Fragment
+ * header are not built: a frontend with no backend has its packets answered with port
+ * unreachable (lib/icmp6.h), and what tc does not translate to a Service-only address is
+ * dropped (DROP_NOT_SERVED); to other addresses it goes to the kernel.
  *
  * Flows live in ct6 (shared/ct6.h); the backend is the flow hash's slot, so a flow whose
  * entries an overfull map evicted finds the same backend again while the backends stay. */
@@ -24,6 +25,7 @@
 #include "ct6.h"
 #include "icmp6_related.h"
 #include "snat6.h"
+#include "frag6.h"
 
 /* What a tc program's IPv6 entry returns for a frame that is not IPv6 (the caller goes on
  * with it): no TC_ACT_* value. */
@@ -31,11 +33,10 @@
 /* ... and for a packet to a frontend with no backend: the caller answers it with port
  * unreachable (icmp6_send_error, lib/icmp6.h), in a frame of its own. */
 #define NODEPORT6_REJECT 0x1001
-/* ... for a client's packet of a flow to a backend on another node: the caller has
- * nodeport6_snat_flow and nodeport6_forward (lib/snat6.h) take it; and for a remote
- * backend's reply to such a flow, nodeport6_reply_remote. */
-#define NODEPORT6_REMOTE 0x1002
-#define NODEPORT6_REPLY 0x1003
+/* ... for a later fragment (either hook): the caller has frag6_follow or
+ * frag6_follow_egress take it. (NODEPORT6_REMOTE and NODEPORT6_FORWARD, lib/forward6.h,
+ * are for flows to backends on other nodes and their replies.) */
+#define NODEPORT6_FRAGMENT 0x1006
 
 /* Write both directions of a flow with their lifetime from now. The reply direction is
  * written only where no live flow of another frontend holds it: `fresh` says the flow
@@ -90,7 +91,7 @@ static __always_inline int nodeport6_new_flow(struct __ctx_buff *ctx, const stru
 	if (!b)
 		return count_drop(DROP_BACKEND_MISSING, p->len);
 	if (!(b->flags & LB_BACKEND_F_LOCAL))
-		return snat6_on() ? NODEPORT6_REMOTE : count_drop(DROP_REMOTE_IPV6, p->len);
+		return snat6_on() ? snat6_hand_packet(p) : count_drop(DROP_REMOTE_IPV6, p->len);
 	if (p->proto == IPPROTO_TCP && !(p->tcp_flags & TCP_SYN))
 		count_stat(STAT_CT_MIDSTREAM, 0);
 	__builtin_memcpy(flow->addr, b->address, 16);
@@ -104,21 +105,25 @@ static __always_inline int nodeport6_new_flow(struct __ctx_buff *ctx, const stru
 	return CTX_ACT_OK;
 }
 
-/* A packet tc does not translate (another protocol, an extension header, a fragment, an
- * ICMPv6 echo or an error about no flow of ferry's) to an address that is Services' alone
- * (its wildcard entry): dropped. Left to the kernel, which does not hold the address, it
- * would be routed back out, towards the router that sent it here: a loop that ends with
- * its hop limit. Neighbour discovery and the node's own addresses stay the kernel's. */
-static __always_inline int nodeport6_not_served(const struct pkt6 *p)
+/* Is `addr` an address of Services alone (its wildcard entry), not the node's? */
+static __always_inline int lb6_services_only(const __u8 *addr)
 {
 	struct lb6_key key = { .scope = LB_SCOPE_EXTERNAL }; /* port 0, protocol 0: the wildcard */
 	struct lb6_service *wildcard;
 
-	__builtin_memcpy(key.address, p->daddr, 16);
+	__builtin_memcpy(key.address, addr, 16);
 	wildcard = bpf_map_lookup_elem(&lb6_services, &key);
-	if (wildcard && (wildcard->flags & LB_F_WILDCARD))
-		return count_drop(DROP_NOT_SERVED, p->len);
-	return CTX_ACT_UNSPEC;
+	return wildcard && (wildcard->flags & LB_F_WILDCARD);
+}
+
+/* A packet tc does not translate (another protocol, an extension header, a fragment of
+ * another protocol, an ICMPv6 echo or an error about no flow of ferry's) to an address
+ * that is Services' alone (its wildcard entry): dropped. Left to the kernel, which does not hold the address, it
+ * would be routed back out, towards the router that sent it here: a loop that ends with
+ * its hop limit. Neighbour discovery and the node's own addresses stay the kernel's. */
+static __always_inline int nodeport6_not_served(const struct pkt6 *p)
+{
+	return lb6_services_only(p->daddr) ? count_drop(DROP_NOT_SERVED, p->len) : CTX_ACT_UNSPEC;
 }
 
 /* A flow of a frontend with loadBalancerSourceRanges (CT_F_RANGED) looks its frontend up
@@ -151,6 +156,8 @@ __ferry_global int nodeport6_ingress(struct __sk_buff *ctx)
 		return NODEPORT6_NOT_IPV6;
 	if (rc != PARSE_OK)
 		return CTX_ACT_UNSPEC;
+	if (p.fragment == PKT6_LATER_FRAGMENT)
+		return NODEPORT6_FRAGMENT;
 	if (p.proto == IPPROTO_ICMPV6) {
 		rc = icmp6_related_ingress(ctx, &p);
 		if (rc != CTX_ACT_UNSPEC || (p.icmp_type >= ICMPV6_NDP_FIRST && p.icmp_type <= ICMPV6_NDP_LAST))
@@ -160,9 +167,12 @@ __ferry_global int nodeport6_ingress(struct __sk_buff *ctx)
 	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
 		return nodeport6_not_served(&p);
 	if (snat6_is_node(p.daddr)) {
+		struct nat6_entry *nat;
+
 		ct6_key_set(&client, p.saddr, p.daddr, p.sport, p.dport, p.proto, CT6_DIR_REPLY);
-		if (bpf_map_lookup_elem(&nat6, &client))
-			return NODEPORT6_REPLY;
+		nat = bpf_map_lookup_elem(&nat6, &client);
+		if (nat)
+			return snat6_reply(&p, nat, &client);
 	}
 	ct6_key_set(&client, p.saddr, p.daddr, p.sport, p.dport, p.proto, CT6_DIR_CLIENT);
 	now = ferry_now();
@@ -174,10 +184,14 @@ __ferry_global int nodeport6_ingress(struct __sk_buff *ctx)
 
 		if ((held->flags & CT_F_RANGED) && ct6_source_denied(&p))
 			return count_drop(DROP_SOURCE_RANGE, p.len);
-		if (held->flags & CT_F_SNAT)
-			return NODEPORT6_REMOTE; /* its state is lib/snat6.h's */
 		flags = ct6_flags_client(&p, held->flags);
 		expires = now + ct_lifetime_ns(p.proto, flags);
+		if (held->flags & CT_F_SNAT) {
+			/* To a remote backend: a state or lifetime to write is lib/snat6.h's. */
+			if (flags != held->flags || expires >= held->expires_ns + CT_REFRESH_NS)
+				return snat6_hand_packet(&p);
+			return snat6_hand_flow(&p, held);
+		}
 
 		flow = *held;
 		if (flags != held->flags || expires >= held->expires_ns + CT_REFRESH_NS) {
@@ -192,6 +206,7 @@ __ferry_global int nodeport6_ingress(struct __sk_buff *ctx)
 	}
 	if (nat6_rewrite(ctx, &p, IP6_DADDR_OFF, p.l4_off + 2, p.daddr, flow.addr, p.dport, flow.port) < 0)
 		return count_drop(DROP_CSUM_FAILED, p.len);
+	frag6_note(&p, p.saddr, flow.addr, FRAG_ACT_PASS);
 	count_stat(STAT_FWD_LOCAL6, p.len);
 	return CTX_ACT_OK;
 }
@@ -209,6 +224,8 @@ __ferry_global int nodeport6_egress(struct __sk_buff *ctx)
 		return CTX_ACT_SHOT;
 	if (parse_ipv6(ctx, &p) != PARSE_OK)
 		return CTX_ACT_UNSPEC;
+	if (p.fragment == PKT6_LATER_FRAGMENT)
+		return NODEPORT6_FRAGMENT;
 	if (p.proto == IPPROTO_ICMPV6)
 		return icmp6_related_egress(ctx, &p);
 	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
@@ -245,8 +262,59 @@ __ferry_global int nodeport6_egress(struct __sk_buff *ctx)
 	}
 	if (nat6_rewrite(ctx, &p, IP6_SADDR_OFF, p.l4_off, p.saddr, reply->addr, p.sport, reply->port) < 0)
 		return count_drop(DROP_CSUM_FAILED, p.len);
+	frag6_note(&p, reply->addr, p.daddr, FRAG_ACT_PASS);
 	count_stat(STAT_REPLY_LOCAL6, p.len);
 	return CTX_ACT_OK;
+}
+
+/* A later fragment that follows a first delivered here (ingress) or sent as it was
+ * (egress): its new addresses, in one write. `store`: ctx_store_bytes flags. */
+static __always_inline int frag6_readdress(struct __sk_buff *ctx, const struct pkt6 *p, struct eth_ipv6_head *h,
+					   const struct frag6_entry *e, __u64 store)
+{
+	__builtin_memcpy(&h->ip.saddr, e->saddr, 16);
+	__builtin_memcpy(&h->ip.daddr, e->daddr, 16);
+	if (ctx_store_bytes(ctx, IP6_SADDR_OFF, &h->ip.saddr, 32, store) < 0)
+		return count_drop(DROP_CSUM_FAILED, p->len);
+	count_stat(STAT_FRAGMENT, p->len);
+	return CTX_ACT_OK;
+}
+
+/* tc ingress, a later fragment (NODEPORT6_FRAGMENT): translated as its datagram's first
+ * fragment was (lib/frag6.h); one whose first was routed on is handed to
+ * nodeport6_forward with the same ends (NODEPORT6_FORWARD: addresses and hop limit, by
+ * the route of the same ends). With nothing to follow it goes to the kernel, or is
+ * dropped when addressed to a Service-only address. */
+__ferry_global int frag6_follow(struct __sk_buff *ctx)
+{
+	struct eth_ipv6_head h;
+	struct frag6_entry *e;
+	struct pkt6 p;
+
+	if (!ctx || parse_ipv6_head(ctx, &p, &h) != PARSE_OK || p.fragment != PKT6_LATER_FRAGMENT)
+		return count_drop(DROP_MALFORMED, ctx ? ctx->len : 0);
+	e = frag6_followed(&p);
+	if (!e)
+		return lb6_services_only(p.daddr) ? count_drop(DROP_FRAGMENT, p.len) : CTX_ACT_UNSPEC;
+	if (e->action == FRAG_ACT_REDIRECT)
+		return snat6_hand_ends(&p, e->saddr, 0, e->daddr, 0, STAT_FRAGMENT);
+	return frag6_readdress(ctx, &p, &h, e, CTX_STORE_DIRECT);
+}
+
+/* tc egress, a later fragment: a local backend's reply whose first fragment left as the
+ * frontend leaves so too. No direct write here (see CTX_STORE_DIRECT). */
+__ferry_global int frag6_follow_egress(struct __sk_buff *ctx)
+{
+	struct eth_ipv6_head h;
+	struct frag6_entry *e;
+	struct pkt6 p;
+
+	if (!ctx || parse_ipv6_head(ctx, &p, &h) != PARSE_OK || p.fragment != PKT6_LATER_FRAGMENT)
+		return CTX_ACT_UNSPEC;
+	e = frag6_followed(&p);
+	if (!e || e->action != FRAG_ACT_PASS)
+		return CTX_ACT_UNSPEC;
+	return frag6_readdress(ctx, &p, &h, e, 0);
 }
 
 #endif

@@ -71,4 +71,71 @@ struct fib6_hop {
 	__u8 macs[12];      /* the next hop's MAC, then the device's */
 };
 
+/* An IPv6 packet as lib/parse6.h parsed it: its addresses, the ports (and TCP flags) of
+ * TCP or UDP, the type of ICMPv6. Handed from nodeport6_ingress to nodeport6_snat_flow in
+ * one tc_ingress run (pkt6_handoff, one per CPU), so that the flow's state is written
+ * without a second parse. */
+struct pkt6 {
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;     /* TCP or UDP also after a Fragment header */
+	__u8 tcp_flags;
+	__u8 icmp_type; /* ICMPv6 */
+	__u8 fragment;  /* enum pkt6_fragment */
+	__u32 l4_off;
+	__u32 len;
+	__be32 frag_id; /* a fragment's identification */
+};
+
+/* Where a packet lies in its datagram. A first fragment carries the ports, and is balanced
+ * and translated as a whole packet is; the later ones follow it (frag6). */
+enum pkt6_fragment {
+	PKT6_WHOLE = 0,
+	PKT6_FIRST_FRAGMENT = 1,
+	PKT6_LATER_FRAGMENT = 2,
+};
+
+/* frag6: how a fragmented datagram's first fragment was translated (its new addresses, and
+ * whether it was routed on), by the fragments' own addresses, identification and
+ * protocol, as frag4 (shared/ct.h) for IPv4: the later fragments, which carry no ports,
+ * are translated the same way. An LRU, sized as frag4; entries live frag_lifetime. */
+struct frag6_key {
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__be32 id;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct frag6_entry {
+	__u64 expires_ns;
+	__u8 saddr[16]; /* the later fragments leave with these addresses */
+	__u8 daddr[16];
+	__u8 action;    /* enum frag_action (shared/ct.h) */
+	__u8 pad[7];
+};
+
+/* One frag6 write in the making (frag6_scratch, per CPU): built in map memory, as the
+ * frames of the functions that write it have no room for it. */
+struct frag6_record {
+	struct frag6_key key;
+	struct frag6_entry entry;
+};
+
+/* Where a forwarded IPv6 packet goes (nat6_handoff, one per CPU): written by the global
+ * function of tc_ingress that decided it, read by nodeport6_forward in the same run, so
+ * that the packet is parsed and its flow looked up once. Its new source and destination,
+ * and the ports it had then (the reader checks them against the packet). */
+struct nat6_ends {
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__be16 sport;
+	__be16 dport;
+	__be16 from_sport;
+	__be16 from_dport;
+	__u32 stat; /* the STAT_* it is counted as when sent */
+};
+
 #endif

@@ -20,7 +20,7 @@ import { LAYOUT_VERSION, mapOptions, mapSpecs, type MapName } from './layouts.js
  * is not there yet is balanced again and takes its own binding back (the same backend and
  * port), so it loses nothing by waiting a little longer.
  */
-const CATCH_UP_ORDER = ['nat4', 'ct4', 'frag4', 'lb4_affinity', 'lb4_sock_rev', 'lb6_affinity', 'lb6_sock_rev', 'nat6', 'ct6'];
+const CATCH_UP_ORDER = ['nat4', 'ct4', 'frag4', 'lb4_affinity', 'lb4_sock_rev', 'lb6_affinity', 'lb6_sock_rev', 'nat6', 'ct6', 'frag6'];
 
 /**
  * Which flow an entry is, of the maps whose keys the programs reuse in place: a new flow

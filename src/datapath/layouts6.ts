@@ -122,3 +122,49 @@ export const fib6HopCodec = structCodec('fib6_hop', {
   ifindex: { type: 'u32' },
   macs: { type: 'bytes', length: 12 },
 });
+
+/** An IPv6 packet as the datapath parsed it, handed between tc_ingress's functions (per CPU, scratch). */
+export const pkt6Codec = structCodec('pkt6', {
+  saddr: { type: 'ipv6' },
+  daddr: { type: 'ipv6' },
+  sport: { type: 'be16' },
+  dport: { type: 'be16' },
+  proto: { type: 'u8' },
+  tcpFlags: { type: 'u8' },
+  icmpType: { type: 'u8' },
+  fragment: { type: 'u8' },
+  l4Off: { type: 'u32' },
+  len: { type: 'u32' },
+  fragId: { type: 'be32' },
+});
+
+export const frag6KeyCodec = structCodec('frag6_key', {
+  saddr: { type: 'ipv6' },
+  daddr: { type: 'ipv6' },
+  id: { type: 'be32' },
+  proto: { type: 'u8' },
+  pad: { type: 'pad', length: 3 },
+});
+export const frag6EntryCodec = structCodec('frag6_entry', {
+  expiresNs: { type: 'u64' },
+  saddr: { type: 'ipv6' },
+  daddr: { type: 'ipv6' },
+  action: { type: 'u8' },
+  pad: { type: 'pad', length: 7 },
+});
+/** A frag6 write in the making, per CPU (scratch). */
+export const frag6RecordCodec = structCodec('frag6_record', {
+  key: { type: 'struct', codec: frag6KeyCodec },
+  entry: { type: 'struct', codec: frag6EntryCodec },
+});
+
+/** The new ends of a forwarded IPv6 packet, handed between tc_ingress's functions (per CPU, scratch). */
+export const nat6EndsCodec = structCodec('nat6_ends', {
+  saddr: { type: 'ipv6' },
+  daddr: { type: 'ipv6' },
+  sport: { type: 'be16' },
+  dport: { type: 'be16' },
+  fromSport: { type: 'be16' },
+  fromDport: { type: 'be16' },
+  stat: { type: 'u32' },
+});

@@ -17,9 +17,13 @@ export type FieldSpec =
   | { type: 'ipv6' }
   | { type: 'bytes'; length: number }
   | { type: 'u32s'; count: number }
-  | { type: 'pad'; length: number };
+  | { type: 'pad'; length: number }
+  /** A struct member that is itself a struct (its codec: `structCodec`). */
+  | { type: 'struct'; codec: Codec<unknown> };
 
-type ValueOf<F extends FieldSpec> = F extends { type: 'u64' }
+type ValueOf<F extends FieldSpec> = F extends { type: 'struct'; codec: Codec<infer T> }
+  ? T
+  : F extends { type: 'u64' }
   ? bigint
   : F extends { type: 'ipv4' | 'ipv6' }
     ? string
@@ -41,6 +45,8 @@ export interface Codec<T> {
   /** The C type this mirrors: `struct lb4_key`, or a scalar such as `__u32`. */
   readonly cName: string;
   readonly size: number;
+  /** A struct's alignment (its widest member's), for a struct that holds it. */
+  readonly align?: number;
   encode(value: T, into?: Buffer, offset?: number): Buffer;
   decode(buf: Buffer, offset?: number): T;
   /** A struct's field offset (undefined: no such field, or not a struct): to read one field without decoding all. */
@@ -66,11 +72,13 @@ interface LaidField {
 const scalarSize: Record<ScalarType, number> = { u8: 1, u16: 2, u32: 4, i32: 4, u64: 8, be16: 2, be32: 4, ipv4: 4 };
 
 function fieldSize(spec: FieldSpec): number {
+  if (spec.type === 'struct') return spec.codec.size;
   if (spec.type === 'u32s') return spec.count * 4;
   if (spec.type === 'ipv6') return 16;
   return spec.type === 'bytes' || spec.type === 'pad' ? spec.length : scalarSize[spec.type];
 }
 function fieldAlign(spec: FieldSpec): number {
+  if (spec.type === 'struct') return spec.codec.align ?? 1;
   if (spec.type === 'u32s') return 4;
   if (spec.type === 'ipv6') return 1;
   return spec.type === 'bytes' || spec.type === 'pad' ? 1 : scalarSize[spec.type];
@@ -160,6 +168,7 @@ export function structCodec<S extends Record<string, FieldSpec>>(cStruct: string
   return {
     cName,
     size,
+    align: maxAlign,
     offsetOf: (name) => fields.find((f) => f.name === name)?.offset,
     numberReader(name) {
       const f = fields.find((x) => x.name === name);
@@ -179,6 +188,9 @@ export function structCodec<S extends Record<string, FieldSpec>>(cStruct: string
         const o = at + f.offset;
         switch (f.spec.type) {
           case 'pad':
+            break;
+          case 'struct':
+            out[f.name] = f.spec.codec.decode(buf, o);
             break;
           case 'bytes':
             out[f.name] = Buffer.from(buf.subarray(o, o + f.size));
@@ -220,6 +232,10 @@ export function structCodec<S extends Record<string, FieldSpec>>(cStruct: string
         if (btfOffset !== f.offset) out.push(`field ${f.cName}: offset BTF ${btfOffset}, codec ${f.offset}`);
         const btfSize = btf.sizeOf(m.type);
         if (btfSize !== f.size) out.push(`field ${f.cName}: size BTF ${btfSize}, codec ${f.size}`);
+        if (f.spec.type === 'struct') {
+          for (const why of f.spec.codec.diff(btf, m.type)) out.push(`field ${f.cName}: ${why}`);
+          continue;
+        }
         const why = expectScalar(btf, m.type, f.spec);
         if (why) out.push(`field ${f.cName}: ${why}`);
       }
@@ -231,25 +247,20 @@ export function structCodec<S extends Record<string, FieldSpec>>(cStruct: string
 
 type FieldWriter = (buf: Buffer, at: number, v: Record<string, unknown>) => void;
 
+/** Reads and writes of the scalar types held as numbers (u64 is a bigint: apart). */
+const numberIo: Partial<Record<ScalarType, { read(buf: Buffer, o: number): number; write(buf: Buffer, x: number, o: number): void }>> = {
+  u8: { read: (b, o) => b[o]!, write: (b, x, o) => void b.writeUInt8(x, o) },
+  u16: { read: (b, o) => b.readUInt16LE(o), write: (b, x, o) => void b.writeUInt16LE(x, o) },
+  u32: { read: (b, o) => b.readUInt32LE(o), write: (b, x, o) => void b.writeUInt32LE(x, o) },
+  i32: { read: (b, o) => b.readInt32LE(o), write: (b, x, o) => void b.writeInt32LE(x, o) },
+  be16: { read: (b, o) => b.readUInt16BE(o), write: (b, x, o) => void b.writeUInt16BE(x, o) },
+  be32: { read: (b, o) => b.readUInt32BE(o), write: (b, x, o) => void b.writeUInt32BE(x, o) },
+};
+
 function numberReader(f: LaidField): ((buf: Buffer, at: number) => number) | undefined {
+  const io = numberIo[(f.spec.type === 'ipv4' ? 'be32' : f.spec.type) as ScalarType];
   const o = f.offset;
-  switch (f.spec.type) {
-    case 'u8':
-      return (buf, at) => buf[at + o]!;
-    case 'u16':
-      return (buf, at) => buf.readUInt16LE(at + o);
-    case 'u32':
-      return (buf, at) => buf.readUInt32LE(at + o);
-    case 'i32':
-      return (buf, at) => buf.readInt32LE(at + o);
-    case 'be16':
-      return (buf, at) => buf.readUInt16BE(at + o);
-    case 'be32':
-    case 'ipv4':
-      return (buf, at) => buf.readUInt32BE(at + o);
-    default:
-      return undefined;
-  }
+  return io && ((buf, at) => io.read(buf, at + o));
 }
 
 /** The encoder of one struct field at its offset from the struct's start. */
@@ -259,6 +270,10 @@ function fieldWriter(f: LaidField, what: string): FieldWriter {
   switch (t) {
     case 'pad':
       return (buf, at) => void buf.fill(0, at + offset, at + offset + size);
+    case 'struct': {
+      const codec = (f.spec as { codec: Codec<unknown> }).codec;
+      return (buf, at, v) => void codec.encode(v[name] ?? {}, buf, at + offset);
+    }
     case 'bytes':
       return (buf, at, v) => {
         const b = v[name] as Buffer | undefined;
@@ -306,41 +321,15 @@ function checkedScalarWriter(t: ScalarType, what: string): (buf: Buffer, x: numb
 }
 
 function scalarWriter(t: ScalarType): (buf: Buffer, x: number, o: number) => void {
-  switch (t) {
-    case 'u8':
-      return (buf, x, o) => buf.writeUInt8(x, o);
-    case 'u16':
-      return (buf, x, o) => buf.writeUInt16LE(x, o);
-    case 'u32':
-      return (buf, x, o) => buf.writeUInt32LE(x, o);
-    case 'i32':
-      return (buf, x, o) => buf.writeInt32LE(x, o);
-    case 'be16':
-      return (buf, x, o) => buf.writeUInt16BE(x, o);
-    case 'be32':
-      return (buf, x, o) => buf.writeUInt32BE(x, o);
-    default:
-      throw codecError('define codec', `unexpected scalar type ${t}`);
-  }
+  const io = numberIo[t];
+  if (!io) throw codecError('define codec', `unexpected scalar type ${t}`);
+  return io.write;
 }
 
 function readScalar(buf: Buffer, o: number, t: ScalarType): number {
-  switch (t) {
-    case 'u8':
-      return buf.readUInt8(o);
-    case 'u16':
-      return buf.readUInt16LE(o);
-    case 'u32':
-      return buf.readUInt32LE(o);
-    case 'i32':
-      return buf.readInt32LE(o);
-    case 'be16':
-      return buf.readUInt16BE(o);
-    case 'be32':
-      return buf.readUInt32BE(o);
-    default:
-      throw codecError('decode', `unexpected type ${t}`);
-  }
+  const io = numberIo[t];
+  if (!io) throw codecError('decode', `unexpected type ${t}`);
+  return io.read(buf, o);
 }
 
 /** A codec for a bare scalar key or value, such as the `__u32` index of an array map. */

@@ -231,3 +231,30 @@ export function fragment(frame: Buffer, mtu: number): Buffer[] {
   }
   return out;
 }
+
+/**
+ * Split an Ethernet + IPv6 frame (no extension headers) into fragments (RFC 8200 4.5)
+ * whose IPv6 packets fit `mtu`: each the original header with next header 44, then a
+ * Fragment header (the original next header, the offset in 8-byte units, M on all but the
+ * last, identification `id`), then its part of the original payload.
+ */
+export function fragment6(frame: Buffer, mtu: number, id: number): Buffer[] {
+  const eth = frame.subarray(0, 14);
+  const header = frame.subarray(14, 54);
+  const data = frame.subarray(54);
+  const step = Math.floor((mtu - 48) / 8) * 8;
+  if (step <= 0) throw new Error(`fragment6: MTU ${mtu} leaves no room after the headers`);
+  const out: Buffer[] = [];
+  for (let off = 0; off < data.length; off += step) {
+    const part = data.subarray(off, Math.min(off + step, data.length));
+    const h = Buffer.from(header);
+    h.writeUInt16BE(8 + part.length, 4);
+    h[6] = 44;
+    const f = Buffer.alloc(8);
+    f[0] = header[6]!;
+    f.writeUInt16BE(off | (off + step < data.length ? 1 : 0), 2);
+    f.writeUInt32BE(id >>> 0, 4);
+    out.push(Buffer.concat([eth, h, f, part]));
+  }
+  return out;
+}

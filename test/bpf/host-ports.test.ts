@@ -6,14 +6,16 @@
 import { closeSync } from 'node:fs';
 import { afterEach, expect, it } from 'vitest';
 import { HostPortsSlot } from '../../src/datapath/layouts.js';
-import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
+import { buildPacket, eth, ipv4, ipv6, tcp, udp } from '../../src/packet/build.js';
 import { TcVerdict } from '../../src/sandbox/packet-fixture.js';
-import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
+import { CLIENT_IP, NODE_IP, NODE_IP6, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import type { Proc } from '../../src/sandbox/netns/testbed.js';
 import { listeningSocketInNetns } from '../../src/sys/socket.js';
 import { describeWith } from '../harness/requirements.js';
 
 const REMOTE_POD = '10.244.2.5';
+const REMOTE_POD6 = 'fd00:244:2::5';
+const CLIENT6 = 'fd00:10::2';
 const PORT = 20000;
 const open: Array<{ close(): Promise<void> | void }> = [];
 afterEach(async () => {
@@ -24,12 +26,18 @@ afterEach(async () => {
 async function node(o: { hooks?: boolean; before?: (n: DatapathNode) => Promise<void> | void } = {}): Promise<DatapathNode> {
   const n = await datapathNode({ snatPortMin: PORT, snatPortMax: PORT });
   open.push(n);
-  n.writer.apply([{ address: NODE_IP, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: REMOTE_POD, port: 8080, local: false }] }]);
+  n.writer.apply([
+    { address: NODE_IP, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: REMOTE_POD, port: 8080, local: false }] },
+    { address: NODE_IP6, port: 30081, proto: 'TCP', kind: 'NodePort', backends: [{ address: REMOTE_POD6, port: 8080, local: false }] },
+    { address: NODE_IP6, port: 30081, proto: 'UDP', kind: 'NodePort', backends: [{ address: REMOTE_POD6, port: 5353, local: false }] },
+  ]);
   await o.before?.(n);
   if (o.hooks !== false) n.dp.attachCgroup({ path: n.host.cgroup, expect: 'subtree' }, { hostNetns: n.host.netns });
   return n;
 }
 
+const syn6 = (n: DatapathNode, sport = 40001) => n.run('tc_ingress', buildPacket([eth(), ipv6({ src: CLIENT6, dst: NODE_IP6 }), tcp({ sport, dport: 30081, flags: 'S', seq: 100 })])).retval;
+const datagram6 = (n: DatapathNode, sport = 40001) => n.run('tc_ingress', buildPacket([eth(), ipv6({ src: CLIENT6, dst: NODE_IP6 }), udp({ sport, dport: 30081 })])).retval;
 const syn = (n: DatapathNode, sport = 40001) => n.run('tc_ingress', buildPacket([eth(), ipv4({ src: CLIENT_IP, dst: NODE_IP }), tcp({ sport, dport: 30081, flags: 'S', seq: 100 })])).retval;
 
 /** A process of the node (its cgroup and namespace) bound to PORT until the test ends. */
@@ -57,6 +65,20 @@ describeWith(['root', 'bpffs', 'netns', 'cgroup2'], 'host ports', () => {
     await hostProcessBinds(n, `require('net').createServer().listen(${PORT}, '::', () => console.log('bound'))`);
     expect(syn(n, 40002)).toBe(TcVerdict.SHOT);
     expect(n.dp.maps.nat4.entries()).toEqual([]);
+  });
+
+  it('IPv6: a port a host process holds is never taken for an IPv6 SNAT flow (TCP and UDP), an unmarked one is taken without asking', async () => {
+    const n = await node();
+    unseenListener(n); // IPv4 only: its port stays free for IPv6 flows, unmarked or asked
+    expect(syn6(n)).toBe(TcVerdict.REDIRECT);
+    expect(n.dp.maps.nat6.entries().map(([k]) => k.dport)).toEqual([PORT]);
+    n.flushState();
+    await hostProcessBinds(n, `const s = require('dgram').createSocket({ type: 'udp6', ipv6Only: true }); s.bind(${PORT}, '::', () => require('net').createServer().listen({ port: ${PORT}, host: '::', ipv6Only: true }, () => console.log('bound')))`);
+    expect(syn6(n, 40002)).toBe(TcVerdict.SHOT); // the listener's
+    expect(datagram6(n, 40003)).toBe(TcVerdict.SHOT); // the UDP socket's
+    expect(n.dp.maps.nat6.entries()).toEqual([]);
+    n.dp.maps.host_ports.update(HostPortsSlot.HOST_PORTS_TRUSTED, 0n);
+    expect(syn6(n, 40004)).toBe(TcVerdict.SHOT); // asked about every port: still the host's
   });
 
   it('a UDP bind is marked by the hook', async () => {

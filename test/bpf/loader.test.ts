@@ -138,7 +138,9 @@ describeWith(['root'], 'loading BPF objects', () => {
     // has made the paths explode. The paths few packets take are global functions that
     // the verifier checks once each (__ferry_global, bpf/lib/common.h): inlined, tc_ingress
     // took 59% and xdp_ingress 41%; out of line, 3-4%. The node's settings are constants
-    // the verifier prunes by, so each mode is its own check.
+    // the verifier prunes by, so each mode is its own check. tc_ingress is 13-15% since
+    // IPv6 fragments (2026-12-07): a first fragment's L4 header lies 8 bytes further, and
+    // every IPv6 path after the parse is checked for both offsets.
     for (const [file, programs] of [['tc', ['tc_ingress', 'tc_egress']], ['xdp', ['xdp_ingress']]] as const) {
       for (const forwardingMode of ['snat', 'dsr', 'hybrid'] as const) {
         for (const maglevTableSize of [0, 16381]) {
@@ -151,7 +153,7 @@ describeWith(['root'], 'loading BPF objects', () => {
               const s = obj.verifierStats(name);
               const what = `${name}, ${forwardingMode}, Maglev ${maglevTableSize}`;
               expect(s, what).toBeDefined();
-              expect(s!.processed / s!.limit, `${what}: ${s!.processed} of ${s!.limit} instructions`).toBeLessThan(0.15);
+              expect(s!.processed / s!.limit, `${what}: ${s!.processed} of ${s!.limit} instructions`).toBeLessThan(0.2);
             }
           } finally {
             obj.close();

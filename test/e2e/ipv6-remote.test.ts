@@ -106,6 +106,24 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'IPv6 to a backend on anothe
     expect(events.find((e) => e.reasonName === 'reply_remote6')).toMatchObject({ family: 6, outSaddr: LB6, outDaddr: 'fd00:10::2' });
   });
 
+  it('UDP datagrams larger than a link\'s MTU, fragmented both ways, reach the pod on the other node and come back whole', async () => {
+    // The client's 4000-byte datagram leaves it in three fragments, and so does the pod's
+    // echo: node 1 sends the later fragments of each the way it sent the first (frag6).
+    web.host.spawn([process.execPath, '-e', `const s = require('dgram').createSocket('udp6'); s.on('message', (m, r) => s.send(m, r.port, r.address)); s.bind(5353, '${ip6(web)}')`]);
+    const echoLb = 'fd00:100::7';
+    applyObject(c, 'services', { ...remote6, metadata: { name: 'echo6', namespace: 'default' }, spec: { ...remote6.spec, clusterIP: 'fd00:96::67', clusterIPs: ['fd00:96::67'], ports: [{ name: 'echo', port: 53, nodePort: NODE_PORT + 2, protocol: 'UDP' }] }, status: { loadBalancer: { ingress: [{ ip: echoLb }] } } });
+    const s = { metadata: { name: 'echo6-v6', namespace: 'default', labels: { 'kubernetes.io/service-name': 'echo6' } }, addressType: 'IPv6', endpoints: [{ addresses: [ip6(web)], conditions: { ready: true }, nodeName: web.node.name }], ports: [{ name: 'echo', port: 5353, protocol: 'UDP' }] };
+    applyObject(c, 'endpointslices', s as never);
+    await c.net.router.ip('-6', 'route', 'replace', `${echoLb}/128`, 'via', nodeLink6(1));
+    const client = `const s = require('dgram').createSocket('udp6'); const m = Buffer.alloc(4000).map((_, i) => i * 13);
+      s.on('message', (r) => { console.log(r.equals(m) ? 'echo whole' : 'echo of ' + r.length); process.exit(0); });
+      s.send(m, 53, '${echoLb}'); setTimeout(() => { console.log('no echo'); process.exit(0); }, 1500);`;
+    const echo = async () => (await c.net.client.exec([process.execPath, '-e', client], { timeoutMs: 5000 })).stdout.trim();
+    expect(await eventually(echo, (o) => o === 'echo whole')).toBe('echo whole');
+    const stats = JSON.parse(ferry('map', 'dump', 'ferry_stats', '--pin-dir', c.pinDir(c.net.node(1)), '-o', 'json').stdout) as Array<{ key: string; packets: number }>;
+    expect(stats.find((x) => x.key === 'STAT_FRAGMENT')?.packets).toBeGreaterThanOrEqual(4); // two later fragments each way
+  });
+
   it('path MTU: a Packet Too Big about a reply reaches the pod on the other node, so a large response arrives over a 1280-byte hop', async () => {
     // The router's link to the client carries 1280 bytes, the client's own 1500 (so its MSS
     // asks for full segments). The router answers the pod's first full segment with a

@@ -63,6 +63,19 @@ describe('struct codecs', () => {
     expect(c.numberReader!('ids')).toBeUndefined();
     expect(() => structCodec('odd', { b: { type: 'u8' }, ids: { type: 'u32s', count: 1 } })).toThrow(/not 4-byte aligned/);
   });
+
+  it('holds a struct in a struct: laid out at its alignment, encoded and decoded whole, a missing one zeroed', () => {
+    const outer = structCodec('test_outer', { tag: { type: 'u8' }, pad: { type: 'pad', length: 3 }, key: { type: 'struct', codec: flowKey }, n: { type: 'u32' } });
+    expect(outer.size).toBe(16);
+    expect(outer.offsetOf!('key')).toBe(4);
+    const b = outer.encode({ tag: 1, key: { addr: '10.96.0.1', port: 443, proto: 6 }, n: 5 });
+    expect(b.subarray(4, 12).toString('hex')).toBe('0a60000101bb0600');
+    expect(outer.decode(b)).toEqual({ tag: 1, key: { addr: '10.96.0.1', port: 443, proto: 6 }, n: 5 });
+    expect(outer.decode(outer.encode({ tag: 2, n: 0 } as never)).key).toEqual({ addr: '0.0.0.0', port: 0, proto: 0 });
+    // Its alignment is its widest member's: a u64 inside puts it on 8 bytes.
+    const wide = structCodec('test_wide', { n: { type: 'u64' } });
+    expect(() => structCodec('bad', { tag: { type: 'u32' }, w: { type: 'struct', codec: wide } })).toThrow(/field w at offset 4 is not 8-byte aligned/);
+  });
 });
 
 describe('field readers', () => {
