@@ -34,7 +34,9 @@ static __always_inline __u32 csum_diff16(const __u8 *from, const __u8 *to)
 
 /* `acc` plus the change from one 16-byte address to another, in 64 bits (the carries are
  * folded once, by csum64_fold: a chain of csum32_replace keeps more values live than BPF
- * has registers when both addresses change, and the compiler spills them to the stack). */
+ * has registers when both addresses change, and the compiler spills them to the stack).
+ * For one address csum_diff16 stays the smaller: built on this, it took nodeport6_ingress's
+ * frame from 336 to 360 bytes, past its call chain's room. */
 static __always_inline __u64 csum64_diff16(__u64 acc, const __u8 *from, const __u8 *to)
 {
 	const __u32 *f = (const __u32 *)from, *t = (const __u32 *)to;
