@@ -1,7 +1,8 @@
 // bench/pps-node.ts's packet source and sink: the injector writes valid frames (checksums a
 // netfilter conntrack would accept, source ports in order) and tail-calls a forwarder, and
 // the sink counts only what arrives translated. The benchmark has the kernel send the
-// frames (live-frames mode); here each is a test run, sent on a real device after.
+// frames (live-frames mode); here each is a test run, sent on a real device after. Where the
+// kernel refuses live frames, the sink's recycler is the source: frames go round.
 import { join } from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { be16Constant, be32Constant, injectorSettings, type InjectedFlow } from '../../bench/inject-frame.js';
@@ -150,6 +151,48 @@ describeWith(['root', 'bpffs', 'netns'], 'the pps source: frames through the for
 
   it('the sink does not count frames that still carry the client as their source', () => {
     expect(sendThroughBounce(false, 500)).toBe(0);
+  });
+
+  /**
+   * The circulating source (for kernels that refuse live frames): a's device bounces what
+   * arrives (the forwarder), b's recycles what arrives translated back to a as the next
+   * client frame. Seeded with `seeds` frames sent from b, they go round until `loop`'s
+   * circulate slot is cleared; then each is drained once.
+   */
+  it('the recycler keeps seeded frames going round through the forwarder, and drains every one', async () => {
+    const recycler = obj('xdp_sink');
+    open.push(recycler);
+    recycler.setConstant('sink_addr', be32Constant('10.0.40.3'));
+    recycler.setConstant('sink_port', be16Constant(9000));
+    recycler.setConstant('from_addr', be32Constant('10.0.40.2'));
+    for (const [name, v] of Object.entries(injectorSettings(flow('tcp')))) recycler.setConstant(name, v);
+    recycler.load();
+    const loop = recycler.map('loop', u32Codec, u64Codec);
+    loop.update(0, 1n);
+    const bounce = loadBounce(true);
+    open.push(inNetns(a.netns, () => attachXdpDevice(bounce.program('xdp_bounce'), 'eth0', 'native')));
+    open.push(inNetns(b.netns, () => attachXdpDevice(recycler.program('xdp_recycle'), 'eth0', 'native')));
+    const sunk = () => (recycler.map('sunk', u32Codec, u64Codec).lookupPerCpu(0) ?? []).reduce((n, x) => n + Number(x), 0);
+    // Seeds of another shape (UDP, 74 bytes): the recycler makes each the benchmark's frame.
+    const inj = loadInjector(flow('udp'));
+    const seeds = Array.from({ length: 8 }, () => Buffer.concat([testRun(inj.program('xdp_inject'), { data: Buffer.alloc(60) }).data, Buffer.alloc(14)]));
+    inNetns(b.netns, () => {
+      const s = new FrameSender();
+      try {
+        s.send(ifindexOf('eth0'), seeds);
+      } finally {
+        s.close();
+      }
+    });
+    await new Promise((r) => setTimeout(r, 200));
+    const went = sunk();
+    expect(went).toBeGreaterThan(1000); // 8 seeds, each round a count
+    loop.update(0, 0n);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(loop.lookup(1)).toBe(8n); // every frame still going round, dropped once
+    const settled = sunk();
+    await new Promise((r) => setTimeout(r, 50));
+    expect(sunk()).toBe(settled); // nothing goes round any more
   });
 
   it('refuses a frame count out of range', () => {
