@@ -8,10 +8,7 @@
 #include "shared/lb.h"
 #include "shared/ct.h"
 
-const volatile __be32 snat_ipv4 = 0;        /* the node address remote flows leave from */
-/* ... and its IPv6 address, in network order; all zero: none, IPv6 to remote backends is
- * dropped (DROP_REMOTE_IPV6). */
-const volatile __u32 snat_ipv6[4] = {};
+const volatile __be32 snat_ipv4 = 0;        /* the node address remote flows leave from (IPv6: snat6_address) */
 const volatile __u16 snat_port_min = 61000; /* SNAT source ports, host order; keep them */
 const volatile __u16 snat_port_max = 65535; /* out of ip_local_port_range */
 const volatile __u32 snat_retries = 8;      /* probe-sequence tries when the client's port is taken */
@@ -33,30 +30,5 @@ const volatile __u32 ct_lifetime_tcp_syn = CT_LIFETIME_TCP_SYN;
 const volatile __u32 ct_lifetime_tcp_established = CT_LIFETIME_TCP_ESTABLISHED;
 const volatile __u32 ct_lifetime_tcp_closing = CT_LIFETIME_TCP_CLOSING;
 const volatile __u32 ct_lifetime_nontcp = CT_LIFETIME_NONTCP;
-
-/* The node's IPv6 address for remote flows (snat_ipv6: all zero when it has none), read
- * word by word: a .rodata constant the loader sets, which a plain (non-volatile) read, as
- * through a cast pointer, would fold to its all-zero initializer. */
-static __always_inline int snat6_on(void)
-{
-	return (snat_ipv6[0] | snat_ipv6[1] | snat_ipv6[2] | snat_ipv6[3]) != 0;
-}
-
-static __always_inline int snat6_is_node(const __u8 *addr)
-{
-	const __u32 *w = (const __u32 *)addr;
-
-	return snat6_on() && w[0] == snat_ipv6[0] && w[1] == snat_ipv6[1] && w[2] == snat_ipv6[2] && w[3] == snat_ipv6[3];
-}
-
-static __always_inline void snat6_node_address(__u8 *out)
-{
-	__u32 *w = (__u32 *)out;
-
-	w[0] = snat_ipv6[0];
-	w[1] = snat_ipv6[1];
-	w[2] = snat_ipv6[2];
-	w[3] = snat_ipv6[3];
-}
 
 #endif

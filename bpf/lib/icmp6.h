@@ -24,7 +24,7 @@
 enum icmp6_error {
 	ICMP6_ERR_PORT_UNREACH, /* from the address the packet was sent to */
 	ICMP6_ERR_TOO_BIG,      /* likewise, with the next hop's MTU */
-	ICMP6_ERR_HOP_LIMIT,    /* from the node's address (snat_ipv6), as a router's */
+	ICMP6_ERR_HOP_LIMIT,    /* from the node's address (snat6_address), as a router's */
 };
 
 /* The offending packet's IPv6 header and 8 bytes of its L4 header, as the IPv4 reject

@@ -109,4 +109,57 @@ struct {
 	__type(value, struct nat6_ends);
 } nat6_handoff SEC(".maps");
 
+/* The node's IPv6 address for remote flows (struct node6_address). Not a load-time
+ * constant: the agent writes it at load and again when its Node's IPv6 address changes
+ * (src/datapath/snat6-address.ts), as a node may gain one after the agent started. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct node6_address);
+} snat6_address SEC(".maps");
+
+/* The address as four words, or NULL when the node has none. Written while packets read
+ * it, a change may reach one packet half made: its flow fails as with the old address gone. */
+static __always_inline const __u32 *snat6_words(void)
+{
+	__u32 zero = 0;
+	const struct node6_address *a = bpf_map_lookup_elem(&snat6_address, &zero);
+	const __u32 *w;
+
+	if (!a)
+		return NULL;
+	w = (const __u32 *)a->address;
+	return (w[0] | w[1] | w[2] | w[3]) ? w : NULL;
+}
+
+static __always_inline int snat6_on(void)
+{
+	return snat6_words() != NULL;
+}
+
+static __always_inline int snat6_is_node(const __u8 *addr)
+{
+	const __u32 *n = snat6_words();
+	const __u32 *w = (const __u32 *)addr;
+
+	return n && w[0] == n[0] && w[1] == n[1] && w[2] == n[2] && w[3] == n[3];
+}
+
+/* The address into `out` (all zero when there is none: callers ask snat6_on first). */
+static __always_inline void snat6_node_address(__u8 *out)
+{
+	const __u32 *n = snat6_words();
+	__u32 *w = (__u32 *)out;
+
+	if (!n) {
+		w[0] = w[1] = w[2] = w[3] = 0;
+		return;
+	}
+	w[0] = n[0];
+	w[1] = n[1];
+	w[2] = n[2];
+	w[3] = n[3];
+}
+
 #endif

@@ -1,5 +1,5 @@
 /* IPv6 north-south to a backend on another node (tc): the client's packets are DNATed to
- * the backend and SNATed to the node's IPv6 address (snat_ipv6) and a port of the SNAT
+ * the backend and SNATed to the node's IPv6 address (snat6_address) and a port of the SNAT
  * range, which a nat6 binding reserves (keyed by the reply tuple, as nat4's); the
  * backend's replies come back to that address and port and are restored to the frontend
  * and the client. Both directions leave by the route the kernel's FIB gives them.

@@ -71,7 +71,7 @@ static __always_inline int sock_source_refused(struct bpf_sock_addr *ctx, __be32
 }
 
 /* loadBalancerSourceRanges of an IPv6 frontend, as sock_source_refused's: the host's
- * connections leave from the node's IPv6 address (snat_ipv6; with none, refused), a pod's
+ * connections leave from the node's IPv6 address (snat6_address; with none, refused), a pod's
  * from the IPv6 address the agent recorded for its namespace (lb6_netns_sources). */
 static __always_inline int sock6_source_refused(struct bpf_sock_addr *ctx, struct lb6_key *key, struct lb6_service *svc)
 {

@@ -85,4 +85,10 @@ struct lb6_netns_source {
 	__u8 address[16];
 };
 
+/* The node's IPv6 address remote IPv6 flows leave from (snat6_address's one slot); all
+ * zero: none, and IPv6 to remote backends is dropped (DROP_REMOTE_IPV6). */
+struct node6_address {
+	__u8 address[16];
+};
+
 #endif

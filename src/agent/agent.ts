@@ -20,6 +20,7 @@ import { startCpuProfile } from './cpu-profile.js';
 import { defaultRouteDevices, readLinks } from '../sys/links.js';
 import { ServiceWriter } from '../datapath/writer.js';
 import { NodeAddressWriter } from '../datapath/node-addresses.js';
+import { snat6Pick } from '../datapath/snat6-address.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { apiAccess } from '../k8s/access.js';
 import { JsonClient } from '../k8s/client.js';
@@ -56,8 +57,7 @@ export class Agent {
   private deviceScanner: DeviceScanner | undefined;
   private routeMonitor: RouteChangesWatch | undefined;
   private frameSender: FrameSender | undefined;
-  /** ct4 and nat4 fill as the last GC pass saw it. */
-  private sampledFill: Record<string, number> = {};
+  private sampledFill: Record<string, number> = {}; // ct4 and nat4 fill as the last GC pass saw it
   private constructor(
     readonly cfg: AgentConfig,
     readonly log: Logger,
@@ -119,7 +119,7 @@ export class Agent {
     const datapath = Datapath.load({
       objectsDir: cfg.objectsDir || defaultObjectsDir(),
       pinDir: cfg.pinDir,
-      snatIPv4, snatIPv6: cfg.snatIPv6 || view.addresses6?.[0],
+      snatIPv4, snatIPv6: cfg.snatIPv6 || snat6Pick(view.addresses6 ?? []), // the Node's is followed (reconciler)
       snatPortMin: cfg.snatPortMin,
       snatPortMax: cfg.snatPortMax,
       hashSeed: cfg.hashSeed,
@@ -150,7 +150,7 @@ export class Agent {
       throw e;
     }
     for (const m of datapath.migrated) log.info({ ...m, toLayout: LAYOUT_VERSION }, m.fromLayout === LAYOUT_VERSION ? 'map resized, entries kept' : 'map migrated to the new layout');
-    log.info({ pinDir: cfg.pinDir, devices, devicesFrom: cfg.devices.length ? 'config' : 'node addresses and default routes', cgroup: cfg.cgroupRoot, snatIPv4, snatIPv6: cfg.snatIPv6 || view.addresses6?.[0] || 'none (IPv6 to remote backends dropped)', forwarding: cfg.forwardingMode, xdp: datapath.xdpModes(), ...(datapath.migrated.length ? { switchAt, switchMs } : {}), ...(handover ? { handover } : {}), ...(strays.removed.length ? { detachedElsewhere: strays.removed } : {}), ...(strays.failed.length ? { detachElsewhereFailed: strays.failed } : {}), adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length, hostPorts: datapath.hostPorts?.status() }, 'datapath loaded');
+    log.info({ pinDir: cfg.pinDir, devices, devicesFrom: cfg.devices.length ? 'config' : 'node addresses and default routes', cgroup: cfg.cgroupRoot, snatIPv4, snatIPv6: datapath.snat6.get() || 'none (IPv6 to remote backends dropped)', forwarding: cfg.forwardingMode, xdp: datapath.xdpModes(), ...(datapath.migrated.length ? { switchAt, switchMs } : {}), ...(handover ? { handover } : {}), ...(strays.removed.length ? { detachedElsewhere: strays.removed } : {}), ...(strays.failed.length ? { detachElsewhereFailed: strays.failed } : {}), adopted: datapath.tc.pinReport.adopted.length, created: datapath.tc.pinReport.created.length, hostPorts: datapath.hostPorts?.status() }, 'datapath loaded');
 
     health.syncNode(node);
     const serviceHealth = new ServiceHealthServers(health, cfg.healthCheckBindAddress, (svc, e) => log.error({ service: svc, err: e.message }, 'cannot serve the health check node port'));
@@ -220,6 +220,7 @@ export class Agent {
       source: { services: () => services.list(), service: (ns, name) => services.get(ns, name), slices: () => slices.list(), slicesOf: (ns, name) => sliceIndex.of(ns, name), node: () => nodes.get(undefined, cfg.nodeName), nodes: () => nodes.list() },
       writer,
       nodeAddresses: new NodeAddressWriter(datapath.maps.node4_addrs),
+      ...(cfg.snatIPv6 ? {} : { snat6: datapath.snat6 }),
       maps: datapath.maps,
       health,
       serviceHealth,
@@ -231,8 +232,7 @@ export class Agent {
       fullSyncPeriodMs: cfg.fullSyncPeriodSeconds * 1000,
       extraNodeAddresses: cfg.nodePortAddresses,
       nodeName: cfg.nodeName,
-      // BGP announces a new Service's address once its frontends are in the maps, and
-      // leaves out what did not fit.
+      // BGP announces a new Service's address once its frontends are in the maps, not what did not fit.
       onSynced: () => bgp?.kick(),
       onUdpBackendsRemoved: () => staleSockets.sweep('a UDP backend removed'),
       reclaimIds: () => {

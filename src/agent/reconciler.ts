@@ -19,6 +19,7 @@ import { LABEL_SERVICE_NAME, serviceName } from '../model/service.js';
 import type { ProxyHealth, ServiceHealthServers } from './health.js';
 import type { AgentMetrics } from './metrics.js';
 import { systemClock, type Clock, type Timer } from '../clock.js';
+import type { Snat6Address } from '../datapath/snat6-address.js';
 
 export const TRIGGER_TIME_ANNOTATION = 'endpoints.kubernetes.io/last-change-trigger-time';
 
@@ -53,6 +54,8 @@ export interface ReconcilerDeps {
   source: ClusterSource;
   writer: FrontendWriter;
   nodeAddresses?: NodeAddressSink;
+  /** The node's IPv6 SNAT address, following its Node's (absent: set in the config). */
+  snat6?: Pick<Snat6Address, 'follow'>;
   maps: Pick<DatapathMaps, 'ct4' | 'nat4'>;
   health: ProxyHealth;
   serviceHealth: ServiceHealthServers;
@@ -216,6 +219,8 @@ export class Reconciler {
     try {
       const view = nodeView(node, this.d.extraNodeAddresses, this.d.source.nodes());
       this.d.nodeAddresses?.apply([...(view.clusterNodeAddresses ?? [])].filter((a) => isIPv4(a))); // node4_addrs: DSR's IPv4 options
+      const moved = this.d.snat6?.follow(view.addresses6 ?? []);
+      if (moved) this.d.log.info(moved, 'the IPv6 address flows to remote backends leave from changed (none: they are dropped)');
       this.recompute(recompute, view);
       const changed = this.table.takeChanged();
       const whole = repair || recompute || !this.d.writer.applyChanged;

@@ -285,6 +285,8 @@ function explainPacket6(r: ExplainRequest, live: DatapathReader, pinned: readonl
   try {
     copyAll(live.lb6_services, copy('lb6_services'));
     if (pinned.includes('lb6_src_ranges')) copyAll(live.lb6_src_ranges, copy('lb6_src_ranges'));
+    // The node's IPv6 address remote flows leave from (none: such flows are dropped).
+    if (pinned.includes('snat6_address')) copyAll(live.snat6_address, copy('snat6_address'));
     const proto = r.proto === 'tcp' ? 6 : 17;
     const client = { saddr: r.src, daddr: r.dst, sport: r.sport, dport: r.dport, proto, dir: Ct6Dir.CT6_DIR_CLIENT };
     const held = live.ct6.lookup(client);

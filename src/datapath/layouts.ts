@@ -4,7 +4,7 @@
 import { ipv4Codec, structCodec, u32Codec, u64Codec, u8Codec, type Codec } from '../ebpf/codec.js';
 import type { BpfMap } from '../ebpf/map.js';
 import type { ProtoName } from '../model/frontend.js';
-import { Ct6Dir, Lb6SrcRangeBits, ct6EntryCodec, ct6KeyCodec, nat6EntryCodec, lb6AffinityKeyCodec, lb6AffinityValueCodec, lb6KeyCodec, lb6ServiceCodec, lb6SockKeyCodec, lb6SockValueCodec, lb6SrcRangeKeyCodec, lb6NetnsSourceCodec, fib6HopKeyCodec, fib6HopCodec, nat6EndsCodec, pkt6Codec, frag6KeyCodec, frag6EntryCodec, frag6RecordCodec } from './layouts6.js';
+import { Ct6Dir, Lb6SrcRangeBits, ct6EntryCodec, ct6KeyCodec, nat6EntryCodec, lb6AffinityKeyCodec, lb6AffinityValueCodec, lb6KeyCodec, lb6ServiceCodec, lb6SockKeyCodec, lb6SockValueCodec, lb6SrcRangeKeyCodec, lb6NetnsSourceCodec, node6AddressCodec, fib6HopKeyCodec, fib6HopCodec, nat6EndsCodec, pkt6Codec, frag6KeyCodec, frag6EntryCodec, frag6RecordCodec } from './layouts6.js';
 
 export const LbScope = { LB_SCOPE_EXTERNAL: 0, LB_SCOPE_INTERNAL: 1 } as const;
 
@@ -372,6 +372,7 @@ export const mapSpecs = {
   xdp_tx_devices: { key: u32Codec, value: u8Codec, sizeSetting: undefined },
   // The address new SNAT flows routed out of a device leave from, by ifindex (snat-devices.ts).
   snat4_devices: { key: u32Codec, value: ipv4Codec, sizeSetting: undefined },
+  snat6_address: { key: u32Codec, value: node6AddressCodec, sizeSetting: undefined }, // snat6-address.ts
 } as const;
 export type MapName = keyof typeof mapSpecs;
 

@@ -109,6 +109,7 @@ export type Lb6SrcRangeKey = ReturnType<typeof lb6SrcRangeKeyCodec.decode>;
 export const lb6NetnsSourceCodec = structCodec('lb6_netns_source', {
   address: { type: 'ipv6' },
 });
+export const node6AddressCodec = structCodec('node6_address', { address: { type: 'ipv6' } });
 
 export const fib6HopKeyCodec = structCodec('fib6_hop_key', {
   daddr: { type: 'ipv6' },

@@ -15,6 +15,7 @@ import { ErrorCode, FerryError } from '../errors.js';
 import { XDP_PROGRAM, XdpDevices, type XdpDeviceChoice, type XdpDeviceState } from './xdp-devices.js';
 import { HopEpoch } from './hop-epoch.js';
 import { SnatDevices, chooseSnatDevices, type DeviceAddresses, type SnatDevice } from './snat-devices.js';
+import { Snat6Address, snat6Canonical } from './snat6-address.js';
 import { readLinks } from '../sys/links.js';
 import { TC_PROGRAM, detachStrayPrograms, type StrayReport } from './stray-programs.js';
 import { mapOptions, mapSpecs, type DatapathMaps, type MapName } from './layouts.js';
@@ -44,8 +45,7 @@ export interface MapSizes {
   nat: number;
   fragments: number;
   nodes: number;
-  /** Addresses this node may announce by ARP, per interface. */
-  l2Addresses: number;
+  l2Addresses: number; // addresses this node may announce by ARP, per interface
 }
 
 /** Defaults fit 64k services and 64k backends. */
@@ -82,15 +82,13 @@ export function defaultObjectsDir(): string {
 export const RODATA_PIN = 'tc_rodata';
 
 export interface DatapathConfig {
-  /** Directory with tc.bpf.o (or tc_compat.bpf.o: tc-object.ts) and sock.bpf.o. */
-  objectsDir: string;
+  objectsDir: string; // with tc.bpf.o (or tc_compat.bpf.o: tc-object.ts) and sock.bpf.o
   /** bpffs directory for pins (one per ferry instance). */
   pinDir: string;
-  /** The node addresses remote flows are SNATed to; without an IPv6 one, IPv6 to remote backends is dropped. */
+  /** The node addresses remote flows are SNATed to; without an IPv6 one, IPv6 to remote backends is dropped (the agent follows the Node's: snat6-address.ts). */
   snatIPv4: string;
   snatIPv6?: string;
-  snatPortMin?: number;
-  snatPortMax?: number;
+  snatPortMin?: number; snatPortMax?: number;
   /** How remote backends are reached: snat (default), dsr, or hybrid (DSR for TCP, SNAT for UDP). */
   forwardingMode?: 'snat' | 'dsr' | 'hybrid';
   /** Maglev table size (a prime such as 16381) for external frontends; 0: off. */
@@ -151,6 +149,7 @@ export class Datapath {
   readonly hopEpoch: HopEpoch;
   /** The devices whose own address the SNAT flows routed out of them take. */
   private readonly snatDevices: SnatDevices;
+  readonly snat6: Snat6Address; // the node's IPv6 address remote IPv6 flows leave from
   readonly tcMode: TcAttachMode; // how the tc programs attach on this kernel (tc-hooks.ts)
 
   private constructor(tc: BpfObject, sock: BpfObject, sizes: MapSizes, private readonly cfg: DatapathConfig, migration: LayoutMigration) {
@@ -165,13 +164,14 @@ export class Datapath {
     this.xdp = new XdpDevices((mac) => loadXdpObject(this.cfg, this.sizes, mac), this.maps.xdp_tx_devices);
     this.hopEpoch = new HopEpoch(this.maps.ferry_hop_epoch);
     this.snatDevices = new SnatDevices(this.maps.snat4_devices, this.hopEpoch);
+    this.snat6 = new Snat6Address(this.maps.snat6_address, cfg.snatIPv6);
     this.tcMode = tcAttachMode(cfg.tcAttach);
   }
 
   static load(cfg: DatapathConfig): Datapath {
     assertBpffs(cfg.pinDir);
     const sizes: MapSizes = { ...DEFAULT_MAP_SIZES, ...cfg.mapSizes };
-    ipv4FromString(cfg.snatIPv4); // refused early when malformed (snatIPv6: configureObject)
+    ipv4FromString(cfg.snatIPv4), snat6Canonical(cfg.snatIPv6); // refused early when malformed
     if (cfg.maglevTableSize && !isPrime(cfg.maglevTableSize)) {
       throw new FerryError({ code: ErrorCode.Config, op: 'load datapath', cause: `maglevTableSize ${cfg.maglevTableSize} is not prime`, hint: 'use a prime such as 16381, 4093 or 1021' });
     }

@@ -48,3 +48,13 @@ export class FrameSender {
     this.fd = -1;
   }
 }
+
+/** `frames` out of interface `ifindex` by a socket opened for them alone (tests and tools). */
+export function sendFramesOnce(ifindex: number, frames: readonly Buffer[]): number {
+  const s = new FrameSender();
+  try {
+    return s.send(ifindex, frames);
+  } finally {
+    s.close();
+  }
+}

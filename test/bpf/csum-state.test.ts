@@ -11,7 +11,7 @@ import { BpfObject } from '../../src/ebpf/object.js';
 import { testRun } from '../../src/ebpf/test-run.js';
 import { buildPacket, eth, ipv4, tcp } from '../../src/packet/build.js';
 import { inNetns } from '../../src/sys/netns.js';
-import { FrameSender } from '../../src/sys/packet-socket.js';
+import { sendFramesOnce } from '../../src/sys/packet-socket.js';
 import { bpfObject } from '../harness/paths.js';
 import { describeWith } from '../harness/requirements.js';
 import { twoHostsPerTest } from '../harness/two-hosts.js';
@@ -34,14 +34,7 @@ describeWith(['root', 'netns'], "the skb's checksum state, as the datapath reads
 
       const link = inNetns(hosts.server.netns, () => attachTc(obj.program('csum_state'), { ifname: 'eth0', direction: 'ingress' }));
       try {
-        inNetns(hosts.client.netns, () => {
-          const s = new FrameSender();
-          try {
-            s.send(ifindexOf('eth0'), [syn]);
-          } finally {
-            s.close();
-          }
-        });
+        inNetns(hosts.client.netns, () => sendFramesOnce(ifindexOf('eth0'), [syn]));
         for (let i = 0; i < 100 && counts()[1]! < 2; i++) await settle(10);
         expect(counts()).toEqual([0, 2, 0, 0]);
 

@@ -14,7 +14,7 @@ import { BpfObject } from '../../src/ebpf/object.js';
 import { runLiveFrames, testRun } from '../../src/ebpf/test-run.js';
 import { Testbed, type Host } from '../../src/sandbox/netns/testbed.js';
 import { inNetns } from '../../src/sys/netns.js';
-import { FrameSender } from '../../src/sys/packet-socket.js';
+import { sendFramesOnce } from '../../src/sys/packet-socket.js';
 import { describeWith } from '../harness/requirements.js';
 
 const XDP_PASS = 2;
@@ -134,14 +134,7 @@ describeWith(['root', 'bpffs', 'netns'], 'the pps source: frames through the for
     inj.map('next', u32Codec, u32Codec).update(0, bounce.program('xdp_bounce').fd);
     const out = Array.from({ length: frames }, () => testRun(inj.program('xdp_inject'), { data: Buffer.alloc(60) }));
     expect(out.every((r) => r.retval === XDP_TX)).toBe(true);
-    inNetns(a.netns, () => {
-      const s = new FrameSender();
-      try {
-        s.send(ifindexOf('eth0'), out.map((r) => r.data));
-      } finally {
-        s.close();
-      }
-    });
+    inNetns(a.netns, () => sendFramesOnce(ifindexOf('eth0'), out.map((r) => r.data)));
     return (sink.map('sunk', u32Codec, u64Codec).lookupPerCpu(0) ?? []).reduce((n, x) => n + Number(x), 0);
   };
 
@@ -176,14 +169,7 @@ describeWith(['root', 'bpffs', 'netns'], 'the pps source: frames through the for
     // Seeds of another shape (UDP, 74 bytes): the recycler makes each the benchmark's frame.
     const inj = loadInjector(flow('udp'));
     const seeds = Array.from({ length: 8 }, () => Buffer.concat([testRun(inj.program('xdp_inject'), { data: Buffer.alloc(60) }).data, Buffer.alloc(14)]));
-    inNetns(b.netns, () => {
-      const s = new FrameSender();
-      try {
-        s.send(ifindexOf('eth0'), seeds);
-      } finally {
-        s.close();
-      }
-    });
+    inNetns(b.netns, () => sendFramesOnce(ifindexOf('eth0'), seeds));
     await new Promise((r) => setTimeout(r, 200));
     const went = sunk();
     expect(went).toBeGreaterThan(1000); // 8 seeds, each round a count

@@ -286,4 +286,36 @@ describeWith(['root', 'bpffs', 'netns'], 'tc IPv6 to backends on other nodes (SN
       await bare.close();
     }
   });
+
+  it('the address flows leave from is what the agent last wrote (snat6_address): none, then another, and replies to it restored', () => {
+    const renumbered = 'fd00:30::9';
+    const drops = node.counter('DROP_REMOTE_IPV6');
+    try {
+      expect(node.dp.snat6.set(undefined)).toEqual({ from: NODE6 });
+      expect(node.run('tc_ingress', fromClient(CLIENT6, 'S')).retval).toBe(TcVerdict.SHOT);
+      expect(node.counter('DROP_REMOTE_IPV6')).toBe(drops + 1n);
+      expect(node.dp.snat6.set('FD00:30:0::9')).toEqual({ to: renumbered }); // one address, however written
+      expect(node.dp.snat6.set(renumbered)).toBeUndefined();
+      const out = node.run('tc_ingress', fromClient(CLIENT6, 'S'));
+      expect(out.retval).toBe(TcVerdict.REDIRECT);
+      expect(fields(out.data).ipv6).toMatchObject({ src: renumbered, dst: REMOTE_POD6 });
+      const reply = buildPacket([eth({ src: OTHER_NODE_MAC, dst: NODE_MAC }), ipv6({ src: REMOTE_POD6, dst: renumbered, hopLimit: 64 }), tcp({ sport: 8080, dport: fields(out.data).tcp!.sport as number, flags: 'SA', seq: 1, ack: 1001 })]);
+      const back = node.run('tc_ingress', reply);
+      expect(back.retval).toBe(TcVerdict.REDIRECT);
+      expect(fields(back.data).ipv6).toMatchObject({ src: LB6, dst: CLIENT6 });
+      // The old address is not the node's any more: a packet to it is no reply.
+      expect(node.run('tc_ingress', fromBackend(CLIENT6_PORT, 'SA')).retval).toBe(TcVerdict.UNSPEC);
+    } finally {
+      node.dp.snat6.set(NODE6);
+    }
+  });
+
+  it('refuses an address no flow can leave from, and passes over such a Node address', () => {
+    for (const bad of ['::', '::1', 'fe80::1', 'ff02::1', '10.0.0.1', 'fd00::1%eth0']) expect(() => node.dp.snat6.set(bad), bad).toThrow(/IPv6 SNAT address/);
+    expect(node.dp.snat6.get()).toBe(NODE6);
+    expect(node.dp.snat6.follow(['fe80::1', 'fd00:30::7'])).toEqual({ from: NODE6, to: 'fd00:30::7' });
+    expect(node.dp.snat6.follow(['fe80::1'])).toEqual({ from: 'fd00:30::7' });
+    expect(node.dp.maps.snat6_address.lookup(0)).toEqual({ address: '::' });
+    node.dp.snat6.set(NODE6);
+  });
 });

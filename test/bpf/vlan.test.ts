@@ -17,7 +17,7 @@ import { ANNOUNCED, ROUTER } from '../../src/sandbox/fixtures/arp.js';
 import { CLIENT_PORT, LOCAL_POD, TC_SERVICES, syn } from '../../src/sandbox/fixtures/tc.js';
 import type { Host } from '../../src/sandbox/netns/testbed.js';
 import { inNetns } from '../../src/sys/netns.js';
-import { FrameSender } from '../../src/sys/packet-socket.js';
+import { sendFramesOnce } from '../../src/sys/packet-socket.js';
 import { describeWith } from '../harness/requirements.js';
 
 const settle = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -45,15 +45,8 @@ describeWith(['root', 'bpffs', 'netns'], 'VLAN-tagged frames on a device ferry i
     for (const t of taggers.splice(0)) t.close();
   };
   /** Frames out of `host`'s eth0, as its stack sends them (through its tc egress). */
-  const send = (host: Host, frames: Buffer[]): void =>
-    inNetns(host.netns, () => {
-      const s = new FrameSender();
-      try {
-        s.send(ifindexOf('eth0'), frames);
-      } finally {
-        s.close();
-      }
-    });
+  const send = (host: Host, frames: Buffer[]): number =>
+    inNetns(host.netns, () => sendFramesOnce(ifindexOf('eth0'), frames));
   /** Wait until `counter` reaches `n` (frames pass a veth's backlog, not this thread). */
   const waitFor = async (counter: string, n: number): Promise<void> => {
     for (let i = 0; i < 100 && node.counter(counter) < BigInt(n); i++) await settle(10);

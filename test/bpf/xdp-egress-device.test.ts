@@ -12,7 +12,7 @@ import { BpfObject } from '../../src/ebpf/object.js';
 import { attachXdpDevice } from '../../src/ebpf/link-xdp.js';
 import type { Link } from '../../src/ebpf/link.js';
 import { ifindexOf } from '../../src/ebpf/link-tc.js';
-import { FrameSender } from '../../src/sys/packet-socket.js';
+import { sendFramesOnce } from '../../src/sys/packet-socket.js';
 import { defaultObjectsDir } from '../../src/datapath/loader.js';
 import { CLIENT_IP, NODE_IP, REMOTE_POD_CIDR, datapathNode, type DatapathNode } from '../../src/sandbox/datapath-node.js';
 import { CLIENT_PORT, TC_SERVICES, fixture, fromRouter } from '../../src/sandbox/fixtures/tc.js';
@@ -123,14 +123,7 @@ describeWith(['root', 'bpffs', 'netns'], 'XDP and a route out of another device'
     const peer = node.tb.host('peer');
     const send = async (): Promise<number> => {
       const before = await rxPackets();
-      inNetns(peer.netns, () => {
-        const s = new FrameSender();
-        try {
-          s.send(ifindexOf('eth0'), Array.from({ length: FRAMES }, () => syn));
-        } finally {
-          s.close();
-        }
-      });
+      inNetns(peer.netns, () => sendFramesOnce(ifindexOf('eth0'), Array.from({ length: FRAMES }, () => syn)));
       await new Promise((r) => setTimeout(r, 200));
       return (await rxPackets()) - before;
     };

@@ -2,8 +2,8 @@
 // client behind the router reaches an IPv6 LoadBalancer IP and NodePort on node 1 whose
 // only endpoint runs on node 2; node 1 sends the flow there from its own IPv6 address
 // (the backend sees the node, as kube-proxy's SNAT shows it) and the answers back to the
-// client as the frontend. The agents take the node's IPv6 InternalIP for it at their
-// start; `ferry explain` and `ferry monitor` tell the same.
+// client as the frontend. The agents take the node's IPv6 InternalIP for it as the Node
+// gains one (they run before it has one); `ferry explain` and `ferry monitor` tell the same.
 import type { V1Service } from '@kubernetes/client-node';
 import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -43,14 +43,12 @@ beforeAll(async () => {
   // Node 1 reaches node 2's pods through node 2; the router sends the frontend to node 1.
   await nodes[0]!.host.ip('-6', 'route', 'replace', 'fd00:10:244:2::/64', 'via', nodeLink6(2));
   await c.net.router.ip('-6', 'route', 'replace', `${LB6}/128`, 'via', nodeLink6(1));
-  // The Nodes list their IPv6 addresses (as a dual-stack kubelet does before the agent
-  // starts); the agents, started again, take them for IPv6 SNAT.
+  // The Nodes list their IPv6 addresses only now, long after the agents started (an
+  // address a node gains later, as by router advertisement): the agents follow them.
   for (const [i, n] of nodes.entries()) {
     const obj = c.store.get('nodes', undefined, n.name)!;
     const status = obj.status as { addresses: Array<{ type: string; address: string }> };
     c.store.update('nodes', { ...obj, status: { ...status, addresses: [...status.addresses, { type: 'InternalIP', address: nodeLink6(i + 1) }] } }, { status: true });
-    await c.stopAgent(n);
-    await c.startAgent(n);
   }
   applyObject(c, 'services', remote6);
   const s = { metadata: { name: 'remote6-v6', namespace: 'default', labels: { 'kubernetes.io/service-name': 'remote6' } }, addressType: 'IPv6', endpoints: [{ addresses: [ip6(web)], conditions: { ready: true }, nodeName: web.node.name }], ports: [{ name: 'http', port: 8080, protocol: 'TCP' }] };
@@ -76,6 +74,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'IPv6 to a backend on anothe
     const results = await Promise.all(Array.from({ length: 20 }, () => ask(`http://[${LB6}]/`)));
     expect(results.filter((r) => !r.includes('Hostname: web-2-v6'))).toEqual([]);
     const pins = c.pinDir(c.net.node(1));
+    expect(JSON.parse(ferry('map', 'dump', 'snat6_address', '--pin-dir', pins, '-o', 'json').stdout)).toEqual([{ id: 0, address: nodeLink6(1) }]);
     const nat = JSON.parse(ferry('map', 'dump', 'nat6', '--pin-dir', pins, '-o', 'json').stdout) as Array<{ saddr: string; daddr: string; clientAddr: string; frontendAddr: string }>;
     expect(nat.length).toBeGreaterThan(0);
     expect(nat.every((e) => e.saddr === ip6(web) && e.daddr === nodeLink6(1) && e.clientAddr === 'fd00:10::2')).toBe(true);
