@@ -264,6 +264,15 @@ export function readHostPorts(pinDir: string): HostPortsSummary | undefined {
   return PinnedDatapath.with(pinDir, (dp) => (dp.pinned().includes('host_ports') ? summarizeHostPorts(dp.map('host_ports')) : undefined));
 }
 
+/** The node's IPv6 address remote IPv6 flows leave from (snat6_address): null for none, undefined for an older agent's datapath. */
+export function readSnat6(pinDir: string): string | null | undefined {
+  return PinnedDatapath.with(pinDir, (dp) => {
+    if (!dp.pinned().includes('snat6_address')) return undefined;
+    const a = dp.map('snat6_address').lookup(0)?.address;
+    return a && a !== '::' ? a : null;
+  });
+}
+
 /** The ifindexes XDP may redirect frames to besides their own device (xdp_tx_devices). */
 export function readXdpTargets(pinDir: string): number[] {
   return PinnedDatapath.with(pinDir, (dp) => (dp.pinned().includes('xdp_tx_devices') ? [...dp.map('xdp_tx_devices').keys()] : []));

@@ -75,6 +75,7 @@ describeWith(['root', 'netns', 'cgroup2', 'bpffs'], 'IPv6 to a backend on anothe
     expect(results.filter((r) => !r.includes('Hostname: web-2-v6'))).toEqual([]);
     const pins = c.pinDir(c.net.node(1));
     expect(JSON.parse(ferry('map', 'dump', 'snat6_address', '--pin-dir', pins, '-o', 'json').stdout)).toEqual([{ id: 0, address: nodeLink6(1) }]);
+    expect(ferry('status', '--pin-dir', pins).stdout).toContain(`snat6:     flows to other nodes' IPv6 backends leave from ${nodeLink6(1)}\n`);
     const nat = JSON.parse(ferry('map', 'dump', 'nat6', '--pin-dir', pins, '-o', 'json').stdout) as Array<{ saddr: string; daddr: string; clientAddr: string; frontendAddr: string }>;
     expect(nat.length).toBeGreaterThan(0);
     expect(nat.every((e) => e.saddr === ip6(web) && e.daddr === nodeLink6(1) && e.clientAddr === 'fd00:10::2')).toBe(true);
