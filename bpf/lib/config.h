@@ -8,7 +8,6 @@
 #include "shared/lb.h"
 #include "shared/ct.h"
 
-const volatile __be32 snat_ipv4 = 0;        /* the node address remote flows leave from (IPv6: snat6_address) */
 const volatile __u16 snat_port_min = 61000; /* SNAT source ports, host order; keep them */
 const volatile __u16 snat_port_max = 65535; /* out of ip_local_port_range */
 const volatile __u32 snat_retries = 8;      /* probe-sequence tries when the client's port is taken */

@@ -142,7 +142,7 @@ __ferry_global int icmp4_time_exceeded(struct __ctx_buff *ctx, const struct pkt4
 		return CTX_ACT_SHOT;
 	if (p->proto == IPPROTO_ICMP)
 		return count_drop(DROP_TTL_EXCEEDED, p->len); /* never an error about an error */
-	rc = icmp4_send_error(ctx, p, snat_ipv4, ICMP_TIME_EXCEEDED, ICMP_EXC_TTL, 0, STAT_ICMP_TIME_EXCEEDED);
+	rc = icmp4_send_error(ctx, p, snat4_node_address(), ICMP_TIME_EXCEEDED, ICMP_EXC_TTL, 0, STAT_ICMP_TIME_EXCEEDED);
 	if (rc == CTX_ACT_SHOT)
 		return rc;
 	count_drop(DROP_TTL_EXCEEDED, p->len);

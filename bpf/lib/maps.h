@@ -188,8 +188,9 @@ static __always_inline int snat_by_device(void)
 
 /* Devices whose own address a new SNAT flow routed out of them leaves from, by ifindex (as
  * MASQUERADE takes the outgoing device's): the agent lists the devices the tc programs run
- * on, other than the one holding snat_ipv4, with an IPv4 address (an overlay's tunnel
- * device, a second NIC), and sets FERRY_SNAT_BY_DEVICE while any is listed. */
+ * on, other than the one holding the node's address (snat4_address), with an IPv4
+ * address (an overlay's tunnel device, a second NIC), and sets FERRY_SNAT_BY_DEVICE while
+ * any is listed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 256);
@@ -232,6 +233,27 @@ static __always_inline int host_port_maybe_bound(__u16 port)
 	k += HOST_PORTS_AGENT;
 	a = bpf_map_lookup_elem(&host_ports, &k);
 	return !w || !a || ((*w | *a) & (1ULL << (port & 63)));
+}
+
+/* The node's IPv4 address remote flows leave from, the source of its ICMP errors as a
+ * router, and the host's for the socket hooks' loadBalancerSourceRanges. Not a load-time
+ * constant: the agent writes it at load and again when its Node's address changes
+ * (src/datapath/snat-address.ts); flows SNATed to the old address end with it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct node4_address);
+} snat4_address SEC(".maps");
+
+/* The address (network order); the verifier inlines the lookup. One aligned word: a
+ * change reaches a packet whole, the old address or the new. */
+static __always_inline __be32 snat4_node_address(void)
+{
+	__u32 zero = 0;
+	const struct node4_address *a = bpf_map_lookup_elem(&snat4_address, &zero);
+
+	return a ? a->address : 0;
 }
 
 /* Every node's addresses, written by the agent. */

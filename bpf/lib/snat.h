@@ -147,7 +147,7 @@ __ferry_global __u32 snat4_route_device(struct __ctx_buff *ctx, const struct pkt
 		return 0;
 	if (backend_hop_fresh(hop, b->address, ctx_fib_ifindex(ctx), now, hop_epoch()))
 		return hop->hop_ifindex;
-	f.saddr = snat_ipv4;
+	f.saddr = snat4_node_address();
 	f.daddr = b->address;
 	f.sport = p->sport;
 	f.dport = b->port;
@@ -157,7 +157,7 @@ __ferry_global __u32 snat4_route_device(struct __ctx_buff *ctx, const struct pkt
 	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH ? fib.ifindex : 0;
 }
 
-/* The address a new SNAT flow to backend `id` leaves from: the node's (snat_ipv4), or the
+/* The address a new SNAT flow to backend `id` leaves from: the node's (snat4_address), or the
  * own address of the device its route leaves by when the agent listed that device
  * (snat4_devices), as MASQUERADE takes the outgoing device's: an overlay's replies then
  * come back through its tunnel. Nothing is looked up while no device is listed. */
@@ -167,10 +167,10 @@ static __always_inline __be32 snat4_source(struct __ctx_buff *ctx, const struct 
 	__be32 *addr;
 
 	if (likely(!snat_by_device()))
-		return snat_ipv4;
+		return snat4_node_address();
 	ifindex = snat4_route_device(ctx, p, id, now);
 	addr = ifindex ? bpf_map_lookup_elem(&snat4_devices, &ifindex) : NULL;
-	return addr ? *addr : snat_ipv4;
+	return addr ? *addr : snat4_node_address();
 }
 
 /* Is `daddr` the SNAT address of the device the packet came in on (snat4_devices)? A
@@ -352,7 +352,7 @@ static __always_inline struct nat4_entry *snat4_reply_of(struct __ctx_buff *ctx,
 	/* Decided on a value the verifier cannot tie back to the packet's fields: else the paths
 	 * after it would know the address and port, and be explored apart (past its limit). */
 	__u32 outside = port - snat_port_min > (__u32)snat_port_max - snat_port_min;
-	__u32 other = (p->daddr ^ snat_ipv4) | outside;
+	__u32 other = (p->daddr ^ snat4_node_address()) | outside;
 	struct nat4_entry *nat;
 	struct ct4_key k;
 

@@ -55,7 +55,7 @@ static __always_inline int sock_source_refused(struct bpf_sock_addr *ctx, __be32
 		return 0;
 	netns = bpf_get_netns_cookie(ctx);
 	if (is_host_netns(netns)) {
-		saddr = snat_ipv4;
+		saddr = snat4_node_address();
 	} else {
 		src = bpf_map_lookup_elem(&lb4_netns_sources, &netns);
 		if (!src) {

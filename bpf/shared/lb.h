@@ -207,12 +207,18 @@ struct lb4_sock_value {
 };
 
 /* The source address a network namespace's connections leave from (a pod's address; the
- * host's is snat_ipv4), keyed by its netns cookie: loadBalancerSourceRanges at the socket
+ * host's is snat4_address's), keyed by its netns cookie: loadBalancerSourceRanges at the socket
  * hooks, where connect() has no source address yet. Written by the agent from the
  * namespaces it can see. */
 struct lb4_netns_source {
 	__be32 address;
 	__u8 pad[4];
+};
+
+/* The node's IPv4 address remote flows leave from (snat4_address's one slot; IPv6's is
+ * struct node6_address). Written at load, before any program is attached. */
+struct node4_address {
+	__be32 address;
 };
 
 #endif

@@ -20,7 +20,7 @@ import { startCpuProfile } from './cpu-profile.js';
 import { defaultRouteDevices, readLinks } from '../sys/links.js';
 import { ServiceWriter } from '../datapath/writer.js';
 import { NodeAddressWriter } from '../datapath/node-addresses.js';
-import { snat6Pick } from '../datapath/snat6-address.js';
+import { snat4Pick, snat6Pick } from '../datapath/snat-address.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { apiAccess } from '../k8s/access.js';
 import { JsonClient } from '../k8s/client.js';
@@ -107,9 +107,9 @@ export class Agent {
       }
     }
     const view = nodeView(node, cfg.nodePortAddresses);
-    const snatIPv4 = cfg.snatIPv4 || view.addresses[0];
+    const snatIPv4 = cfg.snatIPv4 || snat4Pick(view.addresses);
     if (!snatIPv4) {
-      throw new FerryError({ code: ErrorCode.Config, op: 'choose the SNAT address', cause: `node ${cfg.nodeName} has no IPv4 InternalIP`, hint: 'set snatIPv4' });
+      throw new FerryError({ code: ErrorCode.Config, op: 'choose the SNAT address', cause: `node ${cfg.nodeName} has no IPv4 InternalIP or ExternalIP flows can leave from`, hint: 'set snatIPv4' });
     }
 
     const links = readLinks(), devices = chooseDevices(links, defaultRouteDevices(), view.addresses, cfg.devices), xdpPlan = xdpChoice(cfg.xdpDevices, links, devices);
@@ -220,7 +220,7 @@ export class Agent {
       source: { services: () => services.list(), service: (ns, name) => services.get(ns, name), slices: () => slices.list(), slicesOf: (ns, name) => sliceIndex.of(ns, name), node: () => nodes.get(undefined, cfg.nodeName), nodes: () => nodes.list() },
       writer,
       nodeAddresses: new NodeAddressWriter(datapath.maps.node4_addrs),
-      ...(cfg.snatIPv6 ? {} : { snat6: datapath.snat6 }),
+      ...(cfg.snatIPv4 ? {} : { snat4: datapath.snat4 }), ...(cfg.snatIPv6 ? {} : { snat6: datapath.snat6 }),
       maps: datapath.maps,
       health,
       serviceHealth,

@@ -19,7 +19,7 @@ import { LABEL_SERVICE_NAME, serviceName } from '../model/service.js';
 import type { ProxyHealth, ServiceHealthServers } from './health.js';
 import type { AgentMetrics } from './metrics.js';
 import { systemClock, type Clock, type Timer } from '../clock.js';
-import type { Snat6Address } from '../datapath/snat6-address.js';
+import type { SnatAddress } from '../datapath/snat-address.js';
 
 export const TRIGGER_TIME_ANNOTATION = 'endpoints.kubernetes.io/last-change-trigger-time';
 
@@ -54,8 +54,9 @@ export interface ReconcilerDeps {
   source: ClusterSource;
   writer: FrontendWriter;
   nodeAddresses?: NodeAddressSink;
-  /** The node's IPv6 SNAT address, following its Node's (absent: set in the config). */
-  snat6?: Pick<Snat6Address, 'follow'>;
+  /** The node's SNAT addresses, following its Node's (absent: set in the config). */
+  snat4?: Pick<SnatAddress, 'follow'>;
+  snat6?: Pick<SnatAddress, 'follow'>;
   maps: Pick<DatapathMaps, 'ct4' | 'nat4'>;
   health: ProxyHealth;
   serviceHealth: ServiceHealthServers;
@@ -219,6 +220,8 @@ export class Reconciler {
     try {
       const view = nodeView(node, this.d.extraNodeAddresses, this.d.source.nodes());
       this.d.nodeAddresses?.apply([...(view.clusterNodeAddresses ?? [])].filter((a) => isIPv4(a))); // node4_addrs: DSR's IPv4 options
+      const moved4 = this.d.snat4?.follow(view.addresses);
+      if (moved4) this.d.log.info(moved4, 'the IPv4 address flows to remote backends leave from changed (flows on the old one end)');
       const moved = this.d.snat6?.follow(view.addresses6 ?? []);
       if (moved) this.d.log.info(moved, 'the IPv6 address flows to remote backends leave from changed (none: they are dropped)');
       this.recompute(recompute, view);

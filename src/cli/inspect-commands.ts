@@ -2,7 +2,7 @@
 // the datapath as its pinned maps hold it. The reading is datapath/'s; this file formats.
 import { isIPv6 } from 'node:net';
 import { Command } from 'commander';
-import { MAP_NAMES, isMapName, dumpKeysHex, dumpMap, flushConntrack, listFlows, listFrontends, listMaps, readCounters, readHostPorts, readSnat6, readXdpTargets } from '../datapath/inspect.js';
+import { MAP_NAMES, isMapName, dumpKeysHex, dumpMap, flushConntrack, listFlows, listFrontends, listMaps, readCounters, readHostPorts, readSnatAddress, readXdpTargets } from '../datapath/inspect.js';
 import { explain } from '../datapath/explain.js';
 import { watchEvents, type DatapathEvent, type EventKind } from '../datapath/monitor.js';
 import { attachedPrograms } from '../datapath/attachments.js';
@@ -185,14 +185,14 @@ export function registerInspect(program: Command): void {
       const targets = new Set(readXdpTargets(o.pinDir));
       const links = attachedPrograms(o.netns).map((l) => (l.ifindex !== undefined && targets.has(l.ifindex) ? { ...l, where: `${l.where} (redirect target)` } : l));
       const hostPorts = readHostPorts(o.pinDir);
-      const snat6 = readSnat6(o.pinDir);
+      const snat4 = readSnatAddress(o.pinDir, 'snat4_address'), snat6 = readSnatAddress(o.pinDir, 'snat6_address');
       const status = {
         agent, mode, pinDir: o.pinDir,
         frontends: frontends.length,
         backends: maps.find((m) => m.name === 'lb4_backends')?.entries ?? 0,
         flows: maps.find((m) => m.name === 'ct4')?.entries ?? 0,
         maps: maps.map((m) => ({ name: m.name, entries: m.entries, capacity: m.capacity })),
-        forwarded: stats, drops, links, unprogrammed, ...announcing, ...(udpSockets ? { udpSockets } : {}), ...(routes ? { routes } : {}), ...(hostPorts ? { hostPorts } : {}), ...(netnsSources ? { netnsSources } : {}), ...(xdp ? { xdp } : {}), ...(snatDevices ? { snatDevices } : {}), ...(snat6 !== undefined ? { snat6 } : {}), ...(vlansNotServed.length ? { vlansNotServed } : {}),
+        forwarded: stats, drops, links, unprogrammed, ...announcing, ...(udpSockets ? { udpSockets } : {}), ...(routes ? { routes } : {}), ...(hostPorts ? { hostPorts } : {}), ...(netnsSources ? { netnsSources } : {}), ...(xdp ? { xdp } : {}), ...(snatDevices ? { snatDevices } : {}), ...(snat4 !== undefined ? { snat4 } : {}), ...(snat6 !== undefined ? { snat6 } : {}), ...(vlansNotServed.length ? { vlansNotServed } : {}),
       };
       if (o.output === 'json') {
         process.stdout.write(`${JSON.stringify(status, null, 2)}\n`);
@@ -204,6 +204,7 @@ export function registerInspect(program: Command): void {
       if (netnsSources) process.stdout.write(`netns:     ${netnsSourcesLine(netnsSources)}\n`);
       if (xdp && Object.keys(xdp).length) process.stdout.write(`xdp:       ${xdpLine(xdp)}\n`);
       if (snatDevices) process.stdout.write(`snat:      ${snatLine(snatDevices)}\n`);
+      if (snat4 !== undefined) process.stdout.write(`snat4:     ${snat4 ? `flows to other nodes' backends leave from ${snat4}` : 'none'}\n`);
       if (snat6 !== undefined) process.stdout.write(`snat6:     ${snat6 ? `flows to other nodes' IPv6 backends leave from ${snat6}` : "none: IPv6 to other nodes' backends is dropped (the Node lists no IPv6 address)"}\n`);
       if (vlansNotServed.length) process.stdout.write(`vlans:     ${vlansLine(vlansNotServed)}\n`);
       if (hostPorts) process.stdout.write(`host ports: ${hostPorts.trusted ? `${hostPorts.marked} marked; new SNAT bindings ask the host's sockets about these only` : "not tracked yet (no socket hooks): new SNAT bindings ask the host's sockets about every port"}\n`);

@@ -177,6 +177,8 @@ function explainPacket(r: ExplainRequest, live: DatapathReader, pinned: readonly
     if (pinned.includes('host_ports')) copyAll(live.host_ports, copy('host_ports'));
     // The devices SNAT flows take their address from, and the slot whose flag says any is.
     if (pinned.includes('snat4_devices') && copyAll(live.snat4_devices, copy('snat4_devices'))) copy('ferry_hop_epoch').update(0, live.ferry_hop_epoch.lookup(0) ?? { sinceNs: 0n });
+    // The node's address SNAT flows leave from, and replies come back to.
+    if (pinned.includes('snat4_address')) copyAll(live.snat4_address, copy('snat4_address'));
     // Maglev tables: the twin points at the live inner maps (read only).
     for (const [id, innerId] of live.lb4_maglev.entries()) {
       const fd = lb.mapGetFdById(innerId);

@@ -264,12 +264,12 @@ export function readHostPorts(pinDir: string): HostPortsSummary | undefined {
   return PinnedDatapath.with(pinDir, (dp) => (dp.pinned().includes('host_ports') ? summarizeHostPorts(dp.map('host_ports')) : undefined));
 }
 
-/** The node's IPv6 address remote IPv6 flows leave from (snat6_address): null for none, undefined for an older agent's datapath. */
-export function readSnat6(pinDir: string): string | null | undefined {
+/** The node's address remote flows of a family leave from (snat4_address, snat6_address): null for none, undefined for an older agent's datapath. */
+export function readSnatAddress(pinDir: string, map: 'snat4_address' | 'snat6_address'): string | null | undefined {
   return PinnedDatapath.with(pinDir, (dp) => {
-    if (!dp.pinned().includes('snat6_address')) return undefined;
-    const a = dp.map('snat6_address').lookup(0)?.address;
-    return a && a !== '::' ? a : null;
+    if (!dp.pinned().includes(map)) return undefined;
+    const a = dp.map(map).lookup(0)?.address;
+    return a && a !== '::' && a !== '0.0.0.0' ? a : null;
   });
 }
 

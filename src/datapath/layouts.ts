@@ -229,6 +229,7 @@ export const lb4SockValueCodec = structCodec('lb4_sock_value', {
 });
 
 export const lb4NetnsSourceCodec = structCodec('lb4_netns_source', { address: { type: 'ipv4' }, pad: { type: 'pad', length: 4 } });
+export const node4AddressCodec = structCodec('node4_address', { address: { type: 'ipv4' } });
 
 export const ct4KeyCodec = structCodec('ct4_key', {
   saddr: { type: 'ipv4' },
@@ -372,7 +373,9 @@ export const mapSpecs = {
   xdp_tx_devices: { key: u32Codec, value: u8Codec, sizeSetting: undefined },
   // The address new SNAT flows routed out of a device leave from, by ifindex (snat-devices.ts).
   snat4_devices: { key: u32Codec, value: ipv4Codec, sizeSetting: undefined },
-  snat6_address: { key: u32Codec, value: node6AddressCodec, sizeSetting: undefined }, // snat6-address.ts
+  // The node's addresses remote flows leave from, one slot each (snat-address.ts).
+  snat4_address: { key: u32Codec, value: node4AddressCodec, sizeSetting: undefined },
+  snat6_address: { key: u32Codec, value: node6AddressCodec, sizeSetting: undefined },
 } as const;
 export type MapName = keyof typeof mapSpecs;
 

@@ -10,12 +10,11 @@ import { HostPorts } from './host-ports.js';
 import type { XdpMode } from '../ebpf/link-xdp.js';
 import type { Link } from '../ebpf/link.js';
 import { assertBpffs } from '../ebpf/pinned.js';
-import { ipv4FromString } from '../ebpf/codec.js';
 import { ErrorCode, FerryError } from '../errors.js';
 import { XDP_PROGRAM, XdpDevices, type XdpDeviceChoice, type XdpDeviceState } from './xdp-devices.js';
 import { HopEpoch } from './hop-epoch.js';
 import { SnatDevices, chooseSnatDevices, type DeviceAddresses, type SnatDevice } from './snat-devices.js';
-import { Snat6Address, snat6Canonical } from './snat6-address.js';
+import { SnatAddress, snat4Canonical, snat6Canonical } from './snat-address.js';
 import { readLinks } from '../sys/links.js';
 import { TC_PROGRAM, detachStrayPrograms, type StrayReport } from './stray-programs.js';
 import { mapOptions, mapSpecs, type DatapathMaps, type MapName } from './layouts.js';
@@ -85,10 +84,9 @@ export interface DatapathConfig {
   objectsDir: string; // with tc.bpf.o (or tc_compat.bpf.o: tc-object.ts) and sock.bpf.o
   /** bpffs directory for pins (one per ferry instance). */
   pinDir: string;
-  /** The node addresses remote flows are SNATed to; without an IPv6 one, IPv6 to remote backends is dropped (the agent follows the Node's: snat6-address.ts). */
+  /** The node addresses remote flows are SNATed to at load; without an IPv6 one, IPv6 to remote backends is dropped (the agent follows the Node's: snat-address.ts). */
   snatIPv4: string;
-  snatIPv6?: string;
-  snatPortMin?: number; snatPortMax?: number;
+  snatIPv6?: string; snatPortMin?: number; snatPortMax?: number;
   /** How remote backends are reached: snat (default), dsr, or hybrid (DSR for TCP, SNAT for UDP). */
   forwardingMode?: 'snat' | 'dsr' | 'hybrid';
   /** Maglev table size (a prime such as 16381) for external frontends; 0: off. */
@@ -149,7 +147,8 @@ export class Datapath {
   readonly hopEpoch: HopEpoch;
   /** The devices whose own address the SNAT flows routed out of them take. */
   private readonly snatDevices: SnatDevices;
-  readonly snat6: Snat6Address; // the node's IPv6 address remote IPv6 flows leave from
+  readonly snat4: SnatAddress; // the node's addresses remote flows leave from (snat-address.ts)
+  readonly snat6: SnatAddress;
   readonly tcMode: TcAttachMode; // how the tc programs attach on this kernel (tc-hooks.ts)
 
   private constructor(tc: BpfObject, sock: BpfObject, sizes: MapSizes, private readonly cfg: DatapathConfig, migration: LayoutMigration) {
@@ -164,14 +163,15 @@ export class Datapath {
     this.xdp = new XdpDevices((mac) => loadXdpObject(this.cfg, this.sizes, mac), this.maps.xdp_tx_devices);
     this.hopEpoch = new HopEpoch(this.maps.ferry_hop_epoch);
     this.snatDevices = new SnatDevices(this.maps.snat4_devices, this.hopEpoch);
-    this.snat6 = new Snat6Address(this.maps.snat6_address, cfg.snatIPv6);
+    this.snat4 = SnatAddress.ipv4(this.maps.snat4_address, cfg.snatIPv4);
+    this.snat6 = SnatAddress.ipv6(this.maps.snat6_address, cfg.snatIPv6);
     this.tcMode = tcAttachMode(cfg.tcAttach);
   }
 
   static load(cfg: DatapathConfig): Datapath {
     assertBpffs(cfg.pinDir);
     const sizes: MapSizes = { ...DEFAULT_MAP_SIZES, ...cfg.mapSizes };
-    ipv4FromString(cfg.snatIPv4), snat6Canonical(cfg.snatIPv6); // refused early when malformed
+    snat4Canonical(cfg.snatIPv4 || '(none)'), snat6Canonical(cfg.snatIPv6); // refused early when malformed or (IPv4) missing
     if (cfg.maglevTableSize && !isPrime(cfg.maglevTableSize)) {
       throw new FerryError({ code: ErrorCode.Config, op: 'load datapath', cause: `maglevTableSize ${cfg.maglevTableSize} is not prime`, hint: 'use a prime such as 16381, 4093 or 1021' });
     }
@@ -322,7 +322,7 @@ export class Datapath {
    * to match `links` (their addresses now, in the calling thread's netns). True if changed.
    */
   refreshSnatDevices(links: readonly DeviceAddresses[] = readLinks()): boolean {
-    return this.snatDevices.apply(chooseSnatDevices(links, this.attachedDevices(), this.cfg.snatIPv4));
+    return this.snatDevices.apply(chooseSnatDevices(links, this.attachedDevices(), this.snat4.get()!));
   }
 
   /** The devices listed now, with the address their SNAT flows leave from. */

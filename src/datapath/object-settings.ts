@@ -3,7 +3,6 @@
 // forward packets, the forwarding constants (lib/config.h).
 import { join } from 'node:path';
 import { BpfObject } from '../ebpf/object.js';
-import { ipv4FromString } from '../ebpf/codec.js';
 import { FwdMode, mapOptions, type MapName } from './layouts.js';
 import { DEFAULT_SNAT_PORTS, type DatapathConfig, type MapSizes } from './loader.js';
 import type { LayoutMigration } from './layout-migration.js';
@@ -52,21 +51,17 @@ const sizeOf: Record<MapName, keyof MapSizes | undefined> = {
   host_ports: undefined,
   xdp_tx_devices: undefined,
   snat4_devices: undefined,
+  snat4_address: undefined,
   snat6_address: undefined,
 };
 
-/** What every entry object shares: map sizes, the hash seed, the host's netns and address, the pins. */
+/** What every entry object shares: map sizes, the hash seed, the host's netns, the pins. */
 export function configureObject(obj: BpfObject, cfg: DatapathConfig, sizes: MapSizes, replace?: LayoutMigration['decide']): void {
   // Sparse arrays are indexed by an id and hold slot 0 too (id 0 is none), so that the
   // setting counts ids.
   for (const [name, setting] of Object.entries(sizeOf)) if (setting) obj.setMaxEntries(name, sizes[setting] + (mapOptions(name as MapName).sparse ? 1 : 0));
   obj.setConstant('hash_seed', cfg.hashSeed ?? 0);
   obj.setConstant('host_netns_cookie', cfg.hostNetnsCookie ?? 0n);
-  // The node's IPv4 address: where forwarded flows leave from, and the host's source for the
-  // socket hooks' loadBalancerSourceRanges (IPv6's is a map's: snat6-address.ts).
-  const snat = ipv4FromString(cfg.snatIPv4);
-  // The constant holds the address in network byte order, as the packet does.
-  obj.setConstant('snat_ipv4', Buffer.from([snat >>> 24, (snat >>> 16) & 255, (snat >>> 8) & 255, snat & 255]).readUInt32LE(0));
   obj.pinMaps({ dir: cfg.pinDir, ...(replace ? { replace } : {}) });
 }
 
