@@ -40,21 +40,27 @@ static __always_inline struct nat6_ends *nat6_handoff_slot(void)
 	return bpf_map_lookup_elem(&nat6_handoff, &only_slot);
 }
 
-static __always_inline struct pkt6 *pkt6_handoff_slot(void)
+static __always_inline struct pkt6_handoff *pkt6_handoff_slot(void)
 {
 	return bpf_map_lookup_elem(&pkt6_handoff, &only_slot);
 }
 
 /* A client's packet whose flow to a remote backend needs its state written (a new flow, a
  * lifetime due): the packet as parsed handed to nodeport6_snat_flow, which the caller
- * calls on NODEPORT6_REMOTE (lib/nodeport6.h). */
-static __always_inline int snat6_hand_packet(const struct pkt6 *p)
+ * calls on NODEPORT6_REMOTE (lib/nodeport6.h); for a new flow with the backend `b` its
+ * hash chose (NULL: none chosen). */
+static __always_inline int snat6_hand_packet(const struct pkt6 *p, const struct lb6_service *b, __u8 ranged, __u32 hash)
 {
-	struct pkt6 *slot = pkt6_handoff_slot();
+	struct pkt6_handoff *slot = pkt6_handoff_slot();
 
 	if (!slot)
 		return count_drop(DROP_MALFORMED, p->len); /* never: the map has its one slot */
-	*slot = *p;
+	slot->p = *p;
+	slot->backend_port = b ? b->port : 0;
+	if (b)
+		__builtin_memcpy(slot->backend, b->address, 16);
+	slot->ranged = ranged;
+	slot->hash = hash;
 	return NODEPORT6_REMOTE;
 }
 

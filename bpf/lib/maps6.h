@@ -99,7 +99,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct pkt6);
+	__type(value, struct pkt6_handoff);
 } pkt6_handoff SEC(".maps");
 
 struct {

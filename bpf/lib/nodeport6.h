@@ -71,6 +71,7 @@ static __always_inline int nodeport6_new_flow(struct __ctx_buff *ctx, const stru
 	struct lb6_key key = { .port = p->dport, .proto = p->proto };
 	struct lb6_service *svc, *b;
 	int found, rc;
+	__u32 hash;
 
 	__builtin_memcpy(key.address, p->daddr, 16);
 	found = lb6_lookup_scope(&key, LB_SCOPE_EXTERNAL, &svc);
@@ -87,11 +88,13 @@ static __always_inline int nodeport6_new_flow(struct __ctx_buff *ctx, const stru
 		return NODEPORT6_REJECT;
 	if (found != LB_FOUND || !svc)
 		return count_drop(DROP_NO_BACKEND, p->len);
-	b = lb6_select_slot(&key, svc, flow_hash6(p));
+	hash = flow_hash6(p);
+	b = lb6_select_slot(&key, svc, hash);
 	if (!b)
 		return count_drop(DROP_BACKEND_MISSING, p->len);
 	if (!(b->flags & LB_BACKEND_F_LOCAL))
-		return snat6_on() ? snat6_hand_packet(p) : count_drop(DROP_REMOTE_IPV6, p->len);
+		return snat6_on() ? snat6_hand_packet(p, b, (svc->flags & LB_F_SOURCE_RANGES) ? CT_F_RANGED : 0, hash)
+				  : count_drop(DROP_REMOTE_IPV6, p->len);
 	if (p->proto == IPPROTO_TCP && !(p->tcp_flags & TCP_SYN))
 		count_stat(STAT_CT_MIDSTREAM, 0);
 	__builtin_memcpy(flow->addr, b->address, 16);
@@ -189,7 +192,7 @@ __ferry_global int nodeport6_ingress(struct __sk_buff *ctx)
 		if (held->flags & CT_F_SNAT) {
 			/* To a remote backend: a state or lifetime to write is lib/snat6.h's. */
 			if (flags != held->flags || expires >= held->expires_ns + CT_REFRESH_NS)
-				return snat6_hand_packet(&p);
+				return snat6_hand_packet(&p, NULL, 0, 0);
 			return snat6_hand_flow(&p, held);
 		}
 

@@ -208,7 +208,8 @@ static __always_inline struct lb6_service *snat6_flow_backend(const struct pkt6 
 
 /* The state of a flow to a remote backend, for a client's packet: an established flow's
  * lifetime, or a new flow's backend (the frontend's slot for the flow's hash, as a local
- * flow's) and port. Returns NODEPORT6_FORWARD once the packet is handed on. */
+ * flow's: the one nodeport6_ingress chose, else looked up) and port. Returns
+ * NODEPORT6_FORWARD once the packet is handed on. */
 __ferry_global int nodeport6_snat_flow(struct __sk_buff *ctx)
 {
 	struct ct6_key client = {}, reply = {};
@@ -218,18 +219,20 @@ __ferry_global int nodeport6_snat_flow(struct __sk_buff *ctx)
 	} e = {};
 	struct ct6_entry *held;
 	struct lb6_service *b;
-	struct pkt6 *p = pkt6_handoff_slot();
+	struct pkt6_handoff *h = pkt6_handoff_slot();
+	struct pkt6 *p = h ? &h->p : NULL;
 	__u8 ranged = 0;
 	__be16 port;
 	__u32 hash;
 	__u64 now;
 
 	/* The packet as nodeport6_ingress parsed it in this run (snat6_hand_packet). */
-	if (!ctx || !p || p->len != ctx->len || (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP))
+	if (!ctx || !h || !p || p->len != ctx->len || (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP))
 		return count_drop(DROP_MALFORMED, ctx ? ctx->len : 0);
 	ct6_key_set(&client, p->saddr, p->daddr, p->sport, p->dport, p->proto, CT6_DIR_CLIENT);
 	now = ferry_now();
-	held = bpf_map_lookup_elem(&ct6, &client);
+	/* A new flow whose backend nodeport6_ingress chose: it found no live flow either. */
+	held = h->backend_port ? NULL : bpf_map_lookup_elem(&ct6, &client);
 	if (held && (held->flags & CT_F_SNAT) && !ct_expired(held->expires_ns, now) &&
 	    !(p->proto == IPPROTO_TCP && (held->flags & CT_F_CLOSING) && (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN)) {
 		__u8 flags = ct6_flags_client(p, held->flags);
@@ -242,10 +245,17 @@ __ferry_global int nodeport6_snat_flow(struct __sk_buff *ctx)
 		}
 		return snat6_hand_flow(p, held);
 	}
-	hash = flow_hash6(p);
-	b = snat6_flow_backend(p, hash, &ranged);
-	if (!b || (b->flags & LB_BACKEND_F_LOCAL))
-		return count_drop(DROP_BACKEND_MISSING, p->len); /* the backends changed since tc_ingress looked */
+	if (h->backend_port) {
+		hash = h->hash;
+		ranged = h->ranged;
+		snat6_reply_key(&reply, h->backend, h->backend_port, p->proto);
+	} else {
+		hash = flow_hash6(p);
+		b = snat6_flow_backend(p, hash, &ranged);
+		if (!b || (b->flags & LB_BACKEND_F_LOCAL))
+			return count_drop(DROP_BACKEND_MISSING, p->len); /* the backends changed since tc_ingress looked */
+		snat6_reply_key(&reply, b->address, b->port, p->proto);
+	}
 	if (p->proto == IPPROTO_TCP && !(p->tcp_flags & TCP_SYN))
 		count_stat(STAT_CT_MIDSTREAM, 0);
 	e.nat.expires_ns = now + ct_lifetime_ns(p->proto, CT_F_SNAT);
@@ -254,13 +264,13 @@ __ferry_global int nodeport6_snat_flow(struct __sk_buff *ctx)
 	e.nat.client_port = p->sport;
 	e.nat.frontend_port = p->dport;
 	e.nat.flags = CT_F_SNAT;
-	snat6_reply_key(&reply, b->address, b->port, p->proto);
 	port = snat6_reserve(ctx, p, &reply, &e.nat, hash, now, &client);
 	if (!port)
 		return count_drop(DROP_NAT_EXHAUSTED, p->len);
 	ct6_key_set(&client, p->saddr, p->daddr, p->sport, p->dport, p->proto, CT6_DIR_CLIENT); /* the reserve's scratch */
-	e.flow = (struct ct6_entry){ .expires_ns = now + ct_lifetime_ns(p->proto, CT_F_SNAT), .port = b->port, .nat_port = port };
-	__builtin_memcpy(e.flow.addr, b->address, 16);
+	/* The backend, as the reply key holds it (the reserve wrote only its port). */
+	e.flow = (struct ct6_entry){ .expires_ns = now + ct_lifetime_ns(p->proto, CT_F_SNAT), .port = reply.sport, .nat_port = port };
+	__builtin_memcpy(e.flow.addr, reply.saddr, 16);
 	e.flow.flags = ct6_flags_client(p, CT_F_SNAT | ranged);
 	if (bpf_map_update_elem(&ct6, &client, &e.flow, BPF_ANY) < 0)
 		return count_drop(DROP_CT_MAP_FULL, p->len);

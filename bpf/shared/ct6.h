@@ -89,6 +89,19 @@ struct pkt6 {
 	__be32 frag_id; /* a fragment's identification */
 };
 
+/* What nodeport6_ingress hands nodeport6_snat_flow (pkt6_handoff): the packet as parsed,
+ * and for a new flow the backend it chose (backend_port 0: none, a flow whose state is
+ * due; nodeport6_snat_flow then looks the flow up itself), with the flow's hash, so that a
+ * new flow's frontend and slot are looked up once. */
+struct pkt6_handoff {
+	struct pkt6 p;
+	__u8 backend[16];
+	__be16 backend_port;
+	__u8 ranged; /* CT_F_RANGED: the frontend has loadBalancerSourceRanges */
+	__u8 pad;
+	__u32 hash;  /* flow_hash6: the slot it chose, and the SNAT port sequence */
+};
+
 /* Where a packet lies in its datagram. A first fragment carries the ports, and is balanced
  * and translated as a whole packet is; the later ones follow it (frag6). */
 enum pkt6_fragment {

@@ -4,7 +4,7 @@
 import { ipv4Codec, structCodec, u32Codec, u64Codec, u8Codec, type Codec } from '../ebpf/codec.js';
 import type { BpfMap } from '../ebpf/map.js';
 import type { ProtoName } from '../model/frontend.js';
-import { Ct6Dir, Lb6SrcRangeBits, ct6EntryCodec, ct6KeyCodec, nat6EntryCodec, lb6AffinityKeyCodec, lb6AffinityValueCodec, lb6KeyCodec, lb6ServiceCodec, lb6SockKeyCodec, lb6SockValueCodec, lb6SrcRangeKeyCodec, lb6NetnsSourceCodec, node6AddressCodec, fib6HopKeyCodec, fib6HopCodec, nat6EndsCodec, pkt6Codec, frag6KeyCodec, frag6EntryCodec, frag6RecordCodec } from './layouts6.js';
+import { Ct6Dir, Lb6SrcRangeBits, ct6EntryCodec, ct6KeyCodec, nat6EntryCodec, lb6AffinityKeyCodec, lb6AffinityValueCodec, lb6KeyCodec, lb6ServiceCodec, lb6SockKeyCodec, lb6SockValueCodec, lb6SrcRangeKeyCodec, lb6NetnsSourceCodec, node6AddressCodec, fib6HopKeyCodec, fib6HopCodec, nat6EndsCodec, pkt6HandoffCodec, frag6KeyCodec, frag6EntryCodec, frag6RecordCodec } from './layouts6.js';
 
 export const LbScope = { LB_SCOPE_EXTERNAL: 0, LB_SCOPE_INTERNAL: 1 } as const;
 
@@ -351,7 +351,7 @@ export const mapSpecs = {
   // Next hops of forwarded IPv6 packets by destination (written by the datapath).
   fib6_hops: { key: fib6HopKeyCodec, value: fib6HopCodec, sizeSetting: undefined },
   // A forwarded IPv6 packet as parsed, and its new ends, while tc_ingress sends it (per CPU).
-  pkt6_handoff: { key: u32Codec, value: pkt6Codec, sizeSetting: undefined, scratch: true },
+  pkt6_handoff: { key: u32Codec, value: pkt6HandoffCodec, sizeSetting: undefined, scratch: true },
   nat6_handoff: { key: u32Codec, value: nat6EndsCodec, sizeSetting: undefined, scratch: true },
   frag4: { key: frag4KeyCodec, value: frag4EntryCodec, sizeSetting: 'mapSizes.fragments' },
   frag6: { key: frag6KeyCodec, value: frag6EntryCodec, sizeSetting: 'mapSizes.fragments' },

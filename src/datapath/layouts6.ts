@@ -139,6 +139,16 @@ export const pkt6Codec = structCodec('pkt6', {
   fragId: { type: 'be32' },
 });
 
+/** The packet, and a new flow's chosen backend (port 0: none) and hash (pkt6_handoff, per CPU, scratch). */
+export const pkt6HandoffCodec = structCodec('pkt6_handoff', {
+  p: { type: 'struct', codec: pkt6Codec },
+  backend: { type: 'ipv6' },
+  backendPort: { type: 'be16' },
+  ranged: { type: 'u8' },
+  pad: { type: 'pad', length: 1 },
+  hash: { type: 'u32' },
+});
+
 export const frag6KeyCodec = structCodec('frag6_key', {
   saddr: { type: 'ipv6' },
   daddr: { type: 'ipv6' },
