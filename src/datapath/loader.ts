@@ -14,7 +14,7 @@ import { ErrorCode, FerryError } from '../errors.js';
 import { XDP_PROGRAM, XdpDevices, type XdpDeviceChoice, type XdpDeviceState } from './xdp-devices.js';
 import { HopEpoch } from './hop-epoch.js';
 import { SnatDevices, chooseSnatDevices, type DeviceAddresses, type SnatDevice } from './snat-devices.js';
-import { SnatAddress, snat4Canonical, snat6Canonical } from './snat-address.js';
+import { SnatAddress, snat4Checked, snat6Canonical } from './snat-address.js';
 import { readLinks } from '../sys/links.js';
 import { TC_PROGRAM, detachStrayPrograms, type StrayReport } from './stray-programs.js';
 import { mapOptions, mapSpecs, type DatapathMaps, type MapName } from './layouts.js';
@@ -171,7 +171,7 @@ export class Datapath {
   static load(cfg: DatapathConfig): Datapath {
     assertBpffs(cfg.pinDir);
     const sizes: MapSizes = { ...DEFAULT_MAP_SIZES, ...cfg.mapSizes };
-    snat4Canonical(cfg.snatIPv4 || '(none)'), snat6Canonical(cfg.snatIPv6); // refused early when malformed or (IPv4) missing
+    snat4Checked(cfg.snatIPv4), snat6Canonical(cfg.snatIPv6); // refused early when malformed or (IPv4) missing
     if (cfg.maglevTableSize && !isPrime(cfg.maglevTableSize)) {
       throw new FerryError({ code: ErrorCode.Config, op: 'load datapath', cause: `maglevTableSize ${cfg.maglevTableSize} is not prime`, hint: 'use a prime such as 16381, 4093 or 1021' });
     }

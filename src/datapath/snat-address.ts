@@ -74,8 +74,13 @@ function pickIn(family: SnatFamily, nodeAddresses: readonly string[]): string | 
 export const snat6Canonical = (address: string | undefined): string | undefined => canonicalIn(IPV6, address);
 /** A Node's first IPv6 address a flow can leave from; one that cannot (link-local, say) is passed over. */
 export const snat6Pick = (nodeAddresses6: readonly string[]): string | undefined => pickIn(IPV6, nodeAddresses6);
-/** The same for IPv4 (snat4_address). */
-export const snat4Canonical = (address: string | undefined): string | undefined => canonicalIn(IPV4, address);
+/** The IPv4 address a datapath loads with (snat4_address): one a flow can leave from, and there must be one. */
+export function snat4Checked(address: string | undefined): string {
+  const a = canonicalIn(IPV4, address);
+  if (!a) throw new FerryError({ code: ErrorCode.Config, op: 'set the IPv4 SNAT address', cause: 'none given', hint: 'set snatIPv4, or give the Node an IPv4 InternalIP' });
+  return a;
+}
+/** A Node's first IPv4 address a flow can leave from (snat4_address). */
 export const snat4Pick = (nodeAddresses: readonly string[]): string | undefined => pickIn(IPV4, nodeAddresses);
 
 /** The one slot of snat4_address or snat6_address. */
@@ -90,8 +95,7 @@ export class SnatAddress {
   private current: string | undefined;
 
   private constructor(private readonly map: AddressSlot, private readonly family: SnatFamily, address: string | undefined) {
-    this.current = canonicalIn(family, address);
-    if (family.required && !this.current) throw new FerryError({ code: ErrorCode.Config, op: 'set the IPv4 SNAT address', cause: 'none given', hint: 'set snatIPv4, or give the Node an IPv4 InternalIP' });
+    this.current = family.required ? snat4Checked(address) : canonicalIn(family, address);
     this.map.update(0, { address: this.current ?? family.none });
   }
 
