@@ -5,7 +5,7 @@
 // given this checkout's bench/ so that both builds are timed the same way. Pairs run in
 // ABBA order (base first in even pairs) so that a drift over the run weighs on both; each
 // case's result is the per-pair ratio head / base, its median and spread.
-// Run as root: npx tsx bench/compare-builds.ts --base REV [--pairs 6] [--services 1000] [--runs 2000]
+// Run as root: npx tsx bench/compare-builds.ts --base REV [--pairs 6] [--services 1000] [--runs 2000] [--cases REGEX]
 import { execFileSync } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,7 +13,7 @@ import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { fmtStat, markdownTable, progress, publish, stat, type Stat } from './report.js';
 
-const { values } = parseArgs({ options: { base: { type: 'string' }, pairs: { type: 'string' }, services: { type: 'string' }, runs: { type: 'string' } } });
+const { values } = parseArgs({ options: { base: { type: 'string' }, pairs: { type: 'string' }, services: { type: 'string' }, runs: { type: 'string' }, cases: { type: 'string' } } });
 if (!values.base) throw new Error('--base REV: the commit to compare this checkout with');
 const PAIRS = Number(values.pairs ?? 6);
 const SERVICES = Number(values.services ?? 1000);
@@ -40,7 +40,8 @@ function build(dir: string): void {
 
 /** One packet-cost run in `dir`: each case's cost with 1 Service and with SERVICES more (its batches' median). */
 function runCost(dir: string, out: string): Map<string, number> {
-  execFileSync('npx', ['tsx', 'bench/packet-cost.ts', '--services', String(SERVICES), '--runs', String(RUNS)], { cwd: dir, stdio: 'ignore', env: { ...process.env, FERRY_BENCH_RESULTS: out } });
+  const only = values.cases === undefined ? [] : ['--cases', values.cases];
+  execFileSync('npx', ['tsx', 'bench/packet-cost.ts', '--services', String(SERVICES), '--runs', String(RUNS), ...only], { cwd: dir, stdio: 'ignore', env: { ...process.env, FERRY_BENCH_RESULTS: out } });
   const data = JSON.parse(readFileSync(join(out, 'packet-cost.json'), 'utf8')) as { baselineNs: Record<string, Stat>; rows: CostRow[] };
   const costs = new Map(data.rows.map((r) => [r.case, r.one.median]));
   for (const r of data.rows) if (r.many) costs.set(`${r.case}, ${SERVICES} Services`, r.many.median);

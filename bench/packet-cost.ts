@@ -10,7 +10,7 @@
 // each checked before it is timed, and a new flow to a Service of 16 endpoints whose slot
 // its master entry does not carry (checked to be redirected and to land past the 4th slot),
 // and new SNAT flows with a SNAT device listed (README: SNAT address per device).
-// Run as root: npx tsx bench/packet-cost.ts [--services 100000] [--runs 2000]
+// Run as root: npx tsx bench/packet-cost.ts [--services 100000] [--runs 2000] [--cases REGEX]
 import { parseArgs } from 'node:util';
 import { join } from 'node:path';
 import type { FrontendSpec } from '../src/model/frontend.js';
@@ -33,11 +33,14 @@ import { flowForgetter, flowForgetter6 } from './new-flow.js';
 import { barChart } from './plot.js';
 import { fmtStat, markdownTable, progress, publish, ratio, stat, type Stat } from './report.js';
 
-const { values } = parseArgs({ options: { services: { type: 'string' }, runs: { type: 'string' } } });
+const { values } = parseArgs({ options: { services: { type: 'string' }, runs: { type: 'string' }, cases: { type: 'string' } } });
 const MANY = Number(values.services ?? 100_000);
 const BATCHES = 5; // the median and the spread come from these
 // Single runs per batch, column and CPU (their interquartile mean is the batch's), whole chunks.
 const RUNS = Math.max(CHUNK, Math.round(Number(values.runs ?? 2000) / CHUNK) * CHUNK);
+// `--cases REGEX`: only the cases whose name matches (a quicker look at a few; the ratios
+// stay against the empty program of the same batches).
+const ONLY = values.cases === undefined ? undefined : new RegExp(values.cases);
 
 const filler = (n: number): FrontendSpec[] =>
   Array.from({ length: n }, (_, i) => ({ address: `10.${100 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}`, port: 80, proto: 'TCP' as const, kind: 'ExternalIP' as const, backends: [{ address: `10.244.2.${(i % 200) + 10}`, port: 8080, local: false }] }));
@@ -120,7 +123,7 @@ function snatDeviceFlow(node: DatapathNode, which: SnatDevice): { sport: number;
 }
 
 type Hook = 'tc' | 'xdp';
-const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[]; askHost?: boolean; wide?: boolean; egress?: () => Buffer; snatDevice?: SnatDevice; ipv6?: boolean }> = [
+const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[]; askHost?: boolean; wide?: boolean; egress?: () => Buffer; snatDevice?: SnatDevice; ipv6?: boolean; unshared?: boolean }> = [
   { name: 'new flow, local backend', id: 'nodeport-local', fresh: { dport: 30080 }, hooks: ['tc'] },
   { name: 'new flow, remote backend (SNAT)', id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'] },
   // The same with host_ports untrusted, as before the socket hooks marked the host's binds:
@@ -131,6 +134,11 @@ const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks:
   // NIC: one lookup more, a miss), and the flow's route by the listed device (its address).
   { name: 'new flow, remote backend (SNAT), a SNAT device listed, the route by another', id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'], snatDevice: 'other' },
   { name: 'new flow, remote backend (SNAT), the route by a listed SNAT device', id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'], snatDevice: 'route' },
+  // A Service annotated DSR on a SNAT node: the first packet of a flow takes the option.
+  // DSR keeps the client's address, so a new flow takes its backend's shared hop only after
+  // a new flow from the same client (within a second); from another, the route is looked up.
+  { name: 'new flow, remote backend (DSR, IPv4 option added), the same client as the last new flow', id: 'dsr-annotated', fresh: { dport: 30082 }, hooks: ['tc', 'xdp'] },
+  { name: 'new flow, remote backend (DSR, IPv4 option added), another client than the last', id: 'dsr-annotated', fresh: { dport: 30082 }, hooks: ['tc', 'xdp'], unshared: true },
   { name: 'established flow, local backend', id: 'nodeport-local-established', hooks: ['tc', 'xdp'] },
   { name: 'established flow, remote backend (SNAT)', id: 'nodeport-remote-established', hooks: ['tc', 'xdp'] },
   { name: 'established flow, remote backend (DSR, no option)', id: 'dsr-established', hooks: ['tc', 'xdp'] },
@@ -173,8 +181,10 @@ function runner(node: DatapathNode, c: (typeof CASES)[number], hook: Hook): () =
   if (!held) throw new Error(`${c.id}: no conntrack entry at ${JSON.stringify(c.ipv6 ? key6 : key4)}`);
   // A new flow each time: its conntrack entry and its reply entries go (bench/new-flow.ts).
   const forget = c.ipv6 ? flowForgetter6(node, key6) : flowForgetter(node, key4);
+  const backendId = 'backendId' in held ? held.backendId : 0;
   return () => {
     forget();
+    if (c.unshared) node.dp.maps.lb4_backend_hops.delete(backendId);
     return run(f.input);
   };
 }
@@ -204,6 +214,7 @@ async function main(): Promise<void> {
     const loadMs = Date.now() - t0;
     const rows: Array<{ case: string; hook: Hook } & Cell> = [];
     for (const c of CASES) {
+      if (ONLY && !ONLY.test(c.name)) continue;
       for (const hook of c.hooks) {
         if (c.askHost && !(nodes.one.dp.maps as Partial<typeof nodes.one.dp.maps>).host_ports) continue;
         if (c.snatDevice && !(nodes.one.dp.maps as Partial<typeof nodes.one.dp.maps>).snat4_devices) continue;

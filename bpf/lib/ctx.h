@@ -169,6 +169,14 @@ static __always_inline long ctx_adjust_room_net4(struct xdp_md *ctx, int delta)
 	return bpf_xdp_store_bytes(ctx, 0, hdr, sizeof(hdr));
 }
 
+/* Room for `len` bytes of IPv4 options after a 20-byte header, for a caller that then
+ * writes the Ethernet and IPv4 headers whole from the frame's start: XDP moves only the
+ * start (what lies in the first ETH_HLEN + 20 + len bytes is left undefined). */
+static __always_inline long ctx_open_ipv4_options(struct xdp_md *ctx, int len)
+{
+	return bpf_xdp_adjust_head(ctx, -len);
+}
+
 /* The packet becomes `len` bytes long (longer or shorter). */
 static __always_inline long ctx_resize(struct xdp_md *ctx, __u32 len)
 {
@@ -279,6 +287,12 @@ static __always_inline int ctx_l4_csum_partial(struct __sk_buff *ctx)
 static __always_inline long ctx_adjust_room_net4(struct __sk_buff *ctx, int delta)
 {
 	return bpf_skb_adjust_room(ctx, delta, BPF_ADJ_ROOM_NET, 0);
+}
+
+/* tc: the kernel moves the headers itself (and keeps the skb's header offsets right). */
+static __always_inline long ctx_open_ipv4_options(struct __sk_buff *ctx, int len)
+{
+	return bpf_skb_adjust_room(ctx, len, BPF_ADJ_ROOM_NET, 0);
 }
 
 static __always_inline long ctx_resize(struct __sk_buff *ctx, __u32 len)

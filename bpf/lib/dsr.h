@@ -59,20 +59,68 @@ static __always_inline int ipv4_set_hdr_len(struct __ctx_buff *ctx, const struct
 	return ipv4_csum_refresh(ctx, p, words);
 }
 
-/* Add the option after a plain 20-byte header. */
-static __always_inline int dsr4_push(struct __ctx_buff *ctx, const struct pkt4 *p, __be32 addr, __be16 port)
+/* The Ethernet header and an IPv4 header carrying the option, as they lie from the
+ * frame's start (struct eth_ipv4_head, two bytes ahead, then the option). */
+struct eth_ipv4_dsr_head {
+	struct eth_ipv4_head h;
+	__u8 opt[DSR_OPT_LEN];
+};
+
+_Static_assert(__builtin_offsetof(struct eth_ipv4_dsr_head, opt) - __builtin_offsetof(struct eth_ipv4_dsr_head, h.macs) ==
+		       ETH_HLEN + sizeof(struct iphdr),
+	       "the option right after the 20-byte IPv4 header");
+
+/* A client's packet DNATed to a remote backend with the option added after its plain
+ * 20-byte header, as nat4_rewrite_forwarded writes a forwarded packet: the L4 checksum and
+ * ports first (where they lie before the option moves them), then room for the option,
+ * then the Ethernet and IPv4 headers with the option, their checksum computed here from
+ * the words that change, in one store (`route`: a successful lookup's MACs; NULL keeps
+ * them). Three helper calls where a rewrite and then the option's own stores, reload and
+ * checksum took eight. The source is kept: the backend answers the client itself. */
+static __always_inline int dsr4_rewrite_with_option(struct __ctx_buff *ctx, const struct pkt4 *p, __be32 daddr,
+						    __be16 dport, const struct bpf_fib_lookup *route)
 {
-	__u8 opt[DSR_OPT_LEN] = { DSR_OPT_TYPE, DSR_OPT_LEN };
+	struct eth_ipv4_dsr_head d = { .opt = { DSR_OPT_TYPE, DSR_OPT_LEN } };
+	union l4_ports ports = { .sport = p->sport, .dport = dport }, old_ports = { .sport = p->sport, .dport = p->dport };
+	__be16 tot_len = bpf_htons(p->ip_len + DSR_OPT_LEN);
+	__u32 csum = l4_csum_off(p), addrs, sum, first_old, first_new, opt_words[2];
+	__u16 old_word, new_word;
 
 	if (p->ihl_words != 5)
 		return -1;
-	__builtin_memcpy(&opt[2], &port, 2);
-	__builtin_memcpy(&opt[4], &addr, 4);
-	if (ctx_adjust_room_net4(ctx, DSR_OPT_LEN) < 0)
+	__builtin_memcpy(&d.opt[2], &p->dport, 2);
+	__builtin_memcpy(&d.opt[4], &p->daddr, 4);
+	if (ctx_load_bytes(ctx, 0, d.h.macs, ETH_HLEN + sizeof(struct iphdr)) < 0)
 		return -1;
-	if (ctx_store_bytes(ctx, p->l3_off + sizeof(struct iphdr), opt, sizeof(opt), 0) < 0)
+	addrs = csum32_replace(0, d.h.ip.daddr, daddr);
+	if (csum) {
+		if (nat4_l4_csum_translate(ctx, p, csum, addrs, !p->fragment, old_ports, ports, CTX_STORE_DIRECT) < 0)
+			return -1;
+		if (ports.word != old_ports.word &&
+		    ctx_store_bytes(ctx, p->l4_off, &ports, sizeof(ports), CTX_STORE_DIRECT) < 0)
+			return -1;
+	}
+	/* Version and ihl 7, the length 8 more, the TTL one less, the destination, the option. */
+	__builtin_memcpy(&first_old, d.h.ip_unrouted, sizeof(first_old));
+	d.h.ip_unrouted[0] = 0x40 | 7;
+	__builtin_memcpy(&d.h.ip_unrouted[2], &tot_len, sizeof(tot_len));
+	__builtin_memcpy(&first_new, d.h.ip_unrouted, sizeof(first_new));
+	__builtin_memcpy(&old_word, &d.h.ip, sizeof(old_word));
+	d.h.ip.ttl--;
+	__builtin_memcpy(&new_word, &d.h.ip, sizeof(new_word));
+	__builtin_memcpy(opt_words, d.opt, sizeof(opt_words));
+	sum = csum32_replace(addrs, first_old, first_new);
+	sum = csum32_add(sum, csum32_add((__u16)~old_word, new_word));
+	sum = csum32_add(sum, csum32_add(opt_words[0], opt_words[1]));
+	d.h.ip.check = csum_fold32(csum32_add((__u16)~d.h.ip.check, sum));
+	d.h.ip.daddr = daddr;
+	if (route) {
+		__builtin_memcpy(d.h.macs, route->dmac, ETH_ALEN);
+		__builtin_memcpy(d.h.macs + ETH_ALEN, route->smac, ETH_ALEN);
+	}
+	if (ctx_open_ipv4_options(ctx, DSR_OPT_LEN) < 0)
 		return -1;
-	return ipv4_set_hdr_len(ctx, p, 7, p->ip_len + DSR_OPT_LEN);
+	return ctx_store_bytes(ctx, 0, d.h.macs, ETH_HLEN + sizeof(struct iphdr) + DSR_OPT_LEN, CTX_STORE_DIRECT);
 }
 
 /* Remove the option (the packet came with ihl 7 and our option). */
@@ -83,16 +131,27 @@ static __always_inline int dsr4_pop(struct __ctx_buff *ctx, const struct pkt4 *p
 	return ipv4_set_hdr_len(ctx, p, 5, p->ip_len - DSR_OPT_LEN);
 }
 
+/* Would a packet with the option be too big for the device its route leaves by (`*mtu`
+ * then holds that MTU)? Even the device it came in on: the option makes it longer. A GSO
+ * packet passes: the kernel shrinks its segments by the option (bpf_skb_adjust_room). */
+static __always_inline int dsr4_too_big(struct __ctx_buff *ctx, __u32 ifindex, __u32 *mtu)
+{
+	*mtu = 0;
+	return bpf_check_mtu(ctx, ifindex, mtu, DSR_OPT_LEN, 0) == BPF_MTU_CHK_RET_FRAG_NEEDED;
+}
+
 /* DSR to a remote backend: DNAT, the frontend in an IPv4 option (TCP: on the SYN, which
  * is all the backend's node needs; UDP: on every datagram), routed on. No reply comes
- * back through this node. If the option would not fit the path MTU, the client is told
- * (fragmentation needed, an MTU 8 bytes smaller) instead of the packet being lost. */
+ * back through this node. Routed as a forwarded SNAT packet is (nat4_forward): a new flow
+ * by its backend's shared hop (`shared`), then by its kept hop, looked up again when
+ * `refresh`; a lookup per packet that takes the option was the largest part of a new DSR
+ * flow. The size is checked against the MTU of the route's device, as for other forwarded
+ * packets: a route's own smaller MTU is not. If the option would not fit, the client is
+ * told (fragmentation needed, an MTU 8 bytes smaller) instead of the packet being lost. */
 static __always_inline int nodeport_dsr(struct __ctx_buff *ctx, const struct pkt4 *p, const struct lb4_backend *b,
-					struct ct4_entry *ct, int refresh)
+					struct ct4_entry *ct, int refresh, struct lb4_backend_hop *shared, __u64 now)
 {
 	int with_opt = p->proto == IPPROTO_UDP || (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
-	__be32 vip = p->daddr;
-	__be16 vport = p->dport;
 	struct fib4_flow f = { .saddr = p->saddr, .daddr = b->address, .sport = p->sport, .dport = b->port, .proto = p->proto, .tos = p->tos };
 	struct bpf_fib_lookup fib;
 	long route;
@@ -100,26 +159,25 @@ static __always_inline int nodeport_dsr(struct __ctx_buff *ctx, const struct pkt
 
 	if (p->ttl <= 1)
 		return icmp4_time_exceeded(ctx, p);
-	/* A packet that takes the option is routed with the MTU checked for its new size. */
-	route = fib4_route_flow(ctx, &f, with_opt ? p->ip_len + DSR_OPT_LEN : 0, &ct->hop_ifindex,
-				ct->hop_macs, refresh, &fib);
-	if (route == BPF_FIB_LKUP_RET_FRAG_NEEDED && with_opt) {
-		__u32 mtu = fib.mtu_result ? fib.mtu_result : 1500;
-
-		return icmp4_send_unreach(ctx, p, ICMP_FRAG_NEEDED, mtu - DSR_OPT_LEN);
-	}
+	if (shared)
+		route = fib4_route_new_flow(ctx, &f, &ct->hop_ifindex, ct->hop_macs, shared, now, &fib);
+	else
+		route = fib4_route_flow(ctx, &f, &ct->hop_ifindex, ct->hop_macs, refresh, &fib);
 	if (!fib4_usable(ctx, route, &fib))
 		return fib4_unusable(p->len);
-	if (!with_opt && fib4_mtu_exceeded(ctx, fib.ifindex, &mtu))
-		return icmp4_too_big(ctx, p, mtu);
-	/* Written as a forwarded packet is (lib/nat.h), the source kept: the IPv4 header with
-	 * the TTL, the MACs and the ports in one store each, the L4 checksum in place where it
-	 * is whole. The option goes in after: the headers move with their new contents. */
-	if (nat4_rewrite_forwarded(ctx, p, p->saddr, p->sport, b->address, b->port,
-				   route == BPF_FIB_LKUP_RET_SUCCESS ? &fib : NULL) < 0)
-		return count_drop(DROP_CSUM_FAILED, p->len);
-	if (with_opt && dsr4_push(ctx, p, vip, vport) < 0)
-		return count_drop(DROP_DSR_OPTION, p->len);
+	if (with_opt) {
+		if (dsr4_too_big(ctx, fib.ifindex, &mtu))
+			return icmp4_send_unreach(ctx, p, ICMP_FRAG_NEEDED, mtu - DSR_OPT_LEN);
+		if (dsr4_rewrite_with_option(ctx, p, b->address, b->port, route == BPF_FIB_LKUP_RET_SUCCESS ? &fib : NULL) < 0)
+			return count_drop(DROP_DSR_OPTION, p->len);
+	} else {
+		if (fib4_mtu_exceeded(ctx, fib.ifindex, &mtu))
+			return icmp4_too_big(ctx, p, mtu);
+		/* Written as a forwarded packet is (lib/nat.h), the source kept. */
+		if (nat4_rewrite_forwarded(ctx, p, p->saddr, p->sport, b->address, b->port,
+					   route == BPF_FIB_LKUP_RET_SUCCESS ? &fib : NULL) < 0)
+			return count_drop(DROP_CSUM_FAILED, p->len);
+	}
 	frag4_record(p, p->saddr, b->address, FRAG_ACT_REDIRECT);
 	count_stat(STAT_FWD_DSR, p->len);
 	return fib4_send_addressed(ctx, &fib, route);

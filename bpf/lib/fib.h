@@ -17,9 +17,9 @@ struct fib4_flow {
 };
 
 /* The route to `f->daddr`, as if the packet came from `f->saddr` on the device it came in
- * on. With `tot_len`, the route's MTU is checked for a packet of that size (FRAG_NEEDED). */
-static __always_inline long fib4_lookup(struct __ctx_buff *ctx, const struct fib4_flow *f, __u16 tot_len,
-					struct bpf_fib_lookup *fib)
+ * on. No MTU is checked here (tot_len 0): fib4_mtu_exceeded and dsr4_too_big check the
+ * route's device, whether the route was looked up or kept. */
+static __always_inline long fib4_lookup(struct __ctx_buff *ctx, const struct fib4_flow *f, struct bpf_fib_lookup *fib)
 {
 	__builtin_memset(fib, 0, sizeof(*fib));
 	fib->family = AF_INET;
@@ -30,26 +30,25 @@ static __always_inline long fib4_lookup(struct __ctx_buff *ctx, const struct fib
 	fib->sport = f->sport;
 	fib->dport = f->dport;
 	fib->tos = f->tos;
-	fib->tot_len = tot_len;
 	return bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 }
 
 /* The route for a packet of a flow whose entry keeps its last next hop (`kept_ifindex`,
  * `kept_macs`: hop_ifindex and hop_macs of a ct4 or nat4 entry). The kept hop is used
  * unless `refresh` (the flow's lifetime is being written: a change of state, or a second
- * of traffic), none is kept (a write of the other direction's lifetime lets it go), or the
- * MTU is to be checked (`tot_len`); else a lookup, whose
- * complete result is kept. An established flow is so routed about once a second instead
- * of per packet (the lookup was a fifth of a forwarded packet's cost); a route, link or
- * neighbour change the agent reports (ferry_hop_epoch) makes the next packet's write due,
- * and reaches it within that second otherwise. `fib` holds the route either way (only
- * the device and MACs when kept: all fib4_send reads of a successful route). */
-static __always_inline long fib4_route_flow(struct __ctx_buff *ctx, const struct fib4_flow *f, __u16 tot_len,
-					    __u32 *kept_ifindex, __u8 *kept_macs, int refresh, struct bpf_fib_lookup *fib)
+ * of traffic) or none is kept (a write of the other direction's lifetime lets it go); else
+ * a lookup, whose complete result is kept. An established flow is so routed about once a
+ * second instead of per packet (the lookup was a fifth of a forwarded packet's cost); a
+ * route, link or neighbour change the agent reports (ferry_hop_epoch) makes the next
+ * packet's write due, and reaches it within that second otherwise. `fib` holds the route
+ * either way (only the device and MACs when kept: all fib4_send reads of a successful
+ * route). */
+static __always_inline long fib4_route_flow(struct __ctx_buff *ctx, const struct fib4_flow *f, __u32 *kept_ifindex,
+					    __u8 *kept_macs, int refresh, struct bpf_fib_lookup *fib)
 {
 	long rc;
 
-	if (!refresh && !tot_len) {
+	if (!refresh) {
 		/* Read once: another CPU may be writing the entry's hop. */
 		fib->ifindex = *kept_ifindex;
 		if (fib->ifindex) {
@@ -58,7 +57,7 @@ static __always_inline long fib4_route_flow(struct __ctx_buff *ctx, const struct
 			return BPF_FIB_LKUP_RET_SUCCESS;
 		}
 	}
-	rc = fib4_lookup(ctx, f, tot_len, fib);
+	rc = fib4_lookup(ctx, f, fib);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
 		*kept_ifindex = 0;
 		return rc;
@@ -113,9 +112,9 @@ static __always_inline long fib4_route_new_flow(struct __ctx_buff *ctx, const st
 		 * the slot: a torn read mixes two lookups of this route. */
 		*kept_ifindex = shared->hop_ifindex;
 		__builtin_memcpy(kept_macs, shared->hop_macs, 2 * ETH_ALEN);
-		return fib4_route_flow(ctx, f, 0, kept_ifindex, kept_macs, 0, fib);
+		return fib4_route_flow(ctx, f, kept_ifindex, kept_macs, 0, fib);
 	}
-	rc = fib4_route_flow(ctx, f, 0, kept_ifindex, kept_macs, 1, fib);
+	rc = fib4_route_flow(ctx, f, kept_ifindex, kept_macs, 1, fib);
 	if (shared && rc == BPF_FIB_LKUP_RET_SUCCESS) {
 		shared->hop_ifindex = fib->ifindex;
 		__builtin_memcpy(shared->hop_macs, kept_macs, 2 * ETH_ALEN);
@@ -214,7 +213,7 @@ static __always_inline int fib_redirect4(struct __ctx_buff *ctx, __be32 saddr, _
 {
 	struct fib4_flow f = { .saddr = saddr, .daddr = daddr };
 	struct bpf_fib_lookup fib;
-	long rc = fib4_lookup(ctx, &f, 0, &fib);
+	long rc = fib4_lookup(ctx, &f, &fib);
 
 	if (!fib4_usable(ctx, rc, &fib))
 		return count_drop(DROP_FIB_FAILED, ctx_len(ctx));

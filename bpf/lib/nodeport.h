@@ -53,7 +53,7 @@ static __always_inline int nat4_forward(struct __ctx_buff *ctx, const struct pkt
 	if (shared)
 		route = fib4_route_new_flow(ctx, &f, kept_ifindex, kept_macs, shared, now, &fib);
 	else
-		route = fib4_route_flow(ctx, &f, 0, kept_ifindex, kept_macs, refresh, &fib);
+		route = fib4_route_flow(ctx, &f, kept_ifindex, kept_macs, refresh, &fib);
 	if (unlikely(!fib4_usable(ctx, route, &fib)))
 		return fib4_unusable(p->len);
 	if (unlikely(fib4_mtu_exceeded(ctx, fib.ifindex, &mtu)))
@@ -243,7 +243,7 @@ __ferry_global int nodeport_send(struct __ctx_buff *ctx, const struct pkt4 *p, s
 	STAGE_END(9);
 
 	if (flags & CT_F_DSR)
-		return nodeport_dsr(ctx, p, b, ct, due);
+		return nodeport_dsr(ctx, p, b, ct, due, created ? backend_hop_of(ct->backend_id) : NULL, now);
 	/* A new SNAT flow whose first packet left its state as created needs no second write
 	 * of its binding: the port reservation wrote it with the same flags and lifetime. */
 	/* A local flow's SYN always asserts its binding: one sent again after a contest

@@ -153,7 +153,7 @@ __ferry_global __u32 snat4_route_device(struct __ctx_buff *ctx, const struct pkt
 	f.dport = b->port;
 	f.proto = p->proto;
 	f.tos = p->tos;
-	rc = fib4_lookup(ctx, &f, 0, &fib);
+	rc = fib4_lookup(ctx, &f, &fib);
 	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH ? fib.ifindex : 0;
 }
 

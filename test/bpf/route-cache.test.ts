@@ -131,16 +131,36 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
     expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
   });
 
-  it('DSR: a flow\'s later segments use the kept hop; a SYN is always routed (its MTU is checked with the option)', () => {
+  it('DSR: every packet of a flow uses its kept hop, a SYN that carries the option again too; a due write routes again', () => {
     let r = node.run('tc_ingress', client(30082, 'S', 1000));
     expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
     expect(node.dp.maps.ct4.lookup(flowKey(30082))!.hopIfindex).toBe(node.ifindex);
     staleFlowHop(30082);
     r = node.run('tc_ingress', client(30082, 'A'));
     expect(sentTo(r.data, r.retval)).toBe(STALE_MAC);
-    staleFlowHop(30082);
+    r = node.run('tc_ingress', client(30082, 'S', 1000)); // sent again: the option, by the kept hop
+    expect(sentTo(r.data, r.retval)).toBe(STALE_MAC);
+    expect(decodePacket(r.data).find((l) => l.name === 'ipv4')!.fields).toMatchObject({ ihl: 28, checksumValid: true });
+    staleFlowHop(30082, { dueNow: true });
     r = node.run('tc_ingress', client(30082, 'S', 1000));
     expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
+  });
+
+  it('new DSR flows to a backend share its route for a second, as SNAT flows do', () => {
+    const newFlow = (sport: number) => node.run('tc_ingress', buildPacket(clientTcp(NODE_IP, 30082, { sport, flags: 'S' })));
+    const hops = node.dp.maps.lb4_backend_hops;
+    let r = newFlow(CLIENT_PORT);
+    expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
+    const slot = node.dp.maps.ct4.lookup(flowKey(30082))!.backendId;
+    const shared = hops.lookup(slot)!;
+    expect(shared).toMatchObject({ daddr: REMOTE_POD, saddr: CLIENT_IP, fromIfindex: node.ifindex, hopIfindex: node.ifindex });
+    hops.update(slot, { ...shared, hopMacs: Buffer.concat([macBytes(STALE_MAC), shared.hopMacs.subarray(6)]) });
+    r = newFlow(CLIENT_PORT + 1);
+    expect(sentTo(r.data, r.retval)).toBe(STALE_MAC);
+    // From another client address (DSR keeps the source): looked up, and shared anew.
+    r = node.run('tc_ingress', buildPacket(clientTcp(NODE_IP, 30082, { sport: CLIENT_PORT, flags: 'S', src: '10.0.40.7' })));
+    expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
+    expect(hops.lookup(slot)).toMatchObject({ saddr: '10.0.40.7' });
   });
 
   it('new SNAT flows to a backend share its route for a second: from the same address and device, to the same backend address', () => {
