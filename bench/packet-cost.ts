@@ -20,7 +20,8 @@ import { BpfObject } from '../src/ebpf/object.js';
 import { testRun } from '../src/ebpf/test-run.js';
 import { inNetns } from '../src/sys/netns.js';
 import { CLIENT_IP, NODE_IP, datapathNode, type DatapathNode } from '../src/sandbox/datapath-node.js';
-import { CLIENT_PORT, TC_FIXTURES, TC_SERVICES, fixture, syn } from '../src/sandbox/fixtures/tc.js';
+import { CLIENT_PORT, LOCAL_POD, TC_FIXTURES, TC_SERVICES, fixture, fromRouter, syn } from '../src/sandbox/fixtures/tc.js';
+import { dsrOption } from '../src/sandbox/fixtures/dsr.js';
 import { CLIENT6, CLIENT6_PORT, LB6, TC6_FIXTURES, TC6_SERVICES } from '../src/sandbox/fixtures/tc6.js';
 import { Ct6Dir } from '../src/datapath/layouts6.js';
 import { buildPacket, eth, ipv4, tcp } from '../src/packet/build.js';
@@ -75,6 +76,25 @@ function wideFlow(node: DatapathNode): { sport: number; input: Buffer } {
   throw new Error('wide: no client port of 256 hashed past the fourth slot');
 }
 
+/** A LoadBalancer IP whose DSR packets other nodes send to this node's pod: the option
+ * names it, the node records the flow's frontend for the replies and removes the option. */
+const DSR_HERE: FrontendSpec = {
+  address: '10.0.100.30', port: 80, proto: 'TCP', kind: 'LoadBalancer', forwarding: 'dsr', service: 'default/dsr-here:http',
+  backends: [{ address: LOCAL_POD, port: 8080, local: true }],
+};
+
+/** A DSR SYN as the LB node sends it to this node's pod, checked: passed to the stack, the option gone. */
+function dsrArrival(node: DatapathNode): { sport: number; input: Buffer } {
+  const input = buildPacket([fromRouter, ipv4({ src: CLIENT_IP, dst: LOCAL_POD, ttl: 62, options: dsrOption(DSR_HERE.port, DSR_HERE.address) }), tcp({ sport: CLIENT_PORT, dport: 8080, flags: 'S', seq: 5 })]);
+  node.flushState();
+  const out = node.run('tc_ingress', input);
+  const ip = decodePacket(out.data).find((l) => l.name === 'ipv4')?.fields;
+  if (out.retval !== TcVerdict.OK || ip?.ihl !== 20 || ip?.checksumValid !== true || out.data.length !== input.length - 8) {
+    throw new Error(`dsr arrival: verdict ${out.retval}, ihl ${String(ip?.ihl)}, length ${out.data.length}`);
+  }
+  return { sport: CLIENT_PORT, input };
+}
+
 /** The fixture, checked once on a clean state (setup included, through XDP then tc). */
 function checked(node: DatapathNode, id: string, table = TC_FIXTURES): PacketFixture {
   const f = fixture(id, table);
@@ -123,7 +143,7 @@ function snatDeviceFlow(node: DatapathNode, which: SnatDevice): { sport: number;
 }
 
 type Hook = 'tc' | 'xdp';
-const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[]; askHost?: boolean; wide?: boolean; egress?: () => Buffer; snatDevice?: SnatDevice; ipv6?: boolean; unshared?: boolean }> = [
+const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks: Hook[]; askHost?: boolean; wide?: boolean; egress?: () => Buffer; snatDevice?: SnatDevice; ipv6?: boolean; unshared?: boolean; arrival?: boolean }> = [
   { name: 'new flow, local backend', id: 'nodeport-local', fresh: { dport: 30080 }, hooks: ['tc'] },
   { name: 'new flow, remote backend (SNAT)', id: 'nodeport-remote', fresh: { dport: 30081 }, hooks: ['tc', 'xdp'] },
   // The same with host_ports untrusted, as before the socket hooks marked the host's binds:
@@ -139,6 +159,8 @@ const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks:
   // a new flow from the same client (within a second); from another, the route is looked up.
   { name: 'new flow, remote backend (DSR, IPv4 option added), the same client as the last new flow', id: 'dsr-annotated', fresh: { dport: 30082 }, hooks: ['tc', 'xdp'] },
   { name: 'new flow, remote backend (DSR, IPv4 option added), another client than the last', id: 'dsr-annotated', fresh: { dport: 30082 }, hooks: ['tc', 'xdp'], unshared: true },
+  // At the backend's node, a DSR flow's first packet: its frontend recorded, the option removed (tc).
+  { name: "DSR at the backend's node: a new flow's SYN (the option removed)", id: 'dsr-arrival', fresh: { dport: DSR_HERE.port }, hooks: ['tc'], arrival: true },
   { name: 'established flow, local backend', id: 'nodeport-local-established', hooks: ['tc', 'xdp'] },
   { name: 'established flow, remote backend (SNAT)', id: 'nodeport-remote-established', hooks: ['tc', 'xdp'] },
   { name: 'established flow, remote backend (DSR, no option)', id: 'dsr-established', hooks: ['tc', 'xdp'] },
@@ -164,15 +186,27 @@ const CASES: Array<{ name: string; id: string; fresh?: { dport: number }; hooks:
 function runner(node: DatapathNode, c: (typeof CASES)[number], hook: Hook): () => number {
   const skb = skbContext({ ifindex: node.ifindex });
   const table = c.ipv6 ? TC6_FIXTURES : TC_FIXTURES;
-  const tcProgram = c.egress || (!c.wide && fixture(c.id, table).program === 'tc_egress') ? 'tc_egress' : 'tc_ingress';
+  const tcProgram = c.egress || (!c.wide && !c.arrival && fixture(c.id, table).program === 'tc_egress') ? 'tc_egress' : 'tc_ingress';
   const run = (data: Buffer) => inNetns(node.host.netns, () => (hook === 'tc'
     ? testRun(node.program(tcProgram), { data, ctx: skb })
     : testRun(node.program(XDP_PROGRAM), { data, ctx: xdpContext(node.ifindex, data.length) })).durationNs);
   // A build from before host_ports (compare-builds' base) has no such case.
   const hostPorts = (node.dp.maps as Partial<typeof node.dp.maps>).host_ports;
   if (hostPorts) hostPorts.update(layouts.HostPortsSlot.HOST_PORTS_TRUSTED, c.askHost ? 0n : 1n);
-  const f = c.wide ? wideFlow(node) : c.egress ? leaving(node, c.egress()) : c.snatDevice ? snatDeviceFlow(node, c.snatDevice) : { sport: c.ipv6 ? CLIENT6_PORT : CLIENT_PORT, input: checked(node, c.id, table).input };
+  const f = c.wide ? wideFlow(node) : c.arrival ? dsrArrival(node) : c.egress ? leaving(node, c.egress()) : c.snatDevice ? snatDeviceFlow(node, c.snatDevice) : { sport: c.ipv6 ? CLIENT6_PORT : CLIENT_PORT, input: checked(node, c.id, table).input };
   if (!c.fresh) return () => run(f.input);
+  if (c.arrival) {
+    // Its binding (the reply's key, the frontend for the replies' source) goes before each run.
+    run(f.input);
+    if (!node.dp.maps.nat4.entries().some(([, v]) => v.clientAddr === CLIENT_IP && v.clientPort === f.sport && v.frontendAddr === DSR_HERE.address)) {
+      throw new Error('dsr arrival: no binding recorded for the client');
+    }
+    const forget = flowForgetter(node, { saddr: CLIENT_IP, daddr: DSR_HERE.address, sport: f.sport, dport: DSR_HERE.port, proto: 6 });
+    return () => {
+      forget();
+      return run(f.input);
+    };
+  }
   // The key the runs delete must be the flow's, or every run after the first times an established flow.
   const key4 = { saddr: CLIENT_IP, daddr: NODE_IP, sport: f.sport, dport: c.fresh.dport, proto: 6 };
   const key6 = { saddr: CLIENT6, daddr: LB6, sport: f.sport, dport: c.fresh.dport, proto: 6, dir: Ct6Dir.CT6_DIR_CLIENT };
@@ -208,9 +242,9 @@ async function main(): Promise<void> {
       tc: () => inNetns(probe.host.netns, () => testRun(empty.tc.program('pass'), { data: packet, ctx: skbContext({ ifindex: probe.ifindex }) }).durationNs),
       xdp: () => inNetns(probe.host.netns, () => testRun(empty.xdp.program('xdp_pass'), { data: packet, ctx: xdpContext(probe.ifindex, packet.length) }).durationNs),
     };
-    nodes.one.writer.apply([...TC_SERVICES, WIDE, ...TC6_SERVICES]);
+    nodes.one.writer.apply([...TC_SERVICES, WIDE, DSR_HERE, ...TC6_SERVICES]);
     const t0 = Date.now();
-    nodes.many.writer.apply([...filler(MANY), ...TC_SERVICES, WIDE, ...TC6_SERVICES]);
+    nodes.many.writer.apply([...filler(MANY), ...TC_SERVICES, WIDE, DSR_HERE, ...TC6_SERVICES]);
     const loadMs = Date.now() - t0;
     const rows: Array<{ case: string; hook: Hook } & Cell> = [];
     for (const c of CASES) {
@@ -236,8 +270,8 @@ async function main(): Promise<void> {
     const table = markdownTable(
       ['case', 'ns/packet, 1 Service', `ns/packet, ${MANY} Services`, 'empty program, same batches', '× empty (1)', `× empty (${MANY})`, `${MANY} / 1`, 'CPU per batch'],
       [
-        ['tc: empty program (median of its column)', fmtStat(baseline.tc, 0), '', '', '1.00', '', '', ''],
-        ['xdp: empty program (median of its column)', fmtStat(baseline.xdp, 0), '', '', '1.00', '', '', ''],
+        // A hook none of the cases chosen (--cases) runs on has no row.
+        ...(['tc', 'xdp'] as const).filter((h) => rows.some((r) => r.hook === h)).map((h) => [`${h}: empty program (median of its column)`, fmtStat(baseline[h], 0), '', '', '1.00', '', '', '']),
         ...rows.map((r) => [r.case, fmtStat(r.one, 0), fmtStat(r.many, 0), fmtStat(r.empty, 0), ratio(r.one.median, baseline[r.hook].median), ratio(r.many.median, baseline[r.hook].median), ratio(r.many.median, r.one.median), r.cpus.join(' ')]),
       ],
     );

@@ -156,25 +156,13 @@ static __always_inline int ctx_l4_csum_partial(const struct xdp_md *ctx)
 	return 0;
 }
 
-/* Insert (delta > 0) or remove (delta < 0) bytes right after a 20-byte IPv4 header: the
- * Ethernet and IPv4 headers move, the rest stays where it is. */
-static __always_inline long ctx_adjust_room_net4(struct xdp_md *ctx, int delta)
+/* Open (delta > 0) or close (delta < 0) room for IPv4 options right after a 20-byte
+ * header, for a caller that then writes the Ethernet and IPv4 headers whole from the
+ * frame's start: XDP moves only the start (what lies in the first ETH_HLEN + 20 bytes,
+ * and the room, is left undefined); the rest of the frame stays where it is. */
+static __always_inline long ctx_resize_ipv4_options(struct xdp_md *ctx, int delta)
 {
-	__u8 hdr[ETH_HLEN + sizeof(struct iphdr)];
-
-	if (bpf_xdp_load_bytes(ctx, 0, hdr, sizeof(hdr)) < 0)
-		return -1;
-	if (bpf_xdp_adjust_head(ctx, -delta) < 0)
-		return -1;
-	return bpf_xdp_store_bytes(ctx, 0, hdr, sizeof(hdr));
-}
-
-/* Room for `len` bytes of IPv4 options after a 20-byte header, for a caller that then
- * writes the Ethernet and IPv4 headers whole from the frame's start: XDP moves only the
- * start (what lies in the first ETH_HLEN + 20 + len bytes is left undefined). */
-static __always_inline long ctx_open_ipv4_options(struct xdp_md *ctx, int len)
-{
-	return bpf_xdp_adjust_head(ctx, -len);
+	return bpf_xdp_adjust_head(ctx, -delta);
 }
 
 /* The packet becomes `len` bytes long (longer or shorter). */
@@ -284,15 +272,10 @@ static __always_inline int ctx_l4_csum_partial(struct __sk_buff *ctx)
 }
 #endif
 
-static __always_inline long ctx_adjust_room_net4(struct __sk_buff *ctx, int delta)
+/* tc: the kernel moves the headers itself (and keeps the skb's header offsets right). */
+static __always_inline long ctx_resize_ipv4_options(struct __sk_buff *ctx, int delta)
 {
 	return bpf_skb_adjust_room(ctx, delta, BPF_ADJ_ROOM_NET, 0);
-}
-
-/* tc: the kernel moves the headers itself (and keeps the skb's header offsets right). */
-static __always_inline long ctx_open_ipv4_options(struct __sk_buff *ctx, int len)
-{
-	return bpf_skb_adjust_room(ctx, len, BPF_ADJ_ROOM_NET, 0);
 }
 
 static __always_inline long ctx_resize(struct __sk_buff *ctx, __u32 len)
