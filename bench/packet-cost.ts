@@ -263,16 +263,15 @@ async function main(): Promise<void> {
     // The empty program's time is bimodal here (about 60 or about 90 ns in a batch, whatever
     // the cases' times do), so each ratio is against the median of its hook's empty columns
     // over the whole run, not against the flip of its own batches.
-    const baseline: Record<Hook, Stat> = {
-      tc: stat(rows.filter((r) => r.hook === 'tc').map((r) => r.empty.median)),
-      xdp: stat(rows.filter((r) => r.hook === 'xdp').map((r) => r.empty.median)),
-    };
+    // A hook none of the cases chosen (--cases) runs on has no baseline, row or bars.
+    const hooks = (['tc', 'xdp'] as const).filter((h) => rows.some((r) => r.hook === h));
+    const baseline = Object.fromEntries(hooks.map((h) => [h, stat(rows.filter((r) => r.hook === h).map((r) => r.empty.median))])) as Partial<Record<Hook, Stat>>;
+    const base = (h: Hook): Stat => baseline[h]!;
     const table = markdownTable(
       ['case', 'ns/packet, 1 Service', `ns/packet, ${MANY} Services`, 'empty program, same batches', '× empty (1)', `× empty (${MANY})`, `${MANY} / 1`, 'CPU per batch'],
       [
-        // A hook none of the cases chosen (--cases) runs on has no row.
-        ...(['tc', 'xdp'] as const).filter((h) => rows.some((r) => r.hook === h)).map((h) => [`${h}: empty program (median of its column)`, fmtStat(baseline[h], 0), '', '', '1.00', '', '', '']),
-        ...rows.map((r) => [r.case, fmtStat(r.one, 0), fmtStat(r.many, 0), fmtStat(r.empty, 0), ratio(r.one.median, baseline[r.hook].median), ratio(r.many.median, baseline[r.hook].median), ratio(r.many.median, r.one.median), r.cpus.join(' ')]),
+        ...hooks.map((h) => [`${h}: empty program (median of its column)`, fmtStat(base(h), 0), '', '', '1.00', '', '', '']),
+        ...rows.map((r) => [r.case, fmtStat(r.one, 0), fmtStat(r.many, 0), fmtStat(r.empty, 0), ratio(r.one.median, base(r.hook).median), ratio(r.many.median, base(r.hook).median), ratio(r.many.median, r.one.median), r.cpus.join(' ')]),
       ],
     );
     const series = (hook: Hook) => rows.filter((r) => r.hook === hook);
@@ -282,15 +281,15 @@ async function main(): Promise<void> {
       command: `npx tsx bench/packet-cost.ts --services ${MANY} --runs ${RUNS}`,
       method: `tc_ingress and xdp_ingress run by BPF_PROG_TEST_RUN in two testbed nodes' namespaces (one with the fixtures' Services, one with ${MANY} more, maps of the same sizes), the kernel's own timing of single runs (PROG_TEST_RUN's repeat runs a program on its own output: after the first repeat a translated packet is a flow the program does not know, so repeats would time that miss). Each case is timed on both nodes and against the empty program of its hook in the same batches, interleaved (bench/interleave.ts): a batch is ${RUNS / CHUNK} rounds in which each CPU in turn (the main thread pinned) makes ${CHUNK} single runs on the first node, ${CHUNK} on the second and ${CHUNK} of the empty program; the batch keeps the CPU on which the two nodes' times summed were lowest, and each column's interquartile mean (the mean of the middle half) of its ${RUNS} runs there ("CPU per batch"); ${BATCHES} batches per case, then the median and spread (min–max) of the batches. The interquartile mean rather than the median, as the kernel's clock here moves in steps of about 10 ns and a median of readings that straddle two steps jumps a whole step (six batches of the empty program: medians 60-90 ns, interquartile means 84.5-90). The two nodes are two loads with maps in other memory: two nodes of one build differed by 1-3% over six batches (up to 10% in one), so differences of a few % between the columns are within that. This machine's two vCPUs take turns being slow for minutes (a program touching many cache lines at about half speed on one of them, the empty program hardly slower), so a column measured alone, or on one CPU, times the host as much as the program; interleaved on every CPU, the columns compared come from one CPU in the same seconds. The empty program carries the timer's fixed cost, as every run does; beyond the clock's steps its time itself drops to about 60 ns in some batches (from about 90), independently of the cases', so the "× empty" ratios are against the median of the hook's empty column over the whole run (the top rows, and the plot's empty bars). Established cases send the fixture's packet of a flow set up once; new flows have their conntrack entry and reply entries (SNAT binding, reverse translation) deleted before each run, so that each run reserves a port and inserts both as a new client's flow does. xdp rows: what XDP does itself (remote backends, replies, DSR), and for a local backend what it costs to hand the packet to tc untouched. ${MANY} Services (ExternalIP frontends, remote backends) loaded in ${loadMs} ms.`,
       tables: [table],
-      ratios: rows.map((r) => `${r.case}: ${ratio(r.one.median, baseline[r.hook].median)}× the empty ${r.hook} program with 1 Service, ${ratio(r.many.median, baseline[r.hook].median)}× with ${MANY}`),
+      ratios: rows.map((r) => `${r.case}: ${ratio(r.one.median, base(r.hook).median)}× the empty ${r.hook} program with 1 Service, ${ratio(r.many.median, base(r.hook).median)}× with ${MANY}`),
       plots: [{
         file: 'packet-cost.svg', caption: 'ns per packet by case and hook, 1 and N Services',
         svg: barChart({
           title: 'ns per packet, single runs (lower is better)', yLabel: 'ns',
-          groups: ['tc empty', ...series('tc').map((r) => r.case), 'xdp empty', ...series('xdp').map((r) => r.case)].map((g) => g.replace(/ \(.*\)$/, '').replace('established flow', 'est.').replace('backend', '')),
+          groups: hooks.flatMap((h) => [`${h} empty`, ...series(h).map((r) => r.case)]).map((g) => g.replace(/ \(.*\)$/, '').replace('established flow', 'est.').replace('backend', '')),
           series: [
-            { name: '1 Service', values: [baseline.tc.median, ...series('tc').map((r) => r.one.median), baseline.xdp.median, ...series('xdp').map((r) => r.one.median)], spread: [{ lo: baseline.tc.min, hi: baseline.tc.max }, ...series('tc').map((r) => ({ lo: r.one.min, hi: r.one.max })), { lo: baseline.xdp.min, hi: baseline.xdp.max }, ...series('xdp').map((r) => ({ lo: r.one.min, hi: r.one.max }))] },
-            { name: `${MANY} Services`, values: [null, ...series('tc').map((r) => r.many.median), null, ...series('xdp').map((r) => r.many.median)], spread: [null, ...series('tc').map((r) => ({ lo: r.many.min, hi: r.many.max })), null, ...series('xdp').map((r) => ({ lo: r.many.min, hi: r.many.max }))] },
+            { name: '1 Service', values: hooks.flatMap((h) => [base(h).median, ...series(h).map((r) => r.one.median)]), spread: hooks.flatMap((h) => [{ lo: base(h).min, hi: base(h).max }, ...series(h).map((r) => ({ lo: r.one.min, hi: r.one.max }))]) },
+            { name: `${MANY} Services`, values: hooks.flatMap((h) => [null, ...series(h).map((r) => r.many.median)]), spread: hooks.flatMap((h) => [null, ...series(h).map((r) => ({ lo: r.many.min, hi: r.many.max }))]) },
           ],
         }),
       }],

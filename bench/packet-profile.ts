@@ -3,7 +3,8 @@
 // samples every CPU; then the program's samples by the helper they were under (with the
 // kernel functions beneath), by leaf symbol, and the program's own samples by source line
 // (bench/jited-lines.ts). `--new-flow PORT`: the case is a new flow to that frontend port,
-// whose entries are deleted before each run (bench/new-flow.ts), as packet-cost does.
+// whose entries are deleted before each run (bench/new-flow.ts), as packet-cost does. A case
+// of src/sandbox/fixtures/tc6.ts (`ipv6-...`) runs on a node with the IPv6 Services too.
 // Run as root: npx tsx bench/packet-profile.ts --case nodeport-remote-established [--seconds 5] [--new-flow PORT]
 import { parseArgs } from 'node:util';
 import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
@@ -14,8 +15,10 @@ import { testRun } from '../src/ebpf/test-run.js';
 import { skbContext } from '../src/ebpf/skb-context.js';
 import { inNetns } from '../src/sys/netns.js';
 import { CLIENT_IP, NODE_IP, datapathNode } from '../src/sandbox/datapath-node.js';
-import { CLIENT_PORT, TC_SERVICES, fixture } from '../src/sandbox/fixtures/tc.js';
-import { flowForgetter } from './new-flow.js';
+import { CLIENT_PORT, TC_FIXTURES, TC_SERVICES, fixture } from '../src/sandbox/fixtures/tc.js';
+import { CLIENT6, CLIENT6_PORT, LB6, TC6_FIXTURES, TC6_SERVICES } from '../src/sandbox/fixtures/tc6.js';
+import { Ct6Dir } from '../src/datapath/layouts6.js';
+import { flowForgetter, flowForgetter6 } from './new-flow.js';
 import { HostPortsSlot } from '../src/datapath/layouts.js';
 import { runFixture } from '../src/sandbox/packet-fixture.js';
 import { jitedLines } from './jited-lines.js';
@@ -36,8 +39,9 @@ async function main(): Promise<void> {
     // so that a new SNAT binding asks the host's sockets only about ports the host bound.
     node.dp.attachCgroup({ path: node.host.cgroup, expect: 'subtree' }, { hostNetns: node.host.netns });
     node.dp.maps.host_ports.update(HostPortsSlot.HOST_PORTS_TRUSTED, 1n);
-    node.writer.apply(TC_SERVICES);
-    const f = fixture(ID);
+    const ipv6 = !TC_FIXTURES.some((x) => x.id === ID) && TC6_FIXTURES.some((x) => x.id === ID);
+    node.writer.apply([...TC_SERVICES, ...TC6_SERVICES]);
+    const f = fixture(ID, ipv6 ? TC6_FIXTURES : TC_FIXTURES);
     node.flushState();
     const out = runFixture(node, f);
     if (!out.ok) throw new Error(`fixture ${ID} does not hold: ${out.problems.join('; ')}`);
@@ -45,7 +49,11 @@ async function main(): Promise<void> {
     const prog = node.program(f.program);
     const file = join(dir, 'perf.data');
     let forget = () => {};
-    if (NEW_FLOW_DPORT !== undefined) {
+    if (NEW_FLOW_DPORT !== undefined && ipv6) {
+      const key = { saddr: CLIENT6, daddr: LB6, sport: CLIENT6_PORT, dport: NEW_FLOW_DPORT, proto: 6, dir: Ct6Dir.CT6_DIR_CLIENT };
+      if (!node.dp.maps.ct6.lookup(key)) throw new Error(`${ID}: no conntrack entry at ${JSON.stringify(key)}`);
+      forget = flowForgetter6(node, key);
+    } else if (NEW_FLOW_DPORT !== undefined) {
       const key = { saddr: CLIENT_IP, daddr: NODE_IP, sport: CLIENT_PORT, dport: NEW_FLOW_DPORT, proto: 6 };
       if (!node.dp.maps.ct4.lookup(key)) throw new Error(`${ID}: no conntrack entry at ${JSON.stringify(key)}`);
       forget = flowForgetter(node, key);

@@ -26,32 +26,39 @@ static __always_inline __u32 flow_hash6(const struct pkt6 *p)
 
 /* Rewrite one end of a packet (its address at `addr_off`, its port at `port_off`) from
  * from/from_port to to/to_port. IPv6 has no header checksum: the L4 checksum takes the
- * address change as a pseudo-header change (one helper call with the summed difference),
- * the port change as a plain one; a checksum the sender left partial takes the first only,
- * which the helper knows. */
+ * address change as a pseudo-header change. Where the skb holds the checksum whole it is
+ * updated in place for both changes at once, as for IPv4 (ctx_l4_csum_whole; two helper
+ * calls were two fifths of an established IPv6 flow's time); else the kernel's helper takes
+ * the address (one call with the summed difference) and the port, and knows a checksum the
+ * sender left partial. `store`: ctx_store_bytes flags (tc ingress writes directly). */
 static __always_inline int nat6_rewrite(struct __ctx_buff *ctx, const struct pkt6 *p, __u32 addr_off, __u32 port_off,
-					const __u8 *from, const __u8 *to, __be16 from_port, __be16 to_port)
+					const __u8 *from, const __u8 *to, __be16 from_port, __be16 to_port, __u64 store)
 {
 	__u32 csum_off = p->l4_off + (p->proto == IPPROTO_TCP ? 16 : 6);
 	__u64 mangled0 = p->proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
 	__u32 diff = csum_diff16(from, to);
+	int whole = ctx_l4_csum_whole(ctx);
 	__u8 addr[16];
 
 	__builtin_memcpy(addr, to, 16);
-	/* BPF_F_IPV6: IPv6 has no header checksum to take the address change, so a received
-	 * packet's whole-packet sum (CHECKSUM_COMPLETE) does not move; without it the helper
-	 * moves it as for IPv4. A kernel from before that fix (2025, in the stable series too)
-	 * refuses the flag: then without it. */
-	if (ctx_l4_csum_replace(ctx, csum_off, 0, diff, BPF_F_PSEUDO_HDR | FERRY_F_IPV6 | mangled0) < 0 &&
-	    ctx_l4_csum_replace(ctx, csum_off, 0, diff, BPF_F_PSEUDO_HDR | mangled0) < 0)
+	if (whole) {
+		if (ctx_l4_csum_update(ctx, csum_off, 0, csum32_replace(diff, from_port, to_port), mangled0, store) < 0)
+			return -1;
+	} else if (ctx_l4_csum_replace(ctx, csum_off, 0, diff, BPF_F_PSEUDO_HDR | FERRY_F_IPV6 | mangled0) < 0 &&
+		   ctx_l4_csum_replace(ctx, csum_off, 0, diff, BPF_F_PSEUDO_HDR | mangled0) < 0) {
+		/* BPF_F_IPV6: IPv6 has no header checksum to take the address change, so a
+		 * received packet's whole-packet sum (CHECKSUM_COMPLETE) does not move; without it
+		 * the helper moves it as for IPv4. A kernel from before that fix (2025, in the
+		 * stable series too) refuses the flag: then without it. */
 		return -1;
-	if (ctx_store_bytes(ctx, addr_off, addr, 16, 0) < 0)
+	}
+	if (ctx_store_bytes(ctx, addr_off, addr, 16, store) < 0)
 		return -1;
 	if (from_port == to_port)
 		return 0;
-	if (ctx_l4_csum_replace(ctx, csum_off, from_port, to_port, sizeof(to_port) | mangled0) < 0)
+	if (!whole && ctx_l4_csum_replace(ctx, csum_off, from_port, to_port, sizeof(to_port) | mangled0) < 0)
 		return -1;
-	return ctx_store_bytes(ctx, port_off, &to_port, sizeof(to_port), 0);
+	return ctx_store_bytes(ctx, port_off, &to_port, sizeof(to_port), store);
 }
 
 /* The L4 checksum (at `csum`) after the addresses changed by the partial sum `addrs` and

@@ -207,7 +207,7 @@ __ferry_global int nodeport6_ingress(struct __sk_buff *ctx)
 		if (rc != CTX_ACT_OK)
 			return rc;
 	}
-	if (nat6_rewrite(ctx, &p, IP6_DADDR_OFF, p.l4_off + 2, p.daddr, flow.addr, p.dport, flow.port) < 0)
+	if (nat6_rewrite(ctx, &p, IP6_DADDR_OFF, p.l4_off + 2, p.daddr, flow.addr, p.dport, flow.port, CTX_STORE_DIRECT) < 0)
 		return count_drop(DROP_CSUM_FAILED, p.len);
 	frag6_note(&p, p.saddr, flow.addr, FRAG_ACT_PASS);
 	count_stat(STAT_FWD_LOCAL6, p.len);
@@ -263,7 +263,7 @@ __ferry_global int nodeport6_egress(struct __sk_buff *ctx)
 		/* Replies alone keep it (a stream the client does not answer). */
 		reply->expires_ns = now + ct_lifetime_ns(p.proto, flags);
 	}
-	if (nat6_rewrite(ctx, &p, IP6_SADDR_OFF, p.l4_off, p.saddr, reply->addr, p.sport, reply->port) < 0)
+	if (nat6_rewrite(ctx, &p, IP6_SADDR_OFF, p.l4_off, p.saddr, reply->addr, p.sport, reply->port, 0) < 0)
 		return count_drop(DROP_CSUM_FAILED, p.len);
 	frag6_note(&p, reply->addr, p.daddr, FRAG_ACT_PASS);
 	count_stat(STAT_REPLY_LOCAL6, p.len);
