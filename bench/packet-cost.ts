@@ -9,7 +9,8 @@
 // that miss instead. The packets are the tests' own fixtures (src/sandbox/fixtures/tc.ts),
 // each checked before it is timed, and a new flow to a Service of 16 endpoints whose slot
 // its master entry does not carry (checked to be redirected and to land past the 4th slot),
-// and new SNAT flows with a SNAT device listed (README: SNAT address per device).
+// new SNAT flows with a SNAT device listed (README: SNAT address per device), new DSR flows
+// (their backend's shared hop taken, or not), and a DSR SYN arriving at its backend's node.
 // Run as root: npx tsx bench/packet-cost.ts [--services 100000] [--runs 2000] [--cases REGEX]
 import { parseArgs } from 'node:util';
 import { join } from 'node:path';

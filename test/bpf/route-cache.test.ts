@@ -62,6 +62,18 @@ function staleFlowHop(dport: number, opts: { dueNow?: boolean } = {}): void {
   node.dp.maps.ct4.update(key, { ...e, hopMacs: Buffer.concat([macBytes(STALE_MAC), e.hopMacs.subarray(6)]), expiresNs: opts.dueNow ? e.expiresNs - 2_000_000_000n : e.expiresNs });
 }
 
+/** A first new flow to the NodePort `dport` from CLIENT_PORT: sent by a lookup, whose
+ * route its backend's slot then shares, as looked up from `saddr`. */
+function firstNewFlow(dport: number, saddr: string) {
+  const newFlow = (sport: number) => node.run('tc_ingress', buildPacket(clientTcp(NODE_IP, dport, { sport, flags: 'S' })));
+  const r = newFlow(CLIENT_PORT);
+  expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
+  const slot = node.dp.maps.ct4.lookup(flowKey(dport))!.backendId;
+  const shared = node.dp.maps.lb4_backend_hops.lookup(slot)!;
+  expect(shared).toMatchObject({ daddr: REMOTE_POD, saddr, fromIfindex: node.ifindex, hopIfindex: node.ifindex });
+  return { newFlow, slot, shared };
+}
+
 describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
   it('a new SNAT flow keeps the route it was sent by: the device and both MACs', () => {
     const r = node.run('tc_ingress', client(30081, 'S', 1000));
@@ -147,15 +159,10 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
   });
 
   it('new DSR flows to a backend share its route for a second, as SNAT flows do', () => {
-    const newFlow = (sport: number) => node.run('tc_ingress', buildPacket(clientTcp(NODE_IP, 30082, { sport, flags: 'S' })));
     const hops = node.dp.maps.lb4_backend_hops;
-    let r = newFlow(CLIENT_PORT);
-    expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
-    const slot = node.dp.maps.ct4.lookup(flowKey(30082))!.backendId;
-    const shared = hops.lookup(slot)!;
-    expect(shared).toMatchObject({ daddr: REMOTE_POD, saddr: CLIENT_IP, fromIfindex: node.ifindex, hopIfindex: node.ifindex });
+    const { newFlow, slot, shared } = firstNewFlow(30082, CLIENT_IP); // DSR: from the client's address
     hops.update(slot, { ...shared, hopMacs: Buffer.concat([macBytes(STALE_MAC), shared.hopMacs.subarray(6)]) });
-    r = newFlow(CLIENT_PORT + 1);
+    let r = newFlow(CLIENT_PORT + 1);
     expect(sentTo(r.data, r.retval)).toBe(STALE_MAC);
     // From another client address (DSR keeps the source): looked up, and shared anew.
     r = node.run('tc_ingress', buildPacket(clientTcp(NODE_IP, 30082, { sport: CLIENT_PORT, flags: 'S', src: '10.0.40.7' })));
@@ -164,13 +171,9 @@ describeWith(['root', 'bpffs', 'netns'], 'a flow keeps its next hop', () => {
   });
 
   it('new SNAT flows to a backend share its route for a second: from the same address and device, to the same backend address', () => {
-    const newFlow = (sport: number) => node.run('tc_ingress', buildPacket(clientTcp(NODE_IP, 30081, { sport, flags: 'S' })));
     const hops = node.dp.maps.lb4_backend_hops;
-    let r = newFlow(CLIENT_PORT);
-    expect(sentTo(r.data, r.retval)).toBe(OTHER_NODE_MAC);
-    const slot = node.dp.maps.ct4.lookup(flowKey(30081))!.backendId;
-    const shared = hops.lookup(slot)!;
-    expect(shared).toMatchObject({ daddr: REMOTE_POD, saddr: NODE_IP, fromIfindex: node.ifindex, hopIfindex: node.ifindex });
+    const { newFlow, slot, shared } = firstNewFlow(30081, NODE_IP); // SNAT: from the node's address
+    let r: ReturnType<typeof newFlow>;
     expect([macOf(shared.hopMacs), macOf(shared.hopMacs, 6)]).toEqual([OTHER_NODE_MAC, NODE_MAC]);
     // `ferry map dump lb4_backend_hops`: the written slots only, by backend id.
     expect(dumpMap(node.pinDir, 'lb4_backend_hops')).toEqual([expect.objectContaining({ backendId: slot, daddr: REMOTE_POD, hopMacs: `${OTHER_NODE_MAC} (from ${NODE_MAC})`, lookedUp: '0s ago' })]);

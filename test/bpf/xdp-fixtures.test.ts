@@ -9,7 +9,7 @@ import { DSR_FIXTURES, dsrServices } from '../../src/sandbox/fixtures/dsr.js';
 import { describeWith } from '../harness/requirements.js';
 
 /** Fixtures whose packet XDP sends back out itself (XDP_TX): remote backends, their replies, rejects. */
-const XDP_SENDS = new Set(['nodeport-remote', 'nodeport-remote-established', 'nodeport-remote-midstream', 'udp-remote', 'udp-remote-zero-checksum', 'snat-reply', 'dsr-annotated', 'dsr-annotated-established', 'dsr-established', 'lb-remote', 'reject', 'ttl-expired', 'dsr-syn', 'dsr-ack', 'dsr-udp', 'dsr-frag-needed', 'dsr-fits']);
+const XDP_SENDS = new Set(['nodeport-remote', 'nodeport-remote-established', 'nodeport-remote-midstream', 'udp-remote', 'udp-remote-zero-checksum', 'snat-reply', 'dsr-annotated', 'dsr-annotated-established', 'dsr-established', 'lb-remote', 'reject', 'ttl-expired', 'dsr-syn', 'dsr-ack', 'dsr-udp', 'dsr-frag-needed', 'dsr-frag-needed-kept-hop', 'dsr-fits']);
 /** ... and those it drops itself. */
 const XDP_DROPS = new Set(['local-policy-drop', 'unknown-port', 'source-range-denied']);
 
